@@ -1,0 +1,43 @@
+# oncehook — the two commands a newcomer needs are `make run` and `make test`.
+
+CARGO ?= cargo
+export ONCEHOOK_CONFIG ?= $(CURDIR)/deploy/local/oncehook.toml
+export ONCEHOOK_MAIL_DIR ?= $(CURDIR)/var/mail
+CTL := target/debug/oncehookctl
+
+.PHONY: run test lint services build demo bench chaos fmt clean
+
+## run: start Postgres + RabbitMQ if needed, migrate, seed demo data, run ingest + worker + mailer
+run: services build
+	$(CTL) migrate
+	$(CTL) demo seed
+	deploy/local/run.sh
+
+## test: unit, property and end-to-end tests against real Postgres and RabbitMQ
+test: services
+	$(CARGO) build --workspace --bins
+	$(CARGO) test --workspace
+
+## lint: formatting and clippy, warnings are errors
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
+
+services:
+	@bash deploy/local/services.sh
+
+build:
+	$(CARGO) build --workspace --bins
+
+## demo: the README tour against a running `make run`
+demo: build
+	$(CTL) send razorpay payment.captured --order order_1001 --times 5 --concurrency 5
+	sleep 2
+	$(CTL) trace order order_1001
+
+clean:
+	$(CARGO) clean
+	rm -rf var

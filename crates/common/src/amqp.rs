@@ -1,0 +1,237 @@
+//! RabbitMQ helpers shared by every binary: connecting with backoff,
+//! publishing with publisher confirms (a returned message is a failure, not an
+//! ack), dead-lettering with the `x-oncehook-error*` headers, and reading
+//! headers back.
+//!
+//! Recovery model: binaries do not rely on the client's transparent
+//! recovery. Each one runs a session loop — connect, declare the topology,
+//! work until the connection breaks, back off, reconnect — so after a broker
+//! restart everything (channels, confirms, consumers, QoS) is rebuilt from
+//! scratch. Acks for deliveries from a dead channel are lost; the broker
+//! redelivers and the dedup table absorbs the copy.
+
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use lapin::message::Delivery;
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::topology::{
+    HEADER_ATTEMPTS, HEADER_DELIVERY_COUNT, HEADER_ERROR, HEADER_ERROR_KIND, HEADER_FAILED_AT,
+    HEADER_ORIGIN, HEADER_ROUTING_KEY,
+};
+
+/// Why a publish did not end with the broker holding the message.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    #[error("broker channel error: {0}")]
+    Channel(#[from] lapin::Error),
+    #[error("broker refused the message (nack)")]
+    Nacked,
+    #[error(
+        "message was returned unroutable (exchange {exchange:?}, routing key {routing_key:?}): {reply}"
+    )]
+    Returned {
+        exchange: String,
+        routing_key: String,
+        reply: String,
+    },
+    #[error("no publisher confirm within {0:?}")]
+    Timeout(Duration),
+    #[error("channel is not in confirm mode")]
+    NoConfirm,
+    #[error("not connected to the broker")]
+    NotConnected,
+}
+
+/// Opens one connection (no retry). `name` shows up in the broker's UI.
+pub async fn connect(url: &str, name: &str) -> lapin::Result<Connection> {
+    let props = ConnectionProperties::default().with_connection_name(name.to_owned().into());
+    Connection::connect(url, props).await
+}
+
+/// Connects, retrying with exponential backoff and jitter until it works
+/// (`None` only if `give_up` resolves first, e.g. on shutdown).
+pub async fn connect_with_backoff(
+    url: &str,
+    name: &str,
+    give_up: impl std::future::Future<Output = ()>,
+) -> Option<Connection> {
+    let attempt = || async { connect(url, name).await };
+    let retry = attempt
+        .retry(
+            ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(200))
+                .with_max_delay(Duration::from_secs(5))
+                .with_jitter()
+                .without_max_times(),
+        )
+        .notify(|err, delay| {
+            tracing::warn!(%err, retry_in_ms = delay.as_millis() as u64, "broker not reachable; retrying");
+        });
+    tokio::select! {
+        conn = retry => conn.ok(),
+        () = give_up => None,
+    }
+}
+
+/// A channel in publisher-confirm mode.
+pub async fn confirm_channel(conn: &Connection) -> lapin::Result<Channel> {
+    let ch = conn.create_channel().await?;
+    ch.confirm_select(ConfirmSelectOptions::default()).await?;
+    Ok(ch)
+}
+
+/// Publishes with `mandatory` and waits for the broker's confirm. Only
+/// `Ack` without a returned message counts as success.
+pub async fn publish_confirmed(
+    ch: &Channel,
+    exchange: &str,
+    routing_key: &str,
+    payload: &[u8],
+    properties: BasicProperties,
+    timeout: Duration,
+) -> Result<(), PublishError> {
+    let options = BasicPublishOptions {
+        mandatory: true,
+        ..BasicPublishOptions::default()
+    };
+    let confirm = async {
+        let pending = ch
+            .basic_publish(
+                exchange.into(),
+                short(routing_key),
+                options,
+                payload,
+                properties,
+            )
+            .await?;
+        pending.await
+    };
+    match tokio::time::timeout(timeout, confirm).await {
+        Err(_) => Err(PublishError::Timeout(timeout)),
+        Ok(Err(e)) => Err(PublishError::Channel(e)),
+        Ok(Ok(Confirmation::Ack(None))) => Ok(()),
+        Ok(Ok(Confirmation::Ack(Some(returned)))) => Err(PublishError::Returned {
+            exchange: exchange.to_owned(),
+            routing_key: routing_key.to_owned(),
+            reply: format!("{} {}", returned.reply_code, returned.reply_text),
+        }),
+        Ok(Ok(Confirmation::Nack(_))) => Err(PublishError::Nacked),
+        Ok(Ok(Confirmation::NotRequested)) => Err(PublishError::NoConfirm),
+    }
+}
+
+/// Why a message is being dead-lettered.
+#[derive(Debug, Clone)]
+pub struct DeadLetter {
+    /// Machine-readable class: `unknown_order`, `unparseable`, `bad_envelope`, …
+    pub kind: String,
+    /// What failed and for which event.
+    pub error: String,
+    /// The queue the message came from.
+    pub origin: String,
+    pub attempts: u32,
+}
+
+/// Republishes `delivery` to the dead-letter exchange with the error headers
+/// (keeping its body and properties), waiting for the confirm. The caller
+/// acks the original only after this returns `Ok`.
+pub async fn dead_letter(
+    ch: &Channel,
+    dead_exchange: &str,
+    delivery: &Delivery,
+    why: &DeadLetter,
+    timeout: Duration,
+) -> Result<(), PublishError> {
+    let mut headers = delivery.properties.headers().clone().unwrap_or_default();
+    let now = OffsetDateTime::now_utc()
+        .format(&Rfc3339)
+        .unwrap_or_default();
+    for (k, v) in [
+        (HEADER_ERROR, why.error.as_str()),
+        (HEADER_ERROR_KIND, why.kind.as_str()),
+        (HEADER_FAILED_AT, now.as_str()),
+        (HEADER_ORIGIN, why.origin.as_str()),
+        (HEADER_ROUTING_KEY, delivery.routing_key.as_str()),
+    ] {
+        headers.insert(k.into(), AMQPValue::LongString(v.into()));
+    }
+    headers.insert(
+        HEADER_ATTEMPTS.into(),
+        AMQPValue::LongLongInt(i64::from(why.attempts)),
+    );
+    let props = delivery
+        .properties
+        .clone()
+        .with_headers(headers)
+        .with_delivery_mode(2);
+    publish_confirmed(ch, dead_exchange, "", &delivery.data, props, timeout).await
+}
+
+/// A header's value as text (string-like and integer headers).
+pub fn header_string(headers: Option<&FieldTable>, name: &str) -> Option<String> {
+    let value = headers?.inner().get(name)?;
+    match value {
+        AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+        AMQPValue::ShortString(s) => Some(s.as_str().to_owned()),
+        other => header_int_value(other).map(|n| n.to_string()),
+    }
+}
+
+/// A header's value as an integer.
+pub fn header_int(headers: Option<&FieldTable>, name: &str) -> Option<i64> {
+    header_int_value(headers?.inner().get(name)?)
+}
+
+fn header_int_value(value: &AMQPValue) -> Option<i64> {
+    Some(match value {
+        AMQPValue::ShortShortInt(n) => i64::from(*n),
+        AMQPValue::ShortShortUInt(n) => i64::from(*n),
+        AMQPValue::ShortInt(n) => i64::from(*n),
+        AMQPValue::ShortUInt(n) => i64::from(*n),
+        AMQPValue::LongInt(n) => i64::from(*n),
+        AMQPValue::LongUInt(n) => i64::from(*n),
+        AMQPValue::LongLongInt(n) => *n,
+        _ => return None,
+    })
+}
+
+/// How many times the broker has handed this message out before (quorum
+/// queues count in `x-delivery-count`; absent on the first delivery).
+pub fn delivery_count(delivery: &Delivery) -> u32 {
+    header_int(
+        delivery.properties.headers().as_ref(),
+        HEADER_DELIVERY_COUNT,
+    )
+    .and_then(|n| u32::try_from(n).ok())
+    .unwrap_or(0)
+}
+
+/// A `ShortString` from arbitrary text, truncated to the AMQP limit of 255
+/// bytes on a character boundary (the client panics on longer ones).
+pub fn short(s: &str) -> ShortString {
+    let mut end = s.len().min(255);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    ShortString::try_new(&s[..end]).unwrap_or_else(|_| ShortString::from(""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_truncates_on_char_boundary() {
+        let long = "₹".repeat(200);
+        let s = short(&long);
+        assert!(s.as_str().len() <= 255);
+        assert!(s.as_str().chars().all(|c| c == '₹'));
+        assert_eq!(short("abc").as_str(), "abc");
+    }
+}

@@ -1,0 +1,22 @@
+//! Plumbing shared by every oncehook binary: configuration, the envelope that
+//! travels from ingest to the worker, the RabbitMQ topology and publishing
+//! with confirms, telemetry (logs and metrics), graceful shutdown and — with
+//! the `db` feature — the Postgres pool and migrations.
+//!
+//! Ingest builds this crate without `db`: it never touches Postgres.
+
+pub mod amqp;
+pub mod config;
+pub mod consume;
+#[cfg(feature = "db")]
+pub mod db;
+pub mod email;
+pub mod envelope;
+pub mod health;
+pub mod shutdown;
+pub mod telemetry;
+pub mod topology;
+
+pub use config::{ConfigError, Settings, SourceConfig};
+pub use envelope::Envelope;
+pub use topology::Topology;

@@ -1,0 +1,150 @@
+//! `oncehookctl demo seed`: a few products and pending orders, so the README
+//! tour has something to pay for. Idempotent: re-running resets nothing that
+//! exists already.
+
+use anyhow::Context;
+use clap::Subcommand;
+use oncehook_common::{Settings, db};
+
+use crate::output::{Output, table};
+
+#[derive(Subcommand)]
+pub enum DemoCommand {
+    /// Create demo products and pending orders (idempotent).
+    Seed,
+}
+
+/// (sku, name, stock)
+pub const PRODUCTS: &[(&str, &str, i32)] = &[
+    ("TSHIRT-M", "oncehook T-shirt (M)", 100),
+    ("MUG", "Exactly-once mug", 50),
+    ("STICKERS", "Sticker pack", 500),
+];
+
+/// A pending demo order.
+pub struct DemoOrder {
+    pub order_ref: &'static str,
+    pub email: &'static str,
+    pub currency: &'static str,
+    /// (sku, qty)
+    pub items: &'static [(&'static str, i32)],
+}
+
+const fn order(
+    order_ref: &'static str,
+    email: &'static str,
+    currency: &'static str,
+    items: &'static [(&'static str, i32)],
+) -> DemoOrder {
+    DemoOrder {
+        order_ref,
+        email,
+        currency,
+        items,
+    }
+}
+
+pub const ORDERS: &[DemoOrder] = &[
+    order(
+        "order_1001",
+        "asha@example.com",
+        "INR",
+        &[("TSHIRT-M", 1), ("MUG", 2)],
+    ),
+    order("order_1002", "ravi@example.com", "INR", &[("STICKERS", 3)]),
+    order(
+        "order_1003",
+        "meera@example.com",
+        "INR",
+        &[("MUG", 1), ("STICKERS", 1)],
+    ),
+    order("order_1004", "john@example.com", "USD", &[("TSHIRT-M", 2)]),
+    order("order_1005", "li@example.com", "INR", &[("TSHIRT-M", 1)]),
+];
+
+/// Unit prices in minor units.
+fn price(sku: &str) -> i64 {
+    match sku {
+        "TSHIRT-M" => 49_900,
+        "MUG" => 29_900,
+        _ => 9_900,
+    }
+}
+
+pub async fn run(settings: &Settings, command: DemoCommand, out: &Output) -> anyhow::Result<()> {
+    match command {
+        DemoCommand::Seed => seed(settings, out).await,
+    }
+}
+
+async fn seed(settings: &Settings, out: &Output) -> anyhow::Result<()> {
+    let pool = db::connect(&settings.database_url, 2, 3)
+        .await
+        .context("connecting to the database")?;
+    let mut tx = pool.begin().await?;
+    for (sku, name, stock) in PRODUCTS {
+        sqlx::query("INSERT INTO products (sku, name, stock) VALUES ($1, $2, $3) ON CONFLICT (sku) DO NOTHING")
+            .bind(sku)
+            .bind(name)
+            .bind(stock)
+            .execute(&mut *tx)
+            .await?;
+    }
+    let mut rows = Vec::new();
+    for DemoOrder {
+        order_ref,
+        email,
+        currency,
+        items,
+    } in ORDERS
+    {
+        let amount: i64 = items
+            .iter()
+            .map(|(sku, qty)| price(sku) * i64::from(*qty))
+            .sum();
+        let id: Option<i64> = sqlx::query_scalar(
+            "INSERT INTO orders (order_ref, customer_email, amount_minor, currency) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (order_ref) DO NOTHING RETURNING id",
+        )
+        .bind(order_ref)
+        .bind(email)
+        .bind(amount)
+        .bind(currency)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(id) = id {
+            for (sku, qty) in *items {
+                sqlx::query("INSERT INTO order_items (order_id, sku, qty) VALUES ($1, $2, $3)")
+                    .bind(id)
+                    .bind(sku)
+                    .bind(qty)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
+        rows.push(vec![
+            order_ref.to_string(),
+            email.to_string(),
+            format!("{}.{:02} {currency}", amount / 100, amount % 100),
+            items
+                .iter()
+                .map(|(s, q)| format!("{q}x{s}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+        ]);
+    }
+    tx.commit().await?;
+    out.done(
+        &format!(
+            "demo data ready: {} products, {} orders\n\n{}",
+            PRODUCTS.len(),
+            ORDERS.len(),
+            table(&["ORDER", "CUSTOMER", "AMOUNT", "ITEMS"], &rows)
+        ),
+        serde_json::json!({
+            "products": PRODUCTS.iter().map(|(s, n, st)| serde_json::json!({"sku": s, "name": n, "initial_stock": st})).collect::<Vec<_>>(),
+            "orders": ORDERS.iter().map(|o| serde_json::json!({"order_ref": o.order_ref, "email": o.email, "currency": o.currency})).collect::<Vec<_>>(),
+        }),
+    );
+    Ok(())
+}

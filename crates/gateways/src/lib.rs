@@ -1,0 +1,23 @@
+//! Payment-gateway webhook schemes: signature verification and payload
+//! normalisation. Pure code (no I/O, no clock): callers pass in the current
+//! time, so the same functions serve ingest, the worker, the CLI and fuzzers.
+//!
+//! Ingest calls [`verify`] on the raw request bytes; the worker calls
+//! [`parse`] on the same bytes (carried unchanged through the broker) to get a
+//! [`NormalizedEvent`]. `oncehookctl send` and the tests use [`sample`] to
+//! build realistic signed deliveries.
+
+#![warn(missing_docs)]
+
+mod amount;
+mod event;
+mod gateway;
+mod headers;
+pub mod sample;
+mod schemes;
+
+pub use amount::{AmountError, currency_exponent, format_decimal_minor, parse_decimal_minor};
+pub use event::{EventKind, NormalizedEvent};
+pub use gateway::{Gateway, UnknownGateway};
+pub use headers::Headers;
+pub use schemes::{ParseError, Verification, VerifyError, parse, verify};

@@ -1,0 +1,116 @@
+//! PayU India sample deliveries: the form PayU posts to the merchant's
+//! webhook URL, with the reverse hash computed under the salt. PayU carries no
+//! event id: the identity is `{txnid}:{status}`, and `txnid` is the spec's
+//! order reference (`spec.event_id` is not used).
+
+use url::form_urlencoded::Serializer;
+
+use super::text::payu_ist;
+use super::{SampleError, SampleSpec, SignedDelivery, resolve_in};
+use crate::Headers;
+use crate::amount::{currency_exponent, format_decimal_minor};
+use crate::schemes::form::Form;
+use crate::schemes::payu::{CURRENCY, HASH_FIELD, hash_hex};
+
+/// The merchant key written into every PayU sample's `key` field.
+pub const SAMPLE_PAYU_KEY: &str = "oncehook_test";
+
+const TABLE: &[(&str, &str)] = &[
+    ("success", "success"),
+    ("failure", "failure"),
+    ("pending", "pending"),
+    ("refund", "refund"),
+    ("captured", "success"),
+    ("failed", "failure"),
+    ("refunded", "refund"),
+];
+
+pub(super) const EVENT_NAMES: &[&str] = &[
+    "success", "failure", "pending", "refund", "captured", "failed", "refunded",
+];
+
+pub(super) fn resolve(event: &str) -> Option<&'static str> {
+    resolve_in(TABLE, event)
+}
+
+/// Fails for a currency other than INR: PayU India posts rupees only.
+pub(super) fn build(
+    status: &str,
+    spec: &SampleSpec,
+    salt: &str,
+) -> Result<SignedDelivery, SampleError> {
+    if !spec.currency.eq_ignore_ascii_case(CURRENCY) {
+        return Err(SampleError::InvalidSpec(format!(
+            "PayU samples are in {CURRENCY} only, not {:?}",
+            spec.currency
+        )));
+    }
+    let amount = format_decimal_minor(spec.amount_minor, currency_exponent(CURRENCY));
+    let (unmapped, field9, error, error_message, debited) = match status {
+        "failure" => (
+            "failed",
+            "Transaction declined by the bank",
+            "E308",
+            "Transaction Failed",
+            "0",
+        ),
+        "pending" => ("pending", "Transaction pending", "E000", "No Error", "0"),
+        "refund" => (
+            "refunded",
+            "Refund processed",
+            "E000",
+            "No Error",
+            amount.as_str(),
+        ),
+        _ => (
+            "captured",
+            "Transaction Completed Successfully",
+            "E000",
+            "No Error",
+            amount.as_str(),
+        ),
+    };
+    let mut fields: Vec<(&str, String)> = vec![
+        ("mihpayid", spec.payment_id.clone()),
+        ("mode", "UPI".into()),
+        ("status", status.into()),
+        ("unmappedstatus", unmapped.into()),
+        ("key", SAMPLE_PAYU_KEY.into()),
+        ("txnid", spec.order_ref.clone()),
+        ("amount", amount.clone()),
+        ("addedon", payu_ist(spec.timestamp.saturating_sub(4))),
+        ("productinfo", "oncehook sample order".into()),
+        ("firstname", "Gaurav".into()),
+        ("lastname", String::new()),
+        ("email", spec.email.clone()),
+        ("phone", "9876543210".into()),
+        ("udf1", spec.order_ref.clone()),
+    ];
+    for udf in [
+        "udf2", "udf3", "udf4", "udf5", "udf6", "udf7", "udf8", "udf9", "udf10",
+    ] {
+        fields.push((udf, String::new()));
+    }
+    fields.extend([
+        ("field9", field9.into()),
+        ("PG_TYPE", "UPI-PG".into()),
+        ("bank_ref_num", "512512345678".into()),
+        ("bankcode", "UPI".into()),
+        ("error", error.into()),
+        ("error_Message", error_message.into()),
+        ("net_amount_debit", debited.into()),
+        ("payment_source", "payu".into()),
+    ]);
+    let form = Form::from_pairs(fields.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
+    let hash = hash_hex(salt, &form);
+    let mut body = Serializer::new(String::new());
+    for (name, value) in &fields {
+        body.append_pair(name, value);
+    }
+    body.append_pair(HASH_FIELD, &hash);
+    let headers = Headers::new().with("Content-Type", "application/x-www-form-urlencoded");
+    Ok(SignedDelivery {
+        headers,
+        body: body.finish().into_bytes(),
+    })
+}

@@ -1,0 +1,137 @@
+//! PayU India: the notification is an `application/x-www-form-urlencoded`
+//! post whose `hash` field is the lowercase hex SHA-512 (salted, not an HMAC)
+//! of `SALT|status|udf10|…|udf1|email|firstname|productinfo|amount|txnid|key`
+//! over the URL-decoded values, prefixed with `{additional_charges}|` when
+//! that field is present. There is no timestamp and no event id: the
+//! identity is `{txnid}:{status}`, both covered by the hash. Fields outside
+//! the hash (`mihpayid`, `refund_id`, …) are informational: nothing that
+//! decides identity or money is read from them.
+
+use sha2::{Digest, Sha512};
+
+use super::crypto::{ct_eq, decode_hex, first_match};
+use super::form::Form;
+use super::{ParseError, Verification, VerifyError};
+use crate::amount::{currency_exponent, parse_decimal_minor};
+use crate::{EventKind, Gateway, NormalizedEvent};
+
+/// PayU India settles in rupees only.
+pub(crate) const CURRENCY: &str = "INR";
+
+/// The form field carrying the hash.
+pub(crate) const HASH_FIELD: &str = "hash";
+
+/// Fields covered by the reverse hash, in order, after the salt.
+const HASHED_FIELDS: [&str; 17] = [
+    "status",
+    "udf10",
+    "udf9",
+    "udf8",
+    "udf7",
+    "udf6",
+    "udf5",
+    "udf4",
+    "udf3",
+    "udf2",
+    "udf1",
+    "email",
+    "firstname",
+    "productinfo",
+    "amount",
+    "txnid",
+    "key",
+];
+
+/// The exact string PayU hashes for `form` under `salt`.
+pub(crate) fn hash_input(salt: &str, form: &Form) -> String {
+    let mut input = String::new();
+    let charges = form
+        .non_empty("additional_charges")
+        .or_else(|| form.non_empty("additionalCharges"));
+    if let Some(charges) = charges {
+        input.push_str(charges);
+        input.push('|');
+    }
+    input.push_str(salt);
+    for name in HASHED_FIELDS {
+        input.push('|');
+        input.push_str(form.get_or_empty(name));
+    }
+    input
+}
+
+/// The `hash` value PayU would post for `form` under `salt`.
+pub(crate) fn hash_hex(salt: &str, form: &Form) -> String {
+    hex::encode(Sha512::digest(hash_input(salt, form).as_bytes()))
+}
+
+pub(crate) fn verify(salts: &[String], body: &[u8]) -> Result<Verification, VerifyError> {
+    let form = Form::decode(body).map_err(|e| VerifyError::Malformed {
+        what: "form body",
+        reason: e.0,
+    })?;
+    let value = form
+        .get(HASH_FIELD)
+        .map(str::trim)
+        .ok_or(VerifyError::Missing(HASH_FIELD))?;
+    let expected = decode_hex(value, 64, HASH_FIELD)?;
+    let secret_index = first_match(salts, |salt| {
+        let digest = Sha512::digest(hash_input(salt, &form).as_bytes());
+        ct_eq(digest.as_slice(), &expected)
+    })?;
+    Ok(Verification {
+        secret_index,
+        signed_at: None,
+    })
+}
+
+fn kind_of(status: &str) -> EventKind {
+    match status.to_ascii_lowercase().as_str() {
+        "success" => EventKind::Captured,
+        "failure" | "failed" | "pending" => EventKind::Failed,
+        "refund" | "refunded" => EventKind::Refunded,
+        _ => EventKind::Other,
+    }
+}
+
+pub(crate) fn parse(body: &[u8]) -> Result<NormalizedEvent, ParseError> {
+    let form = Form::decode(body).map_err(|e| ParseError::Syntax("form", e.0))?;
+    let status = form
+        .non_empty("status")
+        .ok_or(ParseError::MissingField("status"))?;
+    let txnid = form
+        .non_empty("txnid")
+        .ok_or(ParseError::MissingField("txnid"))?;
+    let kind = kind_of(status);
+    let event_id = format!("{txnid}:{status}");
+
+    // Only hash-covered fields may decide money: the amount is `amount`
+    // (not an uncovered `refund_amount`), and the currency is always INR (an
+    // uncovered `currency` field could otherwise rescale the amount).
+    let amount_minor = form
+        .non_empty("amount")
+        .map(|a| parse_decimal_minor(a, currency_exponent(CURRENCY)))
+        .transpose()
+        .map_err(|e| ParseError::InvalidField {
+            field: "amount",
+            reason: e.to_string(),
+        })?;
+    let refund_id = (kind == EventKind::Refunded).then(|| {
+        form.non_empty("refund_id")
+            .or_else(|| form.non_empty("request_id"))
+            .map_or_else(|| event_id.clone(), str::to_owned)
+    });
+
+    Ok(NormalizedEvent {
+        provider: Gateway::Payu,
+        event_type: status.to_owned(),
+        kind,
+        payment_id: form.non_empty("mihpayid").map(str::to_owned),
+        order_ref: Some(txnid.to_owned()),
+        amount_minor,
+        currency: Some(CURRENCY.to_owned()),
+        email: form.non_empty("email").map(str::to_owned),
+        refund_id,
+        event_id,
+    })
+}

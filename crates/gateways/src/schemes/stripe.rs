@@ -1,0 +1,200 @@
+//! Stripe webhooks: `Stripe-Signature: t=<unix secs>,v1=<hex>[,v1=<hex>…]`,
+//! each `v1` an HMAC-SHA256 of `{t}.{raw body}` keyed with the whole
+//! `whsec_…` string (not decoded). During secret rotation Stripe sends one
+//! `v1` per active secret; other schemes (`v0`) are ignored. The delivery
+//! identity is the event's `id`; amounts are integer minor units.
+
+use serde_json::Value;
+
+use super::crypto::{
+    check_window, first_match, hmac_sha256, hmac_sha256_matches_any, parse_unix_digits,
+};
+use super::json::{at, currency_at, id_at, int_amount_at, parse_body, str_at};
+use super::{ParseError, Verification, VerifyError, header};
+use crate::{EventKind, Gateway, Headers, NormalizedEvent};
+
+/// Header carrying timestamp and signatures.
+pub(crate) const SIGNATURE_HEADER: &str = "Stripe-Signature";
+
+/// The `v1` signature Stripe would send for `body` at `timestamp`.
+pub(crate) fn sign(secret: &str, timestamp: i64, body: &[u8]) -> String {
+    let t = timestamp.to_string();
+    hex::encode(hmac_sha256(secret.as_bytes(), &[t.as_bytes(), b".", body]))
+}
+
+/// The parsed `Stripe-Signature` header.
+struct SignatureHeader<'a> {
+    timestamp_text: &'a str,
+    timestamp: i64,
+    v1: Vec<Vec<u8>>,
+}
+
+fn malformed(reason: &str) -> VerifyError {
+    VerifyError::Malformed {
+        what: SIGNATURE_HEADER,
+        reason: reason.into(),
+    }
+}
+
+fn parse_header(value: &str) -> Result<SignatureHeader<'_>, VerifyError> {
+    let mut timestamp_text = None;
+    let mut saw_v1 = false;
+    let mut v1 = Vec::new();
+    for item in value.split(',') {
+        let Some((key, val)) = item.split_once('=') else {
+            continue;
+        };
+        match key.trim() {
+            "t" if timestamp_text.is_some() => return Err(malformed("more than one t")),
+            "t" => timestamp_text = Some(val.trim()),
+            "v1" => {
+                saw_v1 = true;
+                if let Ok(sig) = hex::decode(val.trim())
+                    && sig.len() == 32
+                {
+                    v1.push(sig);
+                }
+            }
+            _ => {}
+        }
+    }
+    let timestamp_text = timestamp_text.ok_or_else(|| malformed("no t= timestamp"))?;
+    let timestamp = parse_unix_digits(timestamp_text, SIGNATURE_HEADER)?;
+    if !saw_v1 {
+        return Err(malformed("no v1 signature"));
+    }
+    if v1.is_empty() {
+        return Err(malformed("no well-formed v1 signature"));
+    }
+    Ok(SignatureHeader {
+        timestamp_text,
+        timestamp,
+        v1,
+    })
+}
+
+pub(crate) fn verify(
+    secrets: &[String],
+    headers: &Headers,
+    body: &[u8],
+    now: i64,
+    tolerance_secs: u64,
+) -> Result<Verification, VerifyError> {
+    let value = header(headers, SIGNATURE_HEADER).ok_or(VerifyError::Missing(SIGNATURE_HEADER))?;
+    let parsed = parse_header(value)?;
+    check_window(parsed.timestamp, now, tolerance_secs)?;
+    let signed = [parsed.timestamp_text.as_bytes(), b".", body];
+    let secret_index = first_match(secrets, |s| {
+        hmac_sha256_matches_any(s.as_bytes(), &signed, &parsed.v1)
+    })?;
+    Ok(Verification {
+        secret_index,
+        signed_at: Some(parsed.timestamp),
+    })
+}
+
+const OBJECT: [&str; 2] = ["data", "object"];
+
+fn object_id(v: &Value, name: &str) -> Option<String> {
+    let path = [OBJECT[0], OBJECT[1], name];
+    // Expandable fields arrive either as an id string or as the expanded object.
+    id_at(v, &path).or_else(|| id_at(v, &[OBJECT[0], OBJECT[1], name, "id"]))
+}
+
+fn object_amount(v: &Value, name: &'static str) -> Result<Option<i64>, ParseError> {
+    int_amount_at(v, &[OBJECT[0], OBJECT[1], name], name)
+}
+
+fn object_str<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
+    let full: Vec<&str> = OBJECT.iter().chain(path).copied().collect();
+    str_at(v, &full)
+}
+
+pub(crate) fn parse(body: &[u8]) -> Result<NormalizedEvent, ParseError> {
+    let v = parse_body(body)?;
+    let event_id = str_at(&v, &["id"]).ok_or(ParseError::MissingField("id"))?;
+    let ty = str_at(&v, &["type"]).ok_or(ParseError::MissingField("type"))?;
+    let id = object_id(&v, "id");
+    let intent_or_id = || object_id(&v, "payment_intent").or_else(|| id.clone());
+
+    let (kind, payment_id, amount_minor, mut refund_id) = match ty {
+        "payment_intent.succeeded" => {
+            let amount = match object_amount(&v, "amount_received")? {
+                Some(a) => Some(a),
+                None => object_amount(&v, "amount")?,
+            };
+            (EventKind::Captured, id.clone(), amount, None)
+        }
+        "payment_intent.payment_failed" => (
+            EventKind::Failed,
+            id.clone(),
+            object_amount(&v, "amount")?,
+            None,
+        ),
+        "payment_intent.amount_capturable_updated" => (
+            EventKind::Authorized,
+            id.clone(),
+            object_amount(&v, "amount_capturable")?,
+            None,
+        ),
+        "checkout.session.completed" => {
+            let kind = if object_str(&v, &["payment_status"]) == Some("paid") {
+                EventKind::Captured
+            } else {
+                EventKind::Other
+            };
+            (
+                kind,
+                intent_or_id(),
+                object_amount(&v, "amount_total")?,
+                None,
+            )
+        }
+        "charge.refunded" => {
+            let first_refund = at(&v, &[OBJECT[0], OBJECT[1], "refunds", "data"])
+                .and_then(Value::as_array)
+                .and_then(|refunds| refunds.first())
+                .and_then(|r| id_at(r, &["id"]));
+            (
+                EventKind::Refunded,
+                intent_or_id(),
+                object_amount(&v, "amount_refunded")?,
+                first_refund,
+            )
+        }
+        _ => {
+            let amount = match object_amount(&v, "amount")? {
+                Some(a) => Some(a),
+                None => object_amount(&v, "amount_total")?,
+            };
+            (EventKind::Other, intent_or_id(), amount, None)
+        }
+    };
+    if kind == EventKind::Refunded && refund_id.is_none() {
+        let charge = id.clone().unwrap_or_default();
+        refund_id = Some(format!("{charge}:{}", amount_minor.unwrap_or(0)));
+    }
+
+    let order_ref = object_str(&v, &["metadata", "order_ref"])
+        .or_else(|| object_str(&v, &["client_reference_id"]))
+        .map(str::to_owned);
+    let email = object_str(&v, &["receipt_email"])
+        .or_else(|| object_str(&v, &["customer_details", "email"]))
+        .or_else(|| object_str(&v, &["customer_email"]))
+        .or_else(|| object_str(&v, &["billing_details", "email"]))
+        .or_else(|| object_str(&v, &["metadata", "email"]))
+        .map(str::to_owned);
+
+    Ok(NormalizedEvent {
+        provider: Gateway::Stripe,
+        event_id: event_id.to_owned(),
+        event_type: ty.to_owned(),
+        kind,
+        payment_id,
+        order_ref,
+        amount_minor,
+        currency: currency_at(&v, &[OBJECT[0], OBJECT[1], "currency"]),
+        email,
+        refund_id,
+    })
+}

@@ -1,0 +1,66 @@
+//! What can go wrong with a webhook request, and the HTTP answer for each:
+//! a short JSON body `{"error": code, "message": text}`, never a secret.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+use oncehook_gateways::VerifyError;
+
+/// A refused or failed webhook request.
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    #[error("no source named {0:?} is configured")]
+    UnknownSource(String),
+    #[error("body exceeds the {limit} byte limit")]
+    TooLarge { limit: usize },
+    #[error("content type {got:?} is not accepted here (expected {expected})")]
+    UnsupportedMediaType { got: String, expected: &'static str },
+    #[error("{0}")]
+    Signature(VerifyError),
+    #[error("could not read the request body: {0}")]
+    BadBody(String),
+    #[error("the event could not be handed to the broker; retry later")]
+    BrokerUnavailable,
+}
+
+impl IngestError {
+    /// Stable machine-readable code (also the `outcome` metric label).
+    pub fn code(&self) -> &'static str {
+        match self {
+            IngestError::UnknownSource(_) => "unknown_source",
+            IngestError::TooLarge { .. } => "payload_too_large",
+            IngestError::UnsupportedMediaType { .. } => "unsupported_media_type",
+            IngestError::Signature(VerifyError::Malformed { .. }) => "malformed_signature",
+            IngestError::Signature(VerifyError::OutsideTolerance { .. }) => "stale_timestamp",
+            IngestError::Signature(_) => "invalid_signature",
+            IngestError::BadBody(_) => "bad_body",
+            IngestError::BrokerUnavailable => "broker_unavailable",
+        }
+    }
+}
+
+impl ResponseError for IngestError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            IngestError::UnknownSource(_) => StatusCode::NOT_FOUND,
+            IngestError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            IngestError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            IngestError::Signature(VerifyError::Malformed { .. }) => StatusCode::BAD_REQUEST,
+            IngestError::Signature(_) => StatusCode::UNAUTHORIZED,
+            IngestError::BadBody(_) => StatusCode::BAD_REQUEST,
+            IngestError::BrokerUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let mut resp = HttpResponse::build(self.status_code());
+        if matches!(self, IngestError::BrokerUnavailable) {
+            resp.insert_header(("Retry-After", "5"));
+        }
+        resp.json(serde_json::json!({ "error": self.code(), "message": self.to_string() }))
+    }
+}
+
+/// A JSON error body for responses built outside `IngestError` (405, 404 on unknown paths).
+pub fn json_error(status: StatusCode, code: &str, message: &str) -> HttpResponse {
+    HttpResponse::build(status).json(serde_json::json!({ "error": code, "message": message }))
+}

@@ -1,0 +1,8 @@
+//! oncehook-ingest as a library, so tests can start it in-process on a
+//! random port. `startup` wires the server; `publisher` owns the broker
+//! session; `routes` hold the handlers; `error` maps failures to HTTP.
+
+pub mod error;
+pub mod publisher;
+pub mod routes;
+pub mod startup;

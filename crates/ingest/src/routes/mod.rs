@@ -1,0 +1,30 @@
+//! HTTP routes of ingest: the webhook endpoint and the operational ones.
+
+mod health;
+mod webhooks;
+
+use actix_web::http::StatusCode;
+use actix_web::web;
+
+use crate::error::json_error;
+
+/// Registers every route on an actix `App`.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::resource("/webhooks/{source}")
+            .route(web::post().to(webhooks::receive))
+            .default_service(web::to(|| async {
+                json_error(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "method_not_allowed",
+                    "webhooks are delivered with POST",
+                )
+            })),
+    )
+    .route("/healthz", web::get().to(health::healthz))
+    .route("/readyz", web::get().to(health::readyz))
+    .route("/metrics", web::get().to(health::metrics))
+    .default_service(web::to(|| async {
+        json_error(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
+    }));
+}

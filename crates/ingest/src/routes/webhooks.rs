@@ -1,0 +1,178 @@
+//! `POST /webhooks/{source}`: the one thing ingest exists for.
+//!
+//! Order of checks: known source (404) → content type (415) → body size
+//! (413, checked against Content-Length before reading and again while
+//! reading) → signature and timestamp window (401 / 400) → publish with
+//! confirm (200 only on a clean broker ack, else 503).
+
+use std::time::Instant;
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use futures_lite::StreamExt;
+use oncehook_common::Envelope;
+use oncehook_common::envelope::ENVELOPE_VERSION;
+use oncehook_gateways::{Gateway, Headers};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::error::IngestError;
+use crate::startup::IngestState;
+
+pub async fn receive(
+    req: HttpRequest,
+    source: web::Path<String>,
+    payload: web::Payload,
+    state: web::Data<IngestState>,
+) -> Result<HttpResponse, IngestError> {
+    let started = Instant::now();
+    let source = source.into_inner();
+    let result = handle(&req, &source, payload, &state).await;
+    let outcome = match &result {
+        Ok(_) => "accepted",
+        Err(e) => e.code(),
+    };
+    // Unknown sources are attacker-controlled: do not let them mint label values.
+    let source_label = if state.sources.contains_key(&source) {
+        source.clone()
+    } else {
+        "unknown".to_owned()
+    };
+    metrics::counter!("oncehook_ingest_requests_total", "source" => source_label.clone(), "outcome" => outcome)
+        .increment(1);
+    metrics::histogram!("oncehook_ingest_request_duration_seconds", "source" => source_label, "outcome" => outcome)
+        .record(started.elapsed().as_secs_f64());
+    result
+}
+
+async fn handle(
+    req: &HttpRequest,
+    source_name: &str,
+    payload: web::Payload,
+    state: &IngestState,
+) -> Result<HttpResponse, IngestError> {
+    let source = state
+        .sources
+        .get(source_name)
+        .ok_or_else(|| IngestError::UnknownSource(source_name.to_owned()))?;
+    check_content_type(req, source.gateway)?;
+    let body = read_body(req, payload, state.body_limit).await?;
+
+    let headers: Headers = source
+        .gateway
+        .relevant_headers()
+        .iter()
+        .filter_map(|name| {
+            req.headers()
+                .get(*name)
+                .and_then(|v| v.to_str().ok())
+                .map(|v| (*name, v.to_owned()))
+        })
+        .collect();
+    let received_at = OffsetDateTime::now_utc();
+    let verification = oncehook_gateways::verify(
+        source.gateway,
+        &source.secrets,
+        &headers,
+        &body,
+        received_at.unix_timestamp(),
+        source.tolerance_secs,
+    )
+    .map_err(|err| {
+        tracing::warn!(source = source_name, gateway = %source.gateway, reason = %err, "webhook refused");
+        IngestError::Signature(err)
+    })?;
+
+    // Identity is best effort here: an authentic payload we cannot parse is
+    // still accepted and dead-lettered by the worker with the reason.
+    let parsed = oncehook_gateways::parse(source.gateway, &headers, &body).ok();
+    let receipt_id = Uuid::new_v4();
+    let envelope = Envelope {
+        version: ENVELOPE_VERSION,
+        receipt_id,
+        source: source_name.to_owned(),
+        gateway: source.gateway.as_str().to_owned(),
+        event_id: parsed.as_ref().map(|e| e.event_id.clone()),
+        event_type: parsed.as_ref().map(|e| e.event_type.clone()),
+        received_at,
+        verified_at: OffsetDateTime::now_utc(),
+        signed_at: verification.signed_at,
+        headers,
+        body_b64: Envelope::encode_body(&body),
+    };
+
+    let published = Instant::now();
+    let result = state.publisher.publish(&envelope).await;
+    metrics::histogram!("oncehook_ingest_publish_duration_seconds")
+        .record(published.elapsed().as_secs_f64());
+    match result {
+        Ok(()) => {
+            tracing::info!(
+                source = source_name,
+                receipt = %receipt_id,
+                event_id = envelope.event_id.as_deref().unwrap_or("-"),
+                event_type = envelope.event_type.as_deref().unwrap_or("-"),
+                secret_index = verification.secret_index,
+                "webhook accepted"
+            );
+            Ok(HttpResponse::Ok().json(serde_json::json!({
+                "status": "accepted",
+                "receipt": receipt_id.to_string(),
+            })))
+        }
+        Err(err) => {
+            tracing::error!(
+                source = source_name,
+                receipt = %receipt_id,
+                event_id = envelope.event_id.as_deref().unwrap_or("-"),
+                %err,
+                "publish failed; answering 503 so the gateway retries"
+            );
+            Err(IngestError::BrokerUnavailable)
+        }
+    }
+}
+
+fn check_content_type(req: &HttpRequest, gateway: Gateway) -> Result<(), IngestError> {
+    let Some(value) = req.headers().get("content-type") else {
+        return Ok(());
+    };
+    let got = value.to_str().unwrap_or("").to_ascii_lowercase();
+    let expected = match gateway {
+        Gateway::Payu => "application/x-www-form-urlencoded",
+        _ => "application/json",
+    };
+    let essence = got.split(';').next().unwrap_or("").trim();
+    let ok = match gateway {
+        Gateway::Payu => essence == expected,
+        _ => essence == expected || essence.ends_with("+json"),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(IngestError::UnsupportedMediaType { got, expected })
+    }
+}
+
+async fn read_body(
+    req: &HttpRequest,
+    mut payload: web::Payload,
+    limit: usize,
+) -> Result<Vec<u8>, IngestError> {
+    let declared = req
+        .headers()
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(IngestError::TooLarge { limit });
+    }
+    let mut body = Vec::with_capacity(declared.unwrap_or(0).min(limit as u64) as usize);
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| IngestError::BadBody(e.to_string()))?;
+        if body.len() + chunk.len() > limit {
+            return Err(IngestError::TooLarge { limit });
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}

@@ -1,0 +1,105 @@
+//! Wiring: builds the shared state (sources, publisher, metrics handle), binds
+//! the listener(s) and returns an [`Application`] that tests can start on a
+//! random port (`ONCEHOOK_INGEST_ADDR=127.0.0.1:0`).
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, TcpListener};
+use std::time::Duration;
+
+use actix_web::dev::Server;
+use actix_web::{App, HttpServer, web};
+use metrics_exporter_prometheus::PrometheusHandle;
+use oncehook_common::health;
+use oncehook_common::shutdown::Shutdown;
+use oncehook_common::{Settings, SourceConfig, Topology};
+
+use crate::publisher::Publisher;
+use crate::routes;
+
+/// Everything handlers share.
+pub struct IngestState {
+    pub sources: HashMap<String, SourceConfig>,
+    pub publisher: Publisher,
+    pub body_limit: usize,
+    pub metrics: PrometheusHandle,
+}
+
+/// A bound, not yet running, ingest server.
+pub struct Application {
+    addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
+    server: Server,
+    shutdown: Shutdown,
+}
+
+impl Application {
+    pub async fn build(settings: Settings, metrics: PrometheusHandle) -> std::io::Result<Self> {
+        let shutdown = Shutdown::new();
+        let publisher = Publisher::start(
+            settings.amqp_url.clone(),
+            Topology::new(settings.amqp_prefix.clone()),
+            settings.delivery_limit,
+            settings.publish_timeout,
+            shutdown.clone(),
+        );
+        let state = web::Data::new(IngestState {
+            sources: settings
+                .sources
+                .iter()
+                .map(|s| (s.name.clone(), s.clone()))
+                .collect(),
+            publisher,
+            body_limit: settings.body_limit_bytes,
+            metrics,
+        });
+
+        let listener = TcpListener::bind(settings.ingest_addr)?;
+        let addr = listener.local_addr()?;
+        let app_state = state.clone();
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(app_state.clone())
+                .configure(routes::configure)
+        })
+        .client_request_timeout(Duration::from_secs(5))
+        .client_disconnect_timeout(Duration::from_secs(2))
+        .shutdown_timeout(10)
+        .listen(listener)?;
+
+        // Metrics and health may also get a listener of their own (kept off the public port).
+        let metrics_addr = match settings.metrics_addr {
+            Some(maddr) => Some(
+                health::serve(
+                    maddr,
+                    state.metrics.clone(),
+                    state.publisher.readiness(),
+                    shutdown.clone(),
+                )
+                .await?,
+            ),
+            None => None,
+        };
+
+        Ok(Application {
+            addr,
+            metrics_addr,
+            server: server.run(),
+            shutdown,
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// Runs until SIGTERM/SIGINT; in-flight requests finish (up to 10 s).
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        let result = self.server.await;
+        self.shutdown.trigger();
+        result
+    }
+}

@@ -1,0 +1,163 @@
+//! Where emails go: SMTP via lettre when `ONCEHOOK_SMTP_URL` is set (plain
+//! `smtp://host:port`, for a local relay), else `.eml` files in
+//! `ONCEHOOK_MAIL_DIR`. Every email carries a stable `Message-ID` derived
+//! from its outbox id, so a resend after a crash is recognisably the same.
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use lettre::message::Mailbox;
+use lettre::message::header::ContentType;
+use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
+use uuid::Uuid;
+
+/// One email to send.
+#[derive(Debug, Clone)]
+pub struct Email {
+    pub outbox_id: Uuid,
+    pub to: String,
+    pub subject: String,
+    pub body: String,
+}
+
+/// Why sending failed; `permanent` ones are not retried.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error("invalid address {addr:?}: {reason}")]
+    Address { addr: String, reason: String },
+    #[error("could not build the message: {0}")]
+    Build(String),
+    #[error("SMTP: {message}")]
+    Smtp { message: String, permanent: bool },
+    #[error("writing {path}: {source}")]
+    File {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl SendError {
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            SendError::Address { .. } | SendError::Build(_) => true,
+            SendError::Smtp { permanent, .. } => *permanent,
+            SendError::File { .. } => false,
+        }
+    }
+}
+
+/// Configuration error for the transport.
+#[derive(Debug, thiserror::Error)]
+#[error("ONCEHOOK_SMTP_URL {url:?}: {reason}")]
+pub struct TransportConfigError {
+    url: String,
+    reason: String,
+}
+
+/// The configured delivery mechanism.
+pub enum Transport {
+    Smtp(AsyncSmtpTransport<Tokio1Executor>),
+    Files(PathBuf),
+}
+
+impl Transport {
+    /// SMTP if `smtp_url` is set, else files under `mail_dir`.
+    pub fn from_settings(
+        smtp_url: Option<&str>,
+        mail_dir: PathBuf,
+    ) -> Result<Self, TransportConfigError> {
+        let Some(raw) = smtp_url else {
+            return Ok(Transport::Files(mail_dir));
+        };
+        let err = |reason: &str| TransportConfigError {
+            url: raw.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let url = url::Url::parse(raw).map_err(|e| err(&e.to_string()))?;
+        if url.scheme() != "smtp" {
+            return Err(err(
+                "only plain smtp://host:port is supported (relay through a local MTA for TLS)",
+            ));
+        }
+        let host = url.host_str().ok_or_else(|| err("missing host"))?;
+        let transport = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(host)
+            .port(url.port().unwrap_or(25))
+            .timeout(Some(Duration::from_secs(10)))
+            .build();
+        Ok(Transport::Smtp(transport))
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            Transport::Smtp(_) => "smtp".to_owned(),
+            Transport::Files(dir) => format!("files in {}", dir.display()),
+        }
+    }
+
+    pub async fn send(&self, from: &str, email: &Email) -> Result<(), SendError> {
+        let message = build(from, email)?;
+        match self {
+            Transport::Smtp(smtp) => {
+                smtp.send(message)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| SendError::Smtp {
+                        permanent: e.is_permanent(),
+                        message: e.to_string(),
+                    })
+            }
+            Transport::Files(dir) => write_file(dir, email.outbox_id, &message.formatted()).await,
+        }
+    }
+}
+
+/// The stable Message-ID of an outbox row.
+pub fn message_id(outbox_id: Uuid) -> String {
+    format!("<{outbox_id}@oncehook>")
+}
+
+fn build(from: &str, email: &Email) -> Result<Message, SendError> {
+    let from: Mailbox =
+        from.parse()
+            .map_err(|e: lettre::address::AddressError| SendError::Address {
+                addr: from.to_owned(),
+                reason: e.to_string(),
+            })?;
+    let to: Mailbox = email
+        .to
+        .parse()
+        .map_err(|e: lettre::address::AddressError| SendError::Address {
+            addr: email.to.clone(),
+            reason: e.to_string(),
+        })?;
+    Message::builder()
+        .from(from)
+        .to(to)
+        .subject(email.subject.clone())
+        .message_id(Some(message_id(email.outbox_id)))
+        .header(ContentType::TEXT_PLAIN)
+        .body(email.body.clone())
+        .map_err(|e| SendError::Build(e.to_string()))
+}
+
+/// Writes `<nanos>-<outbox id>.eml` atomically (temp file + rename). Each
+/// send is its own file, so a double send would be visible.
+async fn write_file(dir: &PathBuf, outbox_id: Uuid, bytes: &[u8]) -> Result<(), SendError> {
+    let io = |path: PathBuf| move |source| SendError::File { path, source };
+    tokio::fs::create_dir_all(dir)
+        .await
+        .map_err(io(dir.clone()))?;
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let name = format!("{nanos}-{outbox_id}.eml");
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let path = dir.join(name);
+    tokio::fs::write(&tmp, bytes)
+        .await
+        .map_err(io(tmp.clone()))?;
+    tokio::fs::rename(&tmp, &path)
+        .await
+        .map_err(io(path.clone()))?;
+    Ok(())
+}

@@ -1,0 +1,77 @@
+//! The business-effect seam. The worker owns delivery dedup and the
+//! transaction; an [`Effect`] decides what a (new, authentic, parsed) event
+//! does to the shop's data inside that transaction. The built-in one is
+//! [`crate::commerce::CommerceEffect`]; a shop can plug in its own.
+
+use std::future::Future;
+
+use oncehook_gateways::NormalizedEvent;
+use sqlx::PgConnection;
+
+/// How an event ended, as recorded in `processed_webhooks.outcome`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The effect happened.
+    Applied,
+    /// Nothing to do (unknown event type, or a second event for an already-recorded payment).
+    Ignored,
+    /// Recorded but needs a human (second payment for a paid order, amount mismatch).
+    Flagged,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Applied => "applied",
+            Outcome::Ignored => "ignored",
+            Outcome::Flagged => "flagged",
+        }
+    }
+}
+
+/// The result of applying an event, with a one-line explanation for operators.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    pub outcome: Outcome,
+    pub detail: String,
+}
+
+impl Applied {
+    pub fn new(outcome: Outcome, detail: impl Into<String>) -> Self {
+        Self {
+            outcome,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// Why an effect could not be applied.
+#[derive(Debug, thiserror::Error)]
+pub enum EffectError {
+    /// Will never succeed as is (dead-letter it): `kind` is machine readable.
+    #[error("{message}")]
+    Permanent { kind: &'static str, message: String },
+    /// The database failed; retry may help.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+}
+
+impl EffectError {
+    pub fn permanent(kind: &'static str, message: impl Into<String>) -> Self {
+        EffectError::Permanent {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+/// A business effect applied inside the worker's transaction. It must only
+/// use `conn` (never commit, never do I/O outside the database) so the whole
+/// thing commits or rolls back with the dedup row.
+pub trait Effect: Send + Sync + 'static {
+    fn apply<'a>(
+        &'a self,
+        conn: &'a mut PgConnection,
+        event: &'a NormalizedEvent,
+    ) -> impl Future<Output = Result<Applied, EffectError>> + Send + 'a;
+}

@@ -1,0 +1,119 @@
+//! One envelope, one transaction: decode the envelope, parse the gateway
+//! payload, claim the delivery in `processed_webhooks` (insert-first), apply
+//! the effect, record the outcome, commit. Errors are classified for the
+//! consumer: permanent ones are dead-lettered, transient ones retried.
+
+use std::time::Instant;
+
+use oncehook_common::Envelope;
+use oncehook_common::db::is_transient;
+use oncehook_gateways::{Gateway, NormalizedEvent};
+use sqlx::PgPool;
+
+use crate::dedup;
+use crate::effect::{Effect, EffectError, Outcome};
+
+/// A message the worker understood.
+#[derive(Debug)]
+pub struct Decoded {
+    pub envelope: Envelope,
+    pub event: NormalizedEvent,
+}
+
+/// What processing did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Processed {
+    /// Committed with this outcome.
+    Done { outcome: Outcome, detail: String },
+    /// Another copy of this delivery was processed already; only the sighting was recorded.
+    Duplicate,
+}
+
+/// A message that will never succeed as is: dead-letter it with `kind`
+/// (machine readable) and `message` (what failed, for which event).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct Rejection {
+    pub kind: &'static str,
+    pub message: String,
+}
+
+/// Why processing failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    #[error(transparent)]
+    Permanent(#[from] Rejection),
+    /// The database failed in a way a retry may fix.
+    #[error("transient database error: {0}")]
+    Transient(sqlx::Error),
+}
+
+impl From<sqlx::Error> for ProcessError {
+    fn from(err: sqlx::Error) -> Self {
+        if is_transient(&err) {
+            ProcessError::Transient(err)
+        } else {
+            ProcessError::Permanent(Rejection {
+                kind: "database",
+                message: format!("database rejected the effect: {err}"),
+            })
+        }
+    }
+}
+
+/// Decodes a message body; `message_id` only names the message in errors.
+pub fn decode(data: &[u8], message_id: &str) -> Result<Decoded, Rejection> {
+    let envelope = Envelope::from_bytes(data).map_err(|e| Rejection {
+        kind: "bad_envelope",
+        message: format!("message {message_id}: {e}"),
+    })?;
+    let gateway: Gateway = envelope.gateway.parse().map_err(|e| Rejection {
+        kind: "unknown_gateway",
+        message: format!("message {message_id} from source {}: {e}", envelope.source),
+    })?;
+    let body = envelope.body().map_err(|e| Rejection {
+        kind: "bad_envelope",
+        message: format!("message {message_id}: {e}"),
+    })?;
+    let event =
+        oncehook_gateways::parse(gateway, &envelope.headers, &body).map_err(|e| Rejection {
+            kind: "unparseable",
+            message: format!(
+                "{gateway} delivery {message_id} (receipt {}) is authentic but not understood: {e}",
+                envelope.receipt_id
+            ),
+        })?;
+    Ok(Decoded { envelope, event })
+}
+
+/// Runs dedup + effect in one transaction and commits.
+pub async fn process<E: Effect>(
+    pool: &PgPool,
+    effect: &E,
+    decoded: &Decoded,
+) -> Result<Processed, ProcessError> {
+    let started = Instant::now();
+    let mut tx = pool.begin().await?;
+    if !dedup::claim(&mut tx, &decoded.envelope, &decoded.event).await? {
+        tx.commit().await?;
+        return Ok(Processed::Duplicate);
+    }
+    let applied = match effect.apply(&mut tx, &decoded.event).await {
+        Ok(applied) => applied,
+        Err(EffectError::Permanent { kind, message }) => {
+            // Dropping the transaction rolls back the claim too, so a replay
+            // after the cause is fixed is processed, not absorbed.
+            tx.rollback().await?;
+            return Err(Rejection { kind, message }.into());
+        }
+        Err(EffectError::Database(err)) => return Err(err.into()),
+    };
+    dedup::finish(&mut tx, &decoded.event, applied.outcome, &applied.detail).await?;
+    tx.commit().await?;
+    metrics::histogram!("oncehook_worker_transaction_duration_seconds")
+        .record(started.elapsed().as_secs_f64());
+    Ok(Processed::Done {
+        outcome: applied.outcome,
+        detail: applied.detail,
+    })
+}

@@ -1,0 +1,122 @@
+//! The outbox relay: publishes committed `email_outbox` rows to `P.emails`
+//! with confirms and marks them published. Safe in every worker copy: rows
+//! are claimed with `FOR UPDATE SKIP LOCKED`. A crash between publish and
+//! mark publishes a row twice; the mailer's `sent_at` check absorbs that.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lapin::Channel;
+use oncehook_common::Topology;
+use oncehook_common::amqp::{self, PublishError};
+use oncehook_common::email::EmailMessage;
+use oncehook_common::shutdown::Shutdown;
+use sqlx::{PgPool, Row};
+use tokio::sync::Notify;
+use uuid::Uuid;
+
+const BATCH: i64 = 100;
+
+/// Why a relay pass stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error("outbox query failed: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("publishing outbox row {id} failed: {source}")]
+    Publish { id: Uuid, source: PublishError },
+}
+
+/// Publishes batches until `stop` fires or the channel dies. `wakeup` lets
+/// the consumer nudge the relay right after a commit that wrote an email.
+pub async fn run(
+    pool: PgPool,
+    ch: Channel,
+    topology: Topology,
+    timeout: Duration,
+    wakeup: Arc<Notify>,
+    stop: Shutdown,
+) {
+    let mut last_gauges = Instant::now() - Duration::from_secs(60);
+    loop {
+        match publish_batch(&pool, &ch, &topology, timeout).await {
+            Ok(n) if n as i64 == BATCH => continue,
+            Ok(_) => {}
+            Err(err) => {
+                tracing::warn!(%err, "outbox relay pass failed; will retry");
+                if !ch.status().connected() {
+                    return;
+                }
+            }
+        }
+        if last_gauges.elapsed() > Duration::from_secs(5) {
+            last_gauges = Instant::now();
+            update_gauges(&pool).await;
+        }
+        tokio::select! {
+            () = wakeup.notified() => {}
+            () = tokio::time::sleep(Duration::from_millis(500)) => {}
+            () = stop.wait() => return,
+        }
+    }
+}
+
+/// Publishes up to `BATCH` unpublished rows; returns how many.
+pub async fn publish_batch(
+    pool: &PgPool,
+    ch: &Channel,
+    topology: &Topology,
+    timeout: Duration,
+) -> Result<usize, RelayError> {
+    let mut tx = pool.begin().await?;
+    let ids: Vec<Uuid> = sqlx::query(
+        "SELECT id FROM email_outbox WHERE published_at IS NULL
+         ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED",
+    )
+    .bind(BATCH)
+    .fetch_all(&mut *tx)
+    .await?
+    .iter()
+    .map(|r| r.try_get("id"))
+    .collect::<Result<_, _>>()?;
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let exchange = topology.emails();
+    for id in &ids {
+        let msg = EmailMessage { outbox_id: *id };
+        amqp::publish_confirmed(
+            ch,
+            &exchange,
+            topology.email_routing_key(),
+            &msg.to_bytes(),
+            msg.properties(),
+            timeout,
+        )
+        .await
+        .map_err(|source| RelayError::Publish { id: *id, source })?;
+    }
+    sqlx::query("UPDATE email_outbox SET published_at = now() WHERE id = ANY($1)")
+        .bind(&ids)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    metrics::counter!("oncehook_outbox_published_total").increment(ids.len() as u64);
+    tracing::debug!(count = ids.len(), "outbox rows published");
+    Ok(ids.len())
+}
+
+async fn update_gauges(pool: &PgPool) {
+    let row = sqlx::query(
+        "SELECT count(*) AS backlog,
+                COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8 AS oldest
+         FROM email_outbox WHERE sent_at IS NULL AND failed_at IS NULL",
+    )
+    .fetch_one(pool)
+    .await;
+    if let Ok(row) = row {
+        let backlog: i64 = row.try_get("backlog").unwrap_or(0);
+        let oldest: f64 = row.try_get("oldest").unwrap_or(0.0);
+        metrics::gauge!("oncehook_outbox_backlog").set(backlog as f64);
+        metrics::gauge!("oncehook_outbox_oldest_age_seconds").set(oldest);
+    }
+}

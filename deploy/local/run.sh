@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Runs ingest, worker and mailer together in the foreground with one log
+# stream (each line prefixed with its process). Ctrl-C (or SIGTERM) stops all
+# three gracefully. Expects the binaries built in target/debug (make run does it).
+set -uo pipefail
+
+BIN="${BIN:-target/debug}"
+piddir=$(mktemp -d)
+
+start() { # name
+  local name=$1
+  { "$BIN/oncehook-$name" 2>&1 & echo $! > "$piddir/$name"; wait; } | sed -u "s/^/[$name] /" &
+}
+
+stop() {
+  trap - INT TERM
+  echo "[run] stopping..."
+  for f in "$piddir"/*; do kill -TERM "$(cat "$f")" 2>/dev/null; done
+  wait
+  rm -rf "$piddir"
+  echo "[run] all stopped"
+  exit 0
+}
+trap stop INT TERM
+
+start ingest
+start worker
+start mailer
+echo "[run] ingest on http://${ONCEHOOK_INGEST_ADDR:-127.0.0.1:8080}; mail goes to ${ONCEHOOK_SMTP_URL:-${ONCEHOOK_MAIL_DIR:-./var/mail}}. Ctrl-C stops everything."
+wait
+rm -rf "$piddir"
