@@ -1,1 +1,47 @@
-//! placeholder
+//! Test support for the end-to-end suite: each test gets a [`TestEnv`] with
+//! its own database (created and migrated here, dropped afterwards), its own
+//! AMQP prefix, its own temp folder and config file, and starts the real
+//! compiled binaries as child processes against real Postgres and RabbitMQ.
+//!
+//! Binaries are taken from the workspace's `target/debug` (override with
+//! `ONCEHOOK_BIN_DIR`); `make test` builds them before running the tests.
+
+pub mod broker;
+pub mod env;
+pub mod process;
+pub mod shop;
+pub mod smtp;
+
+pub use env::{Secrets, TestEnv};
+pub use process::Proc;
+pub use smtp::SmtpSink;
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// Polls `check` every 100 ms until it returns `Some`, or panics after `timeout`
+/// with `what` in the message.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let started = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if started.elapsed() > timeout {
+            panic!("timed out after {timeout:?} waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (bound and released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free local port")
+}

@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lapin::Channel;
+use lapin::options::QueueDeclareOptions;
+use lapin::types::FieldTable;
 use oncehook_common::Topology;
 use oncehook_common::amqp::{self, PublishError};
 use oncehook_common::email::EmailMessage;
@@ -51,6 +53,7 @@ pub async fn run(
         if last_gauges.elapsed() > Duration::from_secs(5) {
             last_gauges = Instant::now();
             update_gauges(&pool).await;
+            queue_gauges(&ch, &topology).await;
         }
         tokio::select! {
             () = wakeup.notified() => {}
@@ -103,6 +106,28 @@ pub async fn publish_batch(
     metrics::counter!("oncehook_outbox_published_total").increment(ids.len() as u64);
     tracing::debug!(count = ids.len(), "outbox rows published");
     Ok(ids.len())
+}
+
+/// Depth and consumer count of every queue (passive declares: no side effects).
+async fn queue_gauges(ch: &Channel, topology: &Topology) {
+    for queue in [topology.events(), topology.emails(), topology.dead()] {
+        let declared = ch
+            .queue_declare(
+                queue.as_str().into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..QueueDeclareOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await;
+        if let Ok(q) = declared {
+            metrics::gauge!("oncehook_queue_messages", "queue" => queue.clone())
+                .set(f64::from(q.message_count()));
+            metrics::gauge!("oncehook_queue_consumers", "queue" => queue)
+                .set(f64::from(q.consumer_count()));
+        }
+    }
 }
 
 async fn update_gauges(pool: &PgPool) {

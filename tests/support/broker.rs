@@ -1,0 +1,102 @@
+//! RabbitMQ helpers for tests: queue depths, peeking at the dead-letter
+//! queue without consuming it, and deleting a test's topology.
+
+use std::collections::BTreeMap;
+
+use lapin::options::{
+    BasicGetOptions, ExchangeDeleteOptions, QueueDeclareOptions, QueueDeleteOptions,
+};
+use lapin::types::FieldTable;
+use lapin::{Connection, ConnectionProperties};
+use oncehook_common::Topology;
+use oncehook_common::amqp::header_string;
+
+const AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+pub async fn connect() -> Connection {
+    Connection::connect(AMQP_URL, ConnectionProperties::default())
+        .await
+        .expect("connect to RabbitMQ on 127.0.0.1:5672 (is it running? `make services`)")
+}
+
+/// Messages ready in `queue` (`None` if the queue does not exist).
+pub async fn depth(queue: &str) -> Option<u32> {
+    let conn = connect().await;
+    let ch = conn.create_channel().await.ok()?;
+    let q = ch
+        .queue_declare(
+            queue.into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .ok()
+        .map(|q| q.message_count());
+    let _ = conn.close(200, "bye".into()).await;
+    q
+}
+
+/// A dead letter as seen by a test.
+#[derive(Debug, Clone)]
+pub struct Dead {
+    pub headers: BTreeMap<String, String>,
+    pub message_id: Option<String>,
+    pub body: Vec<u8>,
+}
+
+/// Reads every message of `queue` without acking (they return to the queue
+/// when the channel closes).
+pub async fn peek(queue: &str) -> Vec<Dead> {
+    let conn = connect().await;
+    let ch = conn.create_channel().await.expect("channel");
+    let mut out = Vec::new();
+    while let Ok(Some(msg)) = ch
+        .basic_get(queue.into(), BasicGetOptions { no_ack: false })
+        .await
+    {
+        let props = &msg.delivery.properties;
+        let mut headers = BTreeMap::new();
+        if let Some(table) = props.headers() {
+            for key in table.inner().keys() {
+                if let Some(v) = header_string(Some(table), key.as_str()) {
+                    headers.insert(key.as_str().to_owned(), v);
+                }
+            }
+        }
+        out.push(Dead {
+            headers,
+            message_id: props.message_id().as_ref().map(|m| m.as_str().to_owned()),
+            body: msg.delivery.data.clone(),
+        });
+        if out.len() > 10_000 {
+            break;
+        }
+    }
+    let _ = ch.close(200, "peek done".into()).await;
+    let _ = conn.close(200, "bye".into()).await;
+    out
+}
+
+/// Deletes the queues and exchanges of `prefix`.
+pub async fn delete_topology(prefix: &str) {
+    let Ok(conn) = Connection::connect(AMQP_URL, ConnectionProperties::default()).await else {
+        return;
+    };
+    let t = Topology::new(prefix);
+    for name in [t.events(), t.emails(), t.dead()] {
+        if let Ok(ch) = conn.create_channel().await {
+            let _ = ch
+                .queue_delete(name.as_str().into(), QueueDeleteOptions::default())
+                .await;
+        }
+        if let Ok(ch) = conn.create_channel().await {
+            let _ = ch
+                .exchange_delete(name.as_str().into(), ExchangeDeleteOptions::default())
+                .await;
+        }
+    }
+    let _ = conn.close(200, "bye".into()).await;
+}

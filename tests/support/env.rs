@@ -1,0 +1,414 @@
+//! [`TestEnv`]: one test's isolated world — a fresh database, a unique AMQP
+//! prefix, a temp folder with the config file and mail folder — plus helpers
+//! to start the binaries, sign and post webhooks, and clean up afterwards.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use oncehook_common::db::MIGRATOR;
+use oncehook_gateways::Gateway;
+use oncehook_gateways::sample::{self, SampleSpec, SignedDelivery};
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+
+use crate::process::Proc;
+
+/// The secrets the test configuration gives each source.
+pub struct Secrets;
+
+impl Secrets {
+    pub const RAZORPAY: &'static str = "rzp_test_webhook_secret";
+    pub const RAZORPAY_OLD: &'static str = "rzp_old_webhook_secret";
+    pub const CASHFREE: &'static str = "cf_test_client_secret";
+    pub const PAYU: &'static str = "payu_test_salt";
+    pub const STRIPE: &'static str = "whsec_test_stripe_endpoint";
+    /// base64("oncehook standard test key 32b!!")
+    pub const STANDARD: &'static str = "whsec_b25jZWhvb2sgc3RhbmRhcmQgdGVzdCBrZXkgMzJiISE=";
+
+    /// The first (signing) secret of the source named like its gateway.
+    pub fn for_gateway(g: Gateway) -> &'static str {
+        match g {
+            Gateway::Razorpay => Self::RAZORPAY,
+            Gateway::Cashfree => Self::CASHFREE,
+            Gateway::Payu => Self::PAYU,
+            Gateway::Stripe => Self::STRIPE,
+            Gateway::Standard => Self::STANDARD,
+        }
+    }
+}
+
+const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+const AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+/// One test's isolated environment. Dropping it drops the database, deletes
+/// the queues and exchanges and removes the folder (kept, with the logs
+/// printed, when the test failed).
+pub struct TestEnv {
+    pub id: String,
+    pub db_name: String,
+    pub database_url: String,
+    pub prefix: String,
+    pub dir: PathBuf,
+    pub mail_dir: PathBuf,
+    pub config_path: PathBuf,
+    pub pool: PgPool,
+    pub http: reqwest::Client,
+    extra_env: Vec<(String, String)>,
+    spawned: usize,
+}
+
+impl TestEnv {
+    pub async fn new() -> TestEnv {
+        let id = uuid::Uuid::new_v4().simple().to_string()[..10].to_owned();
+        let db_name = format!("oncehook_t_{id}");
+        let admin_url =
+            std::env::var("ONCEHOOK_TEST_ADMIN_URL").unwrap_or_else(|_| ADMIN_URL.to_owned());
+        let admin = PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&admin_url)
+            .await
+            .unwrap_or_else(|e| {
+                panic!("connect to Postgres at {admin_url} (is it running? `make services`): {e}")
+            });
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "CREATE DATABASE \"{db_name}\""
+        )))
+        .execute(&admin)
+        .await
+        .expect("create test database");
+        admin.close().await;
+        let database_url = match admin_url.rsplit_once('/') {
+            Some((base, _)) => format!("{base}/{db_name}"),
+            None => panic!("admin URL has no database part"),
+        };
+        let pool = PgPoolOptions::new()
+            .max_connections(5)
+            .connect(&database_url)
+            .await
+            .expect("connect to the test database");
+        MIGRATOR
+            .run(&pool)
+            .await
+            .expect("migrate the test database");
+
+        let dir = std::env::temp_dir().join(format!("oncehook-test-{id}"));
+        let mail_dir = dir.join("mail");
+        std::fs::create_dir_all(&mail_dir).expect("create test folder");
+        let config_path = dir.join("oncehook.toml");
+        std::fs::write(&config_path, config_toml()).expect("write test config");
+        TestEnv {
+            prefix: format!("t_{id}"),
+            id,
+            db_name,
+            database_url,
+            dir,
+            mail_dir,
+            config_path,
+            pool,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(15))
+                .build()
+                .expect("http client"),
+            extra_env: Vec::new(),
+            spawned: 0,
+        }
+    }
+
+    /// Adds an environment variable for every binary started afterwards.
+    pub fn set_env(&mut self, key: &str, value: &str) {
+        self.extra_env.retain(|(k, _)| k != key);
+        self.extra_env.push((key.to_owned(), value.to_owned()));
+    }
+
+    /// The environment every binary gets.
+    pub fn envs(&self) -> Vec<(String, String)> {
+        let mut envs: Vec<(String, String)> = [
+            ("ONCEHOOK_CONFIG", self.config_path.display().to_string()),
+            ("ONCEHOOK_DATABASE_URL", self.database_url.clone()),
+            ("ONCEHOOK_AMQP_URL", AMQP_URL.to_owned()),
+            ("ONCEHOOK_AMQP_PREFIX", self.prefix.clone()),
+            ("ONCEHOOK_MAIL_DIR", self.mail_dir.display().to_string()),
+            ("ONCEHOOK_LOG", "info".to_owned()),
+            ("ONCEHOOK_DELIVERY_LIMIT", "5".to_owned()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        for (k, v) in &self.extra_env {
+            envs.retain(|(ek, _)| ek != k);
+            envs.push((k.clone(), v.clone()));
+        }
+        envs
+    }
+
+    /// Starts a binary with the environment plus `extra`; output goes to a log in the test folder.
+    pub fn spawn(&mut self, bin: &str, extra: &[(&str, &str)], args: &[&str]) -> Proc {
+        let mut envs = self.envs();
+        for (k, v) in extra {
+            envs.retain(|(ek, _)| ek != k);
+            envs.push(((*k).to_owned(), (*v).to_owned()));
+        }
+        self.spawned += 1;
+        let log = self.dir.join(format!("{:02}-{bin}.log", self.spawned));
+        Proc::spawn(bin, log, &envs, args)
+    }
+
+    /// Starts ingest on a free port and waits until it is ready; returns it and its base URL.
+    pub async fn start_ingest(&mut self) -> (Proc, String) {
+        let (proc, url) = self.spawn_ingest(&[]);
+        self.wait_ready(&url, "/readyz").await;
+        (proc, url)
+    }
+
+    /// Starts ingest without waiting.
+    pub fn spawn_ingest(&mut self, extra: &[(&str, &str)]) -> (Proc, String) {
+        let addr = format!("127.0.0.1:{}", crate::free_port());
+        let mut all = vec![("ONCEHOOK_INGEST_ADDR", addr.as_str())];
+        all.extend_from_slice(extra);
+        let proc = self.spawn("oncehook-ingest", &all, &[]);
+        (proc, format!("http://{addr}"))
+    }
+
+    /// Starts a worker and waits until its consumer is up.
+    pub async fn start_worker(&mut self) -> Proc {
+        self.start_consumer("oncehook-worker", &[]).await
+    }
+
+    /// Starts a mailer (file transport unless `ONCEHOOK_SMTP_URL` is set) and waits for it.
+    pub async fn start_mailer(&mut self) -> Proc {
+        self.start_consumer("oncehook-mailer", &[]).await
+    }
+
+    /// Starts a consuming binary with a metrics listener and waits for `/readyz`.
+    pub async fn start_consumer(&mut self, bin: &str, extra: &[(&str, &str)]) -> Proc {
+        let addr = format!("127.0.0.1:{}", crate::free_port());
+        let mut all = vec![("ONCEHOOK_METRICS_ADDR", addr.as_str())];
+        all.extend_from_slice(extra);
+        let proc = self.spawn(bin, &all, &[]);
+        self.wait_ready(&format!("http://{addr}"), "/readyz").await;
+        proc
+    }
+
+    /// Polls `base + path` until it answers 200 (20 s).
+    pub async fn wait_ready(&self, base: &str, path: &str) {
+        let url = format!("{base}{path}");
+        crate::eventually(
+            &format!("{url} to answer 200"),
+            Duration::from_secs(20),
+            || async {
+                match self.http.get(&url).send().await {
+                    Ok(r) if r.status().as_u16() == 200 => Some(()),
+                    _ => None,
+                }
+            },
+        )
+        .await;
+    }
+
+    /// Runs `oncehookctl` with `args`; returns (exit code, stdout, stderr).
+    pub async fn ctl(&self, args: &[&str]) -> (i32, String, String) {
+        let out = tokio::process::Command::new(crate::process::bin("oncehookctl"))
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .envs(self.envs())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .await
+            .expect("run oncehookctl");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// A sample spec for `order_ref` paid with `payment_id`, timestamped now.
+    pub fn spec(
+        &self,
+        order_ref: &str,
+        payment_id: &str,
+        event_id: &str,
+        amount_minor: i64,
+    ) -> SampleSpec {
+        SampleSpec {
+            order_ref: order_ref.to_owned(),
+            payment_id: payment_id.to_owned(),
+            event_id: event_id.to_owned(),
+            amount_minor,
+            currency: "INR".to_owned(),
+            email: "customer@example.com".to_owned(),
+            timestamp: time::OffsetDateTime::now_utc().unix_timestamp(),
+        }
+    }
+
+    /// A delivery signed with the gateway's test secret.
+    pub fn sign(&self, gateway: Gateway, event: &str, spec: &SampleSpec) -> SignedDelivery {
+        sample::build(gateway, event, spec, Secrets::for_gateway(gateway)).expect("build sample")
+    }
+
+    /// POSTs `delivery` to `/webhooks/{source}`; returns (status, body), status 0 if the request failed.
+    pub async fn post(&self, base: &str, source: &str, delivery: &SignedDelivery) -> (u16, String) {
+        send(&self.http, format!("{base}/webhooks/{source}"), delivery).await
+    }
+
+    /// POSTs the same delivery `n` times, all at once.
+    pub async fn post_concurrently(
+        &self,
+        base: &str,
+        source: &str,
+        delivery: &SignedDelivery,
+        n: usize,
+    ) -> Vec<(u16, String)> {
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..n {
+            let (http, url, d) = (
+                self.http.clone(),
+                format!("{base}/webhooks/{source}"),
+                delivery.clone(),
+            );
+            tasks.spawn(async move { send(&http, url, &d).await });
+        }
+        let mut out = Vec::with_capacity(n);
+        while let Some(r) = tasks.join_next().await {
+            out.push(r.unwrap_or((0, "task panicked".to_owned())));
+        }
+        out
+    }
+
+    /// `.eml` files written by the file transport.
+    pub fn mail_files(&self) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&self.mail_dir)
+            .map(|rd| {
+                rd.filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| p.extension().is_some_and(|x| x == "eml"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        files.sort();
+        files
+    }
+
+    /// A scalar `count(*)`-style query.
+    pub async fn count(&self, sql: &'static str) -> i64 {
+        sqlx::query_scalar::<_, i64>(sql)
+            .fetch_one(&self.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    fn print_logs(&self) {
+        let Ok(rd) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        let mut logs: Vec<PathBuf> = rd
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "log"))
+            .collect();
+        logs.sort();
+        for log in logs {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(40).collect();
+            eprintln!("----- {} (last {} lines) -----", log.display(), tail.len());
+            for line in tail.iter().rev() {
+                eprintln!("{line}");
+            }
+        }
+    }
+}
+
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.print_logs();
+            eprintln!("test folder kept: {}", self.dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+        let db_name = self.db_name.clone();
+        let prefix = self.prefix.clone();
+        // Cleanup needs async I/O; run it on a runtime of its own. The test's
+        // pool belongs to the test's (now blocked) runtime: leave it alone,
+        // `WITH (FORCE)` ends its sessions.
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async move {
+                if let Ok(admin) = PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect(
+                        &std::env::var("ONCEHOOK_TEST_ADMIN_URL")
+                            .unwrap_or_else(|_| ADMIN_URL.to_owned()),
+                    )
+                    .await
+                {
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "DROP DATABASE IF EXISTS \"{db_name}\" WITH (FORCE)"
+                    )))
+                    .execute(&admin)
+                    .await;
+                }
+                crate::broker::delete_topology(&prefix).await;
+            });
+        })
+        .join();
+    }
+}
+
+async fn send(http: &reqwest::Client, url: String, delivery: &SignedDelivery) -> (u16, String) {
+    let mut req = http.post(url).body(delivery.body.clone());
+    for (name, value) in delivery.headers.iter() {
+        req = req.header(name, value);
+    }
+    match req.send().await {
+        Ok(resp) => {
+            let status = resp.status().as_u16();
+            (status, resp.text().await.unwrap_or_default())
+        }
+        Err(e) => (0, format!("request failed: {e}")),
+    }
+}
+
+fn config_toml() -> String {
+    format!(
+        r#"
+[[source]]
+name = "razorpay"
+gateway = "razorpay"
+secrets = ["{rzp}", "{rzp_old}"]
+
+[[source]]
+name = "cashfree"
+gateway = "cashfree"
+secrets = ["{cf}"]
+tolerance_secs = 300
+
+[[source]]
+name = "payu"
+gateway = "payu"
+secrets = ["{payu}"]
+
+[[source]]
+name = "stripe"
+gateway = "stripe"
+secrets = ["{stripe}"]
+tolerance_secs = 300
+
+[[source]]
+name = "standard"
+gateway = "standard"
+secrets = ["{std}"]
+tolerance_secs = 300
+"#,
+        rzp = Secrets::RAZORPAY,
+        rzp_old = Secrets::RAZORPAY_OLD,
+        cf = Secrets::CASHFREE,
+        payu = Secrets::PAYU,
+        stripe = Secrets::STRIPE,
+        std = Secrets::STANDARD,
+    )
+}

@@ -1,0 +1,357 @@
+//! The walking skeleton's promise, end to end through the real binaries:
+//! a signed Razorpay payment.captured, delivered any number of times, makes
+//! exactly one paid order, one stock decrement per item and one email.
+
+use std::time::Duration;
+
+use oncehook_e2e::{SmtpSink, TestEnv, broker, eventually, shop};
+use oncehook_gateways::Gateway;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Order `ref` for 2 x MUG + 1 x TSHIRT (stock 10 each), 500.00 INR.
+async fn seed(env: &TestEnv, order_ref: &str) {
+    shop::product(&env.pool, "MUG", 10).await;
+    shop::product(&env.pool, "TSHIRT", 10).await;
+    shop::order(
+        &env.pool,
+        order_ref,
+        50_000,
+        "INR",
+        &[("MUG", 2), ("TSHIRT", 1)],
+    )
+    .await;
+}
+
+async fn wait_paid(env: &TestEnv, order_ref: &str) {
+    eventually(&format!("order {order_ref} paid"), WAIT, || async {
+        (shop::order_status(&env.pool, order_ref).await == "paid").then_some(())
+    })
+    .await;
+}
+
+async fn wait_emails_sent(env: &TestEnv, order_ref: &str, n: usize) {
+    eventually(
+        &format!("{n} email(s) of {order_ref} sent"),
+        WAIT,
+        || async {
+            let emails = shop::emails(&env.pool, order_ref).await;
+            (emails.len() == n && emails.iter().all(|(_, sent)| *sent)).then_some(())
+        },
+    )
+    .await;
+}
+
+/// Waits until the events queue is drained (everything processed and acked).
+async fn wait_drained(env: &TestEnv) {
+    let queue = format!("{}.events", env.prefix);
+    eventually("events queue drained", WAIT, || async {
+        (broker::depth(&queue).await == Some(0)).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn same_captured_event_posted_twice_has_one_effect() {
+    let mut env = TestEnv::new().await;
+    seed(&env, "order_1").await;
+    let (_ingest, url) = env.start_ingest().await;
+    let _worker = env.start_worker().await;
+    let _mailer = env.start_mailer().await;
+
+    let spec = env.spec("order_1", "pay_A1", "evt_A1", 50_000);
+    let delivery = env.sign(Gateway::Razorpay, "payment.captured", &spec);
+    let (status, body) = env.post(&url, "razorpay", &delivery).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"accepted\""), "{body}");
+    wait_paid(&env, "order_1").await;
+    wait_emails_sent(&env, "order_1", 1).await;
+
+    // The gateway retries later (it did not see our 200, say).
+    let (status, _) = env.post(&url, "razorpay", &delivery).await;
+    assert_eq!(status, 200);
+    eventually("second copy counted", WAIT, || async {
+        let hooks = shop::webhooks(&env.pool, "order_1").await;
+        (hooks.len() == 1 && hooks[0].2 == 2).then_some(())
+    })
+    .await;
+    wait_drained(&env).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+
+    assert_eq!(
+        shop::payments(&env.pool, "order_1").await,
+        vec![("captured".to_owned(), None)]
+    );
+    assert_eq!(shop::order_status(&env.pool, "order_1").await, "paid");
+    assert_eq!(shop::stock(&env.pool, "MUG").await, 8);
+    assert_eq!(shop::stock(&env.pool, "TSHIRT").await, 9);
+    let files = env.mail_files();
+    assert_eq!(files.len(), 1, "exactly one email file: {files:?}");
+    let eml = std::fs::read_to_string(&files[0]).expect("read eml");
+    assert!(eml.contains("To: order_1@example.com"), "{eml}");
+    assert!(eml.contains("Subject: Order order_1 confirmed"), "{eml}");
+    assert!(eml.contains("Message-ID: <"), "{eml}");
+}
+
+#[tokio::test]
+async fn thirty_concurrent_copies_with_three_workers_have_one_effect() {
+    let mut env = TestEnv::new().await;
+    seed(&env, "order_2").await;
+    let smtp = SmtpSink::start().await;
+    env.set_env("ONCEHOOK_SMTP_URL", &smtp.url());
+    let (_ingest, url) = env.start_ingest().await;
+    let _w1 = env.start_worker().await;
+    let _w2 = env.start_worker().await;
+    let _w3 = env.start_worker().await;
+    let _mailer = env.start_mailer().await;
+
+    let spec = env.spec("order_2", "pay_B1", "evt_B1", 50_000);
+    let delivery = env.sign(Gateway::Razorpay, "payment.captured", &spec);
+    let results = env.post_concurrently(&url, "razorpay", &delivery, 30).await;
+    assert!(results.iter().all(|(s, _)| *s == 200), "{results:?}");
+
+    wait_paid(&env, "order_2").await;
+    wait_emails_sent(&env, "order_2", 1).await;
+    eventually("all 30 copies seen", WAIT, || async {
+        let hooks = shop::webhooks(&env.pool, "order_2").await;
+        (hooks.len() == 1 && hooks[0].2 == 30).then_some(())
+    })
+    .await;
+    wait_drained(&env).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    assert_eq!(shop::payments(&env.pool, "order_2").await.len(), 1);
+    assert_eq!(shop::stock(&env.pool, "MUG").await, 8);
+    assert_eq!(shop::stock(&env.pool, "TSHIRT").await, 9);
+    let messages = smtp.messages();
+    assert_eq!(messages.len(), 1, "exactly one email over SMTP");
+    assert!(
+        messages[0].contains("Subject: Order order_2 confirmed"),
+        "{}",
+        messages[0]
+    );
+    assert!(env.mail_files().is_empty(), "SMTP configured: no files");
+}
+
+#[tokio::test]
+async fn failed_then_captured_pays_once_and_records_the_failure() {
+    let mut env = TestEnv::new().await;
+    seed(&env, "order_3").await;
+    let (_ingest, url) = env.start_ingest().await;
+    let _worker = env.start_worker().await;
+
+    let failed = env.sign(
+        Gateway::Razorpay,
+        "payment.failed",
+        &env.spec("order_3", "pay_C1", "evt_C1", 50_000),
+    );
+    assert_eq!(env.post(&url, "razorpay", &failed).await.0, 200);
+    eventually("failure recorded", WAIT, || async {
+        (!shop::payments(&env.pool, "order_3").await.is_empty()).then_some(())
+    })
+    .await;
+    assert_eq!(shop::order_status(&env.pool, "order_3").await, "pending");
+
+    let captured = env.sign(
+        Gateway::Razorpay,
+        "payment.captured",
+        &env.spec("order_3", "pay_C2", "evt_C2", 50_000),
+    );
+    assert_eq!(env.post(&url, "razorpay", &captured).await.0, 200);
+    wait_paid(&env, "order_3").await;
+    // A late copy of the failure must not move the paid order back.
+    assert_eq!(env.post(&url, "razorpay", &failed).await.0, 200);
+    wait_drained(&env).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    assert_eq!(shop::order_status(&env.pool, "order_3").await, "paid");
+    let payments = shop::payments(&env.pool, "order_3").await;
+    assert_eq!(
+        payments,
+        vec![("failed".to_owned(), None), ("captured".to_owned(), None)]
+    );
+    assert_eq!(shop::stock(&env.pool, "MUG").await, 8);
+    assert_eq!(shop::emails(&env.pool, "order_3").await.len(), 1);
+}
+
+#[tokio::test]
+async fn authorized_captured_and_order_paid_for_one_payment_decrement_once() {
+    let mut env = TestEnv::new().await;
+    seed(&env, "order_4").await;
+    let (_ingest, url) = env.start_ingest().await;
+    let _worker = env.start_worker().await;
+    let _mailer = env.start_mailer().await;
+
+    for (event, id) in [
+        ("payment.authorized", "evt_D1"),
+        ("payment.captured", "evt_D2"),
+        ("order.paid", "evt_D3"),
+    ] {
+        let d = env.sign(
+            Gateway::Razorpay,
+            event,
+            &env.spec("order_4", "pay_D", id, 50_000),
+        );
+        assert_eq!(env.post(&url, "razorpay", &d).await.0, 200, "{event}");
+    }
+    eventually("three events processed", WAIT, || async {
+        (shop::webhooks(&env.pool, "order_4").await.len() == 3).then_some(())
+    })
+    .await;
+    wait_emails_sent(&env, "order_4", 1).await;
+    wait_drained(&env).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+
+    assert_eq!(shop::order_status(&env.pool, "order_4").await, "paid");
+    assert_eq!(
+        shop::stock(&env.pool, "MUG").await,
+        8,
+        "stock decremented once"
+    );
+    assert_eq!(shop::stock(&env.pool, "TSHIRT").await, 9);
+    let statuses: Vec<String> = shop::payments(&env.pool, "order_4")
+        .await
+        .into_iter()
+        .map(|p| p.0)
+        .collect();
+    assert_eq!(
+        statuses,
+        vec!["authorized", "captured"],
+        "one captured payment row"
+    );
+    assert_eq!(env.mail_files().len(), 1, "one email");
+}
+
+#[tokio::test]
+async fn bad_signatures_get_401_and_nothing_is_published() {
+    let mut env = TestEnv::new().await;
+    let (_ingest, url) = env.start_ingest().await;
+    let spec = env.spec("order_5", "pay_E", "evt_E", 50_000);
+    let good = env.sign(Gateway::Razorpay, "payment.captured", &spec);
+
+    let mut tampered = good.clone();
+    oncehook_gateways::sample::tamper(&mut tampered);
+    let wrong_secret = oncehook_gateways::sample::build(
+        Gateway::Razorpay,
+        "payment.captured",
+        &spec,
+        "not-the-secret",
+    )
+    .expect("sample");
+    let mut missing = good.clone();
+    missing.headers = missing
+        .headers
+        .iter()
+        .filter(|(n, _)| *n != "x-razorpay-signature")
+        .collect();
+
+    for (what, d) in [
+        ("tampered body", &tampered),
+        ("wrong secret", &wrong_secret),
+        ("missing header", &missing),
+    ] {
+        let (status, body) = env.post(&url, "razorpay", d).await;
+        assert_eq!(status, 401, "{what}: {body}");
+        assert!(
+            body.contains("\"error\""),
+            "{what}: JSON error body: {body}"
+        );
+    }
+    // Unknown source and an oversized body are refused too.
+    assert_eq!(env.post(&url, "paypal", &good).await.0, 404);
+    let mut huge = good.clone();
+    huge.body = vec![b' '; 300 * 1024];
+    assert_eq!(env.post(&url, "razorpay", &huge).await.0, 413);
+
+    // No worker runs, so anything published would still be in the queue.
+    assert_eq!(
+        broker::depth(&format!("{}.events", env.prefix)).await,
+        Some(0)
+    );
+    // The authentic one is accepted and is then the only message.
+    assert_eq!(env.post(&url, "razorpay", &good).await.0, 200);
+    assert_eq!(
+        broker::depth(&format!("{}.events", env.prefix)).await,
+        Some(1)
+    );
+}
+
+#[tokio::test]
+async fn ingest_without_a_broker_answers_503_and_is_not_ready() {
+    let mut env = TestEnv::new().await;
+    let dead_port = oncehook_e2e::free_port();
+    let amqp = format!("amqp://guest:guest@127.0.0.1:{dead_port}/%2f");
+    let (mut ingest, url) = env.spawn_ingest(&[("ONCEHOOK_AMQP_URL", amqp.as_str())]);
+    env.wait_ready(&url, "/healthz").await;
+
+    let ready = env
+        .http
+        .get(format!("{url}/readyz"))
+        .send()
+        .await
+        .expect("readyz");
+    assert_eq!(ready.status().as_u16(), 503);
+    let spec = env.spec("order_6", "pay_F", "evt_F", 50_000);
+    let d = env.sign(Gateway::Razorpay, "payment.captured", &spec);
+    for _ in 0..3 {
+        let (status, body) = env.post(&url, "razorpay", &d).await;
+        assert_eq!(status, 503, "{body}");
+        assert!(body.contains("broker_unavailable"), "{body}");
+    }
+    assert!(
+        ingest.is_running(),
+        "ingest must not crash without a broker"
+    );
+    assert!(
+        !ingest.log_text().contains("panicked"),
+        "no panic in the log"
+    );
+}
+
+#[tokio::test]
+async fn captured_event_for_an_unknown_order_is_dead_lettered_with_the_reason() {
+    let mut env = TestEnv::new().await;
+    let (_ingest, url) = env.start_ingest().await;
+    let _worker = env.start_worker().await;
+
+    let d = env.sign(
+        Gateway::Razorpay,
+        "payment.captured",
+        &env.spec("order_missing", "pay_G", "evt_G", 50_000),
+    );
+    assert_eq!(env.post(&url, "razorpay", &d).await.0, 200);
+    let dead_queue = format!("{}.dead", env.prefix);
+    eventually("dead letter", WAIT, || async {
+        (broker::depth(&dead_queue).await == Some(1)).then_some(())
+    })
+    .await;
+
+    let dead = broker::peek(&dead_queue).await;
+    assert_eq!(dead.len(), 1);
+    let h = &dead[0].headers;
+    assert_eq!(
+        h.get("x-oncehook-error-kind").map(String::as_str),
+        Some("unknown_order")
+    );
+    let error = h.get("x-oncehook-error").cloned().unwrap_or_default();
+    assert!(
+        error.contains("evt_G") && error.contains("order_missing"),
+        "names the event and the order: {error}"
+    );
+    assert_eq!(
+        h.get("x-oncehook-origin"),
+        Some(&format!("{}.events", env.prefix))
+    );
+    assert!(h.contains_key("x-oncehook-failed-at"));
+    assert_eq!(dead[0].message_id.as_deref(), Some("razorpay:evt_G"));
+    // Nothing committed.
+    assert_eq!(
+        env.count("SELECT count(*) FROM processed_webhooks").await,
+        0
+    );
+    assert_eq!(env.count("SELECT count(*) FROM payments").await, 0);
+    assert_eq!(
+        broker::depth(&format!("{}.events", env.prefix)).await,
+        Some(0)
+    );
+}
