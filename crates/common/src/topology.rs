@@ -9,6 +9,8 @@ use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptio
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, ExchangeKind};
 
+/// Stable id of a dead letter (what `oncehookctl dlq show|replay|purge` take).
+pub const HEADER_DEAD_ID: &str = "x-oncehook-dead-id";
 /// Why the message was dead-lettered (human readable, names the event).
 pub const HEADER_ERROR: &str = "x-oncehook-error";
 /// Machine-readable class of the failure (`unknown_order`, `unparseable`, …).
@@ -111,7 +113,7 @@ impl Topology {
             self.work_queue_args(delivery_limit),
         )
         .await?;
-        ch.queue_declare(dead.as_str().into(), queue, quorum_args())
+        ch.queue_declare(dead.as_str().into(), queue, dead_queue_args())
             .await?;
 
         let bind = QueueBindOptions::default();
@@ -164,6 +166,15 @@ impl Topology {
         );
         args
     }
+}
+
+/// The DLQ has no dead-letter exchange of its own, so a delivery limit there
+/// would drop messages. Set one explicitly (RabbitMQ 4.x would otherwise
+/// default to 20) and high enough that peeking never reaches it.
+fn dead_queue_args() -> FieldTable {
+    let mut args = quorum_args();
+    args.insert("x-delivery-limit".into(), AMQPValue::LongInt(1_000_000_000));
+    args
 }
 
 fn quorum_args() -> FieldTable {
