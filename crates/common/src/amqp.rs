@@ -21,8 +21,8 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use crate::topology::{
-    HEADER_ATTEMPTS, HEADER_DEAD_ID, HEADER_DELIVERY_COUNT, HEADER_ERROR, HEADER_ERROR_KIND, HEADER_FAILED_AT,
-    HEADER_ORIGIN, HEADER_ROUTING_KEY,
+    HEADER_ATTEMPTS, HEADER_DEAD_ID, HEADER_DELIVERY_COUNT, HEADER_ERROR, HEADER_ERROR_KIND,
+    HEADER_FAILED_AT, HEADER_ORIGIN, HEADER_ROUTING_KEY,
 };
 
 /// Why a publish did not end with the broker holding the message.
@@ -164,6 +164,11 @@ pub async fn dead_letter(
     headers.insert(
         HEADER_ATTEMPTS.into(),
         AMQPValue::LongLongInt(i64::from(why.attempts)),
+    );
+    let dead_id = uuid::Uuid::new_v4().simple().to_string();
+    headers.insert(
+        HEADER_DEAD_ID.into(),
+        AMQPValue::LongString(dead_id[..12].to_owned().into()),
     );
     let props = delivery
         .properties

@@ -15,6 +15,8 @@ use crate::effect::{Applied, Effect, EffectError, Outcome};
 
 /// Flags written to `payments.flag` for operators.
 pub const FLAG_NEEDS_REFUND: &str = "needs_refund";
+/// A `needs_refund` payment whose refund arrived.
+pub const FLAG_REFUNDED: &str = "refunded";
 pub const FLAG_AMOUNT_MISMATCH: &str = "amount_mismatch";
 
 /// The default effect: see the module documentation.
@@ -411,6 +413,33 @@ async fn refunded(
             format!("refund {refund_id} was already recorded"),
         ));
     }
+    // Refunding the extra payment of a doubly-paid order settles the flag;
+    // the order itself stays as it is.
+    if let Some(payment_id) = &event.payment_id {
+        let settled = sqlx::query(
+            "UPDATE payments SET flag = $4
+             WHERE provider = $1 AND payment_id = $2 AND order_id = $3 AND status = 'captured' AND flag = $5
+             RETURNING id",
+        )
+        .bind(event.provider.as_str())
+        .bind(payment_id)
+        .bind(order.id)
+        .bind(FLAG_REFUNDED)
+        .bind(FLAG_NEEDS_REFUND)
+        .fetch_optional(&mut *conn)
+        .await?
+        .is_some();
+        if settled {
+            write_refund_email(conn, event, &order, refund_id, amount).await?;
+            return Ok(Applied::new(
+                Outcome::Applied,
+                format!(
+                    "refund {refund_id} settles duplicate payment {payment_id}; order {} stays {}",
+                    order.order_ref, order.status
+                ),
+            ));
+        }
+    }
     if order.status == "pending" {
         tracing::warn!(order_ref = %order.order_ref, refund_id, "refund for an order that was never paid; recorded and flagged");
         return Ok(Applied::new(
@@ -433,6 +462,23 @@ async fn refunded(
         .bind(status)
         .execute(&mut *conn)
         .await?;
+    write_refund_email(conn, event, &order, refund_id, amount).await?;
+    Ok(Applied::new(
+        Outcome::Applied,
+        format!(
+            "refund {refund_id} of {amount} recorded; order {} is {status}; refund email queued",
+            order.order_ref
+        ),
+    ))
+}
+
+async fn write_refund_email(
+    conn: &mut PgConnection,
+    event: &NormalizedEvent,
+    order: &Order,
+    refund_id: &str,
+    amount: i64,
+) -> Result<bool, sqlx::Error> {
     let body = format!(
         "We have refunded {} {} for your order {} (refund {refund_id}).\n\nIt may take a few days to reach your account.\n",
         format_minor(amount),
@@ -448,12 +494,5 @@ async fn refunded(
         &format!("Refund for order {}", order.order_ref),
         &body,
     )
-    .await?;
-    Ok(Applied::new(
-        Outcome::Applied,
-        format!(
-            "refund {refund_id} of {amount} recorded; order {} is {status}; refund email queued",
-            order.order_ref
-        ),
-    ))
+    .await
 }
