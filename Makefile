@@ -32,6 +32,16 @@ services:
 build:
 	$(CARGO) build --workspace --bins
 
+## chaos: the full chaos suite with more load; prints the figures per scenario
+chaos: services
+	$(CARGO) build --workspace --bins
+	rm -f target/chaos-report.md
+	ONCEHOOK_CHAOS_ORDERS=$${ONCEHOOK_CHAOS_ORDERS:-200} $(CARGO) test -p oncehook-e2e --test chaos -- --nocapture --test-threads=1
+	@echo
+	@echo "| scenario | events | posts | acked | applied | duplicates absorbed | dead-lettered | lost | doubled |"
+	@echo "|---|---|---|---|---|---|---|---|---|"
+	@cat target/chaos-report.md
+
 ## demo: the README tour against a running `make run`
 demo: build
 	$(CTL) send razorpay payment.captured --order order_1001 --times 5 --concurrency 5

@@ -40,11 +40,21 @@ pub async fn depth(queue: &str) -> Option<u32> {
 }
 
 /// A dead letter as seen by a test.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Dead {
     pub headers: BTreeMap<String, String>,
     pub message_id: Option<String>,
     pub body: Vec<u8>,
+}
+
+impl std::fmt::Debug for Dead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dead")
+            .field("headers", &self.headers)
+            .field("message_id", &self.message_id)
+            .field("body_len", &self.body.len())
+            .finish()
+    }
 }
 
 /// Reads every message of `queue` without acking (they return to the queue

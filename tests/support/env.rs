@@ -163,7 +163,12 @@ impl TestEnv {
     /// Starts ingest without waiting.
     pub fn spawn_ingest(&mut self, extra: &[(&str, &str)]) -> (Proc, String) {
         let addr = format!("127.0.0.1:{}", crate::free_port());
-        let mut all = vec![("ONCEHOOK_INGEST_ADDR", addr.as_str())];
+        self.spawn_ingest_at(&addr, extra)
+    }
+
+    /// Starts ingest on `addr` (e.g. to restart it on the same port) without waiting.
+    pub fn spawn_ingest_at(&mut self, addr: &str, extra: &[(&str, &str)]) -> (Proc, String) {
+        let mut all = vec![("ONCEHOOK_INGEST_ADDR", addr)];
         all.extend_from_slice(extra);
         let proc = self.spawn("oncehook-ingest", &all, &[]);
         (proc, format!("http://{addr}"))
@@ -411,4 +416,23 @@ tolerance_secs = 300
         stripe = Secrets::STRIPE,
         std = Secrets::STANDARD,
     )
+}
+
+impl TestEnv {
+    /// Like [`TestEnv::start_consumer`], but also returns the base URL of the
+    /// binary's metrics listener (`http://127.0.0.1:PORT`, serving
+    /// `/metrics`, `/healthz` and `/readyz`).
+    pub async fn start_consumer_with_metrics(
+        &mut self,
+        bin: &str,
+        extra: &[(&str, &str)],
+    ) -> (Proc, String) {
+        let addr = format!("127.0.0.1:{}", crate::free_port());
+        let mut all = vec![("ONCEHOOK_METRICS_ADDR", addr.as_str())];
+        all.extend_from_slice(extra);
+        let proc = self.spawn(bin, &all, &[]);
+        let base = format!("http://{addr}");
+        self.wait_ready(&base, "/readyz").await;
+        (proc, base)
+    }
 }

@@ -7,6 +7,7 @@
 //! `ONCEHOOK_BIN_DIR`); `make test` builds them before running the tests.
 
 pub mod broker;
+pub mod chaos;
 pub mod env;
 pub mod process;
 pub mod shop;

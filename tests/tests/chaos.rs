@@ -1,0 +1,293 @@
+//! The chaos suite: real process kills and service restarts under load,
+//! then the invariants (nothing acked lost, nothing doubled, stock adds up,
+//! one confirmation per paid order, queues drained). Each scenario prints its
+//! figures; `make chaos` runs them with more load and shows the table.
+//!
+//! Scenarios take a shared lock: they run one at a time, so a broker or
+//! database restart only ever hits the scenario that caused it.
+
+use std::time::Duration;
+
+use oncehook_e2e::chaos::{self, Plan, Report};
+use oncehook_e2e::{Proc, SmtpSink, TestEnv, broker};
+
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Orders per scenario (`ONCEHOOK_CHAOS_ORDERS`; `make chaos` raises it).
+fn orders() -> usize {
+    std::env::var("ONCEHOOK_CHAOS_ORDERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40)
+}
+
+/// How long the load is spread over.
+fn spread() -> Duration {
+    Duration::from_millis((orders() as u64 * 150).max(6_000))
+}
+
+struct Stack {
+    ingest: Proc,
+    addr: String,
+    url: String,
+    workers: Vec<Proc>,
+    mailer: Proc,
+}
+
+async fn stack(env: &mut TestEnv, workers: usize) -> Stack {
+    let addr = format!("127.0.0.1:{}", oncehook_e2e::free_port());
+    let (ingest, url) = env.spawn_ingest_at(&addr, &[]);
+    env.wait_ready(&url, "/readyz").await;
+    let mut ws = Vec::new();
+    for _ in 0..workers {
+        ws.push(env.start_worker().await);
+    }
+    let mailer = env.start_mailer().await;
+    Stack {
+        ingest,
+        addr,
+        url,
+        workers: ws,
+        mailer,
+    }
+}
+
+fn finish(report: Report) {
+    report.publish();
+    assert_eq!(report.lost, 0, "acked events lost: {:?}", report.notes);
+    assert_eq!(report.doubled, 0, "effects doubled: {:?}", report.notes);
+    assert!(report.notes.is_empty(), "invariants: {:?}", report.notes);
+}
+
+async fn run_load(
+    env: &TestEnv,
+    s: &Stack,
+    plan: &Plan,
+) -> tokio::task::JoinHandle<chaos::LoadResult> {
+    let _ = env;
+    chaos::start_load(s.url.clone(), plan, 6, spread())
+}
+
+#[tokio::test]
+async fn chaos_sigkill_workers_during_load() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let mut env = TestEnv::new().await;
+    let plan = chaos::plan(&env, orders(), "kill").await;
+    let mut s = stack(&mut env, 3).await;
+    let load = run_load(&env, &s, &plan).await;
+    let kills: usize = 5;
+    for i in 0..kills {
+        tokio::time::sleep(spread() / (kills as u32 + 1)).await;
+        let victim = i % s.workers.len();
+        s.workers[victim].signal("KILL");
+        s.workers[victim].wait_exit(Duration::from_secs(5));
+        s.workers[victim] = env.start_worker().await;
+    }
+    let load = load.await.expect("load");
+    assert_eq!(load.gave_up, 0, "ingest kept accepting while workers died");
+    finish(
+        chaos::settle_and_check(&env, "SIGKILL a worker 5x (3 workers)", &plan, &load, &[]).await,
+    );
+}
+
+#[tokio::test]
+async fn chaos_restart_rabbitmq_during_load() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let mut env = TestEnv::new().await;
+    let plan = chaos::plan(&env, orders(), "rmq").await;
+    let s = stack(&mut env, 2).await;
+    let load = run_load(&env, &s, &plan).await;
+    tokio::time::sleep(spread() / 4).await;
+    run("rabbitmqctl", &["stop_app"]).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // While the broker is away ingest must refuse, not pretend.
+    let ready = env
+        .http
+        .get(format!("{}/readyz", s.url))
+        .send()
+        .await
+        .map(|r| r.status().as_u16());
+    assert_eq!(
+        ready.ok(),
+        Some(503),
+        "readyz is red while the broker is down"
+    );
+    run("rabbitmqctl", &["start_app"]).await;
+    env.wait_ready(&s.url, "/readyz").await;
+    let load = load.await.expect("load");
+    assert_eq!(load.gave_up, 0, "every event was eventually accepted");
+    assert!(
+        load.non_200_answers > 0,
+        "the outage was visible to the client as 503s"
+    );
+    finish(chaos::settle_and_check(&env, "restart RabbitMQ", &plan, &load, &[]).await);
+    drop(s);
+}
+
+#[tokio::test]
+async fn chaos_restart_postgres_during_load() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let mut env = TestEnv::new().await;
+    let plan = chaos::plan(&env, orders(), "pg").await;
+    let s = stack(&mut env, 2).await;
+    let load = run_load(&env, &s, &plan).await;
+    tokio::time::sleep(spread() / 3).await;
+    let version = std::fs::read_dir("/etc/postgresql")
+        .ok()
+        .and_then(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .max()
+        })
+        .expect("a local PostgreSQL cluster managed by pg_ctlcluster");
+    run(
+        "pg_ctlcluster",
+        &[
+            "--skip-systemctl-redirect",
+            &version,
+            "main",
+            "restart",
+            "-m",
+            "fast",
+        ],
+    )
+    .await;
+    let load = load.await.expect("load");
+    assert_eq!(load.gave_up, 0, "ingest does not depend on Postgres");
+    finish(chaos::settle_and_check(&env, "restart Postgres", &plan, &load, &[]).await);
+    drop(s);
+}
+
+#[tokio::test]
+async fn chaos_smtp_down_for_a_while() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let mut env = TestEnv::new().await;
+    let mut smtp = SmtpSink::start().await;
+    env.set_env("ONCEHOOK_SMTP_URL", &smtp.url());
+    let plan = chaos::plan(&env, orders(), "smtp").await;
+    let s = stack(&mut env, 2).await;
+    let load = run_load(&env, &s, &plan).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    smtp.stop();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    smtp.resume().await;
+    let load = load.await.expect("load");
+    let report = chaos::settle_and_check(&env, "SMTP down 6 s", &plan, &load, &[]).await;
+    let paid = env
+        .count("SELECT count(*) FROM orders WHERE status = 'paid'")
+        .await;
+    assert_eq!(
+        smtp.messages().len() as i64,
+        paid,
+        "one email per paid order over SMTP"
+    );
+    let retried = env
+        .count("SELECT count(*) FROM email_outbox WHERE attempts > 1")
+        .await;
+    assert!(retried > 0, "the outage forced retries");
+    drop(s);
+    finish(report);
+}
+
+#[tokio::test]
+async fn chaos_poison_message_is_dead_lettered_by_the_delivery_limit() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let mut env = TestEnv::new().await;
+    let plan = chaos::plan(&env, orders(), "poison").await;
+    let poison = plan.orders[3].clone();
+    env.set_env("ONCEHOOK_FAULT_PANIC_ORDER_REF", &poison);
+    let mut s = stack(&mut env, 2).await;
+    let load = run_load(&env, &s, &plan).await;
+    let load = load.await.expect("load");
+    let report = chaos::settle_and_check(
+        &env,
+        "poison message (panics every time)",
+        &plan,
+        &load,
+        &[&poison],
+    )
+    .await;
+    let dead = broker::peek(&format!("{}.dead", env.prefix)).await;
+    let reasons: Vec<Option<&String>> = dead
+        .iter()
+        .map(|m| m.headers.get("x-first-death-reason"))
+        .collect();
+    assert!(
+        !dead.is_empty()
+            && reasons
+                .iter()
+                .all(|r| r.map(String::as_str) == Some("delivery_limit")),
+        "the broker dead-lettered it through the delivery limit: {reasons:?}"
+    );
+    for w in &mut s.workers {
+        assert!(w.is_running(), "workers keep serving");
+    }
+    finish(report);
+}
+
+#[tokio::test]
+async fn chaos_sigterm_each_binary_mid_load() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let mut env = TestEnv::new().await;
+    let plan = chaos::plan(&env, orders(), "term").await;
+    let mut s = stack(&mut env, 2).await;
+    let load = run_load(&env, &s, &plan).await;
+    let step = spread() / 4;
+
+    tokio::time::sleep(step).await;
+    s.ingest.signal("TERM");
+    assert_eq!(
+        s.ingest.wait_exit(Duration::from_secs(15)),
+        Some(0),
+        "ingest exits 0 on SIGTERM"
+    );
+    let (ingest, _) = env.spawn_ingest_at(&s.addr.clone(), &[]);
+    s.ingest = ingest;
+    env.wait_ready(&s.url, "/readyz").await;
+
+    tokio::time::sleep(step).await;
+    s.workers[0].signal("TERM");
+    assert_eq!(
+        s.workers[0].wait_exit(Duration::from_secs(30)),
+        Some(0),
+        "worker exits 0 on SIGTERM"
+    );
+    s.workers[0] = env.start_worker().await;
+
+    tokio::time::sleep(step).await;
+    s.mailer.signal("TERM");
+    assert_eq!(
+        s.mailer.wait_exit(Duration::from_secs(30)),
+        Some(0),
+        "mailer exits 0 on SIGTERM"
+    );
+    s.mailer = env.start_mailer().await;
+
+    let load = load.await.expect("load");
+    assert_eq!(load.gave_up, 0);
+    finish(
+        chaos::settle_and_check(
+            &env,
+            "SIGTERM ingest, a worker, the mailer",
+            &plan,
+            &load,
+            &[],
+        )
+        .await,
+    );
+}
+
+/// Runs an operator command, failing the test with its output if it fails.
+async fn run(cmd: &str, args: &[&str]) {
+    let out = tokio::process::Command::new(cmd)
+        .args(args)
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("{cmd} {args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
