@@ -355,3 +355,62 @@ async fn captured_event_for_an_unknown_order_is_dead_lettered_with_the_reason() 
         Some(0)
     );
 }
+
+#[tokio::test]
+async fn an_email_that_cannot_be_sent_is_marked_failed_and_dead_lettered_while_the_order_stays_paid()
+ {
+    let mut env = TestEnv::new().await;
+    seed(&env, "order_8").await;
+    let nowhere = format!("smtp://127.0.0.1:{}", oncehook_e2e::free_port());
+    env.set_env("ONCEHOOK_SMTP_URL", &nowhere);
+    env.set_env("ONCEHOOK_MAX_ATTEMPTS", "2");
+    let (_ingest, url) = env.start_ingest().await;
+    let _worker = env.start_worker().await;
+    let _mailer = env.start_mailer().await;
+
+    let d = env.sign(
+        Gateway::Razorpay,
+        "payment.captured",
+        &env.spec("order_8", "pay_H", "evt_H", 50_000),
+    );
+    assert_eq!(env.post(&url, "razorpay", &d).await.0, 200);
+    let dead_queue = format!("{}.dead", env.prefix);
+    eventually("email dead-lettered", WAIT, || async {
+        (broker::depth(&dead_queue).await == Some(1)).then_some(())
+    })
+    .await;
+
+    let dead = broker::peek(&dead_queue).await;
+    assert_eq!(
+        dead[0]
+            .headers
+            .get("x-oncehook-error-kind")
+            .map(String::as_str),
+        Some("smtp_failed")
+    );
+    assert_eq!(
+        dead[0].headers.get("x-oncehook-origin"),
+        Some(&format!("{}.emails", env.prefix))
+    );
+    let (attempts, failed, error): (i32, bool, Option<String>) =
+        sqlx::query_as("SELECT attempts, failed_at IS NOT NULL, last_error FROM email_outbox")
+            .fetch_one(&env.pool)
+            .await
+            .expect("outbox row");
+    assert!(failed, "row marked failed");
+    assert_eq!(
+        attempts, 2,
+        "ONCEHOOK_MAX_ATTEMPTS=2 attempts, then it gave up"
+    );
+    assert!(
+        error
+            .unwrap_or_default()
+            .contains("Order order_8 confirmed"),
+        "error names the email"
+    );
+    assert_eq!(
+        shop::order_status(&env.pool, "order_8").await,
+        "paid",
+        "email trouble never unpays an order"
+    );
+}

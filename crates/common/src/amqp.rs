@@ -217,6 +217,27 @@ pub fn delivery_count(delivery: &Delivery) -> u32 {
     .unwrap_or(0)
 }
 
+/// A short, stable id (12 lowercase hex characters) for a dead letter, derived
+/// from `parts` (e.g. message id, correlation id and body). The hash is
+/// 64-bit FNV-1a over the length-prefixed parts, so it never changes between
+/// versions or machines; the id is its top 48 bits.
+pub fn stable_id(parts: &[&[u8]]) -> String {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut hash = OFFSET;
+    let mut feed = |bytes: &[u8]| {
+        for b in bytes {
+            hash ^= u64::from(*b);
+            hash = hash.wrapping_mul(PRIME);
+        }
+    };
+    for part in parts {
+        feed(&(part.len() as u64).to_be_bytes());
+        feed(part);
+    }
+    format!("{:012x}", hash >> 16)
+}
+
 /// A `ShortString` from arbitrary text, truncated to the AMQP limit of 255
 /// bytes on a character boundary (the client panics on longer ones).
 pub fn short(s: &str) -> ShortString {
@@ -238,5 +259,14 @@ mod tests {
         assert!(s.as_str().len() <= 255);
         assert!(s.as_str().chars().all(|c| c == '₹'));
         assert_eq!(short("abc").as_str(), "abc");
+    }
+
+    #[test]
+    fn stable_id_is_twelve_hex_and_separates_parts() {
+        let a = stable_id(&[b"razorpay:evt_1", b"r1", b"{}"]);
+        assert_eq!(a.len(), 12);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_eq!(a, stable_id(&[b"razorpay:evt_1", b"r1", b"{}"]));
+        assert_ne!(a, stable_id(&[b"razorpay:evt_1r", b"1", b"{}"]));
     }
 }

@@ -116,7 +116,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 );
             }
         }
-        Command::Stats(args) => stats::run(&settings, args, &out).await?,
+        Command::Stats(args) => return stats::run(&settings, args, &out).await,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -85,7 +85,7 @@ pub async fn record_attempt_failure(
 }
 
 pub async fn mark_failed(pool: &PgPool, id: Uuid, error: &str) -> Result<(), sqlx::Error> {
-    sqlx::query("UPDATE email_outbox SET failed_at = now(), last_error = $2, claimed_until = NULL WHERE id = $1")
+    sqlx::query("UPDATE email_outbox SET failed_at = now(), last_error = $2, claimed_until = NULL, attempts = attempts + 1 WHERE id = $1")
         .bind(id)
         .bind(error)
         .execute(pool)
