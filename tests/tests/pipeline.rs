@@ -414,3 +414,64 @@ async fn an_email_that_cannot_be_sent_is_marked_failed_and_dead_lettered_while_t
         "email trouble never unpays an order"
     );
 }
+
+#[tokio::test]
+async fn the_edge_refuses_oversized_headers_stalled_bodies_and_wrong_methods_without_publishing() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut env = TestEnv::new().await;
+    let (mut ingest, url) = env.start_ingest().await;
+    let addr = url.trim_start_matches("http://").to_owned();
+
+    // 200 KB of headers: refused by the HTTP layer.
+    let huge = env
+        .http
+        .post(format!("{url}/webhooks/razorpay"))
+        .header("x-padding", "a".repeat(200 * 1024))
+        .body("{}")
+        .send()
+        .await
+        .map(|r| r.status().as_u16());
+    assert!(
+        matches!(huge, Ok(431) | Ok(400) | Err(_)),
+        "oversized headers refused: {huge:?}"
+    );
+
+    // A sender that stops after one byte of a 100-byte body gets 408, not a hung worker.
+    let mut stream = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    stream
+        .write_all(b"POST /webhooks/razorpay HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+        .await
+        .expect("write");
+    let mut answer = vec![0u8; 512];
+    let n = tokio::time::timeout(Duration::from_secs(20), stream.read(&mut answer))
+        .await
+        .expect("answered within 20 s")
+        .expect("read");
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("request_timeout"), "{answer}");
+
+    // GET on the webhook endpoint: 405 with a JSON error.
+    let get = env
+        .http
+        .get(format!("{url}/webhooks/razorpay"))
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(get.status().as_u16(), 405);
+    assert!(
+        get.text()
+            .await
+            .unwrap_or_default()
+            .contains("method_not_allowed")
+    );
+
+    assert_eq!(
+        broker::depth(&format!("{}.events", env.prefix)).await,
+        Some(0),
+        "nothing published"
+    );
+    assert!(ingest.is_running(), "still serving");
+}

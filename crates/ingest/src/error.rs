@@ -18,6 +18,8 @@ pub enum IngestError {
     Signature(VerifyError),
     #[error("could not read the request body: {0}")]
     BadBody(String),
+    #[error("the request body did not arrive within {0:?}")]
+    BodyTimeout(std::time::Duration),
     #[error("the event could not be handed to the broker; retry later")]
     BrokerUnavailable,
 }
@@ -33,6 +35,7 @@ impl IngestError {
             IngestError::Signature(VerifyError::OutsideTolerance { .. }) => "stale_timestamp",
             IngestError::Signature(_) => "invalid_signature",
             IngestError::BadBody(_) => "bad_body",
+            IngestError::BodyTimeout(_) => "request_timeout",
             IngestError::BrokerUnavailable => "broker_unavailable",
         }
     }
@@ -47,6 +50,7 @@ impl ResponseError for IngestError {
             IngestError::Signature(VerifyError::Malformed { .. }) => StatusCode::BAD_REQUEST,
             IngestError::Signature(_) => StatusCode::UNAUTHORIZED,
             IngestError::BadBody(_) => StatusCode::BAD_REQUEST,
+            IngestError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             IngestError::BrokerUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }

@@ -5,7 +5,7 @@
 //! reading) → signature and timestamp window (401 / 400) → publish with
 //! confirm (200 only on a clean broker ack, else 503).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use futures_lite::StreamExt;
@@ -16,6 +16,9 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::error::IngestError;
+
+/// How long a sender may take to deliver the body once the headers arrived.
+const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 use crate::startup::IngestState;
 
 pub async fn receive(
@@ -55,7 +58,11 @@ async fn handle(
         .get(source_name)
         .ok_or_else(|| IngestError::UnknownSource(source_name.to_owned()))?;
     check_content_type(req, source.gateway)?;
-    let body = read_body(req, payload, state.body_limit).await?;
+    // Headers have their own deadline (the server's client request timeout);
+    // the body gets one too, so a stalled sender cannot hold a worker.
+    let body = tokio::time::timeout(BODY_TIMEOUT, read_body(req, payload, state.body_limit))
+        .await
+        .map_err(|_| IngestError::BodyTimeout(BODY_TIMEOUT))??;
 
     let headers: Headers = source
         .gateway
