@@ -42,6 +42,11 @@ chaos: services
 	@echo "|---|---|---|---|---|---|---|---|---|"
 	@cat target/chaos-report.md
 
+## bench: release binaries; ingest, broker and worker throughput as ratios to ceilings measured in the same run
+bench: services
+	$(CARGO) build --release --bins
+	ONCEHOOK_BIN_DIR=$(CURDIR)/target/release $(CARGO) bench -p oncehook-e2e --bench pipeline
+
 ## demo: the README tour against a running `make run`
 demo: build
 	$(CTL) send razorpay payment.captured --order order_1001 --times 5 --concurrency 5

@@ -101,7 +101,8 @@ where
         );
         in_flight.abort_all();
     }
-    let _ = ch.close(200, "bye".into()).await;
+    // The channel closes with the connection (the session loop closes it);
+    // anything prefetched but not acked is requeued then.
     result
 }
 
