@@ -93,3 +93,38 @@ pub async fn wait_for_database(pool: &PgPool, shutdown: &crate::shutdown::Shutdo
         delay = (delay * 2).min(Duration::from_secs(5));
     }
 }
+
+/// A broker session: works on the connection until it breaks or shutdown.
+pub type SessionFuture<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = lapin::Result<()>> + Send + 'a>>;
+
+/// The supervision loop of the consuming binaries: wait for the database,
+/// connect to the broker with backoff, run `session`, and when it ends
+/// (connection lost, consumer cancelled) close up and start over — until
+/// shutdown. Readiness is cleared whenever no session runs.
+pub async fn run_sessions<F>(
+    amqp_url: &str,
+    name: &str,
+    pool: &PgPool,
+    readiness: &crate::health::Readiness,
+    shutdown: &crate::shutdown::Shutdown,
+    mut session: F,
+) where
+    F: for<'a> FnMut(&'a lapin::Connection) -> SessionFuture<'a>,
+{
+    while !shutdown.is_triggered() {
+        if !wait_for_database(pool, shutdown).await {
+            break;
+        }
+        let Some(conn) = crate::amqp::connect_with_backoff(amqp_url, name, shutdown.wait()).await
+        else {
+            break;
+        };
+        if let Err(err) = session(&conn).await {
+            tracing::warn!(%err, "broker session ended; reconnecting");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        readiness.set(false);
+        let _ = conn.close(200, "session ends".into()).await;
+    }
+}

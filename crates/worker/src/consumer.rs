@@ -55,29 +55,24 @@ impl<E: Effect> Worker<E> {
         })
     }
 
-    /// Runs sessions until shutdown.
+    /// Runs broker sessions until shutdown.
     pub async fn run(self: Arc<Self>) {
-        let shutdown = self.shutdown.clone();
-        while !shutdown.is_triggered() {
-            if !db::wait_for_database(&self.pool, &shutdown).await {
-                break;
-            }
-            let Some(conn) = amqp::connect_with_backoff(
-                &self.settings.amqp_url,
-                "oncehook-worker",
-                shutdown.wait(),
-            )
-            .await
-            else {
-                break;
-            };
-            if let Err(err) = self.clone().session(&conn, &shutdown).await {
-                tracing::warn!(%err, "broker session ended; reconnecting");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-            self.readiness.set(false);
-            let _ = conn.close(200, "worker session ends".into()).await;
-        }
+        let worker = self.clone();
+        db::run_sessions(
+            &self.settings.amqp_url,
+            "oncehook-worker",
+            &self.pool,
+            &self.readiness,
+            &self.shutdown,
+            move |conn| {
+                let worker = worker.clone();
+                Box::pin(async move {
+                    let shutdown = worker.shutdown.clone();
+                    worker.session(conn, &shutdown).await
+                })
+            },
+        )
+        .await;
     }
 
     async fn session(self: Arc<Self>, conn: &Connection, shutdown: &Shutdown) -> lapin::Result<()> {
