@@ -101,8 +101,10 @@ where
         );
         in_flight.abort_all();
     }
-    // The channel closes with the connection (the session loop closes it);
-    // anything prefetched but not acked is requeued then.
+    // Close explicitly (and wait) before the connection goes: a channel
+    // still closing when the connection closes makes the client log an error.
+    // Anything prefetched but not acked is requeued by the broker.
+    let _ = ch.close(200, "consumer stops".into()).await;
     result
 }
 

@@ -64,6 +64,14 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // `oncehookctl dlq list | head` should stop quietly, like any Unix tool,
+    // instead of panicking on the closed pipe.
+    #[cfg(unix)]
+    // SAFETY: `signal` only resets the process-wide disposition of SIGPIPE
+    // to the default; no handler function is installed.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     match run(cli).await {
         Ok(code) => code,

@@ -74,7 +74,8 @@ impl Mailer {
             .declare(&pub_ch, self.settings.delivery_limit)
             .await?;
         let mailer = self.clone();
-        consume::consume(
+        let handler_ch = pub_ch.clone();
+        let result = consume::consume(
             conn,
             &self.topology.emails(),
             self.settings.prefetch,
@@ -82,11 +83,13 @@ impl Mailer {
             shutdown,
             move |delivery| {
                 let mailer = mailer.clone();
-                let pub_ch = pub_ch.clone();
+                let pub_ch = handler_ch.clone();
                 async move { mailer.handle(pub_ch, delivery).await }
             },
         )
-        .await
+        .await;
+        let _ = pub_ch.close(200, "session ends".into()).await;
+        result
     }
 
     async fn handle(&self, pub_ch: Channel, delivery: Delivery) {

@@ -80,6 +80,7 @@ impl<E: Effect> Worker<E> {
         self.topology
             .declare(&pub_ch, self.settings.delivery_limit)
             .await?;
+        let pub_ch_for_close = pub_ch.clone();
         let relay_stop = Shutdown::new();
         let relay = tokio::spawn(relay::run(
             self.pool.clone(),
@@ -105,6 +106,7 @@ impl<E: Effect> Worker<E> {
         .await;
         relay_stop.trigger();
         let _ = relay.await;
+        let _ = pub_ch_for_close.close(200, "session ends".into()).await;
         result
     }
 
