@@ -1,0 +1,1053 @@
+//! `make bench`: the pipeline's throughput and latency, reported as ratios to
+//! ceilings measured in the same run on the same machine.
+//!
+//! * Ceiling A: the same HTTP client against ingest's `GET /healthz` (same
+//!   server stack, no verification, no broker).
+//! * Ceiling B: raw publish + confirm of the same envelope (bytes and
+//!   properties taken from the events queue) to a throwaway quorum queue, with
+//!   the same number of concurrent publishers on one confirm channel, through
+//!   the same helper ingest uses.
+//! * Ceiling C: the worker's transaction as a pgbench script
+//!   (`deploy/bench/worker-tx.sql`) with as many clients as the workers
+//!   process deliveries concurrently (workers × prefetch).
+//! * Measured: ingest `POST /webhooks/razorpay` with signed deliveries at the
+//!   same concurrency as A; workers (1, then 2) draining K captured events
+//!   for K distinct pending orders that were loaded through ingest while no
+//!   worker ran.
+//!
+//! Every environment is a fresh [`TestEnv`] (own database, own AMQP prefix),
+//! cleaned up afterwards. Timings never fail anything: a bench reports.
+//!
+//! Knobs (environment): `ONCEHOOK_BENCH_SECS` (10), `ONCEHOOK_BENCH_CONCURRENCY`
+//! (16), `ONCEHOOK_BENCH_EVENTS` (3000), `ONCEHOOK_BENCH_PREFETCH` (16).
+//! Binaries come from `ONCEHOOK_BIN_DIR` (`make bench`: release).
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use lapin::options::{BasicGetOptions, QueueDeclareOptions, QueueDeleteOptions};
+use lapin::types::{AMQPValue, FieldTable};
+use oncehook_common::Envelope;
+use oncehook_common::amqp;
+use oncehook_e2e::{Proc, TestEnv, broker, free_port, process};
+use oncehook_gateways::Gateway;
+use oncehook_gateways::sample::SignedDelivery;
+
+/// Products in the bench catalogue; every order has one or two of them.
+const SKUS: i64 = 50;
+/// Orders each pgbench run may use (distinct per transaction until used up).
+const PGBENCH_ORDERS: i64 = 40_000;
+/// Upper bound on anything one phase may wait for.
+const PHASE_TIMEOUT: Duration = Duration::from_secs(300);
+const AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+struct Knobs {
+    secs: u64,
+    concurrency: usize,
+    events: usize,
+    prefetch: usize,
+}
+
+impl Knobs {
+    fn from_env() -> Knobs {
+        fn num(name: &str, default: usize, min: usize, max: usize) -> usize {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(default)
+                .clamp(min, max)
+        }
+        Knobs {
+            secs: num("ONCEHOOK_BENCH_SECS", 10, 1, 120) as u64,
+            concurrency: num("ONCEHOOK_BENCH_CONCURRENCY", 16, 1, 256),
+            events: num("ONCEHOOK_BENCH_EVENTS", 3000, 10, 100_000),
+            prefetch: num("ONCEHOOK_BENCH_PREFETCH", 16, 1, 256),
+        }
+    }
+
+    fn duration(&self) -> Duration {
+        Duration::from_secs(self.secs)
+    }
+}
+
+/// Throughput and latency of one measurement.
+#[derive(Debug, Clone, Default)]
+struct Stats {
+    ok: u64,
+    errors: u64,
+    window: Duration,
+    /// Per-operation latency in microseconds, sorted.
+    latencies_us: Vec<u32>,
+    /// Percentiles known only as such (pgbench log, histogram), when `latencies_us` is empty.
+    fixed: Option<[Duration; 3]>,
+}
+
+impl Stats {
+    fn rate(&self) -> f64 {
+        let secs = self.window.as_secs_f64();
+        if secs > 0.0 {
+            self.ok as f64 / secs
+        } else {
+            0.0
+        }
+    }
+
+    fn percentile(&self, p: f64) -> Option<Duration> {
+        if let Some(fixed) = self.fixed {
+            return Some(match p {
+                x if x <= 0.5 => fixed[0],
+                x if x <= 0.9 => fixed[1],
+                _ => fixed[2],
+            });
+        }
+        let n = self.latencies_us.len();
+        if n == 0 {
+            return None;
+        }
+        let rank = ((p * n as f64).ceil() as usize).clamp(1, n) - 1;
+        Some(Duration::from_micros(u64::from(self.latencies_us[rank])))
+    }
+
+    fn p50(&self) -> Option<Duration> {
+        self.percentile(0.5)
+    }
+
+    fn p90(&self) -> Option<Duration> {
+        self.percentile(0.9)
+    }
+
+    fn p99(&self) -> Option<Duration> {
+        self.percentile(0.99)
+    }
+}
+
+/// Runs `op` from `concurrency` tasks: a warm-up (not recorded), then a
+/// measured window. Each task stops at the end of the window or after
+/// `max_per_task` operations, whichever comes first.
+async fn closed_loop<F, Fut>(
+    concurrency: usize,
+    warmup: Duration,
+    window: Duration,
+    max_per_task: usize,
+    op: F,
+) -> Stats
+where
+    F: Fn(usize) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = bool> + Send + 'static,
+{
+    let started = Instant::now();
+    let measure_from = started + warmup;
+    let end = measure_from + window;
+    let mut tasks = tokio::task::JoinSet::new();
+    for task in 0..concurrency {
+        let op = op.clone();
+        tasks.spawn(async move {
+            let mut lat = Vec::new();
+            let (mut ok, mut errors) = (0u64, 0u64);
+            for i in 0..max_per_task {
+                let t0 = Instant::now();
+                if t0 >= end {
+                    break;
+                }
+                let success = op(task + i * concurrency).await;
+                if t0 >= measure_from {
+                    if success {
+                        ok += 1;
+                        let us = t0.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
+                        lat.push(us);
+                    } else {
+                        errors += 1;
+                    }
+                }
+            }
+            (ok, errors, lat)
+        });
+    }
+    let mut stats = Stats::default();
+    while let Some(joined) = tasks.join_next().await {
+        if let Ok((ok, errors, lat)) = joined {
+            stats.ok += ok;
+            stats.errors += errors;
+            stats.latencies_us.extend(lat);
+        } else {
+            stats.errors += 1;
+        }
+    }
+    stats.window = Instant::now().saturating_duration_since(measure_from);
+    stats.latencies_us.sort_unstable();
+    stats
+}
+
+fn http_client(concurrency: usize) -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .pool_max_idle_per_host(concurrency)
+        .build()
+        .expect("http client")
+}
+
+async fn post(http: &reqwest::Client, url: &str, delivery: &SignedDelivery) -> bool {
+    let mut req = http.post(url).body(delivery.body.clone());
+    for (name, value) in delivery.headers.iter() {
+        req = req.header(name, value);
+    }
+    match req.send().await {
+        Ok(resp) => resp.status().as_u16() == 200 && resp.bytes().await.is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// Signed Razorpay `payment.captured` for order `bench_<n>`.
+fn captured(env: &TestEnv, n: usize, tag: &str) -> SignedDelivery {
+    let spec = env.spec(
+        &format!("bench_{n}"),
+        &format!("pay_{tag}_{n}"),
+        &format!("evt_{tag}_{n}"),
+        10_000,
+    );
+    env.sign(Gateway::Razorpay, "payment.captured", &spec)
+}
+
+/// 50 products with ample stock, and pending orders `bench_<from>..=bench_<to>`
+/// of one or two items each (the same catalogue for workers and pgbench).
+async fn seed_shop(env: &TestEnv, with_products: bool, from: i64, to: i64) {
+    let pool = &env.pool;
+    if with_products {
+        sqlx::query(
+            "INSERT INTO products (sku, name, stock)
+             SELECT 'SKU-' || lpad(s::text, 3, '0'), 'Product ' || s, 100000000
+             FROM generate_series(0, $1 - 1) s",
+        )
+        .bind(SKUS)
+        .execute(pool)
+        .await
+        .expect("seed products");
+    }
+    sqlx::query(
+        "INSERT INTO orders (order_ref, customer_email, amount_minor, currency)
+         SELECT 'bench_' || n, 'bench_' || n || '@example.com', 10000, 'INR'
+         FROM generate_series($1::bigint, $2::bigint) n",
+    )
+    .bind(from)
+    .bind(to)
+    .execute(pool)
+    .await
+    .expect("seed orders");
+    sqlx::query(
+        "INSERT INTO order_items (order_id, sku, qty)
+         SELECT o.id, 'SKU-' || lpad((n % $3)::text, 3, '0'), 1 + (n % 3)::int
+         FROM generate_series($1::bigint, $2::bigint) n JOIN orders o ON o.order_ref = 'bench_' || n",
+    )
+    .bind(from)
+    .bind(to)
+    .bind(SKUS)
+    .execute(pool)
+    .await
+    .expect("seed first items");
+    sqlx::query(
+        "INSERT INTO order_items (order_id, sku, qty)
+         SELECT o.id, 'SKU-' || lpad(((n * 7 + 3) % $3)::text, 3, '0'), 1
+         FROM generate_series($1::bigint, $2::bigint) n JOIN orders o ON o.order_ref = 'bench_' || n
+         WHERE n % 2 = 1",
+    )
+    .bind(from)
+    .bind(to)
+    .bind(SKUS)
+    .execute(pool)
+    .await
+    .expect("seed second items");
+    sqlx::query("VACUUM ANALYZE")
+        .execute(pool)
+        .await
+        .expect("vacuum analyze");
+}
+
+// ---------------------------------------------------------------- phase 1
+
+struct HttpPhase {
+    healthz: Stats,
+    ingest: Stats,
+    broker: Stats,
+    envelope_bytes: usize,
+}
+
+async fn http_phase(knobs: &Knobs) -> HttpPhase {
+    let mut env = TestEnv::new().await;
+    let (_ingest, base) = env.start_ingest().await;
+    let http = http_client(knobs.concurrency);
+    let warmup = Duration::from_secs(1);
+    let cap = 2_000_000;
+
+    eprintln!("bench: A  GET /healthz, c={}", knobs.concurrency);
+    let healthz = {
+        let (http, url) = (http.clone(), Arc::new(format!("{base}/healthz")));
+        closed_loop(
+            knobs.concurrency,
+            warmup,
+            knobs.duration(),
+            cap,
+            move |_| {
+                let (http, url) = (http.clone(), url.clone());
+                async move {
+                    match http.get(url.as_str()).send().await {
+                        Ok(r) => r.status().as_u16() == 200 && r.bytes().await.is_ok(),
+                        Err(_) => false,
+                    }
+                }
+            },
+        )
+        .await
+    };
+
+    eprintln!(
+        "bench: ingest POST /webhooks/razorpay, c={}",
+        knobs.concurrency
+    );
+    // Distinct signed deliveries (for orders this database does not have: no
+    // worker runs in this phase, the events only pile up in the queue).
+    let deliveries: Arc<Vec<SignedDelivery>> =
+        Arc::new((0..1024).map(|n| captured(&env, n, "http")).collect());
+    let ingest = {
+        let (http, url) = (http.clone(), Arc::new(format!("{base}/webhooks/razorpay")));
+        let deliveries = deliveries.clone();
+        closed_loop(knobs.concurrency, warmup, knobs.duration(), cap, move |i| {
+            let (http, url, deliveries) = (http.clone(), url.clone(), deliveries.clone());
+            async move { post(&http, &url, &deliveries[i % deliveries.len()]).await }
+        })
+        .await
+    };
+
+    // The envelope exactly as ingest published it: bytes and properties.
+    let sample = sample_envelope(&format!("{}.events", env.prefix)).await;
+    let envelope_bytes = sample.to_bytes().len();
+    eprintln!(
+        "bench: B  publish+confirm of a {envelope_bytes}-byte envelope to a quorum queue, {} publishers",
+        knobs.concurrency
+    );
+    let broker = broker_ceiling(&env.prefix, &sample, knobs).await;
+    HttpPhase {
+        healthz,
+        ingest,
+        broker,
+        envelope_bytes,
+    }
+}
+
+async fn sample_envelope(queue: &str) -> Envelope {
+    let conn = broker::connect().await;
+    let ch = conn.create_channel().await.expect("channel");
+    let msg = ch
+        .basic_get(queue.into(), BasicGetOptions { no_ack: false })
+        .await
+        .expect("basic.get")
+        .expect("the events queue holds the posted deliveries");
+    let envelope = Envelope::from_bytes(&msg.delivery.data).expect("an oncehook envelope");
+    let _ = ch.close(200, "sampled".into()).await;
+    let _ = conn.close(200, "bye".into()).await;
+    envelope
+}
+
+/// Ceiling B: N tasks publishing the envelope on one confirm channel (as
+/// ingest does), each awaiting its confirm, into a throwaway quorum queue.
+async fn broker_ceiling(prefix: &str, envelope: &Envelope, knobs: &Knobs) -> Stats {
+    let queue = format!("{prefix}.bench-ceiling");
+    let conn = lapin::Connection::connect(AMQP_URL, lapin::ConnectionProperties::default())
+        .await
+        .expect("connect to RabbitMQ");
+    let ch = amqp::confirm_channel(&conn).await.expect("confirm channel");
+    let mut args = FieldTable::default();
+    args.insert(
+        "x-queue-type".into(),
+        AMQPValue::LongString("quorum".into()),
+    );
+    // A safety net: the queue disappears on its own if this run dies.
+    args.insert("x-expires".into(), AMQPValue::LongInt(600_000));
+    ch.queue_declare(
+        queue.as_str().into(),
+        QueueDeclareOptions {
+            durable: true,
+            ..QueueDeclareOptions::default()
+        },
+        args,
+    )
+    .await
+    .expect("declare the ceiling queue");
+
+    let payload = Arc::new(envelope.to_bytes());
+    let props = envelope.properties();
+    let queue_name = Arc::new(queue.clone());
+    let stats = {
+        let ch = ch.clone();
+        closed_loop(
+            knobs.concurrency,
+            Duration::from_secs(1),
+            knobs.duration(),
+            2_000_000,
+            move |_| {
+                let (ch, payload, props, queue_name) = (
+                    ch.clone(),
+                    payload.clone(),
+                    props.clone(),
+                    queue_name.clone(),
+                );
+                async move {
+                    amqp::publish_confirmed(
+                        &ch,
+                        "",
+                        &queue_name,
+                        &payload,
+                        props,
+                        Duration::from_secs(5),
+                    )
+                    .await
+                    .is_ok()
+                }
+            },
+        )
+        .await
+    };
+    let _ = ch
+        .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
+        .await;
+    let _ = conn.close(200, "bye".into()).await;
+    stats
+}
+
+// ---------------------------------------------------------------- phase 2
+
+struct WorkerRun {
+    workers: usize,
+    events: usize,
+    stats: Stats,
+    applied: i64,
+    dead: u32,
+}
+
+async fn worker_phase(knobs: &Knobs) -> Vec<WorkerRun> {
+    let mut env = TestEnv::new().await;
+    let k = knobs.events;
+    seed_shop(&env, true, 1, 2 * k as i64).await;
+    let (mut ingest, base) = env.start_ingest().await;
+    let mut runs = Vec::new();
+    for (round, workers) in [1usize, 2].into_iter().enumerate() {
+        let first = round * k + 1;
+        eprintln!("bench: loading {k} captured events through ingest (no worker running)");
+        let tag = format!("w{workers}");
+        preload(&env, &base, first, k, knobs.concurrency, &tag).await;
+        let queue = format!("{}.events", env.prefix);
+        let depth = wait_for(Duration::from_secs(20), || async {
+            broker::depth(&queue).await.filter(|d| *d as usize >= k)
+        })
+        .await;
+        if depth.is_none() {
+            eprintln!("bench: warning: the events queue does not hold {k} messages");
+        }
+        let done_before = count_processed(&env).await;
+        eprintln!("bench: {workers} worker(s) draining {k} events");
+        let mut procs = Vec::new();
+        let mut metrics = Vec::new();
+        let prefetch = knobs.prefetch.to_string();
+        for _ in 0..workers {
+            let addr = format!("127.0.0.1:{}", free_port());
+            procs.push(env.spawn(
+                "oncehook-worker",
+                &[
+                    ("ONCEHOOK_METRICS_ADDR", addr.as_str()),
+                    ("ONCEHOOK_PREFETCH", prefetch.as_str()),
+                ],
+                &[],
+            ));
+            metrics.push(format!("http://{addr}/metrics"));
+        }
+        let stats = drain_rate(&env, done_before, done_before + k as i64).await;
+        let transaction = transaction_percentiles(&env, &metrics).await;
+        let stats = Stats {
+            fixed: transaction,
+            ..stats
+        };
+        let applied: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM processed_webhooks WHERE outcome = 'applied' AND event_id LIKE $1",
+        )
+        .bind(format!("evt_w{workers}\\_%"))
+        .fetch_one(&env.pool)
+        .await
+        .unwrap_or(-1);
+        let dead = broker::depth(&format!("{}.dead", env.prefix))
+            .await
+            .unwrap_or(0);
+        stop_all(procs);
+        runs.push(WorkerRun {
+            workers,
+            events: k,
+            stats,
+            applied,
+            dead,
+        });
+    }
+    ingest.signal("TERM");
+    ingest.wait_exit(Duration::from_secs(15));
+    runs
+}
+
+/// Posts captured events for orders `bench_<first>..` once each (a refused
+/// post is retried a few times), `concurrency` at a time.
+async fn preload(env: &TestEnv, base: &str, first: usize, k: usize, concurrency: usize, tag: &str) {
+    let deliveries: Arc<Vec<SignedDelivery>> =
+        Arc::new((first..first + k).map(|n| captured(env, n, tag)).collect());
+    let next = Arc::new(AtomicUsize::new(0));
+    let failed = Arc::new(AtomicUsize::new(0));
+    let http = http_client(concurrency);
+    let url = Arc::new(format!("{base}/webhooks/razorpay"));
+    let deadline = Instant::now() + PHASE_TIMEOUT;
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..concurrency {
+        let (deliveries, next, failed, http, url) = (
+            deliveries.clone(),
+            next.clone(),
+            failed.clone(),
+            http.clone(),
+            url.clone(),
+        );
+        tasks.spawn(async move {
+            for _ in 0..deliveries.len() {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= deliveries.len() || Instant::now() > deadline {
+                    return;
+                }
+                let mut accepted = false;
+                for _attempt in 0..5 {
+                    if post(&http, &url, &deliveries[i]).await {
+                        accepted = true;
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                if !accepted {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    let failed = failed.load(Ordering::Relaxed);
+    if failed > 0 {
+        eprintln!("bench: warning: {failed} of {k} events were never accepted by ingest");
+    }
+}
+
+async fn count_processed(env: &TestEnv) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM processed_webhooks")
+        .fetch_one(&env.pool)
+        .await
+        .unwrap_or(0)
+}
+
+/// Polls `processed_webhooks` until it holds `target` rows; the rate is
+/// measured from the first row this run added to the last one.
+async fn drain_rate(env: &TestEnv, before: i64, target: i64) -> Stats {
+    let deadline = Instant::now() + PHASE_TIMEOUT;
+    let mut first: Option<(Instant, i64)> = None;
+    let mut last = before;
+    let poll = Duration::from_millis(20);
+    for _ in 0..(PHASE_TIMEOUT.as_millis() / poll.as_millis()) {
+        let now = Instant::now();
+        if now > deadline {
+            break;
+        }
+        last = count_processed(env).await;
+        if last > before && first.is_none() {
+            first = Some((now, last));
+        }
+        if last >= target {
+            break;
+        }
+        tokio::time::sleep(poll).await;
+    }
+    let done_at = Instant::now();
+    let Some((first_at, first_count)) = first else {
+        eprintln!("bench: warning: the workers applied nothing");
+        return Stats::default();
+    };
+    if last < target {
+        eprintln!(
+            "bench: warning: only {} of {} events applied before the time limit",
+            last - before,
+            target - before
+        );
+    }
+    Stats {
+        ok: (last - first_count).max(0) as u64,
+        window: done_at.saturating_duration_since(first_at),
+        ..Stats::default()
+    }
+}
+
+/// p50/p90/p99 of `oncehook_worker_transaction_duration_seconds` over all
+/// workers, interpolated within the histogram's buckets.
+async fn transaction_percentiles(env: &TestEnv, urls: &[String]) -> Option<[Duration; 3]> {
+    let mut buckets: Vec<(f64, f64)> = Vec::new();
+    for url in urls {
+        let Ok(resp) = env.http.get(url).send().await else {
+            continue;
+        };
+        let text = resp.text().await.unwrap_or_default();
+        for line in text.lines() {
+            let Some(rest) =
+                line.strip_prefix("oncehook_worker_transaction_duration_seconds_bucket{")
+            else {
+                continue;
+            };
+            let Some(le_at) = rest.find("le=\"") else {
+                continue;
+            };
+            let le_text = &rest[le_at + 4..];
+            let Some(end) = le_text.find('"') else {
+                continue;
+            };
+            let le = match &le_text[..end] {
+                "+Inf" => f64::INFINITY,
+                v => match v.parse::<f64>() {
+                    Ok(v) => v,
+                    Err(_) => continue,
+                },
+            };
+            let Some(count) = line.rsplit(' ').next().and_then(|c| c.parse::<f64>().ok()) else {
+                continue;
+            };
+            match buckets.iter_mut().find(|(b, _)| *b == le) {
+                Some((_, c)) => *c += count,
+                None => buckets.push((le, count)),
+            }
+        }
+    }
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let total = buckets.last().map(|b| b.1)?;
+    if total <= 0.0 {
+        return None;
+    }
+    let quantile = |q: f64| {
+        let rank = q * total;
+        let mut prev = (0.0, 0.0);
+        for &(le, cum) in &buckets {
+            if cum >= rank {
+                if le.is_infinite() {
+                    return Duration::from_secs_f64(prev.0);
+                }
+                let in_bucket = cum - prev.1;
+                let frac = if in_bucket > 0.0 {
+                    (rank - prev.1) / in_bucket
+                } else {
+                    1.0
+                };
+                return Duration::from_secs_f64(prev.0 + (le - prev.0) * frac);
+            }
+            prev = (le, cum);
+        }
+        Duration::from_secs_f64(prev.0)
+    };
+    Some([quantile(0.5), quantile(0.9), quantile(0.99)])
+}
+
+fn stop_all(procs: Vec<Proc>) {
+    for p in &procs {
+        p.signal("TERM");
+    }
+    for mut p in procs {
+        if p.wait_exit(Duration::from_secs(30)).is_none() {
+            p.kill();
+        }
+    }
+}
+
+async fn wait_for<T, F, Fut>(timeout: Duration, mut check: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let started = Instant::now();
+    for _ in 0..10_000 {
+        if let Some(v) = check().await {
+            return Some(v);
+        }
+        if started.elapsed() > timeout {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
+// ---------------------------------------------------------------- phase 3
+
+struct PgbenchRun {
+    clients: usize,
+    stats: Stats,
+    failed: u64,
+}
+
+async fn pgbench_phase(knobs: &Knobs) -> Vec<PgbenchRun> {
+    let env = TestEnv::new().await;
+    seed_shop(&env, true, 1, 2 * PGBENCH_ORDERS).await;
+    let script = workspace().join("deploy/bench/worker-tx.sql");
+    let mut runs = Vec::new();
+    for (round, workers) in [1usize, 2].into_iter().enumerate() {
+        let clients = workers * knobs.prefetch;
+        eprintln!("bench: C  pgbench worker transaction, {clients} clients");
+        let base = round as i64 * PGBENCH_ORDERS;
+        let log_prefix = env.dir.join(format!("pgbench_{round}"));
+        let mut cmd = tokio::process::Command::new("pgbench");
+        cmd.args(["-n", "-M", "prepared"])
+            .arg(format!("-c{clients}"))
+            .arg(format!("-j{}", clients.min(2)))
+            .arg(format!("-T{}", knobs.secs))
+            .arg("-f")
+            .arg(&script)
+            .arg(format!("-Dnorders={PGBENCH_ORDERS}"))
+            .arg(format!("-Dbase={base}"))
+            .arg(format!("-Dnclients={clients}"))
+            .arg(format!("-Dtag=r{round}"))
+            .arg("-Dk=0")
+            .arg("-l")
+            .arg(format!("--log-prefix={}", log_prefix.display()))
+            .arg(&env.database_url)
+            .current_dir(&env.dir)
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
+        let limit = knobs.duration() + Duration::from_secs(60);
+        let out = match tokio::time::timeout(limit, cmd.output()).await {
+            Ok(Ok(out)) => out,
+            Ok(Err(e)) => panic!("run pgbench (is it installed? it ships with PostgreSQL): {e}"),
+            Err(_) => panic!("pgbench did not finish within {limit:?}"),
+        };
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() {
+            eprintln!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+            panic!("pgbench failed ({})", out.status);
+        }
+        let tps = stdout
+            .lines()
+            .find(|l| l.starts_with("tps = "))
+            .and_then(|l| l["tps = ".len()..].split_whitespace().next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        let failed = stdout
+            .lines()
+            .find(|l| l.starts_with("number of failed transactions:"))
+            .and_then(|l| l.split(':').nth(1))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        let latencies_us = pgbench_latencies(&env.dir, &format!("pgbench_{round}"));
+        // The rate is pgbench's own tps; the window makes `rate()` return it.
+        let window = Duration::from_secs(knobs.secs);
+        runs.push(PgbenchRun {
+            clients,
+            stats: Stats {
+                ok: (tps * window.as_secs_f64()).round() as u64,
+                errors: failed,
+                window,
+                latencies_us,
+                fixed: None,
+            },
+            failed,
+        });
+    }
+    runs
+}
+
+/// Per-transaction latencies (µs, sorted) from pgbench's `-l` logs: the third
+/// field of every line.
+fn pgbench_latencies(dir: &Path, prefix: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        if !entry.file_name().to_string_lossy().starts_with(prefix) {
+            continue;
+        }
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        for line in text.lines().take(10_000_000) {
+            if let Some(us) = line
+                .split_whitespace()
+                .nth(2)
+                .and_then(|v| v.parse::<u32>().ok())
+            {
+                out.push(us);
+            }
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+// ---------------------------------------------------------------- report
+
+fn ms(d: Option<Duration>) -> String {
+    match d {
+        Some(d) => format!("{:.2} ms", d.as_secs_f64() * 1000.0),
+        None => "–".to_owned(),
+    }
+}
+
+fn ratio(a: f64, b: f64) -> String {
+    if b > 0.0 && a.is_finite() {
+        format!("{:.2}×", a / b)
+    } else {
+        "–".to_owned()
+    }
+}
+
+fn lat_ratio(a: Option<Duration>, b: Option<Duration>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if !b.is_zero() => format!("{:.1}×", a.as_secs_f64() / b.as_secs_f64()),
+        _ => "–".to_owned(),
+    }
+}
+
+struct Row {
+    measurement: String,
+    throughput: String,
+    p50: String,
+    p90: String,
+    p99: String,
+    vs: String,
+}
+
+impl Row {
+    fn new(measurement: String, unit: &str, stats: &Stats, vs: String) -> Row {
+        Row {
+            measurement,
+            throughput: format!("{:.0} {unit}", stats.rate()),
+            p50: ms(stats.p50()),
+            p90: ms(stats.p90()),
+            p99: ms(stats.p99()),
+            vs,
+        }
+    }
+}
+
+fn versus(name: &str, m: &Stats, c: &Stats) -> String {
+    format!(
+        "vs {name}: {} throughput, p50 {}, p99 {}",
+        ratio(m.rate(), c.rate()),
+        lat_ratio(m.p50(), c.p50()),
+        lat_ratio(m.p99(), c.p99())
+    )
+}
+
+fn print_and_write(rows: &[Row], notes: &[String], knobs: &Knobs) {
+    let header = [
+        "measurement",
+        "throughput",
+        "p50",
+        "p90",
+        "p99",
+        "ratio to its ceiling",
+    ];
+    let cells: Vec<[&str; 6]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.measurement.as_str(),
+                r.throughput.as_str(),
+                r.p50.as_str(),
+                r.p90.as_str(),
+                r.p99.as_str(),
+                r.vs.as_str(),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(|h| h.chars().count());
+    for row in &cells {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cols: [&str; 6]| {
+        cols.iter()
+            .zip(widths)
+            .enumerate()
+            .map(|(i, (c, w))| {
+                let pad = w - c.chars().count();
+                if (1..5).contains(&i) {
+                    format!("{}{c}", " ".repeat(pad))
+                } else {
+                    format!("{c}{}", " ".repeat(pad))
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("  ")
+    };
+    println!();
+    println!("{}", line(header));
+    println!(
+        "{}",
+        widths
+            .iter()
+            .map(|w| "-".repeat(*w))
+            .collect::<Vec<_>>()
+            .join("  ")
+    );
+    for row in &cells {
+        println!("{}", line(*row));
+    }
+    println!();
+    for n in notes {
+        println!("note: {n}");
+    }
+
+    let mut md = String::new();
+    md.push_str("# oncehook bench\n\n");
+    md.push_str(&format!(
+        "{} CPU(s); binaries: {}; window {} s per measurement, concurrency {}, {} events per worker run, prefetch {}.\n\n",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        binaries_profile(),
+        knobs.secs,
+        knobs.concurrency,
+        knobs.events,
+        knobs.prefetch
+    ));
+    md.push_str("| measurement | throughput | p50 | p90 | p99 | ratio to its ceiling |\n");
+    md.push_str("|---|---:|---:|---:|---:|---|\n");
+    for row in &cells {
+        md.push_str(&format!("| {} |\n", row.join(" | ")));
+    }
+    md.push('\n');
+    for n in notes {
+        md.push_str(&format!("- {n}\n"));
+    }
+    let path = workspace().join("target/bench-report.md");
+    match std::fs::write(&path, md) {
+        Ok(()) => println!("\nwritten to target/bench-report.md"),
+        Err(e) => eprintln!("bench: could not write target/bench-report.md: {e}"),
+    }
+}
+
+fn binaries_profile() -> &'static str {
+    let dir = process::bin_dir();
+    match dir.file_name().and_then(|n| n.to_str()) {
+        Some("release") => "release",
+        Some("debug") => "debug",
+        _ => "custom build",
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let knobs = Knobs::from_env();
+    let started = Instant::now();
+    eprintln!(
+        "bench: binaries: {}, window {} s, concurrency {}, {} events, prefetch {}",
+        binaries_profile(),
+        knobs.secs,
+        knobs.concurrency,
+        knobs.events,
+        knobs.prefetch
+    );
+    // Fail early and clearly if a binary is missing.
+    let _ = process::bin("oncehook-ingest");
+    let _ = process::bin("oncehook-worker");
+
+    let http = http_phase(&knobs).await;
+    let workers = worker_phase(&knobs).await;
+    let pgbench = pgbench_phase(&knobs).await;
+
+    let c = knobs.concurrency;
+    let mut rows = vec![
+        Row::new(
+            format!("A  plain HTTP GET /healthz, c={c}"),
+            "req/s",
+            &http.healthz,
+            "(ceiling)".to_owned(),
+        ),
+        Row::new(
+            format!(
+                "B  broker publish+confirm, quorum queue, {c} publishers, {} B",
+                http.envelope_bytes
+            ),
+            "msg/s",
+            &http.broker,
+            "(ceiling)".to_owned(),
+        ),
+        Row::new(
+            format!("ingest POST /webhooks/razorpay (signed), c={c}"),
+            "req/s",
+            &http.ingest,
+            format!(
+                "{}; {}",
+                versus("A", &http.ingest, &http.healthz),
+                versus("B", &http.ingest, &http.broker)
+            ),
+        ),
+    ];
+    let mut notes = Vec::new();
+    for (run, pg) in workers.iter().zip(&pgbench) {
+        rows.push(Row::new(
+            format!("C  pgbench worker transaction, {} clients", pg.clients),
+            "tps",
+            &pg.stats,
+            "(ceiling)".to_owned(),
+        ));
+        rows.push(Row::new(
+            format!(
+                "worker ×{} (prefetch {}), {} events",
+                run.workers, knobs.prefetch, run.events
+            ),
+            "events/s",
+            &run.stats,
+            format!(
+                "vs C: {} throughput, p50 {}, p99 {}",
+                ratio(run.stats.rate(), pg.stats.rate()),
+                lat_ratio(run.stats.p50(), pg.stats.p50()),
+                lat_ratio(run.stats.p99(), pg.stats.p99())
+            ),
+        ));
+        if run.applied != run.events as i64 || run.dead > 0 {
+            notes.push(format!(
+                "worker ×{}: {} of {} events applied, {} dead-lettered",
+                run.workers, run.applied, run.events, run.dead
+            ));
+        }
+        if pg.failed > 0 {
+            notes.push(format!(
+                "pgbench {} clients: {} failed transactions",
+                pg.clients, pg.failed
+            ));
+        }
+    }
+    if let (Some(one), Some(two)) = (workers.first(), workers.get(1)) {
+        notes.push(format!(
+            "worker scaling 1 → 2 processes on this machine: {} events/s",
+            ratio(two.stats.rate(), one.stats.rate())
+        ));
+    }
+    for (name, s) in [
+        ("A", &http.healthz),
+        ("ingest", &http.ingest),
+        ("B", &http.broker),
+    ] {
+        if s.errors > 0 {
+            notes.push(format!("{name}: {} failed requests", s.errors));
+        }
+    }
+    notes.push(
+        "worker latencies are per transaction (begin to commit), from the workers' \
+         oncehook_worker_transaction_duration_seconds histogram, interpolated within its buckets; \
+         pgbench latencies are per transaction from its log"
+            .to_owned(),
+    );
+    notes.push(
+        "client, services and load generator share the same machine; ratios, not absolute figures, are the result"
+            .to_owned(),
+    );
+    print_and_write(&rows, &notes, &knobs);
+    eprintln!("bench: done in {:.0} s", started.elapsed().as_secs_f64());
+}
