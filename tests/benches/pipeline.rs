@@ -270,6 +270,9 @@ async fn seed_shop(env: &TestEnv, with_products: bool, from: i64, to: i64) {
 struct HttpPhase {
     healthz: Stats,
     ingest: Stats,
+    /// Ingest's own histograms: whole request, and publish + confirm alone.
+    ingest_request: Option<[Duration; 3]>,
+    ingest_publish: Option<[Duration; 3]>,
     broker: Stats,
     envelope_bytes: usize,
 }
@@ -320,6 +323,13 @@ async fn http_phase(knobs: &Knobs) -> HttpPhase {
         .await
     };
 
+    // Where ingest's time goes, from its own histograms (warm-up included).
+    let metrics = [format!("{base}/metrics")];
+    let ingest_request =
+        histogram_percentiles(&env, &metrics, "oncehook_ingest_request_duration_seconds").await;
+    let ingest_publish =
+        histogram_percentiles(&env, &metrics, "oncehook_ingest_publish_duration_seconds").await;
+
     // The envelope exactly as ingest published it: bytes and properties.
     let sample = sample_envelope(&format!("{}.events", env.prefix)).await;
     let envelope_bytes = sample.to_bytes().len();
@@ -331,6 +341,8 @@ async fn http_phase(knobs: &Knobs) -> HttpPhase {
     HttpPhase {
         healthz,
         ingest,
+        ingest_request,
+        ingest_publish,
         broker,
         envelope_bytes,
     }
@@ -463,7 +475,12 @@ async fn worker_phase(knobs: &Knobs) -> Vec<WorkerRun> {
             metrics.push(format!("http://{addr}/metrics"));
         }
         let stats = drain_rate(&env, done_before, done_before + k as i64).await;
-        let transaction = transaction_percentiles(&env, &metrics).await;
+        let transaction = histogram_percentiles(
+            &env,
+            &metrics,
+            "oncehook_worker_transaction_duration_seconds",
+        )
+        .await;
         let stats = Stats {
             fixed: transaction,
             ..stats
@@ -585,19 +602,22 @@ async fn drain_rate(env: &TestEnv, before: i64, target: i64) -> Stats {
     }
 }
 
-/// p50/p90/p99 of `oncehook_worker_transaction_duration_seconds` over all
-/// workers, interpolated within the histogram's buckets.
-async fn transaction_percentiles(env: &TestEnv, urls: &[String]) -> Option<[Duration; 3]> {
+/// p50/p90/p99 of the Prometheus histogram `metric` summed over every
+/// label set and every endpoint in `urls`, interpolated within its buckets.
+async fn histogram_percentiles(
+    env: &TestEnv,
+    urls: &[String],
+    metric: &str,
+) -> Option<[Duration; 3]> {
     let mut buckets: Vec<(f64, f64)> = Vec::new();
+    let prefix = format!("{metric}_bucket{{");
     for url in urls {
         let Ok(resp) = env.http.get(url).send().await else {
             continue;
         };
         let text = resp.text().await.unwrap_or_default();
         for line in text.lines() {
-            let Some(rest) =
-                line.strip_prefix("oncehook_worker_transaction_duration_seconds_bucket{")
-            else {
+            let Some(rest) = line.strip_prefix(prefix.as_str()) else {
                 continue;
             };
             let Some(le_at) = rest.find("le=\"") else {
@@ -988,6 +1008,28 @@ async fn main() {
             ),
         ),
     ];
+    let server_side = |what: &str, fixed: Option<[Duration; 3]>, vs: String| Row {
+        measurement: format!("  ingest, server side: {what}"),
+        throughput: "–".to_owned(),
+        p50: ms(fixed.map(|f| f[0])),
+        p90: ms(fixed.map(|f| f[1])),
+        p99: ms(fixed.map(|f| f[2])),
+        vs,
+    };
+    rows.push(server_side(
+        "whole request (histogram)",
+        http.ingest_request,
+        "inside the handler; the rest of the client's latency is HTTP and the client".to_owned(),
+    ));
+    rows.push(server_side(
+        "publish + confirm (histogram)",
+        http.ingest_publish,
+        format!(
+            "vs B: p50 {}, p99 {}",
+            lat_ratio(http.ingest_publish.map(|f| f[0]), http.broker.p50()),
+            lat_ratio(http.ingest_publish.map(|f| f[2]), http.broker.p99())
+        ),
+    ));
     let mut notes = Vec::new();
     for (run, pg) in workers.iter().zip(&pgbench) {
         rows.push(Row::new(
