@@ -12,6 +12,8 @@ pub enum IngestError {
     UnknownSource(String),
     #[error("body exceeds the {limit} byte limit")]
     TooLarge { limit: usize },
+    #[error("request headers exceed the {limit} byte limit")]
+    HeadersTooLarge { limit: usize },
     #[error("content type {got:?} is not accepted here (expected {expected})")]
     UnsupportedMediaType { got: String, expected: &'static str },
     #[error("{0}")]
@@ -30,6 +32,7 @@ impl IngestError {
         match self {
             IngestError::UnknownSource(_) => "unknown_source",
             IngestError::TooLarge { .. } => "payload_too_large",
+            IngestError::HeadersTooLarge { .. } => "headers_too_large",
             IngestError::UnsupportedMediaType { .. } => "unsupported_media_type",
             IngestError::Signature(VerifyError::Malformed { .. }) => "malformed_signature",
             IngestError::Signature(VerifyError::OutsideTolerance { .. }) => "stale_timestamp",
@@ -46,6 +49,7 @@ impl ResponseError for IngestError {
         match self {
             IngestError::UnknownSource(_) => StatusCode::NOT_FOUND,
             IngestError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            IngestError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             IngestError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             IngestError::Signature(VerifyError::Malformed { .. }) => StatusCode::BAD_REQUEST,
             IngestError::Signature(_) => StatusCode::UNAUTHORIZED,

@@ -1,9 +1,12 @@
-//! The broker session of ingest: keeps one connection and one confirm-mode
-//! channel alive, reconnecting with backoff whenever the broker goes away,
-//! and publishes envelopes through it. While disconnected, `publish` fails
-//! fast (the handler answers 503) and `is_ready` is false.
+//! The broker session of ingest: keeps one connection and a small pool of
+//! confirm-mode channels alive, reconnecting with backoff whenever the
+//! broker goes away, and publishes envelopes through them (round robin, so
+//! concurrent requests do not queue behind one channel's confirms). While
+//! disconnected, `publish` fails fast (the handler answers 503) and
+//! `is_ready` is false.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lapin::Channel;
@@ -19,8 +22,12 @@ pub struct Publisher {
     inner: Arc<Inner>,
 }
 
+/// Confirm channels per connection.
+const CHANNELS: usize = 4;
+
 struct Inner {
-    channel: RwLock<Option<Channel>>,
+    channels: RwLock<Vec<Channel>>,
+    next: AtomicUsize,
     broken: Notify,
     ready: Readiness,
     topology: Topology,
@@ -38,7 +45,8 @@ impl Publisher {
         shutdown: Shutdown,
     ) -> Self {
         let inner = Arc::new(Inner {
-            channel: RwLock::new(None),
+            channels: RwLock::new(Vec::new()),
+            next: AtomicUsize::new(0),
             broken: Notify::new(),
             ready: Readiness::default(),
             topology,
@@ -58,15 +66,23 @@ impl Publisher {
                 break;
             };
             let setup = async {
-                let ch = amqp::confirm_channel(&conn).await?;
-                self.inner.topology.declare(&ch, delivery_limit).await?;
-                Ok::<_, lapin::Error>(ch)
+                let mut channels = Vec::with_capacity(CHANNELS);
+                for _ in 0..CHANNELS {
+                    channels.push(amqp::confirm_channel(&conn).await?);
+                }
+                if let Some(first) = channels.first() {
+                    self.inner.topology.declare(first, delivery_limit).await?;
+                }
+                Ok::<_, lapin::Error>(channels)
             };
             match setup.await {
-                Ok(ch) => {
-                    tracing::info!("connected to broker; publishing with confirms");
+                Ok(channels) => {
+                    tracing::info!(
+                        channels = channels.len(),
+                        "connected to broker; publishing with confirms"
+                    );
                     metrics::gauge!("oncehook_ingest_broker_connected").set(1.0);
-                    *self.inner.channel.write().await = Some(ch.clone());
+                    *self.inner.channels.write().await = channels.clone();
                     self.inner.ready.set(true);
                     // Hold the session until the channel dies or a publish reports trouble.
                     loop {
@@ -75,12 +91,16 @@ impl Publisher {
                             () = self.inner.broken.notified() => {}
                             () = tokio::time::sleep(Duration::from_millis(250)) => {}
                         }
-                        if !ch.status().connected() || !conn.status().connected() {
+                        let all_up = channels.iter().all(|ch| ch.status().connected());
+                        if !all_up || !conn.status().connected() {
                             break;
                         }
                     }
                     self.inner.ready.set(false);
-                    *self.inner.channel.write().await = None;
+                    self.inner.channels.write().await.clear();
+                    for ch in &channels {
+                        let _ = ch.close(200, "ingest session ends".into()).await;
+                    }
                     metrics::gauge!("oncehook_ingest_broker_connected").set(0.0);
                     if !shutdown.is_triggered() {
                         tracing::warn!("broker connection lost; answering 503 until it is back");
@@ -100,18 +120,24 @@ impl Publisher {
         self.inner.ready.clone()
     }
 
-    /// Whether a confirm channel is currently usable.
+    /// Whether the confirm channels are usable.
     pub async fn is_ready(&self) -> bool {
-        match self.inner.channel.read().await.as_ref() {
-            Some(ch) => ch.status().connected() && ch.status().confirm(),
-            None => false,
-        }
+        let channels = self.inner.channels.read().await;
+        !channels.is_empty()
+            && channels
+                .iter()
+                .all(|ch| ch.status().connected() && ch.status().confirm())
     }
 
     /// Publishes `envelope` to the events exchange and waits for the confirm.
     pub async fn publish(&self, envelope: &Envelope) -> Result<(), PublishError> {
-        let Some(ch) = self.inner.channel.read().await.clone() else {
-            return Err(PublishError::NotConnected);
+        let ch = {
+            let channels = self.inner.channels.read().await;
+            if channels.is_empty() {
+                return Err(PublishError::NotConnected);
+            }
+            let i = self.inner.next.fetch_add(1, Ordering::Relaxed) % channels.len();
+            channels[i].clone()
         };
         let result = amqp::publish_confirmed(
             &ch,

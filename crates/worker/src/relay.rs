@@ -24,8 +24,8 @@ const BATCH: i64 = 100;
 pub enum RelayError {
     #[error("outbox query failed: {0}")]
     Database(#[from] sqlx::Error),
-    #[error("publishing outbox row {id} failed: {source}")]
-    Publish { id: Uuid, source: PublishError },
+    #[error("publishing a batch of {count} outbox row(s) failed: {source}")]
+    Publish { count: usize, source: PublishError },
 }
 
 /// Publishes batches until `stop` fires or the channel dies. `wakeup` lets
@@ -84,20 +84,27 @@ pub async fn publish_batch(
     if ids.is_empty() {
         return Ok(0);
     }
-    let exchange = topology.emails();
-    for id in &ids {
-        let msg = EmailMessage { outbox_id: *id };
-        amqp::publish_confirmed(
-            ch,
-            &exchange,
-            topology.email_routing_key(),
-            &msg.to_bytes(),
-            msg.properties(),
-            timeout,
-        )
-        .await
-        .map_err(|source| RelayError::Publish { id: *id, source })?;
-    }
+    let messages = ids
+        .iter()
+        .map(|id| {
+            let msg = EmailMessage { outbox_id: *id };
+            (msg.to_bytes(), msg.properties())
+        })
+        .collect();
+    // One round trip for the batch; if any confirm fails, nothing is marked
+    // and the whole batch is published again (the mailer skips sent rows).
+    amqp::publish_all_confirmed(
+        ch,
+        &topology.emails(),
+        topology.email_routing_key(),
+        messages,
+        timeout,
+    )
+    .await
+    .map_err(|source| RelayError::Publish {
+        count: ids.len(),
+        source,
+    })?;
     sqlx::query("UPDATE email_outbox SET published_at = now() WHERE id = ANY($1)")
         .bind(&ids)
         .execute(&mut *tx)

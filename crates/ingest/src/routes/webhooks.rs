@@ -19,6 +19,8 @@ use crate::error::IngestError;
 
 /// How long a sender may take to deliver the body once the headers arrived.
 const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Total size of all request headers; gateways send a few hundred bytes.
+const HEADER_LIMIT: usize = 16 * 1024;
 use crate::startup::IngestState;
 
 pub async fn receive(
@@ -57,6 +59,16 @@ async fn handle(
         .sources
         .get(source_name)
         .ok_or_else(|| IngestError::UnknownSource(source_name.to_owned()))?;
+    let header_bytes: usize = req
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len())
+        .sum();
+    if header_bytes > HEADER_LIMIT {
+        return Err(IngestError::HeadersTooLarge {
+            limit: HEADER_LIMIT,
+        });
+    }
     check_content_type(req, source.gateway)?;
     // Headers have their own deadline (the server's client request timeout);
     // the body gets one too, so a stalled sender cannot hold a worker.
