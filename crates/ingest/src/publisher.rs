@@ -1,12 +1,9 @@
-//! The broker session of ingest: keeps one connection and a small pool of
-//! confirm-mode channels alive, reconnecting with backoff whenever the
-//! broker goes away, and publishes envelopes through them (round robin, so
-//! concurrent requests do not queue behind one channel's confirms). While
-//! disconnected, `publish` fails fast (the handler answers 503) and
-//! `is_ready` is false.
+//! The broker session of ingest: keeps one connection and one confirm-mode
+//! channel alive, reconnecting with backoff whenever the broker goes away,
+//! and publishes envelopes through it. While disconnected, `publish` fails
+//! fast (the handler answers 503) and `is_ready` is false.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lapin::Channel;
@@ -22,12 +19,8 @@ pub struct Publisher {
     inner: Arc<Inner>,
 }
 
-/// Confirm channels per connection.
-const CHANNELS: usize = 4;
-
 struct Inner {
-    channels: RwLock<Vec<Channel>>,
-    next: AtomicUsize,
+    channel: RwLock<Option<Channel>>,
     broken: Notify,
     ready: Readiness,
     topology: Topology,
@@ -45,8 +38,7 @@ impl Publisher {
         shutdown: Shutdown,
     ) -> Self {
         let inner = Arc::new(Inner {
-            channels: RwLock::new(Vec::new()),
-            next: AtomicUsize::new(0),
+            channel: RwLock::new(None),
             broken: Notify::new(),
             ready: Readiness::default(),
             topology,
@@ -66,23 +58,15 @@ impl Publisher {
                 break;
             };
             let setup = async {
-                let mut channels = Vec::with_capacity(CHANNELS);
-                for _ in 0..CHANNELS {
-                    channels.push(amqp::confirm_channel(&conn).await?);
-                }
-                if let Some(first) = channels.first() {
-                    self.inner.topology.declare(first, delivery_limit).await?;
-                }
-                Ok::<_, lapin::Error>(channels)
+                let ch = amqp::confirm_channel(&conn).await?;
+                self.inner.topology.declare(&ch, delivery_limit).await?;
+                Ok::<_, lapin::Error>(ch)
             };
             match setup.await {
-                Ok(channels) => {
-                    tracing::info!(
-                        channels = channels.len(),
-                        "connected to broker; publishing with confirms"
-                    );
+                Ok(ch) => {
+                    tracing::info!("connected to broker; publishing with confirms");
                     metrics::gauge!("oncehook_ingest_broker_connected").set(1.0);
-                    *self.inner.channels.write().await = channels.clone();
+                    *self.inner.channel.write().await = Some(ch.clone());
                     self.inner.ready.set(true);
                     // Hold the session until the channel dies or a publish reports trouble.
                     loop {
@@ -91,16 +75,15 @@ impl Publisher {
                             () = self.inner.broken.notified() => {}
                             () = tokio::time::sleep(Duration::from_millis(250)) => {}
                         }
-                        let all_up = channels.iter().all(|ch| ch.status().connected());
-                        if !all_up || !conn.status().connected() {
+                        if !ch.status().connected() || !conn.status().connected() {
                             break;
                         }
                     }
                     self.inner.ready.set(false);
-                    self.inner.channels.write().await.clear();
-                    for ch in &channels {
-                        let _ = ch.close(200, "ingest session ends".into()).await;
-                    }
+                    *self.inner.channel.write().await = None;
+                    // Close the channel before the connection (a channel still
+                    // closing when the connection goes makes the client log an error).
+                    let _ = ch.close(200, "ingest session ends".into()).await;
                     metrics::gauge!("oncehook_ingest_broker_connected").set(0.0);
                     if !shutdown.is_triggered() {
                         tracing::warn!("broker connection lost; answering 503 until it is back");
@@ -120,24 +103,18 @@ impl Publisher {
         self.inner.ready.clone()
     }
 
-    /// Whether the confirm channels are usable.
+    /// Whether a confirm channel is currently usable.
     pub async fn is_ready(&self) -> bool {
-        let channels = self.inner.channels.read().await;
-        !channels.is_empty()
-            && channels
-                .iter()
-                .all(|ch| ch.status().connected() && ch.status().confirm())
+        match self.inner.channel.read().await.as_ref() {
+            Some(ch) => ch.status().connected() && ch.status().confirm(),
+            None => false,
+        }
     }
 
     /// Publishes `envelope` to the events exchange and waits for the confirm.
     pub async fn publish(&self, envelope: &Envelope) -> Result<(), PublishError> {
-        let ch = {
-            let channels = self.inner.channels.read().await;
-            if channels.is_empty() {
-                return Err(PublishError::NotConnected);
-            }
-            let i = self.inner.next.fetch_add(1, Ordering::Relaxed) % channels.len();
-            channels[i].clone()
+        let Some(ch) = self.inner.channel.read().await.clone() else {
+            return Err(PublishError::NotConnected);
         };
         let result = amqp::publish_confirmed(
             &ch,
