@@ -492,3 +492,72 @@ async fn the_edge_refuses_oversized_headers_stalled_bodies_and_wrong_methods_wit
     );
     assert!(ingest.is_running(), "still serving");
 }
+
+#[tokio::test]
+async fn oncehookctl_send_signs_for_every_gateway_and_reports_the_answers() {
+    let mut env = TestEnv::new().await;
+    shop::product(&env.pool, "MUG", 10).await;
+    for o in ["ord_s1", "ord_s2", "ord_s3", "ord_s4", "ord_s5"] {
+        shop::order(&env.pool, o, 50_000, "INR", &[("MUG", 1)]).await;
+    }
+    let (_ingest, url) = env.start_ingest().await;
+    let _worker = env.start_worker().await;
+
+    for (source, event, order) in [
+        ("razorpay", "payment.captured", "ord_s1"),
+        ("cashfree", "PAYMENT_SUCCESS_WEBHOOK", "ord_s2"),
+        ("payu", "success", "ord_s3"),
+        ("stripe", "payment_intent.succeeded", "ord_s4"),
+        ("standard", "payment.succeeded", "ord_s5"),
+    ] {
+        let (code, out, err) = env
+            .ctl(&[
+                "send",
+                source,
+                event,
+                "--order",
+                order,
+                "--times",
+                "3",
+                "--concurrency",
+                "3",
+                "--url",
+                &url,
+            ])
+            .await;
+        assert_eq!(code, 0, "{source}: {out}{err}");
+        assert!(out.contains("200 x3"), "{source}: {out}");
+    }
+    // Refusals are what --tamper and --stale are for: exit 0 when refused as expected.
+    let (code, out, _) = env
+        .ctl(&[
+            "send", "razorpay", "captured", "--order", "ord_s1", "--tamper", "--url", &url,
+        ])
+        .await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("401 x1"), "{out}");
+    let (code, out, _) = env
+        .ctl(&[
+            "send", "stripe", "captured", "--order", "ord_s4", "--stale", "--url", &url,
+        ])
+        .await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("stale_timestamp"), "{out}");
+    // An unknown source is a clear error, not a post.
+    let (code, _, err) = env
+        .ctl(&["send", "paypal", "captured", "--url", &url])
+        .await;
+    assert_ne!(code, 0);
+    assert!(err.contains("no source named \"paypal\""), "{err}");
+
+    eventually("five orders paid once each", WAIT, || async {
+        (env.count("SELECT count(*) FROM orders WHERE status = 'paid'")
+            .await
+            == 5)
+            .then_some(())
+    })
+    .await;
+    wait_drained(&env).await;
+    assert_eq!(env.count("SELECT count(*) FROM payments").await, 5);
+    assert_eq!(shop::stock(&env.pool, "MUG").await, 5);
+}
