@@ -225,7 +225,7 @@ async fn authorized_captured_and_order_paid_for_one_payment_decrement_once() {
 #[tokio::test]
 async fn bad_signatures_get_401_and_nothing_is_published() {
     let mut env = TestEnv::new().await;
-    let (_ingest, url) = env.start_ingest().await;
+    let (ingest, url) = env.start_ingest().await;
     let spec = env.spec("order_5", "pay_E", "evt_E", 50_000);
     let good = env.sign(Gateway::Razorpay, "payment.captured", &spec);
 
@@ -263,11 +263,44 @@ async fn bad_signatures_get_401_and_nothing_is_published() {
     huge.body = vec![b' '; 300 * 1024];
     assert_eq!(env.post(&url, "razorpay", &huge).await.0, 413);
 
+    // A signature header that cannot be read, and a PayU body that is not a readable form: 400.
+    let mut garbled = env.sign(Gateway::Stripe, "captured", &spec);
+    garbled.headers = garbled
+        .headers
+        .iter()
+        .map(|(n, v)| {
+            (
+                n,
+                if n == "stripe-signature" {
+                    "nonsense".to_owned()
+                } else {
+                    v.to_owned()
+                },
+            )
+        })
+        .collect();
+    let (status, body) = env.post(&url, "stripe", &garbled).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("malformed_signature"), "{body}");
+    let mut not_a_form = env.sign(Gateway::Payu, "success", &spec);
+    not_a_form.body = b"txnid=\xff\xfe&hash=00".to_vec();
+    assert_eq!(env.post(&url, "payu", &not_a_form).await.0, 400);
+
     // No worker runs, so anything published would still be in the queue.
     assert_eq!(
         broker::depth(&format!("{}.events", env.prefix)).await,
         Some(0)
     );
+    // Refusals are logged for operators, without secrets.
+    let log = ingest.log_text();
+    assert!(log.contains("webhook refused"), "{log}");
+    for secret in [
+        oncehook_e2e::Secrets::RAZORPAY,
+        oncehook_e2e::Secrets::STRIPE,
+        oncehook_e2e::Secrets::PAYU,
+    ] {
+        assert!(!log.contains(secret), "a secret leaked into the log");
+    }
     // The authentic one is accepted and is then the only message.
     assert_eq!(env.post(&url, "razorpay", &good).await.0, 200);
     assert_eq!(
