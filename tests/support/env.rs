@@ -257,6 +257,22 @@ impl TestEnv {
         send(&self.http, format!("{base}/webhooks/{source}"), delivery).await
     }
 
+    /// Like [`TestEnv::post`] on a connection of its own, for requests the
+    /// server refuses early (it may close that connection afterwards).
+    pub async fn post_fresh(
+        &self,
+        base: &str,
+        source: &str,
+        delivery: &SignedDelivery,
+    ) -> (u16, String) {
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .timeout(Duration::from_secs(15))
+            .build()
+            .expect("http client");
+        send(&http, format!("{base}/webhooks/{source}"), delivery).await
+    }
+
     /// POSTs the same delivery `n` times, all at once.
     pub async fn post_concurrently(
         &self,

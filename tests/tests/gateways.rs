@@ -310,6 +310,7 @@ async fn second_payment_for_a_paid_order_is_flagged_and_late_failures_do_not_unp
         &env.spec("ord_x", "pi_x2", "evt_x2", 50_000),
     );
     assert_eq!(env.post(&url, "stripe", &second).await.0, 200);
+    processed(&env, 2).await;
     // And a late failure for yet another attempt arrives after the capture.
     let late = env.sign(
         Gateway::Razorpay,
