@@ -210,6 +210,15 @@ impl TestEnv {
         .await;
     }
 
+    /// Waits (30 s) until `P.events` is empty: everything processed and acked.
+    pub async fn wait_events_drained(&self) {
+        let queue = format!("{}.events", self.prefix);
+        crate::eventually("events queue drained", Duration::from_secs(30), || async {
+            (crate::broker::depth(&queue).await == Some(0)).then_some(())
+        })
+        .await;
+    }
+
     /// Runs `oncehookctl` with `args`; returns (exit code, stdout, stderr).
     pub async fn ctl(&self, args: &[&str]) -> (i32, String, String) {
         let out = tokio::process::Command::new(crate::process::bin("oncehookctl"))

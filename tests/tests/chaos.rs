@@ -59,12 +59,7 @@ fn finish(report: Report) {
     assert!(report.notes.is_empty(), "invariants: {:?}", report.notes);
 }
 
-async fn run_load(
-    env: &TestEnv,
-    s: &Stack,
-    plan: &Plan,
-) -> tokio::task::JoinHandle<chaos::LoadResult> {
-    let _ = env;
+fn run_load(s: &Stack, plan: &Plan) -> tokio::task::JoinHandle<chaos::LoadResult> {
     chaos::start_load(s.url.clone(), plan, 6, spread())
 }
 
@@ -74,7 +69,7 @@ async fn chaos_sigkill_workers_during_load() {
     let mut env = TestEnv::new().await;
     let plan = chaos::plan(&env, orders(), "kill").await;
     let mut s = stack(&mut env, 3).await;
-    let load = run_load(&env, &s, &plan).await;
+    let load = run_load(&s, &plan);
     let kills: usize = 5;
     for i in 0..kills {
         tokio::time::sleep(spread() / (kills as u32 + 1)).await;
@@ -96,7 +91,7 @@ async fn chaos_restart_rabbitmq_during_load() {
     let mut env = TestEnv::new().await;
     let plan = chaos::plan(&env, orders(), "rmq").await;
     let s = stack(&mut env, 2).await;
-    let load = run_load(&env, &s, &plan).await;
+    let load = run_load(&s, &plan);
     tokio::time::sleep(spread() / 4).await;
     run("rabbitmqctl", &["stop_app"]).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -132,7 +127,7 @@ async fn chaos_restart_postgres_during_load() {
     let mut env = TestEnv::new().await;
     let plan = chaos::plan(&env, orders(), "pg").await;
     let s = stack(&mut env, 2).await;
-    let load = run_load(&env, &s, &plan).await;
+    let load = run_load(&s, &plan);
     tokio::time::sleep(spread() / 3).await;
     let version = std::fs::read_dir("/etc/postgresql")
         .ok()
@@ -168,7 +163,7 @@ async fn chaos_smtp_down_for_a_while() {
     env.set_env("ONCEHOOK_SMTP_URL", &smtp.url());
     let plan = chaos::plan(&env, orders(), "smtp").await;
     let s = stack(&mut env, 2).await;
-    let load = run_load(&env, &s, &plan).await;
+    let load = run_load(&s, &plan);
     tokio::time::sleep(Duration::from_secs(1)).await;
     smtp.stop();
     tokio::time::sleep(Duration::from_secs(6)).await;
@@ -199,7 +194,7 @@ async fn chaos_poison_message_is_dead_lettered_by_the_delivery_limit() {
     let poison = plan.orders[3].clone();
     env.set_env("ONCEHOOK_FAULT_PANIC_ORDER_REF", &poison);
     let mut s = stack(&mut env, 2).await;
-    let load = run_load(&env, &s, &plan).await;
+    let load = run_load(&s, &plan);
     let load = load.await.expect("load");
     let report = chaos::settle_and_check(
         &env,
@@ -233,7 +228,7 @@ async fn chaos_sigterm_each_binary_mid_load() {
     let mut env = TestEnv::new().await;
     let plan = chaos::plan(&env, orders(), "term").await;
     let mut s = stack(&mut env, 2).await;
-    let load = run_load(&env, &s, &plan).await;
+    let load = run_load(&s, &plan);
     let step = spread() / 4;
 
     tokio::time::sleep(step).await;

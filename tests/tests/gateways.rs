@@ -28,11 +28,7 @@ async fn processed(env: &TestEnv, n: i64) {
 }
 
 async fn drained(env: &TestEnv) {
-    let queue = format!("{}.events", env.prefix);
-    eventually("events queue drained", WAIT, || async {
-        (broker::depth(&queue).await == Some(0)).then_some(())
-    })
-    .await;
+    env.wait_events_drained().await;
     tokio::time::sleep(Duration::from_millis(500)).await;
 }
 

@@ -42,15 +42,6 @@ async fn wait_emails_sent(env: &TestEnv, order_ref: &str, n: usize) {
     .await;
 }
 
-/// Waits until the events queue is drained (everything processed and acked).
-async fn wait_drained(env: &TestEnv) {
-    let queue = format!("{}.events", env.prefix);
-    eventually("events queue drained", WAIT, || async {
-        (broker::depth(&queue).await == Some(0)).then_some(())
-    })
-    .await;
-}
-
 #[tokio::test]
 async fn same_captured_event_posted_twice_has_one_effect() {
     let mut env = TestEnv::new().await;
@@ -75,7 +66,7 @@ async fn same_captured_event_posted_twice_has_one_effect() {
         (hooks.len() == 1 && hooks[0].2 == 2).then_some(())
     })
     .await;
-    wait_drained(&env).await;
+    env.wait_events_drained().await;
     tokio::time::sleep(Duration::from_millis(700)).await;
 
     assert_eq!(
@@ -117,7 +108,7 @@ async fn thirty_concurrent_copies_with_three_workers_have_one_effect() {
         (hooks.len() == 1 && hooks[0].2 == 30).then_some(())
     })
     .await;
-    wait_drained(&env).await;
+    env.wait_events_drained().await;
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     assert_eq!(shop::payments(&env.pool, "order_2").await.len(), 1);
@@ -161,7 +152,7 @@ async fn failed_then_captured_pays_once_and_records_the_failure() {
     wait_paid(&env, "order_3").await;
     // A late copy of the failure must not move the paid order back.
     assert_eq!(env.post(&url, "razorpay", &failed).await.0, 200);
-    wait_drained(&env).await;
+    env.wait_events_drained().await;
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     assert_eq!(shop::order_status(&env.pool, "order_3").await, "paid");
@@ -199,7 +190,7 @@ async fn authorized_captured_and_order_paid_for_one_payment_decrement_once() {
     })
     .await;
     wait_emails_sent(&env, "order_4", 1).await;
-    wait_drained(&env).await;
+    env.wait_events_drained().await;
     tokio::time::sleep(Duration::from_millis(700)).await;
 
     assert_eq!(shop::order_status(&env.pool, "order_4").await, "paid");
@@ -598,7 +589,7 @@ async fn oncehookctl_send_signs_for_every_gateway_and_reports_the_answers() {
             .then_some(())
     })
     .await;
-    wait_drained(&env).await;
+    env.wait_events_drained().await;
     assert_eq!(env.count("SELECT count(*) FROM payments").await, 5);
     assert_eq!(shop::stock(&env.pool, "MUG").await, 5);
 }

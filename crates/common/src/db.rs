@@ -71,6 +71,22 @@ pub fn is_transient(err: &sqlx::Error) -> bool {
     }
 }
 
+/// Whether an error means Postgres itself is unreachable (as opposed to
+/// contention): the caller should wait for the database rather than burn
+/// retries. A subset of [`is_transient`].
+pub fn is_connection_problem(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|c| c.starts_with("57P") || c.starts_with("08")),
+        _ => false,
+    }
+}
+
 /// Waits until `SELECT 1` works; `false` if shutdown came first.
 pub async fn wait_for_database(pool: &PgPool, shutdown: &crate::shutdown::Shutdown) -> bool {
     let mut delay = Duration::from_millis(200);

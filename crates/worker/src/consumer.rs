@@ -168,7 +168,7 @@ impl<E: Effect> Worker<E> {
                 Err(ProcessError::Transient(err)) => {
                     metrics::counter!("oncehook_worker_retries_total", "gateway" => gateway)
                         .increment(1);
-                    if is_connection_problem(&err) {
+                    if db::is_connection_problem(&err) {
                         tracing::warn!(gateway, event_id = %decoded.event.event_id, %err, "database unreachable; pausing this delivery until it is back");
                         if !db::wait_for_database(&self.pool, &self.shutdown).await {
                             return consume::requeue(&delivery).await;
@@ -225,18 +225,5 @@ impl<E: Effect> Worker<E> {
                 consume::requeue(delivery).await;
             }
         }
-    }
-}
-
-fn is_connection_problem(err: &sqlx::Error) -> bool {
-    match err {
-        sqlx::Error::Io(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => true,
-        sqlx::Error::Database(db) => db
-            .code()
-            .is_some_and(|c| c.starts_with("57P") || c.starts_with("08")),
-        _ => false,
     }
 }
