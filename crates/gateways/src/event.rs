@@ -61,4 +61,8 @@ pub struct NormalizedEvent {
     pub email: Option<String>,
     /// For refunds: the gateway's refund id.
     pub refund_id: Option<String>,
+    /// For refunds: `amount_minor` is the payment's cumulative refunded
+    /// total (Stripe `charge.refunded`), not the amount of one refund.
+    #[serde(default)]
+    pub cumulative_refund: bool,
 }

@@ -133,5 +133,6 @@ pub(crate) fn parse(body: &[u8]) -> Result<NormalizedEvent, ParseError> {
         email: form.non_empty("email").map(str::to_owned),
         refund_id,
         event_id,
+        cumulative_refund: false,
     })
 }

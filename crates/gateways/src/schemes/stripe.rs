@@ -196,5 +196,6 @@ pub(crate) fn parse(body: &[u8]) -> Result<NormalizedEvent, ParseError> {
         currency: currency_at(&v, &[OBJECT[0], OBJECT[1], "currency"]),
         email,
         refund_id,
+        cumulative_refund: false,
     })
 }
