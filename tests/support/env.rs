@@ -19,6 +19,8 @@ pub struct Secrets;
 impl Secrets {
     pub const RAZORPAY: &'static str = "rzp_test_webhook_secret";
     pub const RAZORPAY_OLD: &'static str = "rzp_old_webhook_secret";
+    /// The secret of `razorpay_second`, a second Razorpay account.
+    pub const RAZORPAY_SECOND_ACCOUNT: &'static str = "rzp_second_account_secret";
     pub const CASHFREE: &'static str = "cf_test_client_secret";
     pub const PAYU: &'static str = "payu_test_salt";
     pub const STRIPE: &'static str = "whsec_test_stripe_endpoint";
@@ -433,6 +435,11 @@ name = "standard"
 gateway = "standard"
 secrets = ["{std}"]
 tolerance_secs = 300
+
+[[source]]
+name = "razorpay_second"
+gateway = "razorpay"
+secrets = ["{rzp_second}"]
 "#,
         rzp = Secrets::RAZORPAY,
         rzp_old = Secrets::RAZORPAY_OLD,
@@ -440,6 +447,7 @@ tolerance_secs = 300
         payu = Secrets::PAYU,
         stripe = Secrets::STRIPE,
         std = Secrets::STANDARD,
+        rzp_second = Secrets::RAZORPAY_SECOND_ACCOUNT,
     )
 }
 

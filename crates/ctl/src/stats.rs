@@ -66,8 +66,18 @@ struct GatewayRow {
     duplicates: i64,
 }
 
+/// Books that need a human, and events waiting for their order's link.
+struct Ledger {
+    oversold_orders: i64,
+    needs_refund: i64,
+    amount_mismatch: i64,
+    parked: i64,
+    oldest_parked_age_secs: Option<f64>,
+}
+
 struct Database {
     outbox: Outbox,
+    ledger: Ledger,
     gateways: BTreeMap<String, GatewayRow>,
 }
 
@@ -142,6 +152,16 @@ pub async fn run(settings: &Settings, args: StatsArgs, out: &Output) -> anyhow::
             }),
             Err(_) => Value::Null,
         };
+        let ledger = match &database {
+            Ok(db) => json!({
+                "oversold_orders": db.ledger.oversold_orders,
+                "payments_needing_refund": db.ledger.needs_refund,
+                "payments_amount_mismatch": db.ledger.amount_mismatch,
+                "parked_events": db.ledger.parked,
+                "oldest_parked_age_secs": db.ledger.oldest_parked_age_secs.map(|s| s.max(0.0).round() as i64),
+            }),
+            Err(_) => Value::Null,
+        };
         let gateways_json: Vec<Value> = gateway_rows
             .iter()
             .map(|(g, r, dead)| {
@@ -172,6 +192,7 @@ pub async fn run(settings: &Settings, args: StatsArgs, out: &Output) -> anyhow::
                 "queues": queues,
                 "dead_letters": dead,
                 "outbox": outbox,
+                "ledger": ledger,
                 "gateways": gateways_json,
             }),
         );
@@ -231,6 +252,17 @@ pub async fn run(settings: &Settings, args: StatsArgs, out: &Output) -> anyhow::
                     o.oldest_age_secs
                         .map(|s| format!("{} old", human_duration(s.max(0.0) as u64)))
                         .unwrap_or_else(|| "-".to_owned()),
+                ));
+                let l = &db.ledger;
+                text.push_str(&format!(
+                    "Ledger: oversold orders {}, payments needing refund {}, amount mismatches {}, parked events {}{}\n",
+                    l.oversold_orders,
+                    l.needs_refund,
+                    l.amount_mismatch,
+                    l.parked,
+                    l.oldest_parked_age_secs
+                        .map(|s| format!(" (oldest {} old)", human_duration(s.max(0.0) as u64)))
+                        .unwrap_or_default(),
                 ));
             }
             Err(e) => text.push_str(&format!("Outbox: unavailable ({e:#})\n")),
@@ -369,6 +401,23 @@ async fn database_queries(
         failed: row.try_get("failed")?,
         oldest_age_secs: row.try_get("oldest_age")?,
     };
+    let row = sqlx::query(
+        "SELECT (SELECT count(*) FROM orders WHERE oversold) AS oversold,
+                (SELECT count(*) FROM payments WHERE flag = 'needs_refund') AS needs_refund,
+                (SELECT count(*) FROM payments WHERE flag = 'amount_mismatch') AS amount_mismatch,
+                (SELECT count(*) FROM parked_events) AS parked,
+                (SELECT EXTRACT(EPOCH FROM now() - min(parked_at))::float8 FROM parked_events) AS oldest_parked",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .context("reading the ledger (orders, payments, parked_events)")?;
+    let ledger = Ledger {
+        oversold_orders: row.try_get("oversold")?,
+        needs_refund: row.try_get("needs_refund")?,
+        amount_mismatch: row.try_get("amount_mismatch")?,
+        parked: row.try_get("parked")?,
+        oldest_parked_age_secs: row.try_get("oldest_parked")?,
+    };
     let rows = sqlx::query(
         "SELECT provider,
                 count(*) FILTER (WHERE outcome = 'applied') AS applied,
@@ -395,5 +444,9 @@ async fn database_queries(
             },
         );
     }
-    Ok(Database { outbox, gateways })
+    Ok(Database {
+        outbox,
+        ledger,
+        gateways,
+    })
 }

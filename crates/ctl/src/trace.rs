@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Subcommand;
 use oncehook_common::{Settings, db};
+use oncehook_gateways::{currency_exponent, format_decimal_minor};
 use serde_json::{Value, json};
 use sqlx::postgres::PgRow;
 use sqlx::{PgPool, Row};
@@ -118,17 +119,30 @@ async fn trace_order(pool: &PgPool, order_ref: &str, out: &Output) -> anyhow::Re
         return Ok(ExitCode::SUCCESS);
     }
     let o = &order["order"];
+    let currency = s(&o["currency"]);
+    let amount = |v: &Value| {
+        v.as_i64().map_or_else(
+            || "-".to_owned(),
+            |minor| format_decimal_minor(minor, currency_exponent(&currency)),
+        )
+    };
     println!(
-        "order {}  {}  {} {}  customer {}\n  created {}  paid {} by {}  refunded {}",
+        "order {}  {}{}  {} {}  customer {}\n  created {}  paid {} by {}  refunded {} {}",
         s(&o["order_ref"]),
         s(&o["status"]).to_uppercase(),
-        o["amount_minor"],
-        s(&o["currency"]),
+        if o["oversold"].as_bool() == Some(true) {
+            "  OVERSOLD (stock went below zero: restock or refund)"
+        } else {
+            ""
+        },
+        amount(&o["amount_minor"]),
+        currency,
         s(&o["customer_email"]),
         s(&o["created_at"]),
         s(&o["paid_at"]),
         s(&o["paid_by"]),
-        o["refunded_minor"],
+        amount(&o["refunded_minor"]),
+        currency,
     );
     section(
         "items",
@@ -170,12 +184,16 @@ async fn trace_order(pool: &PgPool, order_ref: &str, out: &Output) -> anyhow::Re
     );
     section(
         "refunds",
-        &["PROVIDER", "REFUND", "AMOUNT", "EVENT", "AT"],
+        &[
+            "PROVIDER", "REFUND", "PAYMENT", "AMOUNT", "TOTAL?", "EVENT", "AT",
+        ],
         &order["refunds"],
         &[
             "provider",
             "refund_id",
+            "payment_id",
             "amount_minor",
+            "cumulative",
             "event_id",
             "created_at",
         ],
@@ -251,7 +269,7 @@ fn webhook_json(row: &PgRow) -> anyhow::Result<Value> {
 /// The whole story of an order as JSON (`null` if there is no such order).
 pub async fn order_json(pool: &PgPool, order_ref: &str) -> anyhow::Result<Value> {
     let Some(o) = sqlx::query(
-        "SELECT id, order_ref, customer_email, amount_minor, currency, status, paid_at, paid_by, refunded_minor, created_at
+        "SELECT id, order_ref, customer_email, amount_minor, currency, status, paid_at, paid_by, refunded_minor, oversold, created_at
          FROM orders WHERE order_ref = $1",
     )
     .bind(order_ref)
@@ -270,6 +288,7 @@ pub async fn order_json(pool: &PgPool, order_ref: &str) -> anyhow::Result<Value>
         "paid_at": ts(&o, "paid_at")?,
         "paid_by": o.try_get::<Option<String>, _>("paid_by")?,
         "refunded_minor": o.try_get::<i64, _>("refunded_minor")?,
+        "oversold": o.try_get::<bool, _>("oversold")?,
         "created_at": ts(&o, "created_at")?,
     });
     let mut items = Vec::new();
@@ -303,7 +322,10 @@ pub async fn order_json(pool: &PgPool, order_ref: &str) -> anyhow::Result<Value>
                 outcome, detail, deliveries, received_at, processed_at, last_seen_at
          FROM processed_webhooks
          WHERE order_ref = $1
-            OR (order_ref IS NULL AND (provider, payment_id) IN (SELECT provider, payment_id FROM payments WHERE order_id = $2))
+            OR (order_ref IS NULL AND (provider, payment_id) IN (
+                SELECT provider, payment_id FROM payments WHERE order_id = $2
+                UNION SELECT provider, payment_id FROM payment_links WHERE order_id = $2
+                UNION SELECT provider, payment_id FROM refunds WHERE order_id = $2))
          ORDER BY received_at, processed_at",
     )
     .bind(order_ref)
@@ -314,7 +336,7 @@ pub async fn order_json(pool: &PgPool, order_ref: &str) -> anyhow::Result<Value>
         webhooks.push(webhook_json(&r)?);
     }
     let mut refunds = Vec::new();
-    for r in sqlx::query("SELECT provider, refund_id, amount_minor, event_id, created_at FROM refunds WHERE order_id = $1 ORDER BY created_at")
+    for r in sqlx::query("SELECT provider, refund_id, payment_id, amount_minor, cumulative, event_id, created_at FROM refunds WHERE order_id = $1 ORDER BY created_at")
         .bind(id)
         .fetch_all(pool)
         .await?
@@ -322,7 +344,9 @@ pub async fn order_json(pool: &PgPool, order_ref: &str) -> anyhow::Result<Value>
         refunds.push(json!({
             "provider": r.try_get::<String, _>("provider")?,
             "refund_id": r.try_get::<String, _>("refund_id")?,
+            "payment_id": r.try_get::<Option<String>, _>("payment_id")?,
             "amount_minor": r.try_get::<i64, _>("amount_minor")?,
+            "cumulative": r.try_get::<bool, _>("cumulative")?,
             "event_id": r.try_get::<String, _>("event_id")?,
             "created_at": ts(&r, "created_at")?,
         }));

@@ -199,7 +199,10 @@ async fn locate(conn: &mut PgConnection, event: &NormalizedEvent) -> Result<Loca
             Some(row) => Ok(Located::Order(order_from(&row)?)),
             None => Err(EffectError::permanent(
                 "unknown_order",
-                format!("{}: no order matches order_ref {order_ref:?}", describe(event)),
+                format!(
+                    "{}: no order matches order_ref {order_ref:?}",
+                    describe(event)
+                ),
             )),
         };
     }
@@ -307,8 +310,15 @@ async fn adopt(
                 // It was understood when parked; keep it for the sweeper
                 // (and the DLQ) rather than lose it.
                 tracing::error!(event_id = %parked.key.event_id, error = %rejection, "a parked event can no longer be read; left parked");
-                parking::park(conn, &parked.key, provider, payment_id, "unknown", &parked.envelope)
-                    .await?;
+                parking::park(
+                    conn,
+                    &parked.key,
+                    provider,
+                    payment_id,
+                    "unknown",
+                    &parked.envelope,
+                )
+                .await?;
                 continue;
             }
         };
@@ -355,7 +365,10 @@ async fn settle(conn: &mut PgConnection, order: &Order) -> Result<OrderState, sq
         let amount_minor: Option<i64> = row.try_get("amount_minor")?;
         if row.try_get("capture")? {
             let flag: Option<String> = row.try_get("flag")?;
-            current_flags.push(((provider.clone(), payment_id.clone().unwrap_or_default()), flag));
+            current_flags.push((
+                (provider.clone(), payment_id.clone().unwrap_or_default()),
+                flag,
+            ));
             captures.push(Capture {
                 provider,
                 payment_id: payment_id.unwrap_or_default(),

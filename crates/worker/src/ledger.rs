@@ -107,7 +107,8 @@ pub fn compute(terms: &Terms, captures: &[Capture], refunds: &[RefundFact]) -> O
 
     let mut flags = BTreeMap::new();
     for c in captures {
-        let is_primary = primary.is_some_and(|p| p.provider == c.provider && p.payment_id == c.payment_id);
+        let is_primary =
+            primary.is_some_and(|p| p.provider == c.provider && p.payment_id == c.payment_id);
         let flag = if is_primary {
             None
         } else if c.amount_minor.is_some_and(|a| refunded_of(c) >= a) {
@@ -186,7 +187,10 @@ mod tests {
     #[test]
     fn no_facts_is_pending() {
         let s = compute(&terms(), &[], &[]);
-        assert_eq!((s.status, s.refunded_minor, s.paid_by), ("pending", 0, None));
+        assert_eq!(
+            (s.status, s.refunded_minor, s.paid_by),
+            ("pending", 0, None)
+        );
     }
 
     #[test]
@@ -213,7 +217,10 @@ mod tests {
             refund(Some("pay_1"), 150, false),
             refund(Some("pay_1"), 100, true),
         ];
-        assert_eq!(compute(&terms(), &[cap("pay_1", 500)], &mixed).refunded_minor, 250);
+        assert_eq!(
+            compute(&terms(), &[cap("pay_1", 500)], &mixed).refunded_minor,
+            250
+        );
     }
 
     #[test]

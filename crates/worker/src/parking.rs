@@ -11,9 +11,9 @@
 use std::time::Duration;
 
 use lapin::Channel;
+use oncehook_common::Envelope;
 use oncehook_common::Topology;
 use oncehook_common::amqp::{self, DeadLetter, PublishError};
-use oncehook_common::Envelope;
 use sqlx::{PgConnection, PgPool, Row};
 
 use crate::dedup::{self, DeliveryKey};
