@@ -78,12 +78,7 @@ impl Effect for CommerceEffect {
     ) -> Result<Applied, EffectError> {
         let fact = match fact_of(event)? {
             Some(fact) => fact,
-            None => {
-                return Ok(Applied::new(
-                    Outcome::Ignored,
-                    format!("event type {} is not acted on", event.event_type),
-                ));
-            }
+            None => return link_only(conn, event).await,
         };
         let order = match locate(conn, event).await? {
             Located::Order(order) => order,
@@ -106,6 +101,21 @@ impl Effect for CommerceEffect {
             return Ok(Applied::new(
                 Outcome::Ignored,
                 format!("{} was already recorded", describe_fact(&fact)),
+            ));
+        }
+        if adopted == 0
+            && let Fact::Attempt {
+                status: status @ ("failed" | "authorized"),
+                payment_id,
+            } = fact
+        {
+            // Failed and authorized attempts never change the order.
+            return Ok(Applied::new(
+                Outcome::Applied,
+                format!(
+                    "{status} attempt {payment_id} recorded; order {} stays {}",
+                    order.order_ref, order.status
+                ),
             ));
         }
         let state = settle(conn, &order).await?;
@@ -292,6 +302,61 @@ async fn record(
     })
 }
 
+/// An event oncehook does not act on may still link a payment to an order
+/// (Stripe `checkout.session.expired` names both): record the link, apply
+/// what was parked for it, and otherwise ignore the event.
+async fn link_only(
+    conn: &mut PgConnection,
+    event: &NormalizedEvent,
+) -> Result<Applied, EffectError> {
+    let ignored = || {
+        Ok(Applied::new(
+            Outcome::Ignored,
+            format!("event type {} is not acted on", event.event_type),
+        ))
+    };
+    let (Some(order_ref), Some(payment_id)) = (&event.order_ref, &event.payment_id) else {
+        return ignored();
+    };
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {ORDER_COLUMNS} FROM orders o WHERE o.order_ref = $1 FOR UPDATE"
+    )))
+    .bind(order_ref)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(row) = row else {
+        return ignored();
+    };
+    let order = order_from(&row)?;
+    let linked = sqlx::query(
+        "INSERT INTO payment_links (provider, payment_id, order_id, event_id)
+         VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING 1",
+    )
+    .bind(event.provider.as_str())
+    .bind(payment_id)
+    .bind(order.id)
+    .bind(&event.event_id)
+    .fetch_optional(&mut *conn)
+    .await?
+    .is_some();
+    let adopted = if linked {
+        adopt(conn, event, payment_id, &order).await?
+    } else {
+        0
+    };
+    if adopted == 0 {
+        return ignored();
+    }
+    let state = settle(conn, &order).await?;
+    Ok(Applied::new(
+        Outcome::Applied,
+        format!(
+            "{} linked payment {payment_id} to order {}: {adopted} parked fact(s) applied; order is {}",
+            event.event_type, order.order_ref, state.status
+        ),
+    ))
+}
+
 /// Applies the events parked for a payment that `event` just linked to
 /// `order`; returns how many facts that added.
 async fn adopt(
@@ -415,11 +480,12 @@ async fn settle(conn: &mut PgConnection, order: &Order) -> Result<OrderState, sq
         }
     }
 
-    let mut oversold = false;
     let move_stock = state.is_paid() && !order.stock_applied;
-    if move_stock {
-        oversold = decrement_stock(conn, order).await?;
-    }
+    let (items, oversold) = if move_stock {
+        decrement_stock(conn, order).await?
+    } else {
+        (Vec::new(), false)
+    };
     let changed = order.status != state.status
         || order.refunded_minor != state.refunded_minor
         || order.paid_by != state.paid_by
@@ -442,7 +508,7 @@ async fn settle(conn: &mut PgConnection, order: &Order) -> Result<OrderState, sq
         .await?;
     }
     if move_stock {
-        write_confirmation(conn, order).await?;
+        write_confirmation(conn, order, &items).await?;
     }
     Ok(state)
 }
@@ -501,7 +567,10 @@ fn outcome_of(
 /// concurrent orders sharing products cannot deadlock. Stock may go
 /// negative (the money is taken): that is recorded on the order as an
 /// oversell, never rolled back. Returns whether it oversold.
-async fn decrement_stock(conn: &mut PgConnection, order: &Order) -> Result<bool, sqlx::Error> {
+async fn decrement_stock(
+    conn: &mut PgConnection,
+    order: &Order,
+) -> Result<(Vec<(String, i32)>, bool), sqlx::Error> {
     sqlx::query(
         "SELECT p.sku FROM products p JOIN order_items i ON i.sku = p.sku
          WHERE i.order_id = $1 ORDER BY p.sku FOR UPDATE OF p",
@@ -513,21 +582,28 @@ async fn decrement_stock(conn: &mut PgConnection, order: &Order) -> Result<bool,
         "UPDATE products p SET stock = p.stock - i.qty
          FROM order_items i
          WHERE i.order_id = $1 AND i.sku = p.sku
-         RETURNING p.sku, p.stock",
+         RETURNING p.sku, i.qty, p.stock",
     )
     .bind(order.id)
     .fetch_all(&mut *conn)
     .await?;
     let mut oversold = false;
+    let mut items = Vec::with_capacity(rows.len());
     for row in rows {
-        let (sku, stock): (String, i32) = (row.try_get("sku")?, row.try_get("stock")?);
+        let (sku, qty, stock): (String, i32, i32) = (
+            row.try_get("sku")?,
+            row.try_get("qty")?,
+            row.try_get("stock")?,
+        );
         if stock < 0 {
             oversold = true;
             tracing::warn!(order_ref = %order.order_ref, %sku, stock, "stock went negative; order marked oversold (the payment stands: restock or refund)");
             metrics::counter!("oncehook_worker_stock_negative_total").increment(1);
         }
+        items.push((sku, qty));
     }
-    Ok(oversold)
+    items.sort();
+    Ok((items, oversold))
 }
 
 /// An amount with the currency's own number of decimals (`5000 JPY`, `500.00 INR`).
@@ -538,18 +614,17 @@ pub fn money(minor: i64, currency: &str) -> String {
     )
 }
 
-async fn write_confirmation(conn: &mut PgConnection, order: &Order) -> Result<bool, sqlx::Error> {
-    let items: Vec<(String, i32)> =
-        sqlx::query_as("SELECT sku, qty FROM order_items WHERE order_id = $1 ORDER BY sku")
-            .bind(order.id)
-            .fetch_all(&mut *conn)
-            .await?;
+async fn write_confirmation(
+    conn: &mut PgConnection,
+    order: &Order,
+    items: &[(String, i32)],
+) -> Result<bool, sqlx::Error> {
     let mut body = format!(
         "Thank you for your order {}.\n\nWe received your payment of {}.\n\nItems:\n",
         order.order_ref,
         money(order.amount_minor, &order.currency)
     );
-    for (sku, qty) in &items {
+    for (sku, qty) in items {
         body.push_str(&format!("  {qty} x {sku}\n"));
     }
     body.push_str("\nWe will let you know when it ships.\n");
