@@ -253,6 +253,8 @@ impl TestEnv {
             currency: "INR".to_owned(),
             email: "customer@example.com".to_owned(),
             timestamp: time::OffsetDateTime::now_utc().unix_timestamp(),
+            // PayU samples carry sample::SAMPLE_PAYU_KEY, the payu source's merchant_key.
+            merchant_key: None,
         }
     }
 
@@ -421,6 +423,7 @@ tolerance_secs = 300
 name = "payu"
 gateway = "payu"
 secrets = ["{payu}"]
+merchant_key = "{payu_key}"
 
 [[source]]
 name = "stripe"
@@ -438,6 +441,7 @@ tolerance_secs = 300
         rzp_old = Secrets::RAZORPAY_OLD,
         cf = Secrets::CASHFREE,
         payu = Secrets::PAYU,
+        payu_key = sample::SAMPLE_PAYU_KEY,
         stripe = Secrets::STRIPE,
         std = Secrets::STANDARD,
     )
