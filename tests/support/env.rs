@@ -255,6 +255,8 @@ impl TestEnv {
             currency: "INR".to_owned(),
             email: "customer@example.com".to_owned(),
             timestamp: time::OffsetDateTime::now_utc().unix_timestamp(),
+            // PayU samples carry sample::SAMPLE_PAYU_KEY, the payu source's merchant_key.
+            merchant_key: None,
         }
     }
 
@@ -423,6 +425,7 @@ tolerance_secs = 300
 name = "payu"
 gateway = "payu"
 secrets = ["{payu}"]
+merchant_key = "{payu_key}"
 
 [[source]]
 name = "stripe"
@@ -445,6 +448,7 @@ secrets = ["{rzp_second}"]
         rzp_old = Secrets::RAZORPAY_OLD,
         cf = Secrets::CASHFREE,
         payu = Secrets::PAYU,
+        payu_key = sample::SAMPLE_PAYU_KEY,
         stripe = Secrets::STRIPE,
         std = Secrets::STANDARD,
         rzp_second = Secrets::RAZORPAY_SECOND_ACCOUNT,

@@ -9,7 +9,7 @@ use hmac::{Hmac, KeyInit, Mac};
 use oncehook_common::Envelope;
 use oncehook_e2e::{Secrets, TestEnv, broker, eventually, shop};
 use oncehook_gateways::Gateway;
-use sha2::Sha256;
+use sha2::{Digest, Sha256, Sha512};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -157,6 +157,79 @@ async fn stripe_end_to_end() {
 #[tokio::test]
 async fn standard_webhooks_end_to_end() {
     scenario(Gateway::Standard).await;
+}
+
+/// Ingest checks a PayU form's `key` against the source's `merchant_key`,
+/// and refuses a hash-covered value containing the `|` separator.
+#[tokio::test]
+async fn payu_another_merchant_key_or_a_separator_in_a_field_is_refused() {
+    let mut env = TestEnv::new().await;
+    let (_ingest, url) = env.start_ingest().await;
+    let mut spec = env.spec("ord_k", "txn_k", "unused", 50_000);
+    spec.merchant_key = Some("another_merchant".to_owned());
+    let other_key = env.sign(Gateway::Payu, "success", &spec);
+    let (status, body) = env.post(&url, "payu", &other_key).await;
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("invalid_signature"), "{body}");
+
+    // A correctly hashed form whose first name carries separators.
+    let fields = [
+        ("key", oncehook_gateways::sample::SAMPLE_PAYU_KEY),
+        ("txnid", "txn_k"),
+        ("amount", "1.00"),
+        ("productinfo", "mug"),
+        ("firstname", "A|B|500.00|ord_k"),
+        ("email", "a@b.c"),
+        ("udf1", "ord_k"),
+        ("status", "success"),
+    ];
+    let get = |k: &str| fields.iter().find(|(n, _)| *n == k).map_or("", |(_, v)| *v);
+    let mut input = Secrets::PAYU.to_owned();
+    for k in [
+        "status",
+        "udf10",
+        "udf9",
+        "udf8",
+        "udf7",
+        "udf6",
+        "udf5",
+        "udf4",
+        "udf3",
+        "udf2",
+        "udf1",
+        "email",
+        "firstname",
+        "productinfo",
+        "amount",
+        "txnid",
+        "key",
+    ] {
+        input.push('|');
+        input.push_str(get(k));
+    }
+    // The values need no escaping beyond `|` and `@`.
+    let mut form: Vec<String> = fields
+        .iter()
+        .map(|(k, v)| format!("{k}={}", v.replace('|', "%7C").replace('@', "%40")))
+        .collect();
+    form.push(format!(
+        "hash={}",
+        hex::encode(Sha512::digest(input.as_bytes()))
+    ));
+    let delivery = oncehook_gateways::sample::SignedDelivery {
+        headers: oncehook_gateways::Headers::new()
+            .with("content-type", "application/x-www-form-urlencoded"),
+        body: form.join("&").into_bytes(),
+    };
+    let (status, body) = env.post(&url, "payu", &delivery).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("firstname"), "{body}");
+    assert!(
+        broker::peek(&format!("{}.events", env.prefix))
+            .await
+            .is_empty(),
+        "nothing published"
+    );
 }
 
 #[tokio::test]

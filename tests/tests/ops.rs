@@ -110,12 +110,12 @@ fn captured(env: &TestEnv, order_ref: &str, payment: &str, event: &str) -> Signe
     )
 }
 
-/// A failed PayU payment for `txnid` (which may not exist).
-fn payu_failure(env: &TestEnv, txnid: &str, payment: &str) -> SignedDelivery {
+/// A failed PayU attempt `txnid` for `order_ref` (`udf1`, which may not exist).
+fn payu_failure(env: &TestEnv, order_ref: &str, txnid: &str) -> SignedDelivery {
     env.sign(
         Gateway::Payu,
         "failure",
-        &env.spec(txnid, payment, "unused", 50_000),
+        &env.spec(order_ref, txnid, "unused", 50_000),
     )
 }
 
@@ -200,7 +200,7 @@ async fn dlq_list_and_show_describe_each_failure_without_consuming_it() {
     assert!(
         payu["event_id"]
             .as_str()
-            .is_some_and(|e| e.contains("order_payu_gone")),
+            .is_some_and(|e| e == "403993715531:failure"),
         "{payu:#}"
     );
     let all_ids = ids(&items);
@@ -298,9 +298,10 @@ async fn dlq_list_and_show_describe_each_failure_without_consuming_it() {
     )
     .await;
     for needle in [
-        "txnid=order_payu_gone",
+        "txnid=403993715531",
+        "udf1=order_payu_gone",
         "status=failure",
-        "mihpayid=403993715531",
+        "mihpayid=",
         "Raw:",
     ] {
         assert!(payu_shown.contains(needle), "{needle:?}:\n{payu_shown}");

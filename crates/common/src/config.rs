@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use oncehook_gateways::Gateway;
+use oncehook_gateways::{Credentials, Gateway};
 use serde::Deserialize;
 
 pub const ENV_CONFIG: &str = "ONCEHOOK_CONFIG";
@@ -72,6 +72,16 @@ pub struct SourceConfig {
     /// Live secrets; any may match (rotation). Never empty.
     pub secrets: Vec<String>,
     pub tolerance_secs: u64,
+    /// PayU: the merchant key the posted form's `key` must equal. Always
+    /// set (non-empty) for PayU sources, never for others.
+    pub merchant_key: Option<String>,
+}
+
+impl SourceConfig {
+    /// What [`oncehook_gateways::verify`] checks deliveries of this source against.
+    pub fn credentials(&self) -> Credentials<'_> {
+        Credentials::new(&self.secrets).with_merchant_key(self.merchant_key.as_deref())
+    }
 }
 
 /// Everything a binary may need, resolved once at start-up.
@@ -137,6 +147,7 @@ struct FileSource {
     #[serde(default)]
     secrets: Vec<String>,
     tolerance_secs: Option<u64>,
+    merchant_key: Option<String>,
 }
 
 impl Settings {
@@ -296,11 +307,40 @@ fn resolve_source(
             "no secrets: an empty secret list would accept nothing (refusing to start)".into(),
         ));
     }
+    let merchant_key = s
+        .merchant_key
+        .as_deref()
+        .map(|raw| expand_vars(raw, env).map_err(&err))
+        .transpose()?
+        .filter(|k| !k.is_empty());
+    match (gateway, &merchant_key) {
+        (Gateway::Payu, None) => {
+            return Err(err(
+                "merchant_key is required for gateway \"payu\" (the PayU merchant key; \
+                 notifications whose `key` differs are refused): refusing to start"
+                    .into(),
+            ));
+        }
+        (Gateway::Payu, Some(k)) if k.contains('|') => {
+            return Err(err(
+                "merchant_key must not contain `|` (PayU's hash separator)".into(),
+            ));
+        }
+        (Gateway::Payu, Some(_)) => {}
+        (_, Some(_)) => {
+            return Err(err(format!(
+                "merchant_key is only used by gateway \"payu\", not {gateway:?}",
+                gateway = gateway.as_str()
+            )));
+        }
+        (_, None) => {}
+    }
     Ok(SourceConfig {
         name: s.name.clone(),
         gateway,
         secrets,
         tolerance_secs: s.tolerance_secs.unwrap_or(DEFAULT_TOLERANCE_SECS),
+        merchant_key,
     })
 }
 
@@ -429,6 +469,38 @@ secrets = ["${NEW}", "${OLD}"]
             write("[[source]]\nname = \"x\"\ngateway = \"stripe\"\nsecrets = [\"${UNSET_VAR}\"]\n");
         let err = Settings::from_env_map(&env).expect_err("must refuse");
         assert!(err.to_string().contains("no secrets"), "{err}");
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn payu_sources_need_a_merchant_key_and_only_they_take_one() {
+        let (path, mut env) = write(
+            "[[source]]\nname = \"pu\"\ngateway = \"payu\"\nsecrets = [\"salt\"]\nmerchant_key = \"${PAYU_KEY}\"\n",
+        );
+        let err = Settings::from_env_map(&env).expect_err("unset key");
+        let text = err.to_string();
+        assert!(
+            text.contains("\"pu\"") && text.contains("merchant_key"),
+            "{text}"
+        );
+        env.insert("PAYU_KEY".into(), "gtKFFx".into());
+        let s = Settings::from_env_map(&env).expect("config");
+        let src = s.source("pu").expect("source");
+        assert_eq!(src.merchant_key.as_deref(), Some("gtKFFx"));
+        assert_eq!(src.credentials().merchant_key, Some("gtKFFx"));
+        let _ = std::fs::remove_file(path);
+
+        let (path, env) =
+            write("[[source]]\nname = \"pu\"\ngateway = \"payu\"\nsecrets = [\"salt\"]\n");
+        let err = Settings::from_env_map(&env).expect_err("no key");
+        assert!(err.to_string().contains("merchant_key"), "{err}");
+        let _ = std::fs::remove_file(path);
+
+        let (path, env) = write(
+            "[[source]]\nname = \"st\"\ngateway = \"stripe\"\nsecrets = [\"s\"]\nmerchant_key = \"k\"\n",
+        );
+        let err = Settings::from_env_map(&env).expect_err("key on stripe");
+        assert!(err.to_string().contains("only used by"), "{err}");
         let _ = std::fs::remove_file(path);
     }
 

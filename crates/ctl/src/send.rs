@@ -1,5 +1,6 @@
 //! `oncehookctl send <source> <event>`: builds a realistic payload for the
-//! source's gateway, signs it with the source's first configured secret and
+//! source's gateway, signs it with the source's first configured secret (and,
+//! for PayU, writes the source's merchant key into the form) and
 //! posts it to ingest, N times with C in parallel. Same arguments → same
 //! event id, so repeating a send exercises dedup. `--stale` and `--tamper`
 //! produce deliveries ingest must refuse.
@@ -107,6 +108,8 @@ pub async fn run(settings: &Settings, args: SendArgs, out: &Output) -> anyhow::R
         currency: facts.currency.clone(),
         email: facts.email.clone(),
         timestamp,
+        // PayU: the form's `key` must be the source's merchant key.
+        merchant_key: source.merchant_key.clone(),
     };
     let secret = source.secrets.first().context("source has no secret")?;
     let mut delivery = sample::build(gateway, &args.event, &spec, secret)?;

@@ -90,7 +90,7 @@ async fn handle(
     let received_at = OffsetDateTime::now_utc();
     let verification = oncehook_gateways::verify(
         source.gateway,
-        &source.secrets,
+        source.credentials(),
         &headers,
         &body,
         received_at.unix_timestamp(),
