@@ -49,16 +49,23 @@ pub struct NormalizedEvent {
     pub event_type: String,
     /// What the event means for the payment.
     pub kind: EventKind,
-    /// The gateway's payment id (`pay_…`, `pi_…`, `cf_payment_id`, `mihpayid`).
+    /// The gateway's payment id (`pay_…`, `pi_…`, `cf_payment_id`, PayU's `txnid`).
     pub payment_id: Option<String>,
     /// The merchant's order reference the payment is for.
     pub order_ref: Option<String>,
-    /// Integer minor units (paise, cents). For refunds: the refunded amount.
+    /// Integer minor units (paise, cents). For refunds: the refunded amount
+    /// (see [`NormalizedEvent::cumulative_refund`]).
     pub amount_minor: Option<i64>,
     /// ISO 4217, upper case.
     pub currency: Option<String>,
     /// The customer's email address, when the payload carries one.
     pub email: Option<String>,
-    /// For refunds: the gateway's refund id.
+    /// For refunds: the gateway's refund id (for a cumulative refund, an
+    /// identity of the total: Stripe `{charge}:refunded:{total}`).
     pub refund_id: Option<String>,
+    /// For [`EventKind::Refunded`]: `amount_minor` is the payment's
+    /// *cumulative* refunded total (Stripe `charge.refunded`), not one
+    /// refund. Always `false` for other kinds.
+    #[serde(default)]
+    pub cumulative_refund: bool,
 }

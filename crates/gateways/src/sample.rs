@@ -3,12 +3,22 @@
 //!
 //! Each gateway accepts its own event names and the generic aliases
 //! `captured`, `failed`, `authorized` (Razorpay, Stripe, Standard only) and
-//! `refunded`; [`event_names`] lists them. A sample signed with `secret` at
-//! `spec.timestamp` verifies with that secret at `now = spec.timestamp`, and
-//! [`crate::parse`] yields the spec's values, with two PayU exceptions: its
-//! posts carry no event id, so their identity is always `{txnid}:{status}`
-//! with `txnid = spec.order_ref` (`spec.event_id` is not used), and they are
-//! in INR only (another currency is [`SampleError::InvalidSpec`]).
+//! `refunded` (all but PayU, whose refunds are not webhooks; Stripe's is
+//! `refund.created`); [`event_names`] lists them. A sample signed with
+//! `secret` at `spec.timestamp` verifies with that secret (PayU: and the
+//! spec's merchant key) at `now = spec.timestamp`, and [`crate::parse`]
+//! yields the spec's values, with these exceptions:
+//! - PayU posts carry no event id: their identity is always
+//!   `{txnid}:{status}` with `txnid = spec.payment_id` (`spec.event_id` is
+//!   not used); they are in INR only, and no value may contain `|` (either
+//!   is [`SampleError::InvalidSpec`]).
+//! - Stripe `charge.refunded` reports the refund total's identity
+//!   `{charge}:refunded:{amount}` as its refund id (see
+//!   [`SampleSpec::refund_id`] for the others). Stripe refund objects
+//!   (`refund.created`) and Cashfree refund notifications carry no email.
+//! - An empty `spec.order_ref` is omitted where the gateway may omit it
+//!   (Stripe payment intents and refunds): the event then has no order
+//!   reference.
 
 mod cashfree;
 mod payu;
@@ -24,13 +34,16 @@ pub use payu::SAMPLE_PAYU_KEY;
 /// Parameters of a sample event.
 #[derive(Debug, Clone)]
 pub struct SampleSpec {
-    /// The merchant order reference (PayU: the `txnid`).
+    /// The merchant order reference (PayU: `udf1`). Empty: none, where the
+    /// gateway allows it (Stripe payment intents and refunds).
     pub order_ref: String,
-    /// The gateway payment id the sample carries.
+    /// The gateway payment id the sample carries (PayU: the `txnid`, one per
+    /// attempt; Stripe: the PaymentIntent id).
     pub payment_id: String,
     /// Delivery identity; gateways that carry one in a header/body use it.
     pub event_id: String,
-    /// Non-negative integer minor units; for refunds, the refunded amount.
+    /// Non-negative integer minor units. For a refund, the refunded amount;
+    /// for Stripe `charge.refunded`, the charge's cumulative refunded total.
     pub amount_minor: i64,
     /// ISO 4217 code; samples write it the way the gateway does (Stripe: lower case).
     pub currency: String,
@@ -38,22 +51,31 @@ pub struct SampleSpec {
     pub email: String,
     /// Unix seconds put into signed timestamps.
     pub timestamp: i64,
+    /// PayU: the merchant key written into the form's `key` field (it must
+    /// equal the source's configured `merchant_key`); `None` is
+    /// [`SAMPLE_PAYU_KEY`]. Ignored by other gateways.
+    pub merchant_key: Option<String>,
 }
 
 impl SampleSpec {
-    /// The refund id a refund sample of `gateway` carries (and
+    /// The refund id a single-refund sample of `gateway` carries (and
     /// [`crate::parse`] reports): derived from `event_id`, e.g.
-    /// `rfnd_{event_id}` for Razorpay or `re_{event_id}` for Stripe. PayU
-    /// refunds carry none, so theirs is the event identity
-    /// `{order_ref}:refund`.
+    /// `rfnd_{event_id}` for Razorpay or `re_{event_id}` for Stripe
+    /// (`refund.created`). PayU has no refund samples (its refunds are not
+    /// webhooks); its value, `{payment_id}:refund`, is not used.
     pub fn refund_id(&self, gateway: Gateway) -> String {
         match gateway {
             Gateway::Razorpay => format!("rfnd_{}", self.event_id),
             Gateway::Cashfree => format!("refund_{}", self.event_id),
-            Gateway::Payu => format!("{}:refund", self.order_ref),
+            Gateway::Payu => format!("{}:refund", self.payment_id),
             Gateway::Stripe => format!("re_{}", self.event_id),
             Gateway::Standard => format!("rf_{}", self.event_id),
         }
+    }
+
+    /// The PayU merchant key the sample carries.
+    pub fn payu_merchant_key(&self) -> &str {
+        self.merchant_key.as_deref().unwrap_or(SAMPLE_PAYU_KEY)
     }
 }
 
@@ -89,7 +111,8 @@ pub enum SampleError {
         reason: &'static str,
     },
     /// The spec cannot be expressed (a negative amount, or a PayU sample in
-    /// a currency other than INR).
+    /// a currency other than INR, without a payment id, or with a `|` in a
+    /// value).
     #[error("invalid sample spec: {0}")]
     InvalidSpec(String),
 }
@@ -325,6 +348,7 @@ mod tests {
             currency: "INR".into(),
             email: "a@b.c".into(),
             timestamp: 1,
+            merchant_key: None,
         }
     }
 

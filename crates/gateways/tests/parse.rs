@@ -1,9 +1,13 @@
 //! Parsing edge cases per gateway: lenient shapes real payloads use, strict
 //! amounts, identity fallbacks and the errors for what cannot be understood.
 
-use oncehook_gateways::{EventKind, Gateway, Headers, ParseError, VerifyError, parse, verify};
+mod common;
+
+use common::*;
+use oncehook_gateways::{
+    Credentials, EventKind, Gateway, Headers, ParseError, VerifyError, parse, verify,
+};
 use serde_json::json;
-use sha2::{Digest, Sha512};
 
 fn parse_json(
     gateway: Gateway,
@@ -310,50 +314,6 @@ fn razorpay_refund_and_order_paid_shapes() {
     assert_eq!(e.payment_id, None);
 }
 
-fn payu_form(fields: &[(&str, &str)], salt: &str) -> Vec<u8> {
-    let get = |k: &str| fields.iter().find(|(n, _)| *n == k).map_or("", |(_, v)| *v);
-    let mut input = String::new();
-    let charges = get("additional_charges");
-    let charges = if charges.is_empty() {
-        get("additionalCharges")
-    } else {
-        charges
-    };
-    if !charges.is_empty() {
-        input = format!("{charges}|");
-    }
-    input.push_str(salt);
-    for k in [
-        "status",
-        "udf10",
-        "udf9",
-        "udf8",
-        "udf7",
-        "udf6",
-        "udf5",
-        "udf4",
-        "udf3",
-        "udf2",
-        "udf1",
-        "email",
-        "firstname",
-        "productinfo",
-        "amount",
-        "txnid",
-        "key",
-    ] {
-        input.push('|');
-        input.push_str(get(k));
-    }
-    let hash = hex::encode(Sha512::digest(input.as_bytes()));
-    let mut s = url::form_urlencoded::Serializer::new(String::new());
-    for (k, v) in fields {
-        s.append_pair(k, v);
-    }
-    s.append_pair("hash", &hash);
-    s.finish().into_bytes()
-}
-
 #[test]
 fn payu_additional_charges_prefix_the_hash() {
     let salt = "SALT9".to_owned();
@@ -370,7 +330,7 @@ fn payu_additional_charges_prefix_the_hash() {
         assert_eq!(
             verify(
                 Gateway::Payu,
-                std::slice::from_ref(&salt),
+                Credentials::new(std::slice::from_ref(&salt)).with_merchant_key(Some("K")),
                 &Headers::new(),
                 &body,
                 0,
@@ -387,7 +347,7 @@ fn payu_additional_charges_prefix_the_hash() {
         assert_eq!(
             verify(
                 Gateway::Payu,
-                std::slice::from_ref(&salt),
+                Credentials::new(std::slice::from_ref(&salt)).with_merchant_key(Some("K")),
                 &Headers::new(),
                 text.as_bytes(),
                 0,
@@ -399,6 +359,7 @@ fn payu_additional_charges_prefix_the_hash() {
     // An empty charges field is the same as none.
     let with_empty = payu_form(
         &[
+            ("key", "K"),
             ("txnid", "T1"),
             ("status", "success"),
             ("additional_charges", ""),
@@ -408,7 +369,7 @@ fn payu_additional_charges_prefix_the_hash() {
     assert!(
         verify(
             Gateway::Payu,
-            std::slice::from_ref(&salt),
+            Credentials::new(std::slice::from_ref(&salt)).with_merchant_key(Some("K")),
             &Headers::new(),
             &with_empty,
             0,
@@ -425,8 +386,9 @@ fn payu_statuses_refunds_and_amounts() {
         ("failure", EventKind::Failed),
         ("failed", EventKind::Failed),
         ("pending", EventKind::Failed),
-        ("refund", EventKind::Refunded),
-        ("refunded", EventKind::Refunded),
+        // PayU does not sign its refund notifications: a refund status never moves money.
+        ("refund", EventKind::Other),
+        ("refunded", EventKind::Other),
         ("dropped", EventKind::Other),
     ] {
         let body = format!("mihpayid=9&txnid=T1&status={status}&amount=10.5&email=a%40b.c");
@@ -436,7 +398,11 @@ fn payu_statuses_refunds_and_amounts() {
         assert_eq!(e.amount_minor, Some(1_050));
         assert_eq!(e.currency.as_deref(), Some("INR"));
         assert_eq!(e.email.as_deref(), Some("a@b.c"));
-        assert_eq!(e.payment_id.as_deref(), Some("9"));
+        // The payment is the (hashed) txnid, not the unsigned mihpayid.
+        assert_eq!(e.payment_id.as_deref(), Some("T1"));
+        // Without udf1 the order reference falls back to the txnid.
+        assert_eq!(e.order_ref.as_deref(), Some("T1"));
+        assert_eq!((e.refund_id, e.cumulative_refund), (None, false));
     }
     let e = parse(
         Gateway::Payu,
@@ -444,22 +410,29 @@ fn payu_statuses_refunds_and_amounts() {
         b"txnid=T1&status=refund&amount=40.00&refund_amount=99.00&refund_id=R7&currency=KWD",
     )
     .unwrap();
-    // refund_amount and currency are outside the hash: they never decide money.
+    // refund_amount, refund_id and currency are outside the hash: they never decide money.
     assert_eq!(
-        (e.amount_minor, e.refund_id.as_deref()),
-        (Some(4_000), Some("R7"))
+        (e.kind, e.amount_minor, e.refund_id.as_deref()),
+        (EventKind::Other, Some(4_000), None)
     );
     assert_eq!(e.currency.as_deref(), Some("INR"));
+    // udf1 names the order; the txnid names the attempt.
     let e = parse(
         Gateway::Payu,
         &Headers::new(),
-        b"txnid=T1&status=refund&amount=100.00",
+        b"mihpayid=77&txnid=TXN_2&udf1=order_9&status=success&amount=100.00",
     )
     .unwrap();
-    assert_eq!(
-        (e.amount_minor, e.refund_id.as_deref()),
-        (Some(10_000), Some("T1:refund"))
-    );
+    assert_eq!(e.order_ref.as_deref(), Some("order_9"));
+    assert_eq!(e.payment_id.as_deref(), Some("TXN_2"));
+    assert_eq!(e.event_id, "TXN_2:success");
+    let e = parse(
+        Gateway::Payu,
+        &Headers::new(),
+        b"txnid=TXN_3&udf1=&status=success",
+    )
+    .unwrap();
+    assert_eq!(e.order_ref.as_deref(), Some("TXN_3"));
     for bad in ["1e3", "-1", "10.001", "abc", "1,000"] {
         let body = format!("txnid=T1&status=success&amount={bad}");
         assert!(
@@ -506,7 +479,7 @@ fn stripe_checkout_refund_and_expanded_shapes() {
     assert_eq!(e.order_ref.as_deref(), Some("order_meta"));
     assert_eq!(e.payment_id.as_deref(), Some("pi_expanded"));
 
-    // A charge refund without the refunds list: the refund id is charge:amount_refunded.
+    // A charge refund without the refunds list or an intent: the refund total of the charge.
     let refund = json!({"id": "evt_r", "type": "charge.refunded", "data": {"object": {
         "id": "ch_1", "object": "charge", "amount": 5000, "amount_refunded": 1500, "currency": "eur",
         "billing_details": {"email": "b@x.y"}}}});
@@ -514,7 +487,8 @@ fn stripe_checkout_refund_and_expanded_shapes() {
     assert_eq!(e.kind, EventKind::Refunded);
     assert_eq!(e.payment_id.as_deref(), Some("ch_1"));
     assert_eq!(e.amount_minor, Some(1500));
-    assert_eq!(e.refund_id.as_deref(), Some("ch_1:1500"));
+    assert_eq!(e.refund_id.as_deref(), Some("ch_1:refunded:1500"));
+    assert!(e.cumulative_refund);
     assert_eq!(e.email.as_deref(), Some("b@x.y"));
 }
 
@@ -531,5 +505,247 @@ fn standard_refunds_and_missing_fields() {
     assert_eq!(
         (e.kind, e.payment_id, e.order_ref, e.amount_minor),
         (EventKind::Failed, None, None, None)
+    );
+}
+
+/// A genuine PayU success for 1.00 whose `firstname` carries separators.
+fn payu_genuine_fields(firstname: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("key", "K".to_owned()),
+        ("txnid", "order_1".to_owned()),
+        ("amount", "1.00".to_owned()),
+        ("productinfo", "mug".to_owned()),
+        ("firstname", firstname.to_owned()),
+        ("email", "a@b.c".to_owned()),
+        ("udf1", "order_1".to_owned()),
+        ("status", "success".to_owned()),
+    ]
+}
+
+fn pairs<'a>(fields: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    fields.iter().map(|(n, v)| (*n, v.as_str())).collect()
+}
+
+fn verify_payu(body: &[u8], salt: &str, key: Option<&str>) -> Result<usize, VerifyError> {
+    let salts = [salt.to_owned()];
+    verify(
+        Gateway::Payu,
+        Credentials::new(&salts).with_merchant_key(key),
+        &Headers::new(),
+        body,
+        0,
+        0,
+    )
+    .map(|v| v.secret_index)
+}
+
+#[test]
+fn payu_refuses_values_that_re_split_the_hash_input() {
+    let salt = "SALT9";
+    // A genuine 1.00 notification: the customer typed separators into their name.
+    let genuine = payu_genuine_fields("A|B|500.00|order_x");
+    let genuine_hash = payu_hash(&pairs(&genuine), salt);
+    // Re-split: the same `|`-joined string, different field boundaries, so the
+    // same hash now says 500.00 for order_x.
+    let resplit = vec![
+        ("key", "mug|1.00|order_1|K".to_owned()),
+        ("txnid", "order_x".to_owned()),
+        ("amount", "500.00".to_owned()),
+        ("productinfo", "B".to_owned()),
+        ("firstname", "A".to_owned()),
+        ("email", "a@b.c".to_owned()),
+        ("udf1", "order_1".to_owned()),
+        ("status", "success".to_owned()),
+    ];
+    assert_eq!(
+        payu_hash(&pairs(&resplit), salt),
+        genuine_hash,
+        "the attack is real"
+    );
+    let forged = payu_form_with_hash(&pairs(&resplit), &genuine_hash);
+    assert!(matches!(
+        verify_payu(&forged, salt, Some("K")),
+        Err(VerifyError::Malformed { what: "key", .. })
+    ));
+    // The genuine one is refused too, naming the field: the hash cannot say
+    // what its fields were.
+    let body = payu_form_with_hash(&pairs(&genuine), &genuine_hash);
+    assert!(matches!(
+        verify_payu(&body, salt, Some("K")),
+        Err(VerifyError::Malformed {
+            what: "firstname",
+            ..
+        })
+    ));
+    // Every hash-covered field, the additional charges included.
+    for field in PAYU_HASHED_FIELDS
+        .into_iter()
+        .chain(["additional_charges", "additionalCharges"])
+    {
+        let mut fields = payu_genuine_fields("Asha");
+        match fields.iter_mut().find(|(n, _)| *n == field) {
+            Some(slot) => slot.1.push('|'),
+            None => fields.push((field, "x|".to_owned())),
+        }
+        let body = payu_form(&pairs(&fields), salt);
+        assert!(
+            matches!(
+                verify_payu(&body, salt, Some("K")),
+                Err(VerifyError::Malformed { what, .. }) if what == field
+            ),
+            "{field}"
+        );
+    }
+    // Fields outside the hash may contain `|`.
+    let mut fields = payu_genuine_fields("Asha");
+    fields.push(("field9", "a|b".to_owned()));
+    let body = payu_form(&pairs(&fields), salt);
+    assert_eq!(verify_payu(&body, salt, Some("K")), Ok(0));
+}
+
+#[test]
+fn payu_requires_the_configured_merchant_key() {
+    let salt = "SALT9";
+    let fields = payu_genuine_fields("Asha");
+    let body = payu_form(&pairs(&fields), salt);
+    assert_eq!(verify_payu(&body, salt, Some("K")), Ok(0));
+    // Correctly hashed under this salt, but for another merchant key.
+    assert_eq!(
+        verify_payu(&body, salt, Some("OTHER")),
+        Err(VerifyError::Mismatch)
+    );
+    // No key configured: never accepted.
+    assert_eq!(
+        verify_payu(&body, salt, None),
+        Err(VerifyError::NoMerchantKey)
+    );
+    // No key field in the form.
+    let without: Vec<_> = fields
+        .iter()
+        .filter(|(n, _)| *n != "key")
+        .cloned()
+        .collect();
+    let body = payu_form(&pairs(&without), salt);
+    assert_eq!(
+        verify_payu(&body, salt, Some("K")),
+        Err(VerifyError::Missing("key"))
+    );
+}
+
+#[test]
+fn payu_refund_status_callbacks_are_refused_or_ignored() {
+    // PayU's refund status callback: JSON, no hash. Not a form, not signed.
+    let json = br#"{"mihpayid":"403993715531077182","request_id":"131866","amt":"500.00","action":"refund","status":"SUCCESS","merchantTxnId":"order_1","key":"K"}"#;
+    assert!(verify_payu(json, "SALT9", Some("K")).is_err());
+    // The same facts posted as a form without a hash.
+    let form = b"mihpayid=403993715531077182&request_id=131866&amt=500.00&action=refund&status=refund&txnid=order_1&key=K";
+    assert_eq!(
+        verify_payu(form, "SALT9", Some("K")),
+        Err(VerifyError::Missing("hash"))
+    );
+    // A correctly hashed form whose status is a refund: authentic, but it
+    // moves no money.
+    let mut fields = payu_genuine_fields("Asha");
+    if let Some(slot) = fields.iter_mut().find(|(n, _)| *n == "status") {
+        slot.1 = "refund".to_owned();
+    }
+    let body = payu_form(&pairs(&fields), "SALT9");
+    assert_eq!(verify_payu(&body, "SALT9", Some("K")), Ok(0));
+    let e = parse(Gateway::Payu, &Headers::new(), &body).unwrap();
+    assert_eq!(e.kind, EventKind::Other);
+    assert_eq!(e.refund_id, None);
+}
+
+#[test]
+fn stripe_cumulative_and_single_refunds() {
+    // charge.refunded: the charge's cumulative total, whatever refunds.data says.
+    let charge = json!({"id": "evt_c", "type": "charge.refunded", "data": {"object": {
+        "id": "ch_9", "object": "charge", "amount": 5000, "amount_refunded": 3500, "currency": "usd",
+        "payment_intent": "pi_9", "metadata": {"order_ref": "order_9"},
+        "refunds": {"object": "list", "data": [{"id": "re_2", "amount": 2000}, {"id": "re_1", "amount": 1500}]}}}});
+    let e = parse_json(Gateway::Stripe, &Headers::new(), &charge).unwrap();
+    assert_eq!(e.kind, EventKind::Refunded);
+    assert!(e.cumulative_refund);
+    assert_eq!(e.payment_id.as_deref(), Some("pi_9"));
+    assert_eq!(e.amount_minor, Some(3500));
+    assert_eq!(e.refund_id.as_deref(), Some("ch_9:refunded:3500"));
+    assert_eq!(e.order_ref.as_deref(), Some("order_9"));
+    // Without amount_refunded there is no total to record.
+    let mut bare = charge.clone();
+    bare["data"]["object"]
+        .as_object_mut()
+        .map(|o| o.remove("amount_refunded"));
+    assert_eq!(
+        parse_json(Gateway::Stripe, &Headers::new(), &bare),
+        Err(ParseError::MissingField("data.object.amount_refunded"))
+    );
+
+    // refund.created: one refund, counted once it has succeeded.
+    let refund = |ty: &str, status: &str| {
+        json!({"id": "evt_r", "type": ty, "data": {"object": {
+            "id": "re_1", "object": "refund", "amount": 1500, "charge": "ch_9", "currency": "usd",
+            "payment_intent": "pi_9", "metadata": {}, "status": status}}})
+    };
+    for ty in ["refund.created", "refund.updated", "charge.refund.updated"] {
+        let e = parse_json(Gateway::Stripe, &Headers::new(), &refund(ty, "succeeded")).unwrap();
+        assert_eq!(e.kind, EventKind::Refunded, "{ty}");
+        assert!(!e.cumulative_refund, "{ty}");
+        assert_eq!(e.refund_id.as_deref(), Some("re_1"), "{ty}");
+        assert_eq!(e.payment_id.as_deref(), Some("pi_9"), "{ty}");
+        assert_eq!(e.amount_minor, Some(1500), "{ty}");
+        assert_eq!(e.currency.as_deref(), Some("USD"), "{ty}");
+        assert_eq!(e.order_ref, None, "{ty}");
+        for status in ["pending", "requires_action", "failed", "canceled"] {
+            let e = parse_json(Gateway::Stripe, &Headers::new(), &refund(ty, status)).unwrap();
+            assert_eq!(
+                (e.kind, e.refund_id),
+                (EventKind::Other, None),
+                "{ty} {status}"
+            );
+        }
+    }
+    // Without a payment intent the refund names its charge.
+    let mut v = refund("refund.created", "succeeded");
+    v["data"]["object"]["payment_intent"] = serde_json::Value::Null;
+    let e = parse_json(Gateway::Stripe, &Headers::new(), &v).unwrap();
+    assert_eq!(e.payment_id.as_deref(), Some("ch_9"));
+}
+
+#[test]
+fn stripe_checkout_async_payments() {
+    let session = |ty: &str, status: &str| {
+        json!({"id": "evt_cs", "type": ty, "data": {"object": {
+        "id": "cs_1", "object": "checkout.session", "amount_total": 1999, "currency": "usd",
+        "client_reference_id": "order_7", "payment_intent": "pi_7", "payment_status": status}}})
+    };
+    let e = parse_json(
+        Gateway::Stripe,
+        &Headers::new(),
+        &session("checkout.session.async_payment_succeeded", "paid"),
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            e.kind,
+            e.payment_id.as_deref(),
+            e.order_ref.as_deref(),
+            e.amount_minor
+        ),
+        (
+            EventKind::Captured,
+            Some("pi_7"),
+            Some("order_7"),
+            Some(1999)
+        )
+    );
+    let e = parse_json(
+        Gateway::Stripe,
+        &Headers::new(),
+        &session("checkout.session.async_payment_failed", "unpaid"),
+    )
+    .unwrap();
+    assert_eq!(
+        (e.kind, e.payment_id.as_deref(), e.order_ref.as_deref()),
+        (EventKind::Failed, Some("pi_7"), Some("order_7"))
     );
 }

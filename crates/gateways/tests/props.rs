@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use oncehook_gateways::sample::{self, SampleSpec};
+use oncehook_gateways::sample::{self, SAMPLE_PAYU_KEY, SampleSpec};
 use oncehook_gateways::{
     Gateway, Headers, format_decimal_minor, parse, parse_decimal_minor, verify,
 };
@@ -90,6 +90,7 @@ fn sample_spec() -> impl Strategy<Value = SampleSpec> {
                     currency: currency.to_owned(),
                     email: email.trim().to_owned() + "@e",
                     timestamp,
+                    merchant_key: None,
                 }
             },
         )
@@ -103,13 +104,44 @@ fn gateway_and_event() -> impl Strategy<Value = (Gateway, &'static str)> {
     gateway().prop_flat_map(|g| (Just(g), event_name(g)))
 }
 
-/// A sample for `g` (PayU samples are INR only).
-fn build(g: Gateway, event: &str, spec: &SampleSpec) -> sample::SignedDelivery {
+/// `spec` as a sample of `g` can express it: PayU samples are INR only and
+/// hash `|`-separated values, so theirs contain no `|`.
+fn spec_for(g: Gateway, spec: &SampleSpec) -> SampleSpec {
     let mut spec = spec.clone();
     if g == Gateway::Payu {
         spec.currency = "INR".into();
+        for value in [&mut spec.order_ref, &mut spec.payment_id, &mut spec.email] {
+            *value = value.replace('|', "/");
+        }
     }
-    sample::build(g, event, &spec, SAMPLE_SECRET).unwrap()
+    spec
+}
+
+/// A sample for `g` (see [`spec_for`]).
+fn build(g: Gateway, event: &str, spec: &SampleSpec) -> sample::SignedDelivery {
+    sample::build(g, event, &spec_for(g, spec), SAMPLE_SECRET).unwrap()
+}
+
+/// A genuine-looking PayU success form: (name, value) pairs.
+fn payu_fields() -> Vec<(&'static str, String)> {
+    let mut fields: Vec<(&'static str, String)> = vec![
+        ("mihpayid", "403993715531077182".into()),
+        ("status", "success".into()),
+        ("key", SAMPLE_PAYU_KEY.into()),
+        ("txnid", "TXN1".into()),
+        ("amount", "100.00".into()),
+        ("productinfo", "mug".into()),
+        ("firstname", "Asha".into()),
+        ("email", "a@b.c".into()),
+        ("udf1", "order_1".into()),
+        ("additional_charges", "2.00".into()),
+    ];
+    for udf in [
+        "udf2", "udf3", "udf4", "udf5", "udf6", "udf7", "udf8", "udf9", "udf10",
+    ] {
+        fields.push((udf, String::new()));
+    }
+    fields
 }
 
 proptest! {
@@ -124,7 +156,7 @@ proptest! {
         now in any::<i64>(),
         tolerance in any::<u64>(),
     ) {
-        let _ = verify(g, &secrets, &headers, &body, now, tolerance);
+        let _ = verify(g, creds(&secrets), &headers, &body, now, tolerance);
         let _ = parse(g, &headers, &body);
     }
 
@@ -139,7 +171,7 @@ proptest! {
         let mut body = d.body.clone();
         let i = at.index(body.len());
         body[i] = body[i].wrapping_add(delta);
-        let r = verify(g, &[SAMPLE_SECRET.to_owned()], &d.headers, &body, spec.timestamp, 300);
+        let r = verify(g, creds(&[SAMPLE_SECRET.to_owned()]), &d.headers, &body, spec.timestamp, 300);
         if g == Gateway::Payu {
             // PayU's hash covers only some fields: a change elsewhere may
             // verify, but must not change what the hash protects.
@@ -149,6 +181,7 @@ proptest! {
                 prop_assert!(after.is_ok(), "verified but does not parse: {:?}", after);
                 let after = after.unwrap();
                 prop_assert_eq!(before.event_id, after.event_id);
+                prop_assert_eq!(before.payment_id, after.payment_id);
                 prop_assert_eq!(before.kind, after.kind);
                 prop_assert_eq!(before.order_ref, after.order_ref);
                 prop_assert_eq!(before.amount_minor, after.amount_minor);
@@ -187,15 +220,43 @@ proptest! {
                 continue;
             }
             let h = replace_header(&d.headers, name, &text);
-            let r = verify(g, &[SAMPLE_SECRET.to_owned()], &h, &d.body, spec.timestamp, 300);
+            let r = verify(g, creds(&[SAMPLE_SECRET.to_owned()]), &h, &d.body, spec.timestamp, 300);
             prop_assert!(r.is_err(), "{} {}: {} = {:?} verified", g, event, name, text);
         }
     }
 
     #[test]
+    fn a_hashed_payu_field_with_a_separator_never_verifies(
+        field in prop::sample::select(
+            PAYU_HASHED_FIELDS.iter().copied().chain(["additional_charges"]).collect::<Vec<_>>()
+        ),
+        before in "[A-Za-z0-9 .@_-]{0,8}",
+        after in "[A-Za-z0-9 .@|_-]{0,8}",
+        salt in "[A-Za-z0-9]{1,16}",
+    ) {
+        let mut fields = payu_fields();
+        let value = format!("{before}|{after}");
+        match fields.iter_mut().find(|(n, _)| *n == field) {
+            Some(slot) => slot.1 = value,
+            None => fields.push((field, value)),
+        }
+        let pairs: Vec<(&str, &str)> = fields.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        // Correctly hashed under the salt, and still refused (key included:
+        // a `|` in the key is refused before the key is compared).
+        let body = payu_form(&pairs, &salt);
+        let secrets = [salt.clone()];
+        let r = verify(Gateway::Payu, creds(&secrets), &Headers::new(), &body, 0, 0);
+        prop_assert!(
+            matches!(r, Err(oncehook_gateways::VerifyError::Malformed { what, .. }) if what == field),
+            "{} = {:?}: {:?}", field, fields, r
+        );
+    }
+
+    #[test]
     fn samples_round_trip((g, event) in gateway_and_event(), spec in sample_spec()) {
+        let spec = spec_for(g, &spec);
         let d = build(g, event, &spec);
-        let v = verify(g, &[SAMPLE_SECRET.to_owned()], &d.headers, &d.body, spec.timestamp, 0);
+        let v = verify(g, creds(&[SAMPLE_SECRET.to_owned()]), &d.headers, &d.body, spec.timestamp, 0);
         prop_assert!(v.is_ok(), "{:?}", v);
         let e = parse(g, &d.headers, &d.body).unwrap();
         prop_assert_eq!(e.amount_minor, Some(spec.amount_minor));

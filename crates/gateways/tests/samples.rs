@@ -5,7 +5,9 @@ mod common;
 
 use common::*;
 use oncehook_gateways::sample::{self, SAMPLE_PAYU_KEY, SampleError, SampleSpec, SignedDelivery};
-use oncehook_gateways::{EventKind, Gateway, NormalizedEvent, VerifyError, parse, verify};
+use oncehook_gateways::{
+    Credentials, EventKind, Gateway, NormalizedEvent, VerifyError, parse, verify,
+};
 
 /// The kind each accepted name should produce.
 fn expected_kind(gateway: Gateway, name: &str) -> EventKind {
@@ -17,6 +19,7 @@ fn expected_kind(gateway: Gateway, name: &str) -> EventKind {
         | "success"
         | "payment_intent.succeeded"
         | "checkout.session.completed"
+        | "checkout.session.async_payment_succeeded"
         | "payment.succeeded" => EventKind::Captured,
         "failed"
         | "payment.failed"
@@ -24,15 +27,16 @@ fn expected_kind(gateway: Gateway, name: &str) -> EventKind {
         | "PAYMENT_USER_DROPPED_WEBHOOK"
         | "failure"
         | "pending"
-        | "payment_intent.payment_failed" => EventKind::Failed,
+        | "payment_intent.payment_failed"
+        | "checkout.session.async_payment_failed" => EventKind::Failed,
         "authorized" | "payment.authorized" | "payment_intent.amount_capturable_updated" => {
             EventKind::Authorized
         }
         "refunded"
         | "refund.processed"
         | "REFUND_STATUS_WEBHOOK"
-        | "refund"
         | "charge.refunded"
+        | "refund.created"
         | "payment.refunded" => EventKind::Refunded,
         other => panic!("{gateway}: no expectation for {other}"),
     }
@@ -49,7 +53,7 @@ fn check_event(gateway: Gateway, name: &str, spec: &SampleSpec, e: &NormalizedEv
     assert_eq!(e.provider, gateway, "{ctx}");
     assert_eq!(e.kind, kind, "{ctx}");
     let expected_id = match gateway {
-        Gateway::Payu => format!("{}:{}", spec.order_ref, e.event_type),
+        Gateway::Payu => format!("{}:{}", spec.payment_id, e.event_type),
         _ => spec.event_id.clone(),
     };
     assert_eq!(e.event_id, expected_id, "{ctx}");
@@ -69,12 +73,27 @@ fn check_event(gateway: Gateway, name: &str, spec: &SampleSpec, e: &NormalizedEv
         Some(spec.currency.to_ascii_uppercase().as_str()),
         "{ctx}"
     );
-    // Cashfree refund notifications carry no customer details.
-    let carries_email = !(gateway == Gateway::Cashfree && kind == EventKind::Refunded);
+    // Cashfree refund notifications and Stripe refund objects carry no customer details.
+    let carries_email = !(gateway == Gateway::Cashfree && kind == EventKind::Refunded)
+        && e.event_type != "refund.created";
     if carries_email {
         assert_eq!(e.email.as_deref(), Some(spec.email.as_str()), "{ctx}");
     }
-    if kind == EventKind::Refunded {
+    let cumulative = e.event_type == "charge.refunded";
+    assert_eq!(e.cumulative_refund, cumulative, "{ctx}");
+    if cumulative {
+        let charge = format!(
+            "ch_{}",
+            spec.payment_id
+                .strip_prefix("pi_")
+                .unwrap_or(&spec.payment_id)
+        );
+        assert_eq!(
+            e.refund_id,
+            Some(format!("{charge}:refunded:{}", spec.amount_minor)),
+            "{ctx}"
+        );
+    } else if kind == EventKind::Refunded {
         assert_eq!(
             e.refund_id.as_deref(),
             Some(spec.refund_id(gateway).as_str()),
@@ -91,14 +110,16 @@ fn every_gateway_and_event_round_trips() {
     for gateway in Gateway::ALL {
         let names = sample::event_names(gateway);
         for alias in ["captured", "failed", "refunded"] {
-            assert!(names.contains(&alias), "{gateway} lacks {alias}");
+            // PayU's refunds are not webhooks: no refund sample.
+            let expected = !(gateway == Gateway::Payu && alias == "refunded");
+            assert_eq!(names.contains(&alias), expected, "{gateway} {alias}");
         }
         for name in names {
             let d = built(gateway, name, &spec);
             assert!(d.headers.get("content-type").is_some(), "{gateway} {name}");
             let v = verify(
                 gateway,
-                &[SAMPLE_SECRET.to_owned()],
+                creds(&[SAMPLE_SECRET.to_owned()]),
                 &d.headers,
                 &d.body,
                 spec.timestamp,
@@ -131,7 +152,6 @@ fn aliases_build_the_native_event() {
         (Gateway::Cashfree, "refunded", "REFUND_STATUS_WEBHOOK"),
         (Gateway::Payu, "captured", "success"),
         (Gateway::Payu, "failed", "failure"),
-        (Gateway::Payu, "refunded", "refund"),
         (Gateway::Stripe, "captured", "payment_intent.succeeded"),
         (Gateway::Stripe, "failed", "payment_intent.payment_failed"),
         (
@@ -139,7 +159,7 @@ fn aliases_build_the_native_event() {
             "authorized",
             "payment_intent.amount_capturable_updated",
         ),
-        (Gateway::Stripe, "refunded", "charge.refunded"),
+        (Gateway::Stripe, "refunded", "refund.created"),
         (Gateway::Standard, "captured", "payment.succeeded"),
         (Gateway::Standard, "failed", "payment.failed"),
         (Gateway::Standard, "authorized", "payment.authorized"),
@@ -182,6 +202,9 @@ fn unknown_events_list_the_accepted_names() {
     for gateway in [Gateway::Cashfree, Gateway::Payu] {
         assert!(sample::build(gateway, "authorized", &spec(), SAMPLE_SECRET).is_err());
     }
+    for name in ["refund", "refunded"] {
+        assert!(sample::build(Gateway::Payu, name, &spec(), SAMPLE_SECRET).is_err());
+    }
 }
 
 #[test]
@@ -213,11 +236,14 @@ fn samples_have_the_gateway_specific_shape() {
         format!("PAYMENT_SUCCESS_WEBHOOK:{}:SUCCESS", spec.payment_id)
     );
 
-    // PayU: decimal rupees, the sample key, a form content type.
+    // PayU: decimal rupees, the sample key, the payment id as txnid and the
+    // order in udf1, a form content type.
     let payu = built(Gateway::Payu, "captured", &spec);
     let text = String::from_utf8(payu.body.clone()).unwrap();
     assert!(text.contains("&amount=500.00&"), "{text}");
     assert!(text.contains(&format!("&key={SAMPLE_PAYU_KEY}&")), "{text}");
+    assert!(text.contains("&txnid=pay_S4mple1042&"), "{text}");
+    assert!(text.contains("&udf1=order_1042&"), "{text}");
     assert!(text.contains("email=gaurav.kumar%40example.com"), "{text}");
     assert_eq!(
         payu.headers.get("content-type"),
@@ -272,6 +298,7 @@ fn unusual_specs_round_trip() {
             currency: "usd".into(),
             email: "o'brien+tag@example.com".into(),
             timestamp: 1,
+            merchant_key: None,
         },
         SampleSpec {
             order_ref: "o".into(),
@@ -281,6 +308,7 @@ fn unusual_specs_round_trip() {
             currency: "JPY".into(),
             email: "x@y.z".into(),
             timestamp: 4_102_444_800,
+            merchant_key: None,
         },
         SampleSpec {
             amount_minor: 92_233_720_368_547_758,
@@ -299,7 +327,7 @@ fn unusual_specs_round_trip() {
                 let d = built(gateway, name, spec);
                 verify(
                     gateway,
-                    &[SAMPLE_SECRET.to_owned()],
+                    creds(&[SAMPLE_SECRET.to_owned()]),
                     &d.headers,
                     &d.body,
                     spec.timestamp,
@@ -321,13 +349,20 @@ fn samples_are_refused_with_another_secret_or_later() {
         let d = built(gateway, "captured", &spec);
         let other = "whsec_b3RoZXIgc2VjcmV0".to_owned();
         assert_eq!(
-            verify(gateway, &[other], &d.headers, &d.body, spec.timestamp, 300),
+            verify(
+                gateway,
+                creds(&[other]),
+                &d.headers,
+                &d.body,
+                spec.timestamp,
+                300
+            ),
             Err(VerifyError::Mismatch),
             "{gateway}"
         );
         let later = verify(
             gateway,
-            &[SAMPLE_SECRET.to_owned()],
+            creds(&[SAMPLE_SECRET.to_owned()]),
             &d.headers,
             &d.body,
             spec.timestamp + 301,
@@ -353,7 +388,7 @@ fn tampered_samples_fail_but_stay_well_formed() {
             assert_eq!(
                 verify(
                     gateway,
-                    &[SAMPLE_SECRET.to_owned()],
+                    creds(&[SAMPLE_SECRET.to_owned()]),
                     &d.headers,
                     &d.body,
                     spec.timestamp,
@@ -371,4 +406,123 @@ fn tampered_samples_fail_but_stay_well_formed() {
             );
         }
     }
+}
+
+#[test]
+fn payu_samples_carry_the_merchant_key_they_are_given() {
+    let spec = SampleSpec {
+        merchant_key: Some("KEY with spaces & ₹".into()),
+        ..spec()
+    };
+    let d = built(Gateway::Payu, "captured", &spec);
+    let secrets = [SAMPLE_SECRET.to_owned()];
+    let with = |key: Option<&'static str>| {
+        verify(
+            Gateway::Payu,
+            Credentials::new(&secrets).with_merchant_key(key),
+            &d.headers,
+            &d.body,
+            0,
+            0,
+        )
+    };
+    assert!(with(Some("KEY with spaces & ₹")).is_ok());
+    assert_eq!(with(Some(SAMPLE_PAYU_KEY)), Err(VerifyError::Mismatch));
+    assert_eq!(with(None), Err(VerifyError::NoMerchantKey));
+    assert_eq!(with(Some("")), Err(VerifyError::NoMerchantKey));
+}
+
+#[test]
+fn payu_attempts_are_told_apart_by_txnid() {
+    let first = SampleSpec {
+        payment_id: "TXN_A1".into(),
+        ..spec()
+    };
+    let second = SampleSpec {
+        payment_id: "TXN_A2".into(),
+        ..spec()
+    };
+    let failed = built(Gateway::Payu, "failure", &first);
+    let paid = built(Gateway::Payu, "success", &second);
+    let failed = parse(Gateway::Payu, &failed.headers, &failed.body).unwrap();
+    let paid = parse(Gateway::Payu, &paid.headers, &paid.body).unwrap();
+    assert_eq!(failed.event_id, "TXN_A1:failure");
+    assert_eq!(paid.event_id, "TXN_A2:success");
+    assert_eq!(failed.payment_id.as_deref(), Some("TXN_A1"));
+    assert_eq!(paid.payment_id.as_deref(), Some("TXN_A2"));
+    assert_eq!(failed.order_ref, paid.order_ref);
+    assert_eq!(paid.order_ref.as_deref(), Some("order_1042"));
+}
+
+#[test]
+fn payu_specs_that_cannot_be_hashed_are_refused() {
+    let cases = [
+        SampleSpec {
+            order_ref: "order|1".into(),
+            ..spec()
+        },
+        SampleSpec {
+            payment_id: "T|1".into(),
+            ..spec()
+        },
+        SampleSpec {
+            email: "a|b@c.d".into(),
+            ..spec()
+        },
+        SampleSpec {
+            merchant_key: Some("K|1".into()),
+            ..spec()
+        },
+        SampleSpec {
+            payment_id: String::new(),
+            ..spec()
+        },
+    ];
+    for spec in &cases {
+        let r = sample::build(Gateway::Payu, "captured", spec, SAMPLE_SECRET);
+        assert!(
+            matches!(r, Err(SampleError::InvalidSpec(_))),
+            "{spec:?}: {r:?}"
+        );
+    }
+}
+
+#[test]
+fn stripe_samples_without_an_order_reference_omit_it() {
+    let spec = SampleSpec {
+        order_ref: String::new(),
+        payment_id: "pi_3Checkout".into(),
+        ..spec()
+    };
+    for name in [
+        "payment_intent.succeeded",
+        "payment_intent.payment_failed",
+        "charge.refunded",
+        "refund.created",
+    ] {
+        let d = built(Gateway::Stripe, name, &spec);
+        let v: serde_json::Value = serde_json::from_slice(&d.body).unwrap();
+        assert_eq!(
+            v["data"]["object"]["metadata"],
+            serde_json::json!({}),
+            "{name}"
+        );
+        let e = parse(Gateway::Stripe, &d.headers, &d.body).unwrap();
+        assert_eq!(e.order_ref, None, "{name}");
+        assert_eq!(e.payment_id.as_deref(), Some("pi_3Checkout"), "{name}");
+    }
+    // The session that links the intent to the order.
+    let linked = SampleSpec {
+        order_ref: "order_1042".into(),
+        ..spec.clone()
+    };
+    let d = built(Gateway::Stripe, "checkout.session.completed", &linked);
+    let e = parse(Gateway::Stripe, &d.headers, &d.body).unwrap();
+    assert_eq!(e.kind, EventKind::Captured);
+    assert_eq!(e.payment_id.as_deref(), Some("pi_3Checkout"));
+    assert_eq!(e.order_ref.as_deref(), Some("order_1042"));
+    let v: serde_json::Value = serde_json::from_slice(&d.body).unwrap();
+    assert_eq!(v["data"]["object"]["client_reference_id"], "order_1042");
+    assert_eq!(v["data"]["object"]["payment_status"], "paid");
+    assert_eq!(v["data"]["object"]["amount_total"], 50_000);
 }

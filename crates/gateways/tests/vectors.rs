@@ -18,7 +18,7 @@ fn check(
 ) -> Result<usize, VerifyError> {
     verify(
         gateway,
-        secrets,
+        vector_creds(secrets),
         headers,
         body,
         vector_now(gateway),
@@ -32,7 +32,7 @@ fn every_vector_verifies_with_its_secret() {
     for gateway in Gateway::ALL {
         let v = verify(
             gateway,
-            &[vector_secret(gateway)],
+            vector_creds(&[vector_secret(gateway)]),
             &vector_headers(gateway),
             vector_body(gateway),
             vector_now(gateway),
@@ -55,6 +55,25 @@ fn vector_bodies_are_the_published_bytes() {
             "{gateway}"
         );
     }
+}
+
+#[test]
+fn payu_vector_verifies_only_for_its_merchant_key() {
+    assert_eq!(vector_str(Gateway::Payu, "key"), VECTOR_PAYU_KEY);
+    let salts = [vector_secret(Gateway::Payu)];
+    let with = |key| {
+        verify(
+            Gateway::Payu,
+            oncehook_gateways::Credentials::new(&salts).with_merchant_key(key),
+            &Headers::new(),
+            vector_body(Gateway::Payu),
+            0,
+            0,
+        )
+    };
+    assert!(with(Some(VECTOR_PAYU_KEY)).is_ok());
+    assert_eq!(with(Some("TESTKEY2")), Err(VerifyError::Mismatch));
+    assert_eq!(with(None), Err(VerifyError::NoMerchantKey));
 }
 
 #[test]
@@ -107,8 +126,9 @@ fn vectors_parse_to_the_fixture_facts() {
     assert_eq!(payu.event_id, "TXN1042A:success");
     assert_eq!(payu.event_type, "success");
     assert_eq!(payu.kind, EventKind::Captured);
-    assert_eq!(payu.payment_id.as_deref(), Some("403993715531077182"));
-    assert_eq!(payu.order_ref.as_deref(), Some("TXN1042A"));
+    // The attempt is the hashed txnid (not the unsigned mihpayid), the order udf1.
+    assert_eq!(payu.payment_id.as_deref(), Some("TXN1042A"));
+    assert_eq!(payu.order_ref.as_deref(), Some("order_1042"));
     assert_eq!(payu.amount_minor, Some(50_000));
     assert_eq!(payu.currency.as_deref(), Some("INR"));
     assert_eq!(payu.email.as_deref(), Some("gaurav.kumar@example.com"));
@@ -591,12 +611,27 @@ fn timestamps_outside_the_window_are_refused_both_ways() {
         let signed = vector_now(gateway);
         for now in [signed - 300, signed, signed + 300] {
             assert!(
-                verify(gateway, &secrets, &headers, body, now, TOLERANCE).is_ok(),
+                verify(
+                    gateway,
+                    vector_creds(&secrets),
+                    &headers,
+                    body,
+                    now,
+                    TOLERANCE
+                )
+                .is_ok(),
                 "{gateway} at {now}"
             );
         }
         for now in [signed - 301, signed + 301, signed + 86_400, 0, i64::MAX] {
-            let r = verify(gateway, &secrets, &headers, body, now, TOLERANCE);
+            let r = verify(
+                gateway,
+                vector_creds(&secrets),
+                &headers,
+                body,
+                now,
+                TOLERANCE,
+            );
             assert_eq!(
                 r,
                 Err(VerifyError::OutsideTolerance {
@@ -608,7 +643,17 @@ fn timestamps_outside_the_window_are_refused_both_ways() {
             );
         }
         // A generous tolerance accepts a replay hours later.
-        assert!(verify(gateway, &secrets, &headers, body, signed + 7_200, 86_400).is_ok());
+        assert!(
+            verify(
+                gateway,
+                vector_creds(&secrets),
+                &headers,
+                body,
+                signed + 7_200,
+                86_400
+            )
+            .is_ok()
+        );
     }
 }
 
@@ -617,7 +662,7 @@ fn gateways_without_timestamps_ignore_the_clock() {
     for gateway in [Gateway::Razorpay, Gateway::Payu] {
         let r = verify(
             gateway,
-            &[vector_secret(gateway)],
+            vector_creds(&[vector_secret(gateway)]),
             &vector_headers(gateway),
             vector_body(gateway),
             i64::MIN,

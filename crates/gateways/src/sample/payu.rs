@@ -1,7 +1,10 @@
 //! PayU India sample deliveries: the form PayU posts to the merchant's
 //! webhook URL, with the reverse hash computed under the salt. PayU carries no
-//! event id: the identity is `{txnid}:{status}`, and `txnid` is the spec's
-//! order reference (`spec.event_id` is not used).
+//! event id: the identity is `{txnid}:{status}`, where `txnid` is the spec's
+//! payment id (a new one per attempt, as PayU requires) and `udf1` the
+//! order reference (`spec.event_id` is not used). There are no refund
+//! samples: PayU's refund notifications are not signed, so oncehook does not
+//! take them (refunds come from the shop's back office).
 
 use url::form_urlencoded::Serializer;
 
@@ -19,21 +22,30 @@ const TABLE: &[(&str, &str)] = &[
     ("success", "success"),
     ("failure", "failure"),
     ("pending", "pending"),
-    ("refund", "refund"),
     ("captured", "success"),
     ("failed", "failure"),
-    ("refunded", "refund"),
 ];
 
-pub(super) const EVENT_NAMES: &[&str] = &[
-    "success", "failure", "pending", "refund", "captured", "failed", "refunded",
-];
+pub(super) const EVENT_NAMES: &[&str] = &["success", "failure", "pending", "captured", "failed"];
 
 pub(super) fn resolve(event: &str) -> Option<&'static str> {
     resolve_in(TABLE, event)
 }
 
-/// Fails for a currency other than INR: PayU India posts rupees only.
+/// A PayU-style numeric `mihpayid` for a transaction (informational: the
+/// hash does not cover it and nothing reads it).
+fn mihpayid(txnid: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in txnid.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    (400_000_000_000 + h % 100_000_000_000).to_string()
+}
+
+/// Fails for a currency other than INR (PayU India posts rupees only), an
+/// empty payment id (the `txnid`), or a value containing the hash
+/// separator `|` (PayU refuses those, and so does verification).
 pub(super) fn build(
     status: &str,
     spec: &SampleSpec,
@@ -45,6 +57,24 @@ pub(super) fn build(
             spec.currency
         )));
     }
+    if spec.payment_id.is_empty() {
+        return Err(SampleError::InvalidSpec(
+            "a PayU sample needs a payment id (its txnid)".into(),
+        ));
+    }
+    let key = spec.payu_merchant_key();
+    for (what, value) in [
+        ("order_ref", spec.order_ref.as_str()),
+        ("payment_id", spec.payment_id.as_str()),
+        ("email", spec.email.as_str()),
+        ("merchant_key", key),
+    ] {
+        if value.contains('|') {
+            return Err(SampleError::InvalidSpec(format!(
+                "PayU hashes `|`-separated values: {what} must not contain `|`"
+            )));
+        }
+    }
     let amount = format_decimal_minor(spec.amount_minor, currency_exponent(CURRENCY));
     let (unmapped, field9, error, error_message, debited) = match status {
         "failure" => (
@@ -55,13 +85,6 @@ pub(super) fn build(
             "0",
         ),
         "pending" => ("pending", "Transaction pending", "E000", "No Error", "0"),
-        "refund" => (
-            "refunded",
-            "Refund processed",
-            "E000",
-            "No Error",
-            amount.as_str(),
-        ),
         _ => (
             "captured",
             "Transaction Completed Successfully",
@@ -71,12 +94,12 @@ pub(super) fn build(
         ),
     };
     let mut fields: Vec<(&str, String)> = vec![
-        ("mihpayid", spec.payment_id.clone()),
+        ("mihpayid", mihpayid(&spec.payment_id)),
         ("mode", "UPI".into()),
         ("status", status.into()),
         ("unmappedstatus", unmapped.into()),
-        ("key", SAMPLE_PAYU_KEY.into()),
-        ("txnid", spec.order_ref.clone()),
+        ("key", key.to_owned()),
+        ("txnid", spec.payment_id.clone()),
         ("amount", amount.clone()),
         ("addedon", payu_ist(spec.timestamp.saturating_sub(4))),
         ("productinfo", "oncehook sample order".into()),

@@ -130,6 +130,7 @@ fn payment_event(v: &Value, ty: &str, body: &[u8]) -> Result<NormalizedEvent, Pa
         currency,
         email: customer_email(v),
         refund_id: None,
+        cumulative_refund: false,
     })
 }
 
@@ -163,5 +164,6 @@ fn refund_event(v: &Value, ty: &str, body: &[u8]) -> Result<NormalizedEvent, Par
         currency,
         email: customer_email(v),
         refund_id,
+        cumulative_refund: false,
     })
 }

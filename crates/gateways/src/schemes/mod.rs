@@ -54,6 +54,9 @@ pub enum VerifyError {
     /// The source has no secrets configured: nothing can verify.
     #[error("no secrets configured")]
     NoSecrets,
+    /// A PayU source has no merchant key configured: nothing can verify.
+    #[error("no merchant key configured")]
+    NoMerchantKey,
 }
 
 /// Why an authentic payload could not be understood (the worker dead-letters it).
@@ -75,27 +78,62 @@ pub enum ParseError {
     },
 }
 
+/// What a source verifies deliveries with: its live secrets and, for PayU,
+/// the merchant key. Deliberately not `Debug`: it holds secrets.
+#[derive(Clone, Copy)]
+pub struct Credentials<'a> {
+    /// Live secrets, any of which may match (rotation). PayU: merchant salts.
+    pub secrets: &'a [String],
+    /// PayU: the merchant key the posted form's `key` field must equal
+    /// (the key is covered by the hash, but a salt is per merchant key, so
+    /// the key decides whose notification it is). Ignored by other gateways.
+    pub merchant_key: Option<&'a str>,
+}
+
+impl<'a> Credentials<'a> {
+    /// Credentials with `secrets` and no merchant key.
+    pub fn new(secrets: &'a [String]) -> Self {
+        Credentials {
+            secrets,
+            merchant_key: None,
+        }
+    }
+
+    /// The same credentials with `merchant_key` (PayU).
+    pub fn with_merchant_key(self, merchant_key: Option<&'a str>) -> Self {
+        Credentials {
+            merchant_key,
+            ..self
+        }
+    }
+}
+
 /// Verifies a delivery's signature over the raw `body` bytes against any of
-/// `secrets`, and (for schemes that sign a timestamp) that the timestamp is
-/// within `tolerance_secs` of `now_unix` in either direction.
+/// the `credentials`' secrets, and (for schemes that sign a timestamp) that
+/// the timestamp is within `tolerance_secs` of `now_unix` in either
+/// direction.
 ///
 /// Headers are read first (`Missing` / `Malformed`), then the timestamp
-/// window, then the signature. For PayU the `secrets` are merchant salts.
+/// window, then the signature. For PayU the secrets are merchant salts, the
+/// form's `key` must equal `credentials.merchant_key` (`Missing` without the
+/// field, `Mismatch` for another key, [`VerifyError::NoMerchantKey`] when
+/// none is configured), and no hash-covered field may contain `|`.
 pub fn verify(
     gateway: Gateway,
-    secrets: &[String],
+    credentials: Credentials<'_>,
     headers: &Headers,
     body: &[u8],
     now_unix: i64,
     tolerance_secs: u64,
 ) -> Result<Verification, VerifyError> {
+    let secrets = credentials.secrets;
     if secrets.is_empty() {
         return Err(VerifyError::NoSecrets);
     }
     match gateway {
         Gateway::Razorpay => razorpay::verify(secrets, headers, body),
         Gateway::Cashfree => cashfree::verify(secrets, headers, body, now_unix, tolerance_secs),
-        Gateway::Payu => payu::verify(secrets, body),
+        Gateway::Payu => payu::verify(secrets, credentials.merchant_key, body),
         Gateway::Stripe => stripe::verify(secrets, headers, body, now_unix, tolerance_secs),
         Gateway::Standard => standard::verify(secrets, headers, body, now_unix, tolerance_secs),
     }
@@ -108,7 +146,8 @@ pub fn verify(
 /// - Cashfree: header `x-idempotency-key`, else
 ///   `{type}:{cf_payment_id}:{payment_status}` (refunds:
 ///   `{type}:{refund_id}:{refund_status}`).
-/// - PayU: `{txnid}:{status}` (both covered by the hash).
+/// - PayU: `{txnid}:{status}` (both covered by the hash; a new `txnid` per
+///   attempt, so `txnid` is also the payment id).
 /// - Stripe: the body's `id`.
 /// - Standard Webhooks: header `webhook-id`.
 ///

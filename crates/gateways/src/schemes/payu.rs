@@ -3,9 +3,23 @@
 //! of `SALT|status|udf10|…|udf1|email|firstname|productinfo|amount|txnid|key`
 //! over the URL-decoded values, prefixed with `{additional_charges}|` when
 //! that field is present. There is no timestamp and no event id: the
-//! identity is `{txnid}:{status}`, both covered by the hash. Fields outside
-//! the hash (`mihpayid`, `refund_id`, …) are informational: nothing that
-//! decides identity or money is read from them.
+//! identity is `{txnid}:{status}`, both covered by the hash.
+//!
+//! Two checks come before the hash:
+//! - no hash-covered value may contain `|`: the hash input joins the values
+//!   with `|`, so a value containing one could be re-split into different
+//!   field values with the same hash (a `firstname` of `A|B|500.00|order_x`
+//!   moving the boundaries of `productinfo`, `amount`, `txnid`);
+//! - the form's `key` must be the merchant key configured on the source
+//!   (salts belong to a key; another merchant's notification is refused).
+//!
+//! Fields outside the hash (`mihpayid`, `refund_id`, …) are informational:
+//! nothing that decides identity or money is read from them. The payment id
+//! is the `txnid` (PayU requires a new one per attempt), the order reference
+//! `udf1` (else the `txnid`). PayU's refund notifications are not signed, so
+//! a form whose status says refund never moves money: it is
+//! [`EventKind::Other`]; refunds reach oncehook from the shop's back office
+//! (see docs/gateways.md).
 
 use sha2::{Digest, Sha512};
 
@@ -42,12 +56,27 @@ const HASHED_FIELDS: [&str; 17] = [
     "key",
 ];
 
+/// Hash-covered fields outside [`HASHED_FIELDS`]: either spelling of the
+/// additional charges prefix.
+const CHARGES_FIELDS: [&str; 2] = ["additional_charges", "additionalCharges"];
+
+/// The form field carrying the merchant key.
+pub(crate) const KEY_FIELD: &str = "key";
+
+/// The first hash-covered field whose value contains the `|` separator.
+pub(crate) fn field_with_separator(form: &Form) -> Option<&'static str> {
+    CHARGES_FIELDS
+        .into_iter()
+        .chain(HASHED_FIELDS)
+        .find(|name| form.get(name).is_some_and(|v| v.contains('|')))
+}
+
 /// The exact string PayU hashes for `form` under `salt`.
 pub(crate) fn hash_input(salt: &str, form: &Form) -> String {
     let mut input = String::new();
     let charges = form
-        .non_empty("additional_charges")
-        .or_else(|| form.non_empty("additionalCharges"));
+        .non_empty(CHARGES_FIELDS[0])
+        .or_else(|| form.non_empty(CHARGES_FIELDS[1]));
     if let Some(charges) = charges {
         input.push_str(charges);
         input.push('|');
@@ -65,7 +94,14 @@ pub(crate) fn hash_hex(salt: &str, form: &Form) -> String {
     hex::encode(Sha512::digest(hash_input(salt, form).as_bytes()))
 }
 
-pub(crate) fn verify(salts: &[String], body: &[u8]) -> Result<Verification, VerifyError> {
+pub(crate) fn verify(
+    salts: &[String],
+    merchant_key: Option<&str>,
+    body: &[u8],
+) -> Result<Verification, VerifyError> {
+    let merchant_key = merchant_key
+        .filter(|k| !k.is_empty())
+        .ok_or(VerifyError::NoMerchantKey)?;
     let form = Form::decode(body).map_err(|e| VerifyError::Malformed {
         what: "form body",
         reason: e.0,
@@ -75,6 +111,16 @@ pub(crate) fn verify(salts: &[String], body: &[u8]) -> Result<Verification, Veri
         .map(str::trim)
         .ok_or(VerifyError::Missing(HASH_FIELD))?;
     let expected = decode_hex(value, 64, HASH_FIELD)?;
+    if let Some(what) = field_with_separator(&form) {
+        return Err(VerifyError::Malformed {
+            what,
+            reason: "contains the hash separator `|`".into(),
+        });
+    }
+    let key = form.get(KEY_FIELD).ok_or(VerifyError::Missing(KEY_FIELD))?;
+    if key != merchant_key {
+        return Err(VerifyError::Mismatch);
+    }
     let secret_index = first_match(salts, |salt| {
         let digest = Sha512::digest(hash_input(salt, &form).as_bytes());
         ct_eq(digest.as_slice(), &expected)
@@ -89,7 +135,8 @@ fn kind_of(status: &str) -> EventKind {
     match status.to_ascii_lowercase().as_str() {
         "success" => EventKind::Captured,
         "failure" | "failed" | "pending" => EventKind::Failed,
-        "refund" | "refunded" => EventKind::Refunded,
+        // A refund status never moves money: PayU does not sign its refund
+        // notifications, so refunds arrive from the back office instead.
         _ => EventKind::Other,
     }
 }
@@ -105,9 +152,10 @@ pub(crate) fn parse(body: &[u8]) -> Result<NormalizedEvent, ParseError> {
     let kind = kind_of(status);
     let event_id = format!("{txnid}:{status}");
 
-    // Only hash-covered fields may decide money: the amount is `amount`
-    // (not an uncovered `refund_amount`), and the currency is always INR (an
-    // uncovered `currency` field could otherwise rescale the amount).
+    // Only hash-covered fields may decide money or identity: the amount is
+    // `amount`, the currency is always INR (an uncovered `currency` field
+    // could otherwise rescale the amount), the payment is the `txnid` (not
+    // the uncovered `mihpayid`) and the order is `udf1`, else the `txnid`.
     let amount_minor = form
         .non_empty("amount")
         .map(|a| parse_decimal_minor(a, currency_exponent(CURRENCY)))
@@ -116,22 +164,19 @@ pub(crate) fn parse(body: &[u8]) -> Result<NormalizedEvent, ParseError> {
             field: "amount",
             reason: e.to_string(),
         })?;
-    let refund_id = (kind == EventKind::Refunded).then(|| {
-        form.non_empty("refund_id")
-            .or_else(|| form.non_empty("request_id"))
-            .map_or_else(|| event_id.clone(), str::to_owned)
-    });
+    let order_ref = form.non_empty("udf1").unwrap_or(txnid);
 
     Ok(NormalizedEvent {
         provider: Gateway::Payu,
         event_type: status.to_owned(),
         kind,
-        payment_id: form.non_empty("mihpayid").map(str::to_owned),
-        order_ref: Some(txnid.to_owned()),
+        payment_id: Some(txnid.to_owned()),
+        order_ref: Some(order_ref.to_owned()),
         amount_minor,
         currency: Some(CURRENCY.to_owned()),
         email: form.non_empty("email").map(str::to_owned),
-        refund_id,
+        refund_id: None,
+        cumulative_refund: false,
         event_id,
     })
 }

@@ -110,6 +110,7 @@ pub(crate) fn parse(headers: &Headers, body: &[u8]) -> Result<NormalizedEvent, P
         currency,
         email,
         refund_id,
+        cumulative_refund: false,
     })
 }
 

@@ -120,5 +120,6 @@ pub(crate) fn parse(headers: &Headers, body: &[u8]) -> Result<NormalizedEvent, P
         currency: currency_at(&v, &["data", "currency"]),
         email: str_at(&v, &["data", "email"]).map(str::to_owned),
         refund_id,
+        cumulative_refund: false,
     })
 }

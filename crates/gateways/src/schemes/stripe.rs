@@ -3,13 +3,19 @@
 //! `whsec_…` string (not decoded). During secret rotation Stripe sends one
 //! `v1` per active secret; other schemes (`v0`) are ignored. The delivery
 //! identity is the event's `id`; amounts are integer minor units.
+//!
+//! Refunds come two ways, both understood: `charge.refunded` carries the
+//! charge's *cumulative* `amount_refunded` (a refund total, identity
+//! `{charge}:refunded:{total}`), and `refund.created` / `refund.updated` /
+//! `charge.refund.updated` carry one refund object (`re_…`), which counts
+//! only once its status is `succeeded`.
 
 use serde_json::Value;
 
 use super::crypto::{
     check_window, first_match, hmac_sha256, hmac_sha256_matches_any, parse_unix_digits,
 };
-use super::json::{at, currency_at, id_at, int_amount_at, parse_body, str_at};
+use super::json::{currency_at, id_at, int_amount_at, parse_body, str_at};
 use super::{ParseError, Verification, VerifyError, header};
 use crate::{EventKind, Gateway, Headers, NormalizedEvent};
 
@@ -110,6 +116,59 @@ fn object_str<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
     str_at(v, &full)
 }
 
+/// What the event type says, before the common fields.
+struct Facts {
+    kind: EventKind,
+    payment_id: Option<String>,
+    amount_minor: Option<i64>,
+    refund_id: Option<String>,
+    cumulative_refund: bool,
+}
+
+impl Facts {
+    fn payment(kind: EventKind, payment_id: Option<String>, amount_minor: Option<i64>) -> Self {
+        Facts {
+            kind,
+            payment_id,
+            amount_minor,
+            refund_id: None,
+            cumulative_refund: false,
+        }
+    }
+}
+
+/// `charge.refunded`: the charge's cumulative refunded total.
+fn charge_refunded(v: &Value, payment_id: Option<String>) -> Result<Facts, ParseError> {
+    let charge = object_id(v, "id").ok_or(ParseError::MissingField("data.object.id"))?;
+    let total = object_amount(v, "amount_refunded")?
+        .ok_or(ParseError::MissingField("data.object.amount_refunded"))?;
+    Ok(Facts {
+        kind: EventKind::Refunded,
+        payment_id,
+        amount_minor: Some(total),
+        refund_id: Some(format!("{charge}:refunded:{total}")),
+        cumulative_refund: true,
+    })
+}
+
+/// `refund.created` / `refund.updated` / `charge.refund.updated`: one refund
+/// object, which counts once it has succeeded.
+fn single_refund(v: &Value) -> Result<Facts, ParseError> {
+    let payment_id = object_id(v, "payment_intent").or_else(|| object_id(v, "charge"));
+    let amount_minor = object_amount(v, "amount")?;
+    if object_str(v, &["status"]) != Some("succeeded") {
+        return Ok(Facts::payment(EventKind::Other, payment_id, amount_minor));
+    }
+    let refund_id = object_id(v, "id").ok_or(ParseError::MissingField("data.object.id"))?;
+    Ok(Facts {
+        kind: EventKind::Refunded,
+        payment_id,
+        amount_minor,
+        refund_id: Some(refund_id),
+        cumulative_refund: false,
+    })
+}
+
 pub(crate) fn parse(body: &[u8]) -> Result<NormalizedEvent, ParseError> {
     let v = parse_body(body)?;
     let event_id = str_at(&v, &["id"]).ok_or(ParseError::MissingField("id"))?;
@@ -117,63 +176,49 @@ pub(crate) fn parse(body: &[u8]) -> Result<NormalizedEvent, ParseError> {
     let id = object_id(&v, "id");
     let intent_or_id = || object_id(&v, "payment_intent").or_else(|| id.clone());
 
-    let (kind, payment_id, amount_minor, mut refund_id) = match ty {
+    let facts = match ty {
         "payment_intent.succeeded" => {
             let amount = match object_amount(&v, "amount_received")? {
                 Some(a) => Some(a),
                 None => object_amount(&v, "amount")?,
             };
-            (EventKind::Captured, id.clone(), amount, None)
+            Facts::payment(EventKind::Captured, id.clone(), amount)
         }
-        "payment_intent.payment_failed" => (
-            EventKind::Failed,
-            id.clone(),
-            object_amount(&v, "amount")?,
-            None,
-        ),
-        "payment_intent.amount_capturable_updated" => (
+        "payment_intent.payment_failed" => {
+            Facts::payment(EventKind::Failed, id.clone(), object_amount(&v, "amount")?)
+        }
+        "payment_intent.amount_capturable_updated" => Facts::payment(
             EventKind::Authorized,
             id.clone(),
             object_amount(&v, "amount_capturable")?,
-            None,
         ),
-        "checkout.session.completed" => {
-            let kind = if object_str(&v, &["payment_status"]) == Some("paid") {
+        "checkout.session.completed" | "checkout.session.async_payment_succeeded" => {
+            // `completed` with `payment_status: unpaid` is a delayed payment
+            // method still in flight: its outcome is an `async_payment_*` event.
+            let paid = ty == "checkout.session.async_payment_succeeded"
+                || object_str(&v, &["payment_status"]) == Some("paid");
+            let kind = if paid {
                 EventKind::Captured
             } else {
                 EventKind::Other
             };
-            (
-                kind,
-                intent_or_id(),
-                object_amount(&v, "amount_total")?,
-                None,
-            )
+            Facts::payment(kind, intent_or_id(), object_amount(&v, "amount_total")?)
         }
-        "charge.refunded" => {
-            let first_refund = at(&v, &[OBJECT[0], OBJECT[1], "refunds", "data"])
-                .and_then(Value::as_array)
-                .and_then(|refunds| refunds.first())
-                .and_then(|r| id_at(r, &["id"]));
-            (
-                EventKind::Refunded,
-                intent_or_id(),
-                object_amount(&v, "amount_refunded")?,
-                first_refund,
-            )
-        }
+        "checkout.session.async_payment_failed" => Facts::payment(
+            EventKind::Failed,
+            intent_or_id(),
+            object_amount(&v, "amount_total")?,
+        ),
+        "charge.refunded" => charge_refunded(&v, intent_or_id())?,
+        "refund.created" | "refund.updated" | "charge.refund.updated" => single_refund(&v)?,
         _ => {
             let amount = match object_amount(&v, "amount")? {
                 Some(a) => Some(a),
                 None => object_amount(&v, "amount_total")?,
             };
-            (EventKind::Other, intent_or_id(), amount, None)
+            Facts::payment(EventKind::Other, intent_or_id(), amount)
         }
     };
-    if kind == EventKind::Refunded && refund_id.is_none() {
-        let charge = id.clone().unwrap_or_default();
-        refund_id = Some(format!("{charge}:{}", amount_minor.unwrap_or(0)));
-    }
 
     let order_ref = object_str(&v, &["metadata", "order_ref"])
         .or_else(|| object_str(&v, &["client_reference_id"]))
@@ -189,12 +234,13 @@ pub(crate) fn parse(body: &[u8]) -> Result<NormalizedEvent, ParseError> {
         provider: Gateway::Stripe,
         event_id: event_id.to_owned(),
         event_type: ty.to_owned(),
-        kind,
-        payment_id,
+        kind: facts.kind,
+        payment_id: facts.payment_id,
         order_ref,
-        amount_minor,
+        amount_minor: facts.amount_minor,
         currency: currency_at(&v, &[OBJECT[0], OBJECT[1], "currency"]),
         email,
-        refund_id,
+        refund_id: facts.refund_id,
+        cumulative_refund: facts.cumulative_refund,
     })
 }
