@@ -253,6 +253,7 @@ impl TestEnv {
             currency: "INR".to_owned(),
             email: "customer@example.com".to_owned(),
             timestamp: time::OffsetDateTime::now_utc().unix_timestamp(),
+            merchant_key: None,
         }
     }
 

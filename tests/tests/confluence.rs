@@ -202,7 +202,9 @@ async fn confluence_same_facts_give_the_same_books() {
         }
         let want = &expectations[0].0;
         *tally.entry(format!("status {}", want.status)).or_default() += 1;
-        *tally.entry(format!("gateway {}", plan.gateway)).or_default() += 1;
+        *tally
+            .entry(format!("gateway {}", plan.gateway))
+            .or_default() += 1;
         if want.oversold {
             *tally.entry("oversold".into()).or_default() += 1;
         }
@@ -226,7 +228,10 @@ async fn confluence_same_facts_give_the_same_books() {
             println!("  - {p}");
         }
         for (t, (want, got)) in pair.iter().zip(&expectations) {
-            println!("  twin {} {} events in delivery order:", t.twin, t.order_ref);
+            println!(
+                "  twin {} {} events in delivery order:",
+                t.twin, t.order_ref
+            );
             for (k, label) in delivered[2 * i + usize::from(t.twin == 'B')]
                 .iter()
                 .enumerate()
@@ -250,7 +255,8 @@ async fn confluence_same_facts_give_the_same_books() {
         dead.len()
     );
     println!("{header}\n{row}");
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/confluence-report.md");
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/confluence-report.md");
     if let Ok(mut f) = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -350,9 +356,7 @@ async fn settle(env: &TestEnv, events: usize) -> bool {
             return true;
         }
     }
-    println!(
-        "not settled after {limit:?}: {last} delivery records for {events} events"
-    );
+    println!("not settled after {limit:?}: {last} delivery records for {events} events");
     false
 }
 
