@@ -151,7 +151,8 @@ fn may_omit_ref(g: Gateway) -> bool {
 
 fn captured_name(g: Gateway, rng: &mut Rng) -> &'static str {
     match g {
-        Gateway::Razorpay => *rng.pick(&["payment.captured", "order.paid"]),
+        Gateway::Razorpay if rng.chance(50) => "order.paid",
+        Gateway::Razorpay => "payment.captured",
         Gateway::Cashfree => "PAYMENT_SUCCESS_WEBHOOK",
         Gateway::Payu => "success",
         Gateway::Stripe => "payment_intent.succeeded",

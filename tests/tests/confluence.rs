@@ -153,10 +153,10 @@ async fn confluence_same_facts_give_the_same_books() {
                     posts.len()
                 );
             }
-            if let Some(done) = tasks.join_next().await {
-                if let Some(failure) = done.unwrap_or_else(|e| Some(format!("task: {e}"))) {
-                    failures.push(failure);
-                }
+            if let Some(done) = tasks.join_next().await
+                && let Some(failure) = done.unwrap_or_else(|e| Some(format!("task: {e}")))
+            {
+                failures.push(failure);
             }
         }
         assert!(
