@@ -779,8 +779,8 @@ async fn retention_counts_then_deletes_only_rows_older_than_the_cutoff() {
     let env = TestEnv::new().await;
     for n in 1..=5 {
         sqlx::query(
-            "INSERT INTO processed_webhooks (provider, event_id, event_type, outcome, received_at)
-             VALUES ('razorpay', $1, 'payment.captured', 'applied', now())",
+            "INSERT INTO processed_webhooks (source, provider, event_id, event_type, outcome, received_at)
+             VALUES ('razorpay', 'razorpay', $1, 'payment.captured', 'applied', now())",
         )
         .bind(format!("evt_old_{n}"))
         .execute(&env.pool)

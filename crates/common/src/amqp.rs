@@ -202,7 +202,31 @@ pub async fn dead_letter(
     why: &DeadLetter,
     timeout: Duration,
 ) -> Result<(), PublishError> {
-    let mut headers = delivery.properties.headers().clone().unwrap_or_default();
+    dead_letter_message(
+        ch,
+        dead_exchange,
+        &delivery.data,
+        &delivery.properties,
+        delivery.routing_key.as_str(),
+        why,
+        timeout,
+    )
+    .await
+}
+
+/// Publishes a message that is not (or no longer) a delivery — e.g. an event
+/// the worker kept parked — to the dead-letter exchange, with the same
+/// headers [`dead_letter`] writes, waiting for the confirm.
+pub async fn dead_letter_message(
+    ch: &Channel,
+    dead_exchange: &str,
+    data: &[u8],
+    properties: &BasicProperties,
+    routing_key: &str,
+    why: &DeadLetter,
+    timeout: Duration,
+) -> Result<(), PublishError> {
+    let mut headers = properties.headers().clone().unwrap_or_default();
     let now = OffsetDateTime::now_utc()
         .format(&Rfc3339)
         .unwrap_or_default();
@@ -211,7 +235,7 @@ pub async fn dead_letter(
         (HEADER_ERROR_KIND, why.kind.as_str()),
         (HEADER_FAILED_AT, now.as_str()),
         (HEADER_ORIGIN, why.origin.as_str()),
-        (HEADER_ROUTING_KEY, delivery.routing_key.as_str()),
+        (HEADER_ROUTING_KEY, routing_key),
     ] {
         headers.insert(k.into(), AMQPValue::LongString(v.into()));
     }
@@ -224,12 +248,11 @@ pub async fn dead_letter(
         HEADER_DEAD_ID.into(),
         AMQPValue::LongString(dead_id[..12].to_owned().into()),
     );
-    let props = delivery
-        .properties
+    let props = properties
         .clone()
         .with_headers(headers)
         .with_delivery_mode(2);
-    publish_confirmed(ch, dead_exchange, "", &delivery.data, props, timeout).await
+    publish_confirmed(ch, dead_exchange, "", data, props, timeout).await
 }
 
 /// A header's value as text (string-like and integer headers).

@@ -31,6 +31,7 @@ pub const ENV_PREFETCH: &str = "ONCEHOOK_PREFETCH";
 pub const ENV_RETENTION_DAYS: &str = "ONCEHOOK_RETENTION_DAYS";
 pub const ENV_MAX_ATTEMPTS: &str = "ONCEHOOK_MAX_ATTEMPTS";
 pub const ENV_RETENTION_INTERVAL_SECS: &str = "ONCEHOOK_RETENTION_INTERVAL_SECS";
+pub const ENV_UNLINKED_TTL: &str = "ONCEHOOK_UNLINKED_TTL";
 /// Fault injection for the chaos suite: the worker panics on events for this order.
 pub const ENV_FAULT_PANIC_ORDER_REF: &str = "ONCEHOOK_FAULT_PANIC_ORDER_REF";
 
@@ -41,6 +42,7 @@ pub const DEFAULT_INGEST_ADDR: &str = "127.0.0.1:8080";
 pub const DEFAULT_MAIL_DIR: &str = "./var/mail";
 pub const DEFAULT_MAIL_FROM: &str = "oncehook <orders@oncehook.local>";
 pub const DEFAULT_TOLERANCE_SECS: u64 = 300;
+pub const DEFAULT_UNLINKED_TTL: &str = "1h";
 
 /// What went wrong reading the configuration. Start-up aborts on any of these.
 #[derive(Debug, thiserror::Error)]
@@ -94,6 +96,9 @@ pub struct Settings {
     /// Attempts (transient failures) before a message is requeued / an email dead-lettered.
     pub max_attempts: u32,
     pub retention_interval: Duration,
+    /// How long an event whose payment is not linked to an order yet stays
+    /// parked before it is dead-lettered as `unknown_order`.
+    pub unlinked_ttl: Duration,
     /// Test-only fault injection (chaos suite); never set in production.
     pub fault_panic_order_ref: Option<String>,
     pub sources: Vec<SourceConfig>,
@@ -119,6 +124,7 @@ struct FileConfig {
     retention_days: Option<u32>,
     max_attempts: Option<u32>,
     retention_interval_secs: Option<u64>,
+    unlinked_ttl: Option<String>,
     #[serde(default)]
     source: Vec<FileSource>,
 }
@@ -231,6 +237,10 @@ impl Settings {
                 file.retention_interval_secs,
                 3_600,
             )?),
+            unlinked_ttl: {
+                let text = pick(ENV_UNLINKED_TTL, file.unlinked_ttl, DEFAULT_UNLINKED_TTL);
+                parse_duration(&text).map_err(|reason| invalid(ENV_UNLINKED_TTL, &text, reason))?
+            },
             fault_panic_order_ref: opt(ENV_FAULT_PANIC_ORDER_REF, None),
             sources,
         })
@@ -292,6 +302,29 @@ fn resolve_source(
         secrets,
         tolerance_secs: s.tolerance_secs.unwrap_or(DEFAULT_TOLERANCE_SECS),
     })
+}
+
+/// A duration such as `1h`, `30m`, `45s`, `500ms` (a bare number is seconds).
+pub fn parse_duration(text: &str) -> Result<Duration, &'static str> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| "expected a whole number with an optional unit: ms, s, m, h")?;
+    let duration = match unit.trim() {
+        "ms" => Duration::from_millis(n),
+        "" | "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.saturating_mul(60)),
+        "h" => Duration::from_secs(n.saturating_mul(3_600)),
+        _ => return Err("unknown unit (expected ms, s, m or h)"),
+    };
+    if duration.is_zero() {
+        return Err("must be greater than zero");
+    }
+    Ok(duration)
 }
 
 /// Expands `${VAR}` references from `env`; an unset variable expands to "".

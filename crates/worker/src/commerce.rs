@@ -1,23 +1,29 @@
-//! The built-in commerce effect: payments, orders, stock and the
-//! confirmation / refund emails (written to the outbox, sent later).
+//! The built-in commerce effect: the order ledger of docs/ledger.md.
 //!
-//! Second line of defence after delivery dedup: business idempotency.
-//! `payments` is unique per (provider, payment, status), so `payment.captured`
-//! and `order.paid` for one payment record it once; an order moves to `paid`
-//! only from `pending`, so stock is decremented and the email written once;
-//! `email_outbox.dedup_key` makes "one confirmation per order" a constraint.
+//! Every event becomes a fact — a payment attempt (`payments`, unique per
+//! provider, payment and status), a refund (`refunds`, unique per refund id,
+//! or per cumulative total), a link from a payment to its order
+//! (`payment_links`). Then the order's state is recomputed from *all* its
+//! facts by [`ledger::compute`] and written in the same transaction: status,
+//! `refunded_minor`, `paid_by`, the flags on payments, the one stock movement
+//! and the emails (written to the outbox, sent later). So the books depend on
+//! the set of events, not on the order or number of their deliveries.
+//!
+//! An event naming no order whose payment has no link yet is parked (the
+//! processor keeps it); when a later event links that payment, the parked
+//! events are taken back and applied here, in the linking transaction.
 
-use oncehook_gateways::{EventKind, NormalizedEvent};
+use oncehook_gateways::{EventKind, NormalizedEvent, currency_exponent, format_decimal_minor};
 use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
+use crate::dedup;
 use crate::effect::{Applied, Effect, EffectError, Outcome};
+use crate::ledger::{self, Capture, OrderState, RefundFact, Terms};
+use crate::parking;
+use crate::processor;
 
-/// Flags written to `payments.flag` for operators.
-pub const FLAG_NEEDS_REFUND: &str = "needs_refund";
-/// A `needs_refund` payment whose refund arrived.
-pub const FLAG_REFUNDED: &str = "refunded";
-pub const FLAG_AMOUNT_MISMATCH: &str = "amount_mismatch";
+pub use crate::ledger::{FLAG_AMOUNT_MISMATCH, FLAG_NEEDS_REFUND, FLAG_REFUNDED};
 
 /// The default effect: see the module documentation.
 #[derive(Debug, Default, Clone)]
@@ -34,6 +40,34 @@ struct Order {
     customer_email: String,
     paid_by: Option<String>,
     refunded_minor: i64,
+    stock_applied: bool,
+}
+
+/// What an event records.
+#[derive(Debug)]
+enum Fact<'a> {
+    Attempt {
+        status: &'static str,
+        payment_id: &'a str,
+    },
+    Refund {
+        refund_id: &'a str,
+        amount: i64,
+    },
+}
+
+/// Where the event's order is.
+enum Located {
+    Order(Order),
+    /// No order reference and no link for this payment yet.
+    Unlinked,
+}
+
+/// What recording one event's fact did.
+#[derive(Debug, Default)]
+struct Recorded {
+    fact: bool,
+    link: bool,
 }
 
 impl Effect for CommerceEffect {
@@ -42,16 +76,45 @@ impl Effect for CommerceEffect {
         conn: &mut PgConnection,
         event: &NormalizedEvent,
     ) -> Result<Applied, EffectError> {
-        match event.kind {
-            EventKind::Other => Ok(Applied::new(
+        let fact = match fact_of(event)? {
+            Some(fact) => fact,
+            None => {
+                return Ok(Applied::new(
+                    Outcome::Ignored,
+                    format!("event type {} is not acted on", event.event_type),
+                ));
+            }
+        };
+        let order = match locate(conn, event).await? {
+            Located::Order(order) => order,
+            Located::Unlinked => {
+                return Ok(Applied::new(
+                    Outcome::Parked,
+                    format!(
+                        "payment {} is not linked to an order yet; parked until an event links it",
+                        event.payment_id.as_deref().unwrap_or("-")
+                    ),
+                ));
+            }
+        };
+        let recorded = record(conn, event, &fact, &order).await?;
+        let adopted = match (&event.payment_id, recorded.link) {
+            (Some(payment_id), true) => adopt(conn, event, payment_id, &order).await?,
+            _ => 0,
+        };
+        if !recorded.fact && adopted == 0 {
+            return Ok(Applied::new(
                 Outcome::Ignored,
-                format!("event type {} is not acted on", event.event_type),
-            )),
-            EventKind::Captured => captured(conn, event).await,
-            EventKind::Failed => record_attempt(conn, event, "failed").await,
-            EventKind::Authorized => record_attempt(conn, event, "authorized").await,
-            EventKind::Refunded => refunded(conn, event).await,
+                format!("{} was already recorded", describe_fact(&fact)),
+            ));
         }
+        let state = settle(conn, &order).await?;
+        if recorded.fact
+            && let Fact::Refund { refund_id, amount } = fact
+        {
+            write_refund_email(conn, event, &order, refund_id, amount).await?;
+        }
+        Ok(outcome_of(event, &fact, &order, &state, adopted))
     }
 }
 
@@ -62,56 +125,53 @@ fn describe(event: &NormalizedEvent) -> String {
     )
 }
 
-fn require_payment_id(event: &NormalizedEvent) -> Result<&str, EffectError> {
-    event.payment_id.as_deref().ok_or_else(|| {
-        EffectError::permanent(
-            "missing_payment_id",
-            format!("{} carries no payment id", describe(event)),
-        )
-    })
+fn describe_fact(fact: &Fact<'_>) -> String {
+    match fact {
+        Fact::Attempt { status, payment_id } => format!("{status} attempt {payment_id}"),
+        Fact::Refund { refund_id, .. } => format!("refund {refund_id}"),
+    }
 }
 
-/// Locks the order by its reference (or, failing that, through a payment
-/// already recorded for it). Unknown orders are a permanent error.
-async fn lock_order(
-    conn: &mut PgConnection,
-    event: &NormalizedEvent,
-) -> Result<Order, EffectError> {
-    const COLUMNS: &str = "o.id, o.order_ref, o.status, o.amount_minor, o.currency, o.customer_email, o.paid_by, o.refunded_minor";
-    let row = if let Some(order_ref) = &event.order_ref {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {COLUMNS} FROM orders o WHERE o.order_ref = $1 FOR UPDATE"
-        )))
-        .bind(order_ref)
-        .fetch_optional(&mut *conn)
-        .await?
-    } else if let Some(payment_id) = &event.payment_id {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {COLUMNS} FROM orders o
-             WHERE o.id = (SELECT p.order_id FROM payments p WHERE p.provider = $1 AND p.payment_id = $2 LIMIT 1)
-             FOR UPDATE"
-        )))
-        .bind(event.provider.as_str())
-        .bind(payment_id)
-        .fetch_optional(&mut *conn)
-        .await?
-    } else {
-        return Err(EffectError::permanent(
-            "missing_order_ref",
-            format!("{} carries no order reference", describe(event)),
-        ));
+/// The fact an event records; `None` for events oncehook does not act on.
+fn fact_of(event: &NormalizedEvent) -> Result<Option<Fact<'_>>, EffectError> {
+    let payment_id = || {
+        event.payment_id.as_deref().ok_or_else(|| {
+            EffectError::permanent(
+                "missing_payment_id",
+                format!("{} carries no payment id", describe(event)),
+            )
+        })
     };
-    let Some(row) = row else {
-        let reference = match (&event.order_ref, &event.payment_id) {
-            (Some(r), _) => format!("order_ref {r:?}"),
-            (None, Some(p)) => format!("any order paid by payment {p:?}"),
-            (None, None) => "no reference".to_owned(),
-        };
-        return Err(EffectError::permanent(
-            "unknown_order",
-            format!("{}: no order matches {reference}", describe(event)),
-        ));
+    let status = match event.kind {
+        EventKind::Other => return Ok(None),
+        EventKind::Captured => "captured",
+        EventKind::Failed => "failed",
+        EventKind::Authorized => "authorized",
+        EventKind::Refunded => {
+            let refund_id = event.refund_id.as_deref().ok_or_else(|| {
+                EffectError::permanent(
+                    "missing_refund_id",
+                    format!("{} carries no refund id", describe(event)),
+                )
+            })?;
+            let amount = event.amount_minor.ok_or_else(|| {
+                EffectError::permanent(
+                    "missing_amount",
+                    format!("{} carries no refund amount", describe(event)),
+                )
+            })?;
+            return Ok(Some(Fact::Refund { refund_id, amount }));
+        }
     };
+    Ok(Some(Fact::Attempt {
+        status,
+        payment_id: payment_id()?,
+    }))
+}
+
+const ORDER_COLUMNS: &str = "o.id, o.order_ref, o.status, o.amount_minor, o.currency, o.customer_email, o.paid_by, o.refunded_minor, o.stock_applied";
+
+fn order_from(row: &sqlx::postgres::PgRow) -> Result<Order, sqlx::Error> {
     Ok(Order {
         id: row.try_get("id")?,
         order_ref: row.try_get("order_ref")?,
@@ -121,179 +181,314 @@ async fn lock_order(
         customer_email: row.try_get("customer_email")?,
         paid_by: row.try_get("paid_by")?,
         refunded_minor: row.try_get("refunded_minor")?,
+        stock_applied: row.try_get("stock_applied")?,
     })
 }
 
-/// Inserts a payments row; `false` if this (provider, payment, status) exists already.
-async fn insert_payment(
+/// Locks the event's order: by its reference, else through the payment's
+/// link. An unknown reference is permanent; a missing link parks the event.
+async fn locate(conn: &mut PgConnection, event: &NormalizedEvent) -> Result<Located, EffectError> {
+    if let Some(order_ref) = &event.order_ref {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {ORDER_COLUMNS} FROM orders o WHERE o.order_ref = $1 FOR UPDATE"
+        )))
+        .bind(order_ref)
+        .fetch_optional(&mut *conn)
+        .await?;
+        return match row {
+            Some(row) => Ok(Located::Order(order_from(&row)?)),
+            None => Err(EffectError::permanent(
+                "unknown_order",
+                format!("{}: no order matches order_ref {order_ref:?}", describe(event)),
+            )),
+        };
+    }
+    let Some(payment_id) = &event.payment_id else {
+        return Err(EffectError::permanent(
+            "missing_order_ref",
+            format!("{} carries no order reference", describe(event)),
+        ));
+    };
+    parking::lock_payment(conn, event.provider.as_str(), payment_id).await?;
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {ORDER_COLUMNS} FROM payment_links l JOIN orders o ON o.id = l.order_id
+         WHERE l.provider = $1 AND l.payment_id = $2
+         FOR UPDATE OF o"
+    )))
+    .bind(event.provider.as_str())
+    .bind(payment_id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(match row {
+        Some(row) => Located::Order(order_from(&row)?),
+        None => Located::Unlinked,
+    })
+}
+
+/// Records the event's fact (and, when it names both, the payment → order
+/// link) in one statement.
+async fn record(
+    conn: &mut PgConnection,
+    event: &NormalizedEvent,
+    fact: &Fact<'_>,
+    order: &Order,
+) -> Result<Recorded, sqlx::Error> {
+    let link = event.order_ref.is_some() && event.payment_id.is_some();
+    let row = match fact {
+        Fact::Attempt { status, payment_id } => {
+            sqlx::query(
+                "WITH link AS (
+                     INSERT INTO payment_links (provider, payment_id, order_id, event_id)
+                     SELECT $1, $2, $3, $7 WHERE $8
+                     ON CONFLICT DO NOTHING RETURNING 1),
+                 fact AS (
+                     INSERT INTO payments (provider, payment_id, order_id, status, amount_minor, currency, event_id)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7)
+                     ON CONFLICT (provider, payment_id, status) DO NOTHING RETURNING 1)
+                 SELECT EXISTS (SELECT 1 FROM link) AS linked, EXISTS (SELECT 1 FROM fact) AS recorded",
+            )
+            .bind(event.provider.as_str())
+            .bind(*payment_id)
+            .bind(order.id)
+            .bind(*status)
+            .bind(event.amount_minor)
+            .bind(&event.currency)
+            .bind(&event.event_id)
+            .bind(link)
+            .fetch_one(&mut *conn)
+            .await?
+        }
+        Fact::Refund { refund_id, amount } => {
+            sqlx::query(
+                "WITH link AS (
+                     INSERT INTO payment_links (provider, payment_id, order_id, event_id)
+                     SELECT $1, $2, $3, $7 WHERE $8
+                     ON CONFLICT DO NOTHING RETURNING 1),
+                 fact AS (
+                     INSERT INTO refunds (provider, refund_id, payment_id, order_id, amount_minor, currency, event_id, cumulative)
+                     VALUES ($1, $4, $2, $3, $5, $6, $7, $9)
+                     ON CONFLICT (provider, refund_id) DO NOTHING RETURNING 1)
+                 SELECT EXISTS (SELECT 1 FROM link) AS linked, EXISTS (SELECT 1 FROM fact) AS recorded",
+            )
+            .bind(event.provider.as_str())
+            .bind(&event.payment_id)
+            .bind(order.id)
+            .bind(*refund_id)
+            .bind(*amount)
+            .bind(&event.currency)
+            .bind(&event.event_id)
+            .bind(link)
+            .bind(event.cumulative_refund)
+            .fetch_one(&mut *conn)
+            .await?
+        }
+    };
+    Ok(Recorded {
+        link: row.try_get("linked")?,
+        fact: row.try_get("recorded")?,
+    })
+}
+
+/// Applies the events parked for a payment that `event` just linked to
+/// `order`; returns how many facts that added.
+async fn adopt(
     conn: &mut PgConnection,
     event: &NormalizedEvent,
     payment_id: &str,
-    order_id: i64,
-    status: &str,
-    flag: Option<&str>,
-) -> Result<bool, sqlx::Error> {
-    let row = sqlx::query(
-        "INSERT INTO payments (provider, payment_id, order_id, status, amount_minor, currency, event_id, flag)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-         ON CONFLICT (provider, payment_id, status) DO NOTHING
-         RETURNING id",
+    order: &Order,
+) -> Result<usize, EffectError> {
+    let provider = event.provider.as_str();
+    parking::lock_payment(conn, provider, payment_id).await?;
+    let mut added = 0;
+    for parked in parking::take(conn, provider, payment_id).await? {
+        let decoded = match processor::decode(&parked.envelope, &parked.key.event_id) {
+            Ok(decoded) => decoded,
+            Err(rejection) => {
+                // It was understood when parked; keep it for the sweeper
+                // (and the DLQ) rather than lose it.
+                tracing::error!(event_id = %parked.key.event_id, error = %rejection, "a parked event can no longer be read; left parked");
+                parking::park(conn, &parked.key, provider, payment_id, "unknown", &parked.envelope)
+                    .await?;
+                continue;
+            }
+        };
+        let Some(fact) = fact_of(&decoded.event)? else {
+            continue;
+        };
+        let recorded = record(conn, &decoded.event, &fact, order).await?;
+        if recorded.fact {
+            added += 1;
+            if let Fact::Refund { refund_id, amount } = fact {
+                write_refund_email(conn, &decoded.event, order, refund_id, amount).await?;
+            }
+        }
+        let detail = format!(
+            "applied when {} linked payment {payment_id} to order {}",
+            event.event_id, order.order_ref
+        );
+        dedup::finish(conn, &parked.key, Outcome::Applied, &detail).await?;
+        tracing::info!(event_id = %decoded.event.event_id, linked_by = %event.event_id, order_ref = %order.order_ref, "parked event applied");
+    }
+    Ok(added)
+}
+
+/// Recomputes the order from all its facts and writes the result: status,
+/// refunds, primary payment, payment flags, the one stock movement and the
+/// confirmation email.
+async fn settle(conn: &mut PgConnection, order: &Order) -> Result<OrderState, sqlx::Error> {
+    let rows = sqlx::query(
+        "SELECT true AS capture, provider, payment_id, amount_minor, currency, flag, false AS cumulative
+         FROM payments WHERE order_id = $1 AND status = 'captured'
+         UNION ALL
+         SELECT false, provider, payment_id, amount_minor, currency, NULL, cumulative
+         FROM refunds WHERE order_id = $1",
     )
-    .bind(event.provider.as_str())
-    .bind(payment_id)
-    .bind(order_id)
-    .bind(status)
-    .bind(event.amount_minor)
-    .bind(&event.currency)
-    .bind(&event.event_id)
-    .bind(flag)
-    .fetch_optional(conn)
+    .bind(order.id)
+    .fetch_all(&mut *conn)
     .await?;
-    Ok(row.is_some())
-}
-
-/// Failed and authorized attempts are recorded; they never change the order.
-async fn record_attempt(
-    conn: &mut PgConnection,
-    event: &NormalizedEvent,
-    status: &str,
-) -> Result<Applied, EffectError> {
-    let payment_id = require_payment_id(event)?;
-    let order = lock_order(conn, event).await?;
-    if insert_payment(conn, event, payment_id, order.id, status, None).await? {
-        Ok(Applied::new(
-            Outcome::Applied,
-            format!(
-                "{status} attempt {payment_id} recorded for order {} (order stays {})",
-                order.order_ref, order.status
-            ),
-        ))
-    } else {
-        Ok(Applied::new(
-            Outcome::Ignored,
-            format!("{status} attempt {payment_id} was already recorded"),
-        ))
-    }
-}
-
-async fn captured(
-    conn: &mut PgConnection,
-    event: &NormalizedEvent,
-) -> Result<Applied, EffectError> {
-    let payment_id = require_payment_id(event)?;
-    let order = lock_order(conn, event).await?;
-    let payer = format!("{}:{payment_id}", event.provider);
-
-    if order.paid_by.as_deref() == Some(payer.as_str()) {
-        return Ok(Applied::new(
-            Outcome::Ignored,
-            format!(
-                "payment {payment_id} already paid order {}",
-                order.order_ref
-            ),
-        ));
-    }
-    let mismatch = amount_mismatch(event, &order);
-    let flag = if order.status != "pending" {
-        Some(FLAG_NEEDS_REFUND)
-    } else if mismatch.is_some() {
-        Some(FLAG_AMOUNT_MISMATCH)
-    } else {
-        None
-    };
-    if !insert_payment(conn, event, payment_id, order.id, "captured", flag).await? {
-        return Ok(Applied::new(
-            Outcome::Ignored,
-            format!("captured payment {payment_id} was already recorded"),
-        ));
-    }
-    match flag {
-        Some(FLAG_NEEDS_REFUND) => {
-            tracing::warn!(
-                order_ref = %order.order_ref,
+    let mut captures = Vec::new();
+    let mut current_flags = Vec::new();
+    let mut refunds = Vec::new();
+    for row in &rows {
+        let provider: String = row.try_get("provider")?;
+        let payment_id: Option<String> = row.try_get("payment_id")?;
+        let amount_minor: Option<i64> = row.try_get("amount_minor")?;
+        if row.try_get("capture")? {
+            let flag: Option<String> = row.try_get("flag")?;
+            current_flags.push(((provider.clone(), payment_id.clone().unwrap_or_default()), flag));
+            captures.push(Capture {
+                provider,
+                payment_id: payment_id.unwrap_or_default(),
+                amount_minor,
+                currency: row.try_get("currency")?,
+            });
+        } else {
+            refunds.push(RefundFact {
+                provider,
                 payment_id,
-                paid_by = order.paid_by.as_deref().unwrap_or("-"),
-                "second successful payment for an order that is already {}; flagged for refund",
-                order.status
-            );
-            metrics::counter!("oncehook_worker_payments_flagged_total", "flag" => FLAG_NEEDS_REFUND)
-                .increment(1);
-            return Ok(Applied::new(
-                Outcome::Flagged,
-                format!(
-                    "order {} is already {} (by {}); payment {payment_id} needs a refund",
-                    order.order_ref,
-                    order.status,
-                    order.paid_by.as_deref().unwrap_or("-")
-                ),
-            ));
+                amount_minor: amount_minor.unwrap_or(0),
+                cumulative: row.try_get("cumulative")?,
+            });
         }
-        Some(_) => {
-            let why = mismatch.unwrap_or_default();
-            tracing::warn!(order_ref = %order.order_ref, payment_id, %why, "captured amount differs from the order; flagged, order left pending");
-            metrics::counter!("oncehook_worker_payments_flagged_total", "flag" => FLAG_AMOUNT_MISMATCH)
-                .increment(1);
-            return Ok(Applied::new(
-                Outcome::Flagged,
-                format!("order {} left pending: {why}", order.order_ref),
-            ));
+    }
+    let terms = Terms {
+        amount_minor: order.amount_minor,
+        currency: order.currency.clone(),
+    };
+    let state = ledger::compute(&terms, &captures, &refunds);
+
+    for ((provider, payment_id), current) in current_flags {
+        let wanted = state
+            .flags
+            .get(&(provider.clone(), payment_id.clone()))
+            .copied()
+            .flatten();
+        if current.as_deref() != wanted {
+            sqlx::query(
+                "UPDATE payments SET flag = $4
+                 WHERE provider = $1 AND payment_id = $2 AND order_id = $3 AND status = 'captured'",
+            )
+            .bind(&provider)
+            .bind(&payment_id)
+            .bind(order.id)
+            .bind(wanted)
+            .execute(&mut *conn)
+            .await?;
+            if let Some(flag @ (FLAG_NEEDS_REFUND | FLAG_AMOUNT_MISMATCH)) = wanted {
+                tracing::warn!(order_ref = %order.order_ref, %provider, %payment_id, flag, "payment flagged for a human");
+                metrics::counter!("oncehook_worker_payments_flagged_total", "flag" => flag)
+                    .increment(1);
+            }
         }
-        None => {}
     }
 
-    sqlx::query("UPDATE orders SET status = 'paid', paid_at = now(), paid_by = $2 WHERE id = $1")
+    let mut oversold = false;
+    let move_stock = state.is_paid() && !order.stock_applied;
+    if move_stock {
+        oversold = decrement_stock(conn, order).await?;
+    }
+    let changed = order.status != state.status
+        || order.refunded_minor != state.refunded_minor
+        || order.paid_by != state.paid_by
+        || move_stock;
+    if changed {
+        sqlx::query(
+            "UPDATE orders SET status = $2, refunded_minor = $3, paid_by = $4,
+                 paid_at = CASE WHEN $4::text IS NULL THEN NULL ELSE COALESCE(paid_at, now()) END,
+                 stock_applied = stock_applied OR $5,
+                 oversold = oversold OR $6
+             WHERE id = $1",
+        )
         .bind(order.id)
-        .bind(&payer)
+        .bind(state.status)
+        .bind(state.refunded_minor)
+        .bind(&state.paid_by)
+        .bind(move_stock)
+        .bind(oversold)
         .execute(&mut *conn)
         .await?;
-    let items = decrement_stock(conn, &order).await?;
-    let body = confirmation_body(&order, payment_id, &items);
-    write_email(
-        conn,
-        order.id,
-        "confirmation",
-        &format!("order:{}:confirmation", order.id),
-        &order.customer_email,
-        &format!("Order {} confirmed", order.order_ref),
-        &body,
-    )
-    .await?;
-    Ok(Applied::new(
-        Outcome::Applied,
-        format!(
-            "order {} paid by {payer}; stock decremented for {} item(s); confirmation queued",
-            order.order_ref,
-            items.len()
-        ),
-    ))
+    }
+    if move_stock {
+        write_confirmation(conn, order).await?;
+    }
+    Ok(state)
 }
 
-fn amount_mismatch(event: &NormalizedEvent, order: &Order) -> Option<String> {
-    let amount_ok = event.amount_minor.is_none_or(|a| a == order.amount_minor);
-    let currency_ok = event
-        .currency
-        .as_deref()
-        .is_none_or(|c| c.eq_ignore_ascii_case(&order.currency));
-    if amount_ok && currency_ok {
-        None
+/// The outcome recorded for the event that was just applied.
+fn outcome_of(
+    event: &NormalizedEvent,
+    fact: &Fact<'_>,
+    order: &Order,
+    state: &OrderState,
+    adopted: usize,
+) -> Applied {
+    let adopted_note = if adopted > 0 {
+        format!(" ({adopted} parked fact(s) applied)")
     } else {
-        Some(format!(
-            "paid {} {} but the order is for {} {}",
-            event.amount_minor.map_or("?".to_owned(), |a| a.to_string()),
-            event.currency.as_deref().unwrap_or("?"),
-            order.amount_minor,
-            order.currency
-        ))
+        String::new()
+    };
+    let summary = format!(
+        "order {} is {} (refunded {}){adopted_note}",
+        order.order_ref,
+        state.status,
+        money(state.refunded_minor, &order.currency)
+    );
+    match fact {
+        Fact::Attempt {
+            status: "captured",
+            payment_id,
+        } => {
+            let flag = state
+                .flags
+                .get(&(event.provider.as_str().to_owned(), (*payment_id).to_owned()))
+                .copied()
+                .flatten();
+            match flag {
+                Some(flag @ (FLAG_NEEDS_REFUND | FLAG_AMOUNT_MISMATCH)) => Applied::new(
+                    Outcome::Flagged,
+                    format!(
+                        "captured payment {payment_id} flagged {flag} (paid by {}); {summary}",
+                        state.paid_by.as_deref().unwrap_or("-")
+                    ),
+                ),
+                _ => Applied::new(
+                    Outcome::Applied,
+                    format!("captured payment {payment_id} recorded; {summary}"),
+                ),
+            }
+        }
+        _ => Applied::new(
+            Outcome::Applied,
+            format!("{} recorded; {summary}", describe_fact(fact)),
+        ),
     }
 }
 
 /// Decrements stock for every item, locking products in sku order so
 /// concurrent orders sharing products cannot deadlock. Stock may go
-/// negative (the money is taken): that is reported, never rolled back.
-async fn decrement_stock(
-    conn: &mut PgConnection,
-    order: &Order,
-) -> Result<Vec<(String, i32, i32)>, sqlx::Error> {
+/// negative (the money is taken): that is recorded on the order as an
+/// oversell, never rolled back. Returns whether it oversold.
+async fn decrement_stock(conn: &mut PgConnection, order: &Order) -> Result<bool, sqlx::Error> {
     sqlx::query(
         "SELECT p.sku FROM products p JOIN order_items i ON i.sku = p.sku
          WHERE i.order_id = $1 ORDER BY p.sku FOR UPDATE OF p",
@@ -305,44 +500,56 @@ async fn decrement_stock(
         "UPDATE products p SET stock = p.stock - i.qty
          FROM order_items i
          WHERE i.order_id = $1 AND i.sku = p.sku
-         RETURNING p.sku, i.qty, p.stock",
+         RETURNING p.sku, p.stock",
     )
     .bind(order.id)
     .fetch_all(&mut *conn)
     .await?;
-    let mut items = Vec::with_capacity(rows.len());
+    let mut oversold = false;
     for row in rows {
-        let (sku, qty, stock): (String, i32, i32) = (
-            row.try_get("sku")?,
-            row.try_get("qty")?,
-            row.try_get("stock")?,
-        );
+        let (sku, stock): (String, i32) = (row.try_get("sku")?, row.try_get("stock")?);
         if stock < 0 {
-            tracing::warn!(order_ref = %order.order_ref, %sku, stock, "stock went negative; the payment stands, restock or refund");
+            oversold = true;
+            tracing::warn!(order_ref = %order.order_ref, %sku, stock, "stock went negative; order marked oversold (the payment stands: restock or refund)");
             metrics::counter!("oncehook_worker_stock_negative_total").increment(1);
         }
-        items.push((sku, qty, stock));
     }
-    items.sort();
-    Ok(items)
+    Ok(oversold)
 }
 
-fn confirmation_body(order: &Order, payment_id: &str, items: &[(String, i32, i32)]) -> String {
+/// An amount with the currency's own number of decimals (`5000 JPY`, `500.00 INR`).
+pub fn money(minor: i64, currency: &str) -> String {
+    format!(
+        "{} {currency}",
+        format_decimal_minor(minor, currency_exponent(currency))
+    )
+}
+
+async fn write_confirmation(conn: &mut PgConnection, order: &Order) -> Result<bool, sqlx::Error> {
+    let items: Vec<(String, i32)> =
+        sqlx::query_as("SELECT sku, qty FROM order_items WHERE order_id = $1 ORDER BY sku")
+            .bind(order.id)
+            .fetch_all(&mut *conn)
+            .await?;
     let mut body = format!(
-        "Thank you for your order {}.\n\nWe received your payment of {} {} (payment {payment_id}).\n\nItems:\n",
+        "Thank you for your order {}.\n\nWe received your payment of {}.\n\nItems:\n",
         order.order_ref,
-        format_minor(order.amount_minor),
-        order.currency
+        money(order.amount_minor, &order.currency)
     );
-    for (sku, qty, _) in items {
+    for (sku, qty) in &items {
         body.push_str(&format!("  {qty} x {sku}\n"));
     }
     body.push_str("\nWe will let you know when it ships.\n");
-    body
-}
-
-fn format_minor(minor: i64) -> String {
-    format!("{}.{:02}", minor / 100, (minor % 100).abs())
+    write_email(
+        conn,
+        order.id,
+        "confirmation",
+        &format!("order:{}:confirmation", order.id),
+        &order.customer_email,
+        &format!("Order {} confirmed", order.order_ref),
+        &body,
+    )
+    .await
 }
 
 /// Writes an email into the outbox; a second write with the same
@@ -374,104 +581,7 @@ async fn write_email(
     Ok(row.is_some())
 }
 
-async fn refunded(
-    conn: &mut PgConnection,
-    event: &NormalizedEvent,
-) -> Result<Applied, EffectError> {
-    let refund_id = event.refund_id.as_deref().ok_or_else(|| {
-        EffectError::permanent(
-            "missing_refund_id",
-            format!("{} carries no refund id", describe(event)),
-        )
-    })?;
-    let amount = event.amount_minor.ok_or_else(|| {
-        EffectError::permanent(
-            "missing_amount",
-            format!("{} carries no refund amount", describe(event)),
-        )
-    })?;
-    let order = lock_order(conn, event).await?;
-    let inserted = sqlx::query(
-        "INSERT INTO refunds (provider, refund_id, payment_id, order_id, amount_minor, currency, event_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)
-         ON CONFLICT (provider, refund_id) DO NOTHING
-         RETURNING 1",
-    )
-    .bind(event.provider.as_str())
-    .bind(refund_id)
-    .bind(&event.payment_id)
-    .bind(order.id)
-    .bind(amount)
-    .bind(&event.currency)
-    .bind(&event.event_id)
-    .fetch_optional(&mut *conn)
-    .await?
-    .is_some();
-    if !inserted {
-        return Ok(Applied::new(
-            Outcome::Ignored,
-            format!("refund {refund_id} was already recorded"),
-        ));
-    }
-    // Refunding the extra payment of a doubly-paid order settles the flag;
-    // the order itself stays as it is.
-    if let Some(payment_id) = &event.payment_id {
-        let settled = sqlx::query(
-            "UPDATE payments SET flag = $4
-             WHERE provider = $1 AND payment_id = $2 AND order_id = $3 AND status = 'captured' AND flag = $5
-             RETURNING id",
-        )
-        .bind(event.provider.as_str())
-        .bind(payment_id)
-        .bind(order.id)
-        .bind(FLAG_REFUNDED)
-        .bind(FLAG_NEEDS_REFUND)
-        .fetch_optional(&mut *conn)
-        .await?
-        .is_some();
-        if settled {
-            write_refund_email(conn, event, &order, refund_id, amount).await?;
-            return Ok(Applied::new(
-                Outcome::Applied,
-                format!(
-                    "refund {refund_id} settles duplicate payment {payment_id}; order {} stays {}",
-                    order.order_ref, order.status
-                ),
-            ));
-        }
-    }
-    if order.status == "pending" {
-        tracing::warn!(order_ref = %order.order_ref, refund_id, "refund for an order that was never paid; recorded and flagged");
-        return Ok(Applied::new(
-            Outcome::Flagged,
-            format!(
-                "refund {refund_id} recorded for unpaid order {}",
-                order.order_ref
-            ),
-        ));
-    }
-    let total = order.refunded_minor.saturating_add(amount);
-    let status = if total >= order.amount_minor {
-        "refunded"
-    } else {
-        "partially_refunded"
-    };
-    sqlx::query("UPDATE orders SET refunded_minor = $2, status = $3 WHERE id = $1")
-        .bind(order.id)
-        .bind(total)
-        .bind(status)
-        .execute(&mut *conn)
-        .await?;
-    write_refund_email(conn, event, &order, refund_id, amount).await?;
-    Ok(Applied::new(
-        Outcome::Applied,
-        format!(
-            "refund {refund_id} of {amount} recorded; order {} is {status}; refund email queued",
-            order.order_ref
-        ),
-    ))
-}
-
+/// One refund email per refund fact, whatever the order's state.
 async fn write_refund_email(
     conn: &mut PgConnection,
     event: &NormalizedEvent,
@@ -479,12 +589,20 @@ async fn write_refund_email(
     refund_id: &str,
     amount: i64,
 ) -> Result<bool, sqlx::Error> {
-    let body = format!(
-        "We have refunded {} {} for your order {} (refund {refund_id}).\n\nIt may take a few days to reach your account.\n",
-        format_minor(amount),
-        event.currency.as_deref().unwrap_or(&order.currency),
-        order.order_ref
-    );
+    let currency = event.currency.as_deref().unwrap_or(&order.currency);
+    let body = if event.cumulative_refund {
+        format!(
+            "Refunds for your order {} now total {}.\n\nIt may take a few days to reach your account.\n",
+            order.order_ref,
+            money(amount, currency)
+        )
+    } else {
+        format!(
+            "We have refunded {} for your order {} (refund {refund_id}).\n\nIt may take a few days to reach your account.\n",
+            money(amount, currency),
+            order.order_ref
+        )
+    };
     write_email(
         conn,
         order.id,
@@ -495,4 +613,17 @@ async fn write_refund_email(
         &body,
     )
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::money;
+
+    #[test]
+    fn amounts_use_the_currency_exponent() {
+        assert_eq!(money(5000, "JPY"), "5000 JPY");
+        assert_eq!(money(12345, "KWD"), "12.345 KWD");
+        assert_eq!(money(50000, "INR"), "500.00 INR");
+        assert_eq!(money(7, "USD"), "0.07 USD");
+    }
 }

@@ -90,6 +90,14 @@ impl<E: Effect> Worker<E> {
             self.relay_wakeup.clone(),
             relay_stop.clone(),
         ));
+        let sweeper = tokio::spawn(crate::parking::run_sweeper(
+            self.pool.clone(),
+            pub_ch.clone(),
+            self.topology.clone(),
+            self.settings.unlinked_ttl,
+            self.settings.publish_timeout,
+            relay_stop.clone(),
+        ));
         let worker = self.clone();
         let result = consume::consume(
             conn,
@@ -106,6 +114,7 @@ impl<E: Effect> Worker<E> {
         .await;
         relay_stop.trigger();
         let _ = relay.await;
+        let _ = sweeper.await;
         let _ = pub_ch_for_close.close(200, "session ends".into()).await;
         result
     }

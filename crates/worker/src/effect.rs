@@ -17,6 +17,8 @@ pub enum Outcome {
     Ignored,
     /// Recorded but needs a human (second payment for a paid order, amount mismatch).
     Flagged,
+    /// Kept until an event links its payment to an order (see `parking`).
+    Parked,
 }
 
 impl Outcome {
@@ -25,6 +27,7 @@ impl Outcome {
             Outcome::Applied => "applied",
             Outcome::Ignored => "ignored",
             Outcome::Flagged => "flagged",
+            Outcome::Parked => "parked",
         }
     }
 }

@@ -1,13 +1,17 @@
 //! oncehook-worker as a library. The pieces, in the order a message meets
 //! them: `consumer` (session loop, acks, dead-lettering) → `processor`
-//! (one transaction: `dedup` insert-first, then the `effect`) → `relay`
+//! (one transaction: `dedup` insert-first, then the `effect`; events not
+//! linked to an order yet wait in `parking`) → `relay`
 //! (publishes committed outbox emails). `retention` trims the dedup table.
-//! `commerce` is the built-in effect every test exercises.
+//! `commerce` is the built-in effect every test exercises: the order ledger,
+//! whose state function is the pure `ledger`.
 
 pub mod commerce;
 pub mod consumer;
 pub mod dedup;
 pub mod effect;
+pub mod ledger;
+pub mod parking;
 pub mod processor;
 pub mod relay;
 pub mod retention;

@@ -1,7 +1,9 @@
 //! One envelope, one transaction: decode the envelope, parse the gateway
 //! payload, claim the delivery in `processed_webhooks` (insert-first), apply
-//! the effect, record the outcome, commit. Errors are classified for the
-//! consumer: permanent ones are dead-lettered, transient ones retried.
+//! the effect, record the outcome, commit. An event the effect cannot link
+//! to an order yet is parked in the same transaction (see `parking`).
+//! Errors are classified for the consumer: permanent ones are dead-lettered,
+//! transient ones retried.
 
 use std::time::Instant;
 
@@ -10,14 +12,17 @@ use oncehook_common::db::is_transient;
 use oncehook_gateways::{Gateway, NormalizedEvent};
 use sqlx::PgPool;
 
-use crate::dedup;
+use crate::dedup::{self, DeliveryKey};
 use crate::effect::{Effect, EffectError, Outcome};
+use crate::parking;
 
 /// A message the worker understood.
 #[derive(Debug)]
 pub struct Decoded {
     pub envelope: Envelope,
     pub event: NormalizedEvent,
+    /// The delivery's dedup identity (source, event id, body digest).
+    pub key: DeliveryKey,
 }
 
 /// What processing did.
@@ -83,7 +88,12 @@ pub fn decode(data: &[u8], message_id: &str) -> Result<Decoded, Rejection> {
                 envelope.receipt_id
             ),
         })?;
-    Ok(Decoded { envelope, event })
+    let key = DeliveryKey::new(&envelope.source, &event.event_id, &body);
+    Ok(Decoded {
+        envelope,
+        event,
+        key,
+    })
 }
 
 /// Runs dedup + effect in one transaction and commits.
@@ -94,7 +104,7 @@ pub async fn process<E: Effect>(
 ) -> Result<Processed, ProcessError> {
     let started = Instant::now();
     let mut tx = pool.begin().await?;
-    if !dedup::claim(&mut tx, &decoded.envelope, &decoded.event).await? {
+    if !dedup::claim(&mut tx, &decoded.key, &decoded.envelope, &decoded.event).await? {
         tx.commit().await?;
         return Ok(Processed::Duplicate);
     }
@@ -108,7 +118,19 @@ pub async fn process<E: Effect>(
         }
         Err(EffectError::Database(err)) => return Err(err.into()),
     };
-    dedup::finish(&mut tx, &decoded.event, applied.outcome, &applied.detail).await?;
+    if applied.outcome == Outcome::Parked {
+        let payment_id = decoded.event.payment_id.as_deref().unwrap_or_default();
+        parking::park(
+            &mut tx,
+            &decoded.key,
+            decoded.event.provider.as_str(),
+            payment_id,
+            &decoded.envelope.routing_key(),
+            &decoded.envelope.to_bytes(),
+        )
+        .await?;
+    }
+    dedup::finish(&mut tx, &decoded.key, applied.outcome, &applied.detail).await?;
     tx.commit().await?;
     metrics::histogram!("oncehook_worker_transaction_duration_seconds")
         .record(started.elapsed().as_secs_f64());
