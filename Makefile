@@ -5,7 +5,7 @@ export ONCEHOOK_CONFIG ?= $(CURDIR)/deploy/local/oncehook.toml
 export ONCEHOOK_MAIL_DIR ?= $(CURDIR)/var/mail
 CTL := target/debug/oncehookctl
 
-.PHONY: run test lint services build demo bench chaos fmt clean
+.PHONY: run test lint services build demo bench chaos confluence fmt clean
 
 ## run: start Postgres + RabbitMQ if needed, migrate, seed demo data, run ingest + worker + mailer
 run: services build
@@ -41,6 +41,15 @@ chaos: services
 	@echo "| scenario | events | posts | acked | applied | duplicates absorbed | dead-lettered | lost | doubled |"
 	@echo "|---|---|---|---|---|---|---|---|---|"
 	@cat target/chaos-report.md
+
+## confluence: the ledger's model-based test with more orders (each twice, in random permutations with duplicates)
+confluence: services
+	$(CARGO) build --workspace --bins
+	ONCEHOOK_CONFLUENCE_ORDERS=$${ONCEHOOK_CONFLUENCE_ORDERS:-5000} $(CARGO) test -p oncehook-e2e --test confluence -- --nocapture
+	@echo
+	@echo "| seed | orders | twins | events | deliveries posted | permutations | mismatches | dead-lettered | parked | settled | posted s | settled s | total s |"
+	@echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+	@tail -n 1 target/confluence-report.md
 
 ## bench: release binaries; ingest, broker and worker throughput as ratios to ceilings measured in the same run
 bench: services

@@ -9,6 +9,8 @@
 pub mod broker;
 pub mod chaos;
 pub mod env;
+pub mod ledger_gen;
+pub mod ledger_model;
 pub mod process;
 pub mod shop;
 pub mod smtp;

@@ -1,0 +1,464 @@
+//! Confluence: the same set of events, delivered in any order, with any
+//! duplicates, to any number of workers, gives the same books
+//! (`docs/ledger.md`).
+//!
+//! For N random orders (`ONCEHOOK_CONFLUENCE_ORDERS`, default 200; `make
+//! confluence` runs 5,000) over all five gateways, each order is created
+//! twice ("twins": same amounts and items, ids differing by a twin tag). Each
+//! twin's event set is delivered in its own random permutation with random
+//! duplicates (every event posted 1–3 times), all twins interleaved and
+//! posted concurrently through the real ingest to two real workers. Then
+//! every order's books are compared with the reference model
+//! (`oncehook_e2e::ledger_model`) and twin A's with twin B's.
+//!
+//! The seed (`ONCEHOOK_CONFLUENCE_SEED`, default: from the clock) is always
+//! printed, and repeated in every assertion message: rerun with it to get
+//! the same orders, events and permutations (the interleaving of concurrent
+//! requests and workers is the only thing a seed does not fix).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use oncehook_common::Topology;
+use oncehook_e2e::ledger_gen::{self, GenOrder, Rng, normalise};
+use oncehook_e2e::ledger_model::{self, Flag, LedgerState};
+use oncehook_e2e::{TestEnv, broker};
+use oncehook_gateways::sample::SignedDelivery;
+use sqlx::{PgPool, Row};
+
+/// Orders per run (each created twice).
+fn orders() -> usize {
+    std::env::var("ONCEHOOK_CONFLUENCE_ORDERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200)
+}
+
+fn seed() -> u64 {
+    std::env::var("ONCEHOOK_CONFLUENCE_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64 ^ u64::from(std::process::id()))
+                .unwrap_or(1)
+        })
+}
+
+/// Orders signed and posted together: their signed timestamps must stay
+/// within the sources' 300 s tolerance until the last copy is posted.
+const BATCH: usize = 250;
+/// Requests in flight at once.
+const IN_FLIGHT: usize = 16;
+/// Attempts per request before the run gives up (a non-200 is retried).
+const ATTEMPTS: usize = 5;
+/// Mismatching orders printed in full.
+const PRINTED: usize = 10;
+
+/// One post: which twin (`2 * order + twin`), which event, which copy.
+#[derive(Clone, Copy)]
+struct Post {
+    slot: usize,
+    event: usize,
+    copy: u64,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn confluence_same_facts_give_the_same_books() {
+    let seed = seed();
+    let n = orders();
+    let rerun = format!(
+        "seed {seed} (rerun: ONCEHOOK_CONFLUENCE_SEED={seed} ONCEHOOK_CONFLUENCE_ORDERS={n})"
+    );
+    println!("confluence: {n} orders x 2 twins, {rerun}");
+    let started = Instant::now();
+
+    let mut env = TestEnv::new().await;
+    let (_ingest, url) = env.start_ingest().await;
+    let _workers = [env.start_worker().await, env.start_worker().await];
+
+    let mut rng = Rng::new(seed);
+    let plans: Vec<_> = (0..n).map(|i| ledger_gen::plan(&mut rng, i)).collect();
+    let twins: Vec<GenOrder> = plans
+        .iter()
+        .flat_map(|p| [p.twin('A'), p.twin('B')])
+        .collect();
+    seed_shop(&env.pool, &twins).await;
+
+    // Post: batch by batch, each batch's twins interleaved in one shuffle.
+    let mut delivered: Vec<Vec<String>> = vec![Vec::new(); twins.len()];
+    let (mut posts_total, mut events_total) = (0usize, 0usize);
+    let http = env.http.clone();
+    for batch in (0..twins.len()).collect::<Vec<_>>().chunks(BATCH * 2) {
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        let mut signed: BTreeMap<(usize, usize), Arc<SignedDelivery>> = BTreeMap::new();
+        let mut posts = Vec::new();
+        for &slot in batch {
+            for (e, ev) in twins[slot].events.iter().enumerate() {
+                let mut spec = ev.spec.clone();
+                spec.timestamp = now;
+                signed.insert((slot, e), Arc::new(env.sign(ev.gateway, ev.name, &spec)));
+                events_total += 1;
+                for copy in 0..=rng.below(3) {
+                    posts.push(Post {
+                        slot,
+                        event: e,
+                        copy,
+                    });
+                }
+            }
+        }
+        rng.shuffle(&mut posts);
+        posts_total += posts.len();
+
+        let deadline = Instant::now() + Duration::from_secs(120 + posts.len() as u64 / 20);
+        let mut tasks = tokio::task::JoinSet::new();
+        let mut next = 0;
+        let mut failures: Vec<String> = Vec::new();
+        while next < posts.len() || !tasks.is_empty() {
+            while next < posts.len() && tasks.len() < IN_FLIGHT {
+                let post = posts[next];
+                next += 1;
+                let ev = &twins[post.slot].events[post.event];
+                delivered[post.slot].push(if post.copy == 0 {
+                    ev.label.clone()
+                } else {
+                    format!("{} (copy {})", ev.label, post.copy)
+                });
+                let delivery = Arc::clone(&signed[&(post.slot, post.event)]);
+                let (http, url) = (
+                    http.clone(),
+                    format!("{url}/webhooks/{}", ev.gateway.as_str()),
+                );
+                let label = ev.label.clone();
+                tasks.spawn(async move {
+                    let mut last = (0, String::new());
+                    for attempt in 0..ATTEMPTS {
+                        last = send(&http, &url, &delivery).await;
+                        if last.0 == 200 {
+                            return None;
+                        }
+                        tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+                    }
+                    Some(format!("{label}: {} {}", last.0, last.1))
+                });
+            }
+            if Instant::now() > deadline {
+                tasks.abort_all();
+                panic!(
+                    "posting batch took longer than its deadline ({} of {} posted); {rerun}",
+                    next,
+                    posts.len()
+                );
+            }
+            if let Some(done) = tasks.join_next().await
+                && let Some(failure) = done.unwrap_or_else(|e| Some(format!("task: {e}")))
+            {
+                failures.push(failure);
+            }
+        }
+        assert!(
+            failures.is_empty(),
+            "{} posts never got a 200 after {ATTEMPTS} attempts, e.g. {:?}; {rerun}",
+            failures.len(),
+            &failures[..failures.len().min(5)]
+        );
+    }
+    let posted_secs = started.elapsed().as_secs_f64();
+
+    // Settle: the events queue drained and the delivery records stable.
+    let settled = settle(&env, events_total).await;
+    let settled_secs = started.elapsed().as_secs_f64();
+
+    // Compare.
+    let actual = read_books(&env.pool).await;
+    let mut mismatches = 0usize;
+    let mut printed = 0usize;
+    let mut tally: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, plan) in plans.iter().enumerate() {
+        let pair = [&twins[2 * i], &twins[2 * i + 1]];
+        let mut problems = Vec::new();
+        let mut normalised = Vec::new();
+        let mut expectations = Vec::new();
+        for t in pair {
+            let want = ledger_model::expected(&t.model, &t.facts).unwrap_or_else(|e| {
+                panic!("the generator made an inconsistent set: {e:?}; {rerun}")
+            });
+            let got = actual.get(&t.order_ref).cloned();
+            match &got {
+                None => problems.push(format!("twin {}: order not found", t.twin)),
+                Some(g) if *g != want => {
+                    problems.push(format!("twin {}: books differ from the model", t.twin))
+                }
+                Some(_) => {}
+            }
+            normalised.push(got.as_ref().map(|g| normalise_state(g, i, t.twin)));
+            expectations.push((want, got));
+        }
+        if normalised[0] != normalised[1] {
+            problems.push("twin A's books differ from twin B's".to_owned());
+        }
+        let want = &expectations[0].0;
+        *tally.entry(format!("status {}", want.status)).or_default() += 1;
+        *tally
+            .entry(format!("gateway {}", plan.gateway))
+            .or_default() += 1;
+        if want.oversold {
+            *tally.entry("oversold".into()).or_default() += 1;
+        }
+        for flag in want.payments.values().flatten() {
+            *tally.entry(format!("flag {}", flag.as_str())).or_default() += 1;
+        }
+        if problems.is_empty() {
+            continue;
+        }
+        mismatches += 1;
+        if printed >= PRINTED {
+            continue;
+        }
+        printed += 1;
+        println!(
+            "\nMISMATCH order #{i} ({gateway}, {model:?}); {rerun}",
+            gateway = plan.gateway,
+            model = plan.model
+        );
+        for p in &problems {
+            println!("  - {p}");
+        }
+        for (t, (want, got)) in pair.iter().zip(&expectations) {
+            println!(
+                "  twin {} {} events in delivery order:",
+                t.twin, t.order_ref
+            );
+            for (k, label) in delivered[2 * i + usize::from(t.twin == 'B')]
+                .iter()
+                .enumerate()
+            {
+                println!("    {k:>3}. {label}");
+            }
+            println!("  twin {} expected: {want:#?}", t.twin);
+            println!("  twin {} actual:   {got:#?}", t.twin);
+        }
+    }
+
+    let dead = broker::peek(&Topology::new(env.prefix.clone()).dead()).await;
+    let parked = parked_events(&env.pool).await;
+    let total_secs = started.elapsed().as_secs_f64();
+    println!("\ncoverage (model, twin A): {tally:?}");
+    let header = "| seed | orders | twins | events | deliveries posted | permutations | mismatches | dead-lettered | parked | settled | posted s | settled s | total s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|";
+    let row = format!(
+        "| {seed} | {n} | {} | {events_total} | {posts_total} | {} | {mismatches} | {} | {parked} | {settled} | {posted_secs:.1} | {settled_secs:.1} | {total_secs:.1} |",
+        twins.len(),
+        twins.len(),
+        dead.len()
+    );
+    println!("{header}\n{row}");
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/confluence-report.md");
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        use std::io::Write;
+        let _ = writeln!(f, "{row}");
+    }
+
+    for d in dead.iter().take(5) {
+        println!("dead letter: {d:?} {}", String::from_utf8_lossy(&d.body));
+    }
+    assert_eq!(
+        mismatches, 0,
+        "{mismatches} of {n} orders differ from the model or from their twin; {rerun}"
+    );
+    assert!(dead.is_empty(), "{} dead letters; {rerun}", dead.len());
+    assert_eq!(parked, 0, "events still parked; {rerun}");
+    assert!(settled, "the books never settled; {rerun}");
+}
+
+async fn send(http: &reqwest::Client, url: &str, delivery: &SignedDelivery) -> (u16, String) {
+    let mut req = http.post(url).body(delivery.body.clone());
+    for (name, value) in delivery.headers.iter() {
+        req = req.header(name, value);
+    }
+    match req.send().await {
+        Ok(resp) => {
+            let status = resp.status().as_u16();
+            (status, resp.text().await.unwrap_or_default())
+        }
+        Err(e) => (0, format!("request failed: {e}")),
+    }
+}
+
+/// Products and pending orders for every twin, in three statements.
+async fn seed_shop(pool: &PgPool, twins: &[GenOrder]) {
+    let skus: Vec<String> = twins.iter().map(|t| t.sku.clone()).collect();
+    let stocks: Vec<i32> = twins.iter().map(|t| t.model.stock).collect();
+    let refs: Vec<String> = twins.iter().map(|t| t.order_ref.clone()).collect();
+    let emails: Vec<String> = twins
+        .iter()
+        .map(|t| format!("{}@example.com", t.order_ref))
+        .collect();
+    let amounts: Vec<i64> = twins.iter().map(|t| t.model.amount_minor).collect();
+    let currencies: Vec<String> = twins.iter().map(|t| t.model.currency.clone()).collect();
+    let qtys: Vec<i32> = twins.iter().map(|t| t.model.qty).collect();
+    sqlx::query("INSERT INTO products (sku, name, stock) SELECT s, s, n FROM unnest($1::text[], $2::int[]) AS x(s, n)")
+        .bind(&skus)
+        .bind(&stocks)
+        .execute(pool)
+        .await
+        .expect("insert products");
+    sqlx::query(
+        "INSERT INTO orders (order_ref, customer_email, amount_minor, currency)
+         SELECT r, e, a, c FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[]) AS x(r, e, a, c)",
+    )
+    .bind(&refs)
+    .bind(&emails)
+    .bind(&amounts)
+    .bind(&currencies)
+    .execute(pool)
+    .await
+    .expect("insert orders");
+    sqlx::query(
+        "INSERT INTO order_items (order_id, sku, qty)
+         SELECT o.id, x.s, x.q FROM unnest($1::text[], $2::text[], $3::int[]) AS x(r, s, q)
+         JOIN orders o ON o.order_ref = x.r",
+    )
+    .bind(&refs)
+    .bind(&skus)
+    .bind(&qtys)
+    .execute(pool)
+    .await
+    .expect("insert order items");
+}
+
+/// Waits until the events queue is empty and the number of delivery
+/// records has stopped moving (and reached `events` — one per distinct
+/// event — or stayed put for several seconds). Bounded in time.
+async fn settle(env: &TestEnv, events: usize) -> bool {
+    let queue = Topology::new(env.prefix.clone()).events();
+    let limit = Duration::from_secs(60 + events as u64 / 50);
+    let started = Instant::now();
+    let (mut last, mut stable) = (-1i64, 0u32);
+    while started.elapsed() < limit {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let depth = broker::depth(&queue).await;
+        let rows = env.count("SELECT count(*) FROM processed_webhooks").await;
+        if depth == Some(0) && rows == last {
+            stable += 1;
+        } else {
+            stable = 0;
+        }
+        last = rows;
+        if (stable >= 3 && rows as usize >= events) || stable >= 12 {
+            return true;
+        }
+    }
+    println!("not settled after {limit:?}: {last} delivery records for {events} events");
+    false
+}
+
+/// Rows left in `parked_events` (0 where the table does not exist yet).
+async fn parked_events(pool: &PgPool) -> i64 {
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass('parked_events') IS NOT NULL")
+        .fetch_one(pool)
+        .await
+        .expect("catalog");
+    if !exists {
+        return 0;
+    }
+    sqlx::query_scalar("SELECT count(*) FROM parked_events")
+        .fetch_one(pool)
+        .await
+        .expect("count parked events")
+}
+
+/// Every order's books as the database holds them, by order reference.
+async fn read_books(pool: &PgPool) -> BTreeMap<String, LedgerState> {
+    let mut books = BTreeMap::new();
+    let mut ids = BTreeMap::new();
+    // `to_jsonb` so that a column the worker does not have yet reads as absent.
+    let rows = sqlx::query(
+        "SELECT o.id, o.order_ref, to_jsonb(o) AS o, p.stock FROM orders o
+         JOIN order_items i ON i.order_id = o.id JOIN products p ON p.sku = i.sku",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("read orders");
+    for r in rows {
+        let o: serde_json::Value = r.get("o");
+        let order_ref: String = r.get("order_ref");
+        ids.insert(r.get::<i64, _>("id"), order_ref.clone());
+        books.insert(
+            order_ref,
+            LedgerState {
+                status: o["status"].as_str().unwrap_or_default().to_owned(),
+                refunded_minor: o["refunded_minor"].as_i64().unwrap_or(-1),
+                paid_by: o["paid_by"].as_str().map(str::to_owned),
+                stock: r.get("stock"),
+                oversold: o["oversold"].as_bool().unwrap_or(false),
+                payments: BTreeMap::new(),
+                confirmations: 0,
+                refund_emails: BTreeSet::new(),
+            },
+        );
+    }
+    let rows = sqlx::query("SELECT order_id, provider, payment_id, status, flag FROM payments")
+        .fetch_all(pool)
+        .await
+        .expect("read payments");
+    for r in rows {
+        let Some(book) = ids
+            .get(&r.get::<i64, _>("order_id"))
+            .and_then(|o| books.get_mut(o))
+        else {
+            continue;
+        };
+        let flag: Option<String> = r.get("flag");
+        // An unknown flag is shown as a mismatch, not dropped.
+        let flag = flag.map(|f| Flag::parse(&f).unwrap_or(Flag::AmountMismatch));
+        book.payments.insert(
+            (r.get("provider"), r.get("payment_id"), r.get("status")),
+            flag,
+        );
+    }
+    let rows = sqlx::query("SELECT order_id, kind, dedup_key FROM email_outbox")
+        .fetch_all(pool)
+        .await
+        .expect("read outbox");
+    for r in rows {
+        let Some(order_id) = r.get::<Option<i64>, _>("order_id") else {
+            continue;
+        };
+        let Some(book) = ids.get(&order_id).and_then(|o| books.get_mut(o)) else {
+            continue;
+        };
+        let (kind, key): (String, String) = (r.get("kind"), r.get("dedup_key"));
+        if kind == "confirmation" && key == format!("order:{order_id}:confirmation") {
+            book.confirmations += 1;
+        } else if kind == "refund" {
+            book.refund_emails.insert(key);
+        } else {
+            // Anything else shows up in the comparison.
+            book.refund_emails.insert(format!("{kind}:{key}"));
+        }
+    }
+    books
+}
+
+/// `s` with the twin's ids rewritten to a neutral token.
+fn normalise_state(s: &LedgerState, index: usize, twin: char) -> LedgerState {
+    let n = |x: &str| normalise(x, index, twin);
+    LedgerState {
+        paid_by: s.paid_by.as_deref().map(n),
+        payments: s
+            .payments
+            .iter()
+            .map(|((pr, p, st), f)| ((pr.clone(), n(p), st.clone()), *f))
+            .collect(),
+        refund_emails: s.refund_emails.iter().map(|k| n(k)).collect(),
+        ..s.clone()
+    }
+}
