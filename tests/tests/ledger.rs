@@ -410,3 +410,116 @@ async fn the_migration_upgrades_an_existing_database_in_place() {
     .await
     .expect("drop database");
 }
+
+#[tokio::test]
+async fn stripe_cumulative_refund_totals_are_not_added_up() {
+    let mut env = TestEnv::new().await;
+    shop::product(&env.pool, "sku_s", 10).await;
+    shop::order(&env.pool, "order_s", 500, "INR", &[("sku_s", 1)]).await;
+    let (_ingest, base) = env.start_ingest().await;
+    let _worker = env.start_worker().await;
+    let capture = env.sign(
+        Gateway::Stripe,
+        "payment_intent.succeeded",
+        &env.spec("order_s", "pi_s", "evt_s_paid", 500),
+    );
+    // Two partial refunds of 100 and 150: Stripe reports totals 100 and 250,
+    // and here the later total arrives first.
+    let total_250 = env.sign(
+        Gateway::Stripe,
+        "charge.refunded",
+        &env.spec("order_s", "pi_s", "evt_s_r2", 250),
+    );
+    let total_100 = env.sign(
+        Gateway::Stripe,
+        "charge.refunded",
+        &env.spec("order_s", "pi_s", "evt_s_r1", 100),
+    );
+    for d in [&capture, &total_250, &total_100] {
+        post_ok(&env, &base, "stripe", d).await;
+    }
+    wait_processed(&env, 3).await;
+    let (status, refunded, _, _) = books(&env, "order_s").await;
+    assert_eq!((status.as_str(), refunded), ("partially_refunded", 250));
+}
+
+#[tokio::test]
+async fn a_stripe_checkout_intent_that_overtakes_its_session_is_not_dead_lettered() {
+    let mut env = TestEnv::new().await;
+    shop::product(&env.pool, "sku_c", 10).await;
+    shop::order(&env.pool, "order_c", 2500, "INR", &[("sku_c", 1)]).await;
+    let (_ingest, base) = env.start_ingest().await;
+    let _worker = env.start_worker().await;
+    // Checkout: the intents carry no order reference; only the session does.
+    let failed = env.sign(
+        Gateway::Stripe,
+        "payment_intent.payment_failed",
+        &env.spec("", "pi_c", "evt_c_failed", 2500),
+    );
+    let succeeded = env.sign(
+        Gateway::Stripe,
+        "payment_intent.succeeded",
+        &env.spec("", "pi_c", "evt_c_succeeded", 2500),
+    );
+    post_ok(&env, &base, "stripe", &failed).await;
+    post_ok(&env, &base, "stripe", &succeeded).await;
+    eventually("intents parked", Duration::from_secs(30), || async {
+        (env.count("SELECT count(*) FROM parked_events").await == 2).then_some(())
+    })
+    .await;
+    assert_eq!(shop::order_status(&env.pool, "order_c").await, "pending");
+
+    let session = env.sign(
+        Gateway::Stripe,
+        "checkout.session.completed",
+        &env.spec("order_c", "pi_c", "evt_c_session", 2500),
+    );
+    post_ok(&env, &base, "stripe", &session).await;
+    wait_processed(&env, 3).await;
+    assert_eq!(shop::order_status(&env.pool, "order_c").await, "paid");
+    assert_eq!(env.count("SELECT count(*) FROM parked_events").await, 0);
+    let mut attempts: Vec<(String, Option<String>)> = shop::payments(&env.pool, "order_c").await;
+    attempts.sort();
+    assert_eq!(
+        attempts,
+        vec![("captured".to_owned(), None), ("failed".to_owned(), None)],
+        "the failed attempt is recorded too, and the capture once"
+    );
+    assert_eq!(shop::stock(&env.pool, "sku_c").await, 9);
+    assert_eq!(
+        broker::depth(&format!("{}.dead", env.prefix)).await,
+        Some(0)
+    );
+}
+
+#[tokio::test]
+async fn a_payu_retry_with_a_new_txnid_pays_the_order_named_in_udf1() {
+    let mut env = TestEnv::new().await;
+    shop::product(&env.pool, "sku_u", 10).await;
+    shop::order(&env.pool, "order_u", 50000, "INR", &[("sku_u", 1)]).await;
+    let (_ingest, base) = env.start_ingest().await;
+    let _worker = env.start_worker().await;
+    // PayU needs a new txnid per attempt; the order reference is in udf1.
+    let failed = env.sign(
+        Gateway::Payu,
+        "failure",
+        &env.spec("order_u", "txn_u_1", "evt_u_1", 50000),
+    );
+    let retried = env.sign(
+        Gateway::Payu,
+        "success",
+        &env.spec("order_u", "txn_u_2", "evt_u_2", 50000),
+    );
+    post_ok(&env, &base, "payu", &failed).await;
+    post_ok(&env, &base, "payu", &retried).await;
+    wait_processed(&env, 2).await;
+    let (status, _, paid_by, _) = books(&env, "order_u").await;
+    assert_eq!(
+        (status.as_str(), paid_by.as_deref()),
+        ("paid", Some("payu:txn_u_2"))
+    );
+    assert_eq!(
+        broker::depth(&format!("{}.dead", env.prefix)).await,
+        Some(0)
+    );
+}
