@@ -12,11 +12,18 @@ start() { # name
   { "$BIN/oncehook-$name" 2>&1 & echo $! > "$piddir/$name"; wait; } | sed -u "s/^/[$name] /" &
 }
 
+stopping=0
 stop() {
-  trap - INT TERM
+  if [ "$stopping" -eq 1 ]; then
+    echo "[run] already stopping: waiting for in-flight work to finish"
+    return
+  fi
+  stopping=1
   echo "[run] stopping..."
   for f in "$piddir"/*; do kill -TERM "$(cat "$f")" 2>/dev/null; done
-  wait
+  # A second Ctrl-C interrupts `wait` and runs the trap again (which only
+  # says so): keep waiting until every process has exited.
+  while [ -n "$(jobs -pr)" ]; do wait; done
   rm -rf "$piddir"
   echo "[run] all stopped"
   exit 0

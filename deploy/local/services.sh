@@ -78,6 +78,20 @@ ensure_database() {
   fi
 }
 
+# The build needs a C compiler as the linker (and for crates that build C)
+# and cargo; say so before the build fails with `linker cc not found`.
+ensure_build_tools() {
+  if ! command -v cc >/dev/null 2>&1; then
+    say "no C compiler (cc): the Rust build needs one as its linker"
+    apt_install gcc libc6-dev || { say "install gcc (e.g. apt-get install gcc libc6-dev), then retry"; return 1; }
+  fi
+  if ! command -v cargo >/dev/null 2>&1; then
+    say "cargo not found: install Rust with rustup (https://rustup.rs), then run '. \$HOME/.cargo/env'"
+    return 1
+  fi
+}
+
+ensure_build_tools
 ensure_postgres
 ensure_rabbitmq
 ensure_database

@@ -593,3 +593,56 @@ async fn oncehookctl_send_signs_for_every_gateway_and_reports_the_answers() {
     assert_eq!(env.count("SELECT count(*) FROM payments").await, 5);
     assert_eq!(shop::stock(&env.pool, "MUG").await, 5);
 }
+
+#[tokio::test]
+async fn ctrl_c_stops_ingest_gracefully_letting_an_in_flight_request_finish() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut env = TestEnv::new().await;
+    shop::product(&env.pool, "sku_int", 5).await;
+    shop::order(&env.pool, "order_int", 50000, "INR", &[("sku_int", 1)]).await;
+    let (mut ingest, base) = env.start_ingest().await;
+    let delivery = env.sign(
+        Gateway::Razorpay,
+        "payment.captured",
+        &env.spec("order_int", "pay_int", "evt_int", 50000),
+    );
+    let addr = base.trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect to ingest");
+    let mut head = format!(
+        "POST /webhooks/razorpay HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        delivery.body.len()
+    );
+    for (name, value) in delivery.headers.iter() {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    let (first, rest) = delivery.body.split_at(delivery.body.len() / 2);
+    stream.write_all(head.as_bytes()).await.expect("headers");
+    stream.write_all(first).await.expect("half the body");
+    stream.flush().await.expect("flush");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // Ctrl-C while the request is half sent.
+    ingest.signal("INT");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stream.write_all(rest).await.expect("rest of the body");
+    let mut answer = String::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut answer)).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "the in-flight request finished: {answer:?}"
+    );
+    assert_eq!(
+        ingest.wait_exit(Duration::from_secs(15)),
+        Some(0),
+        "ingest exits 0 on SIGINT"
+    );
+    // It was published, not lost.
+    let _worker = env.start_worker().await;
+    eventually("order paid", Duration::from_secs(30), || async {
+        (shop::order_status(&env.pool, "order_int").await == "paid").then_some(())
+    })
+    .await;
+}

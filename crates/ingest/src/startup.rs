@@ -64,6 +64,9 @@ impl Application {
         .client_request_timeout(Duration::from_secs(5))
         .client_disconnect_timeout(Duration::from_secs(2))
         .shutdown_timeout(10)
+        // actix treats SIGINT as a forced stop; ours are all graceful (see
+        // `run_until_stopped`), so Ctrl-C drains like SIGTERM.
+        .disable_signals()
         .listen(listener)?;
 
         // Metrics and health may also get a listener of their own (kept off the public port).
@@ -96,8 +99,16 @@ impl Application {
         self.metrics_addr
     }
 
-    /// Runs until SIGTERM/SIGINT; in-flight requests finish (up to 10 s).
+    /// Runs until SIGTERM or SIGINT (both graceful): the listener closes,
+    /// in-flight requests finish (up to 10 s) and still publish, then the
+    /// broker session closes.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        let signals = Shutdown::on_signals();
+        let handle = self.server.handle();
+        actix_web::rt::spawn(async move {
+            signals.wait().await;
+            handle.stop(true).await;
+        });
         let result = self.server.await;
         self.shutdown.trigger();
         result
