@@ -20,4 +20,6 @@ pub use amount::{AmountError, currency_exponent, format_decimal_minor, parse_dec
 pub use event::{EventKind, NormalizedEvent};
 pub use gateway::{Gateway, UnknownGateway};
 pub use headers::Headers;
-pub use schemes::{Credentials, ParseError, Verification, VerifyError, parse, verify};
+pub use schemes::{
+    Credentials, ParseError, Verification, VerifyError, parse, secret_problem, verify,
+};

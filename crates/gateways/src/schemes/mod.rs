@@ -139,6 +139,21 @@ pub fn verify(
     }
 }
 
+/// Why `secret` can never verify a delivery of `gateway` (checked when the
+/// configuration is loaded, so a bad secret refuses to start instead of
+/// refusing every genuine delivery), or `None` if it is usable.
+pub fn secret_problem(gateway: Gateway, secret: &str) -> Option<&'static str> {
+    if secret.trim().is_empty() {
+        return Some("is blank");
+    }
+    match gateway {
+        Gateway::Standard if standard::key_of(secret).is_none_or(|k| k.is_empty()) => {
+            Some("is not a Standard Webhooks secret (`whsec_` followed by base64)")
+        }
+        _ => None,
+    }
+}
+
 /// Parses an (already verified) delivery into a [`NormalizedEvent`].
 ///
 /// Event identity (`event_id`) per gateway:

@@ -1,0 +1,306 @@
+//! Loading: defaults, then the TOML file named by `ONCEHOOK_CONFIG`, then
+//! the environment (env wins), layered with figment and extracted into the
+//! file's shape ([`RawConfig`]); `mod.rs` then validates it into typed
+//! sections. Errors name the key (and its variable) but never quote a
+//! secret, and a TOML syntax error gives the line and column, not the line.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use figment::Figment;
+use figment::providers::Serialized;
+use serde::{Deserialize, Serialize};
+
+use super::ConfigError;
+use super::keys::{self, ENV_CONFIG, KEYS, Kind};
+use super::sources::FileSource;
+
+/// The configuration as written: sections of plain values, before checks.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawConfig {
+    pub broker: RawBroker,
+    pub database: RawDatabase,
+    pub telemetry: RawTelemetry,
+    pub ingest: RawIngest,
+    pub worker: RawWorker,
+    pub mail: RawMail,
+    /// `[[source]]` stays a top-level table (the documented layout).
+    pub source: Vec<FileSource>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawBroker {
+    pub url: String,
+    pub prefix: String,
+    pub publish_timeout_ms: u64,
+    pub delivery_limit: u32,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawDatabase {
+    pub url: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawTelemetry {
+    pub log: String,
+    pub log_format: String,
+    pub metrics_addr: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawIngest {
+    pub addr: String,
+    pub limits: RawLimits,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawLimits {
+    pub body_limit_bytes: usize,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawRetry {
+    pub max_attempts: u32,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawRetention {
+    pub days: u32,
+    pub interval_secs: u64,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawWorker {
+    pub prefetch: u16,
+    pub retry: RawRetry,
+    pub retention: RawRetention,
+    pub unlinked_ttl: String,
+    pub fault_panic_order_ref: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawMail {
+    pub smtp_url: Option<String>,
+    pub from: String,
+    pub dir: PathBuf,
+    pub prefetch: u16,
+    pub retry: RawRetry,
+}
+
+impl Default for RawBroker {
+    fn default() -> Self {
+        RawBroker {
+            url: "amqp://guest:guest@127.0.0.1:5672/%2f".into(),
+            prefix: "oncehook".into(),
+            publish_timeout_ms: 3_000,
+            delivery_limit: 5,
+        }
+    }
+}
+
+impl Default for RawDatabase {
+    fn default() -> Self {
+        RawDatabase {
+            url: "postgres://postgres@127.0.0.1:5432/oncehook".into(),
+        }
+    }
+}
+
+impl Default for RawTelemetry {
+    fn default() -> Self {
+        RawTelemetry {
+            log: "info".into(),
+            log_format: "text".into(),
+            metrics_addr: None,
+        }
+    }
+}
+
+impl Default for RawIngest {
+    fn default() -> Self {
+        RawIngest {
+            addr: "127.0.0.1:8080".into(),
+            limits: RawLimits::default(),
+        }
+    }
+}
+
+impl Default for RawLimits {
+    fn default() -> Self {
+        RawLimits {
+            body_limit_bytes: 256 * 1024,
+        }
+    }
+}
+
+impl Default for RawRetry {
+    fn default() -> Self {
+        RawRetry { max_attempts: 5 }
+    }
+}
+
+impl Default for RawRetention {
+    fn default() -> Self {
+        RawRetention {
+            days: 90,
+            interval_secs: 3_600,
+        }
+    }
+}
+
+impl Default for RawWorker {
+    fn default() -> Self {
+        RawWorker {
+            prefetch: 16,
+            retry: RawRetry::default(),
+            retention: RawRetention::default(),
+            unlinked_ttl: "1h".into(),
+            fault_panic_order_ref: None,
+        }
+    }
+}
+
+impl Default for RawMail {
+    fn default() -> Self {
+        RawMail {
+            smtp_url: None,
+            from: "oncehook <orders@oncehook.local>".into(),
+            dir: PathBuf::from("./var/mail"),
+            prefetch: 16,
+            retry: RawRetry::default(),
+        }
+    }
+}
+
+/// Layers defaults, the file and `env` and extracts the result.
+pub(crate) fn layered(env: &HashMap<String, String>) -> Result<RawConfig, ConfigError> {
+    let mut figment = Figment::from(Serialized::defaults(RawConfig::default()));
+    if let Some(path) = env.get(ENV_CONFIG).filter(|p| !p.is_empty()) {
+        figment = figment.merge(Serialized::defaults(read_file(Path::new(path))?));
+    }
+    figment = figment.merge(Serialized::defaults(env_layer(env)?));
+    figment.extract::<RawConfig>().map_err(describe)
+}
+
+/// Reads and parses the file; older flat keys move into their sections.
+fn read_file(path: &Path) -> Result<toml::Table, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let mut table: toml::Table = toml::from_str(&text).map_err(|e| {
+        let (line, column) = e
+            .span()
+            .map(|span| line_column(&text, span.start))
+            .unwrap_or((0, 0));
+        ConfigError::Toml {
+            path: path.to_owned(),
+            line,
+            column,
+            message: e.message().to_owned(),
+        }
+    })?;
+    for key in KEYS {
+        let Some(legacy) = key.legacy else { continue };
+        if let Some(value) = table.remove(legacy) {
+            for path in key.paths {
+                insert(&mut table, path, value.clone());
+            }
+        }
+    }
+    Ok(table)
+}
+
+/// 1-based line and column of a byte offset.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+/// The environment as a table in the file's shape (unset and empty
+/// variables are left out, so the file's value or the default stays).
+fn env_layer(env: &HashMap<String, String>) -> Result<toml::Table, ConfigError> {
+    let mut table = toml::Table::new();
+    for key in KEYS {
+        let Some(raw) = env.get(key.env).filter(|v| !v.is_empty()) else {
+            continue;
+        };
+        let value = match key.kind {
+            Kind::Text => toml::Value::String(raw.clone()),
+            Kind::Number => match raw.trim().parse::<i64>() {
+                Ok(n) => toml::Value::Integer(n),
+                Err(e) => {
+                    return Err(ConfigError::Invalid {
+                        key: key.env.to_owned(),
+                        value: if key.secret {
+                            String::new()
+                        } else {
+                            raw.clone()
+                        },
+                        reason: format!("not a whole number: {e}"),
+                    });
+                }
+            },
+        };
+        for path in key.paths {
+            insert(&mut table, path, value.clone());
+        }
+    }
+    Ok(table)
+}
+
+fn insert(table: &mut toml::Table, path: &str, value: toml::Value) {
+    let mut parts = path.split('.').peekable();
+    let mut current = table;
+    while let Some(part) = parts.next() {
+        if parts.peek().is_none() {
+            current.insert(part.to_owned(), value);
+            return;
+        }
+        let entry = current
+            .entry(part.to_owned())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if !entry.is_table() {
+            *entry = toml::Value::Table(toml::Table::new());
+        }
+        let toml::Value::Table(next) = entry else {
+            return;
+        };
+        current = next;
+    }
+}
+
+/// A figment error as a message naming the key (and its variable), with
+/// the offending value left out for secret keys.
+fn describe(errors: figment::Error) -> ConfigError {
+    let mut lines = Vec::new();
+    for e in errors {
+        let path = e.path.join(".");
+        let key = keys::by_path(&path);
+        let name = match key {
+            Some(k) => format!("{path} ({})", k.env),
+            None if path.is_empty() => "configuration".to_owned(),
+            None => path.clone(),
+        };
+        let what = if key.is_some_and(|k| k.secret) {
+            "has an invalid value".to_owned()
+        } else {
+            e.kind.to_string()
+        };
+        lines.push(format!("{name}: {what}"));
+    }
+    ConfigError::Extract(lines.join("; "))
+}

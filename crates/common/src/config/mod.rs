@@ -1,0 +1,592 @@
+//! Configuration, in sections per concern: `[broker]`, `[database]`,
+//! `[telemetry]`, `[ingest]` (address, limits, `[[source]]`s), `[worker]`
+//! (prefetch, retry, retention, parking) and `[mail]` (SMTP, sender, folder,
+//! retry). Defaults, then the TOML file named by `ONCEHOOK_CONFIG`, then
+//! `ONCEHOOK_*` variables (env wins), layered with figment (`load.rs`);
+//! every key and variable is listed once (`keys.rs`). Secrets and URLs are
+//! [`Secret`]s: `Debug` and error messages never print them.
+//!
+//! Each binary takes the sections it needs from [`Config`] ([`Config::ingest_view`]
+//! and friends); [`Settings`] is the flat view the binaries were written
+//! against, built from the same validated sections.
+
+mod keys;
+mod load;
+mod secret;
+mod sources;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use keys::*;
+pub use secret::Secret;
+pub use sources::{DEFAULT_TOLERANCE_SECS, MAX_TOLERANCE_SECS, SourceConfig};
+
+pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/oncehook";
+pub const DEFAULT_AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+/// What went wrong reading the configuration. Start-up aborts on any of
+/// these; none of them quotes a secret.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path} is not valid TOML (line {line}, column {column}): {message}")]
+    Toml {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("invalid configuration: {0}")]
+    Extract(String),
+    #[error("{key}={value:?} is invalid: {reason}")]
+    Invalid {
+        key: String,
+        value: String,
+        reason: String,
+    },
+    #[error("source {source_name:?}: {reason}")]
+    Source { source_name: String, reason: String },
+}
+
+/// `[broker]`: RabbitMQ.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    /// The AMQP URL (may carry a password).
+    pub url: Secret,
+    /// Prefix of every exchange and queue name.
+    pub prefix: String,
+    pub publish_timeout: Duration,
+    /// `x-delivery-limit` of the quorum queues (set explicitly: brokers before 4.0 have none).
+    pub delivery_limit: u32,
+}
+
+/// `[database]`: Postgres.
+#[derive(Debug, Clone)]
+pub struct DatabaseConfig {
+    pub url: Secret,
+}
+
+/// `[telemetry]`: logs and the metrics/health listener.
+#[derive(Debug, Clone)]
+pub struct TelemetryConfig {
+    pub log: String,
+    pub log_json: bool,
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+/// `[ingest]`: the webhook edge.
+#[derive(Debug, Clone)]
+pub struct IngestConfig {
+    pub addr: SocketAddr,
+    pub body_limit_bytes: usize,
+    pub sources: Vec<SourceConfig>,
+}
+
+/// `[worker]`: consuming events, retention and parked events.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    pub prefetch: u16,
+    /// Attempts (transient failures) before a message is requeued.
+    pub max_attempts: u32,
+    pub retention_days: u32,
+    pub retention_interval: Duration,
+    /// How long an event whose payment is not linked to an order yet stays
+    /// parked before it is dead-lettered as `unknown_order`.
+    pub unlinked_ttl: Duration,
+    /// Test-only fault injection (chaos suite); never set in production.
+    pub fault_panic_order_ref: Option<String>,
+}
+
+/// `[mail]`: the mailer.
+#[derive(Debug, Clone)]
+pub struct MailConfig {
+    /// `smtp://host:port`; unset → `.eml` files in `dir`.
+    pub smtp_url: Option<Secret>,
+    pub from: String,
+    pub dir: PathBuf,
+    pub prefetch: u16,
+    /// Send attempts before an email is marked failed and dead-lettered.
+    pub max_attempts: u32,
+}
+
+/// Every section, validated.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub broker: BrokerConfig,
+    pub database: DatabaseConfig,
+    pub telemetry: TelemetryConfig,
+    pub ingest: IngestConfig,
+    pub worker: WorkerConfig,
+    pub mail: MailConfig,
+}
+
+impl Config {
+    /// Reads `ONCEHOOK_CONFIG` (if set) and the environment.
+    pub fn load() -> Result<Self, ConfigError> {
+        let env: HashMap<String, String> = std::env::vars().collect();
+        Self::from_env_map(&env)
+    }
+
+    /// Like [`Config::load`] but from an explicit variable map (tests).
+    pub fn from_env_map(env: &HashMap<String, String>) -> Result<Self, ConfigError> {
+        let raw = load::layered(env)?;
+        let sources = raw
+            .source
+            .into_iter()
+            .map(|s| sources::resolve(s, env))
+            .collect::<Result<Vec<_>, _>>()?;
+        sources::check_unique(&sources)?;
+        Ok(Config {
+            broker: BrokerConfig {
+                url: url(ENV_AMQP_URL, raw.broker.url, &["amqp://", "amqps://"])?,
+                prefix: non_empty(ENV_AMQP_PREFIX, raw.broker.prefix)?,
+                publish_timeout: Duration::from_millis(raw.broker.publish_timeout_ms),
+                delivery_limit: raw.broker.delivery_limit,
+            },
+            database: DatabaseConfig {
+                url: url(
+                    ENV_DATABASE_URL,
+                    raw.database.url,
+                    &["postgres://", "postgresql://"],
+                )?,
+            },
+            telemetry: TelemetryConfig {
+                log: raw.telemetry.log,
+                log_json: match raw.telemetry.log_format.as_str() {
+                    "text" => false,
+                    "json" => true,
+                    other => {
+                        return Err(invalid(ENV_LOG_FORMAT, other, "expected `text` or `json`"));
+                    }
+                },
+                metrics_addr: raw
+                    .telemetry
+                    .metrics_addr
+                    .filter(|a| !a.is_empty())
+                    .map(|a| parse_addr(ENV_METRICS_ADDR, &a))
+                    .transpose()?,
+            },
+            ingest: IngestConfig {
+                addr: parse_addr(ENV_INGEST_ADDR, &raw.ingest.addr)?,
+                body_limit_bytes: raw.ingest.limits.body_limit_bytes,
+                sources,
+            },
+            worker: WorkerConfig {
+                prefetch: at_least_one(ENV_PREFETCH, raw.worker.prefetch)?,
+                max_attempts: at_least_one(ENV_MAX_ATTEMPTS, raw.worker.retry.max_attempts)?,
+                retention_days: raw.worker.retention.days,
+                retention_interval: Duration::from_secs(raw.worker.retention.interval_secs),
+                unlinked_ttl: parse_duration(ENV_UNLINKED_TTL, &raw.worker.unlinked_ttl)?,
+                fault_panic_order_ref: raw.worker.fault_panic_order_ref.filter(|r| !r.is_empty()),
+            },
+            mail: MailConfig {
+                smtp_url: raw
+                    .mail
+                    .smtp_url
+                    .filter(|u| !u.is_empty())
+                    .map(|u| url(ENV_SMTP_URL, u, &["smtp://", "smtps://"]))
+                    .transpose()?,
+                from: non_empty(ENV_MAIL_FROM, raw.mail.from)?,
+                dir: raw.mail.dir,
+                prefetch: at_least_one(ENV_PREFETCH, raw.mail.prefetch)?,
+                max_attempts: at_least_one(ENV_MAX_ATTEMPTS, raw.mail.retry.max_attempts)?,
+            },
+        })
+    }
+}
+
+/// Everything a binary may need, resolved once at start-up: the flat view
+/// of [`Config`]'s sections.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub database_url: String,
+    pub amqp_url: String,
+    pub amqp_prefix: String,
+    pub ingest_addr: SocketAddr,
+    pub metrics_addr: Option<SocketAddr>,
+    pub smtp_url: Option<String>,
+    pub mail_dir: PathBuf,
+    pub mail_from: String,
+    pub log: String,
+    pub log_json: bool,
+    pub body_limit_bytes: usize,
+    pub publish_timeout: Duration,
+    /// `x-delivery-limit` of the quorum queues (set explicitly: brokers before 4.0 have none).
+    pub delivery_limit: u32,
+    pub prefetch: u16,
+    pub retention_days: u32,
+    /// Attempts (transient failures) before a message is requeued / an email dead-lettered.
+    pub max_attempts: u32,
+    pub retention_interval: Duration,
+    /// How long an event whose payment is not linked to an order yet stays
+    /// parked before it is dead-lettered as `unknown_order`.
+    pub unlinked_ttl: Duration,
+    /// Test-only fault injection (chaos suite); never set in production.
+    pub fault_panic_order_ref: Option<String>,
+    pub sources: Vec<SourceConfig>,
+}
+
+impl From<Config> for Settings {
+    fn from(c: Config) -> Self {
+        Settings {
+            database_url: c.database.url.expose().to_owned(),
+            amqp_url: c.broker.url.expose().to_owned(),
+            amqp_prefix: c.broker.prefix,
+            ingest_addr: c.ingest.addr,
+            metrics_addr: c.telemetry.metrics_addr,
+            smtp_url: c.mail.smtp_url.map(|u| u.expose().to_owned()),
+            mail_dir: c.mail.dir,
+            mail_from: c.mail.from,
+            log: c.telemetry.log,
+            log_json: c.telemetry.log_json,
+            body_limit_bytes: c.ingest.body_limit_bytes,
+            publish_timeout: c.broker.publish_timeout,
+            delivery_limit: c.broker.delivery_limit,
+            prefetch: c.worker.prefetch,
+            retention_days: c.worker.retention_days,
+            max_attempts: c.worker.max_attempts,
+            retention_interval: c.worker.retention_interval,
+            unlinked_ttl: c.worker.unlinked_ttl,
+            fault_panic_order_ref: c.worker.fault_panic_order_ref,
+            sources: c.ingest.sources,
+        }
+    }
+}
+
+impl Settings {
+    /// Reads `ONCEHOOK_CONFIG` (if set) and the environment.
+    pub fn load() -> Result<Self, ConfigError> {
+        Config::load().map(Settings::from)
+    }
+
+    /// Like [`Settings::load`] but from an explicit variable map (tests).
+    pub fn from_env_map(env: &HashMap<String, String>) -> Result<Self, ConfigError> {
+        Config::from_env_map(env).map(Settings::from)
+    }
+
+    /// The source named `name`, if configured.
+    pub fn source(&self, name: &str) -> Option<&SourceConfig> {
+        self.sources.iter().find(|s| s.name == name)
+    }
+
+    /// Ingest cannot do anything useful without sources.
+    pub fn require_sources(&self) -> Result<(), ConfigError> {
+        if self.sources.is_empty() {
+            return Err(ConfigError::Invalid {
+                key: ENV_CONFIG.into(),
+                value: String::new(),
+                reason: "no [[source]] configured: point ONCEHOOK_CONFIG at a TOML file with at least one source".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A URL setting: one of `schemes` (each node of a comma-separated list),
+/// kept secret; the message never includes the value.
+fn url(key: &str, value: String, schemes: &[&str]) -> Result<Secret, ConfigError> {
+    let bad = value
+        .split(',')
+        .map(str::trim)
+        .any(|node| !schemes.iter().any(|s| node.starts_with(s)) || node.len() <= 8);
+    if bad {
+        return Err(ConfigError::Invalid {
+            key: key.to_owned(),
+            value: "[redacted]".to_owned(),
+            reason: format!("expected a URL starting with {}", schemes.join(" or ")),
+        });
+    }
+    Ok(Secret::new(value))
+}
+
+fn non_empty(key: &str, value: String) -> Result<String, ConfigError> {
+    if value.trim().is_empty() {
+        return Err(invalid(key, &value, "must not be empty"));
+    }
+    Ok(value)
+}
+
+fn at_least_one<T: PartialOrd + From<u8> + std::fmt::Display>(
+    key: &str,
+    value: T,
+) -> Result<T, ConfigError> {
+    if value < T::from(1) {
+        return Err(invalid(key, &value.to_string(), "must be at least 1"));
+    }
+    Ok(value)
+}
+
+fn parse_addr(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
+    value
+        .parse()
+        .map_err(|e| invalid(key, value, &format!("not a socket address: {e}")))
+}
+
+fn parse_duration(key: &str, value: &str) -> Result<Duration, ConfigError> {
+    match humantime::parse_duration(value.trim()) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        Ok(_) => Err(invalid(key, value, "must be greater than zero")),
+        Err(e) => Err(invalid(
+            key,
+            value,
+            &format!("not a duration such as 30s, 15m or 1h: {e}"),
+        )),
+    }
+}
+
+fn invalid(key: &str, value: &str, reason: &str) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.into(),
+        value: value.into(),
+        reason: reason.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(toml: &str) -> (PathBuf, HashMap<String, String>) {
+        let path =
+            std::env::temp_dir().join(format!("oncehook-config-{}.toml", uuid::Uuid::new_v4()));
+        std::fs::write(&path, toml).expect("write temp config");
+        let mut env = HashMap::new();
+        env.insert(ENV_CONFIG.to_owned(), path.display().to_string());
+        (path, env)
+    }
+
+    #[test]
+    fn defaults_without_file() {
+        let s = Settings::from_env_map(&HashMap::new()).expect("defaults");
+        assert_eq!(s.database_url, DEFAULT_DATABASE_URL);
+        assert_eq!(s.amqp_prefix, "oncehook");
+        assert!(s.sources.is_empty());
+        assert!(s.require_sources().is_err());
+    }
+
+    #[test]
+    fn env_wins_over_file_and_secrets_expand() {
+        let (path, mut env) = write(
+            r#"
+amqp_prefix = "fromfile"
+[[source]]
+name = "rzp"
+gateway = "razorpay"
+secrets = ["${NEW}", "${OLD}"]
+"#,
+        );
+        env.insert(ENV_AMQP_PREFIX.into(), "fromenv".into());
+        env.insert("NEW".into(), "s3cret".into());
+        let s = Settings::from_env_map(&env).expect("config");
+        assert_eq!(s.amqp_prefix, "fromenv");
+        let src = s.source("rzp").expect("source");
+        assert_eq!(
+            src.secrets,
+            vec!["s3cret".to_owned()],
+            "unset OLD is skipped"
+        );
+        assert_eq!(src.tolerance_secs, DEFAULT_TOLERANCE_SECS);
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn empty_secret_list_refuses_to_start() {
+        let (path, env) =
+            write("[[source]]\nname = \"x\"\ngateway = \"stripe\"\nsecrets = [\"${UNSET_VAR}\"]\n");
+        let err = Settings::from_env_map(&env).expect_err("must refuse");
+        assert!(err.to_string().contains("no secrets"), "{err}");
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn payu_sources_need_a_merchant_key_and_only_they_take_one() {
+        let (path, mut env) = write(
+            "[[source]]\nname = \"pu\"\ngateway = \"payu\"\nsecrets = [\"salt\"]\nmerchant_key = \"${PAYU_KEY}\"\n",
+        );
+        let err = Settings::from_env_map(&env).expect_err("unset key");
+        let text = err.to_string();
+        assert!(
+            text.contains("\"pu\"") && text.contains("merchant_key"),
+            "{text}"
+        );
+        env.insert("PAYU_KEY".into(), "gtKFFx".into());
+        let s = Settings::from_env_map(&env).expect("config");
+        let src = s.source("pu").expect("source");
+        assert_eq!(src.merchant_key.as_deref(), Some("gtKFFx"));
+        assert_eq!(src.credentials().merchant_key, Some("gtKFFx"));
+        let _ = std::fs::remove_file(path);
+
+        let (path, env) =
+            write("[[source]]\nname = \"pu\"\ngateway = \"payu\"\nsecrets = [\"salt\"]\n");
+        let err = Settings::from_env_map(&env).expect_err("no key");
+        assert!(err.to_string().contains("merchant_key"), "{err}");
+        let _ = std::fs::remove_file(path);
+
+        let (path, env) = write(
+            "[[source]]\nname = \"st\"\ngateway = \"stripe\"\nsecrets = [\"s\"]\nmerchant_key = \"k\"\n",
+        );
+        let err = Settings::from_env_map(&env).expect_err("key on stripe");
+        assert!(err.to_string().contains("only used by"), "{err}");
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn unknown_gateway_and_bad_numbers_are_named() {
+        let (path, env) =
+            write("[[source]]\nname = \"x\"\ngateway = \"paypal\"\nsecrets = [\"a\"]\n");
+        let err = Settings::from_env_map(&env).expect_err("unknown gateway");
+        assert!(err.to_string().contains("paypal"), "{err}");
+        let _ = std::fs::remove_file(path);
+
+        let mut env = HashMap::new();
+        env.insert(ENV_BODY_LIMIT.to_owned(), "lots".to_owned());
+        let err = Settings::from_env_map(&env).expect_err("bad number");
+        assert!(err.to_string().contains(ENV_BODY_LIMIT), "{err}");
+    }
+
+    /// Loads `toml` as the file with `vars` set; returns the error text.
+    fn refused(toml: &str, vars: &[(&str, &str)]) -> String {
+        let (path, mut env) = write(toml);
+        for (k, v) in vars {
+            env.insert((*k).to_owned(), (*v).to_owned());
+        }
+        let err = Settings::from_env_map(&env).expect_err("must refuse to start");
+        let _ = std::fs::remove_file(path);
+        err.to_string()
+    }
+
+    #[test]
+    fn a_secret_with_an_unset_variable_inside_refuses_to_start() {
+        for (gateway, secret) in [
+            ("stripe", "whsec_${UNSET_PART}"),
+            ("razorpay", "rzp_${UNSET_PART}"),
+        ] {
+            let text = refused(
+                &format!(
+                    "[[source]]\nname = \"s\"\ngateway = \"{gateway}\"\nsecrets = [\"{secret}\"]\n"
+                ),
+                &[],
+            );
+            assert!(
+                text.contains("\"s\"")
+                    && text.contains("secrets[0]")
+                    && text.contains("UNSET_PART"),
+                "{text}"
+            );
+        }
+        // A whole rotation slot left unset is fine next to a live secret.
+        let (path, mut env) = write(
+            "[[source]]\nname = \"s\"\ngateway = \"razorpay\"\nsecrets = [\"${LIVE}\", \"${OLD_UNSET}\"]\n",
+        );
+        env.insert("LIVE".into(), "rzp_live".into());
+        let s = Settings::from_env_map(&env).expect("rotation slot");
+        assert_eq!(s.sources[0].secrets, vec!["rzp_live".to_owned()]);
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn blank_and_malformed_secrets_refuse_to_start() {
+        let text = refused(
+            "[[source]]\nname = \"s\"\ngateway = \"razorpay\"\nsecrets = [\"   \"]\n",
+            &[],
+        );
+        assert!(text.contains("secrets[0] is blank"), "{text}");
+        let text = refused(
+            "[[source]]\nname = \"std\"\ngateway = \"standard\"\nsecrets = [\"whsec_not*base64!\"]\n",
+            &[],
+        );
+        assert!(text.contains("Standard Webhooks secret"), "{text}");
+        assert!(
+            !text.contains("not*base64"),
+            "the secret is not quoted: {text}"
+        );
+    }
+
+    #[test]
+    fn a_tolerance_that_disables_the_window_refuses_to_start() {
+        for tolerance in ["0", "86400", "9223372036854775807"] {
+            let text = refused(
+                &format!(
+                    "[[source]]\nname = \"s\"\ngateway = \"stripe\"\nsecrets = [\"whsec_x\"]\ntolerance_secs = {tolerance}\n"
+                ),
+                &[],
+            );
+            assert!(text.contains("tolerance_secs"), "{tolerance}: {text}");
+        }
+    }
+
+    #[test]
+    fn a_toml_syntax_error_names_the_place_not_the_line() {
+        let text = refused(
+            "[[source]]\nname = \"s\"\ngateway = \"stripe\"\nsecrets = [\"whsec_TOPSECRET\" oops]\n",
+            &[],
+        );
+        assert!(text.contains("line 4"), "{text}");
+        assert!(
+            !text.contains("TOPSECRET"),
+            "the line (and its secret) is not quoted: {text}"
+        );
+    }
+
+    #[test]
+    fn a_bad_url_is_refused_without_printing_it() {
+        let mut env = HashMap::new();
+        env.insert(
+            ENV_AMQP_URL.to_owned(),
+            "http://user:p@ss@broker/".to_owned(),
+        );
+        let text = Settings::from_env_map(&env)
+            .expect_err("not amqp")
+            .to_string();
+        assert!(text.contains(ENV_AMQP_URL), "{text}");
+        assert!(!text.contains("p@ss") && !text.contains("user"), "{text}");
+        // A password with `@` in a good URL is kept whole and never shown by Debug.
+        env.insert(
+            ENV_AMQP_URL.to_owned(),
+            "amqp://user:p@ss@broker:5672/%2f".to_owned(),
+        );
+        let config = Config::from_env_map(&env).expect("valid");
+        assert_eq!(
+            config.broker.url.expose(),
+            "amqp://user:p@ss@broker:5672/%2f"
+        );
+        assert!(!format!("{config:?}").contains("p@ss"));
+    }
+
+    #[test]
+    fn wrong_types_and_unknown_keys_are_named() {
+        let text = refused("[worker]\nprefetch = \"lots\"\n", &[]);
+        assert!(
+            text.contains("worker.prefetch") && text.contains(ENV_PREFETCH),
+            "{text}"
+        );
+        let text = refused("[worker]\nprefetsh = 3\n", &[]);
+        assert!(text.contains("prefetsh"), "{text}");
+        let text = refused("[database]\nurl = 5\n", &[]);
+        assert!(
+            text.contains("database.url") && !text.contains('5'),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn sections_and_older_flat_keys_both_read() {
+        let (path, env) = write(
+            "delivery_limit = 9\n[broker]\nprefix = \"sectioned\"\n[worker]\nunlinked_ttl = \"15m\"\n[mail]\nprefetch = 4\n",
+        );
+        let c = Config::from_env_map(&env).expect("config");
+        assert_eq!(c.broker.prefix, "sectioned");
+        assert_eq!(c.broker.delivery_limit, 9);
+        assert_eq!(c.worker.unlinked_ttl, Duration::from_secs(900));
+        assert_eq!((c.worker.prefetch, c.mail.prefetch), (16, 4));
+        let _ = std::fs::remove_file(path);
+        assert!(format!("{c:?}").contains("[redacted]"));
+    }
+}

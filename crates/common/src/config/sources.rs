@@ -1,0 +1,195 @@
+//! Sources: one per gateway account, the `{source}` in `/webhooks/{source}`.
+//! Read from `[[source]]` tables in the file; secrets may refer to
+//! environment variables as `${VAR}`. A source that could verify nothing,
+//! or that would verify too much, refuses to start with a message naming the
+//! source and the key, never the secret.
+
+use std::collections::HashMap;
+
+use oncehook_gateways::{Credentials, Gateway, secret_problem};
+use serde::{Deserialize, Serialize};
+
+use super::ConfigError;
+
+pub const DEFAULT_TOLERANCE_SECS: u64 = 300;
+/// A wider replay window would let a captured delivery be replayed for that long.
+pub const MAX_TOLERANCE_SECS: u64 = 3_600;
+
+/// A `[[source]]` table as written.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileSource {
+    pub name: String,
+    pub gateway: String,
+    #[serde(default)]
+    pub secrets: Vec<String>,
+    pub tolerance_secs: Option<u64>,
+    pub merchant_key: Option<String>,
+}
+
+/// One gateway account, validated.
+#[derive(Clone)]
+pub struct SourceConfig {
+    pub name: String,
+    pub gateway: Gateway,
+    /// Live secrets; any may match (rotation). Never empty.
+    pub secrets: Vec<String>,
+    pub tolerance_secs: u64,
+    /// PayU: the merchant key the posted form's `key` must equal. Always
+    /// set (non-empty) for PayU sources, never for others.
+    pub merchant_key: Option<String>,
+}
+
+impl SourceConfig {
+    /// What [`oncehook_gateways::verify`] checks deliveries of this source against.
+    pub fn credentials(&self) -> Credentials<'_> {
+        Credentials::new(&self.secrets).with_merchant_key(self.merchant_key.as_deref())
+    }
+}
+
+impl std::fmt::Debug for SourceConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SourceConfig")
+            .field("name", &self.name)
+            .field("gateway", &self.gateway)
+            .field(
+                "secrets",
+                &format_args!("[{} redacted]", self.secrets.len()),
+            )
+            .field("tolerance_secs", &self.tolerance_secs)
+            .field("merchant_key", &self.merchant_key)
+            .finish()
+    }
+}
+
+/// What a `${VAR}` reference came to.
+enum Expanded {
+    Value(String),
+    /// The whole value was one reference to an unset variable: an empty
+    /// rotation slot (`"${RAZORPAY_WEBHOOK_SECRET_OLD}"`).
+    Unset,
+}
+
+/// Expands `${VAR}` references. A value that is exactly one reference to
+/// an unset variable is [`Expanded::Unset`]; an unset reference *inside*
+/// other text is an error (`"whsec_${UNSET}"` would otherwise become the
+/// guessable secret `whsec_`).
+fn expand(raw: &str, env: &HashMap<String, String>) -> Result<Expanded, String> {
+    let mut out = String::with_capacity(raw.len());
+    let mut rest = raw;
+    let mut unset = Vec::new();
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after
+            .find('}')
+            .ok_or_else(|| "has an unterminated `${`".to_owned())?;
+        let var = &after[..end];
+        match env.get(var).filter(|v| !v.is_empty()) {
+            Some(v) => out.push_str(v),
+            None => unset.push(var.to_owned()),
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    match unset.as_slice() {
+        [] => Ok(Expanded::Value(out)),
+        [_] if out.is_empty() => Ok(Expanded::Unset),
+        vars => Err(format!(
+            "refers to ${{{}}}, which is not set (refusing to start with part of a secret)",
+            vars.join("}, ${")
+        )),
+    }
+}
+
+pub(crate) fn resolve(
+    s: FileSource,
+    env: &HashMap<String, String>,
+) -> Result<SourceConfig, ConfigError> {
+    let err = |reason: String| ConfigError::Source {
+        source_name: s.name.clone(),
+        reason,
+    };
+    if s.name.is_empty()
+        || !s
+            .name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(err(
+            "name must be non-empty and use only [A-Za-z0-9_-]".into()
+        ));
+    }
+    let gateway: Gateway = s.gateway.parse().map_err(|e| err(format!("{e}")))?;
+    let mut secrets = Vec::with_capacity(s.secrets.len());
+    for (i, raw) in s.secrets.iter().enumerate() {
+        let which = format!("secrets[{i}]");
+        match expand(raw, env).map_err(|why| err(format!("{which} {why}")))? {
+            Expanded::Unset => {}
+            Expanded::Value(value) => {
+                if let Some(problem) = secret_problem(gateway, &value) {
+                    return Err(err(format!("{which} {problem}")));
+                }
+                secrets.push(value);
+            }
+        }
+    }
+    if secrets.is_empty() {
+        return Err(err(
+            "no secrets: an empty secret list would accept nothing (refusing to start)".into(),
+        ));
+    }
+    let tolerance_secs = s.tolerance_secs.unwrap_or(DEFAULT_TOLERANCE_SECS);
+    if !(1..=MAX_TOLERANCE_SECS).contains(&tolerance_secs) {
+        return Err(err(format!(
+            "tolerance_secs = {tolerance_secs} is outside 1..={MAX_TOLERANCE_SECS}: the replay window must be short"
+        )));
+    }
+    let merchant_key = match &s.merchant_key {
+        None => None,
+        Some(raw) => match expand(raw, env).map_err(|why| err(format!("merchant_key {why}")))? {
+            Expanded::Unset => None,
+            Expanded::Value(v) if v.trim().is_empty() => None,
+            Expanded::Value(v) => Some(v),
+        },
+    };
+    check_merchant_key(gateway, merchant_key.as_deref()).map_err(err)?;
+    Ok(SourceConfig {
+        name: s.name.clone(),
+        gateway,
+        secrets,
+        tolerance_secs,
+        merchant_key,
+    })
+}
+
+fn check_merchant_key(gateway: Gateway, key: Option<&str>) -> Result<(), String> {
+    match (gateway, key) {
+        (Gateway::Payu, None) => Err(
+            "merchant_key is required for gateway \"payu\" (the PayU merchant key; \
+             notifications whose `key` differs are refused): refusing to start"
+                .into(),
+        ),
+        (Gateway::Payu, Some(k)) if k.contains('|') => {
+            Err("merchant_key must not contain `|` (PayU's hash separator)".into())
+        }
+        (Gateway::Payu, Some(_)) | (_, None) => Ok(()),
+        (_, Some(_)) => Err(format!(
+            "merchant_key is only used by gateway \"payu\", not {gateway:?}",
+            gateway = gateway.as_str()
+        )),
+    }
+}
+
+/// Refuses two sources with one name.
+pub(crate) fn check_unique(sources: &[SourceConfig]) -> Result<(), ConfigError> {
+    for (i, s) in sources.iter().enumerate() {
+        if sources[..i].iter().any(|o| o.name == s.name) {
+            return Err(ConfigError::Source {
+                source_name: s.name.clone(),
+                reason: "defined twice".into(),
+            });
+        }
+    }
+    Ok(())
+}
