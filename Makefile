@@ -62,6 +62,19 @@ demo: build
 	sleep 2
 	$(CTL) trace order order_1001
 
+## sqlx-prepare: after changing SQL or a migration, refresh the compile-time query data in .sqlx/
+SQLX_DB := oncehook_sqlx_prepare
+sqlx-prepare: services
+	psql -h 127.0.0.1 -U postgres -qc 'DROP DATABASE IF EXISTS $(SQLX_DB)' -c 'CREATE DATABASE $(SQLX_DB)'
+	$(CARGO) build -p oncehook-ctl
+	ONCEHOOK_DATABASE_URL=postgres://postgres@127.0.0.1:5432/$(SQLX_DB) $(CTL) migrate
+	rm -rf .sqlx && mkdir -p .sqlx
+	find crates -name '*.rs' -exec touch {} +
+	SQLX_OFFLINE=false DATABASE_URL=postgres://postgres@127.0.0.1:5432/$(SQLX_DB) SQLX_OFFLINE_DIR=$(CURDIR)/.sqlx \
+		$(CARGO) check --workspace --all-targets
+	psql -h 127.0.0.1 -U postgres -qc 'DROP DATABASE $(SQLX_DB)'
+	@echo "sqlx-prepare: $$(ls .sqlx | wc -l) queries in .sqlx/ (commit them)"
+
 clean:
 	$(CARGO) clean
 	rm -rf var

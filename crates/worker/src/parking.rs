@@ -190,7 +190,7 @@ pub async fn sweep(
 
 /// Parked events, for gauges and stats.
 pub async fn count(pool: &PgPool) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar("SELECT count(*) FROM parked_events")
+    sqlx::query_scalar!(r#"SELECT count(*) AS "n!" FROM parked_events"#)
         .fetch_one(pool)
         .await
 }
