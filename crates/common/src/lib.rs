@@ -14,6 +14,8 @@ pub mod email;
 pub mod envelope;
 pub mod health;
 pub mod shutdown;
+#[cfg(feature = "db")]
+pub mod store;
 pub mod telemetry;
 pub mod topology;
 

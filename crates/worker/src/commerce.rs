@@ -13,14 +13,14 @@
 //! processor keeps it); when a later event links that payment, the parked
 //! events are taken back and applied here, in the linking transaction.
 
+use oncehook_common::store::ledger::{self as store, OrderRow as Order};
+use oncehook_common::store::outbox::{self, NewEmail};
+use oncehook_common::store::{dedup, parking};
 use oncehook_gateways::{EventKind, NormalizedEvent, currency_exponent, format_decimal_minor};
-use sqlx::{PgConnection, Row};
-use uuid::Uuid;
+use sqlx::PgConnection;
 
-use crate::dedup;
 use crate::effect::{Applied, Effect, EffectError, Outcome};
 use crate::ledger::{self, Capture, OrderState, RefundFact, Terms};
-use crate::parking;
 use crate::processor;
 
 pub use crate::ledger::{FLAG_AMOUNT_MISMATCH, FLAG_NEEDS_REFUND, FLAG_REFUNDED};
@@ -28,20 +28,6 @@ pub use crate::ledger::{FLAG_AMOUNT_MISMATCH, FLAG_NEEDS_REFUND, FLAG_REFUNDED};
 /// The default effect: see the module documentation.
 #[derive(Debug, Default, Clone)]
 pub struct CommerceEffect;
-
-/// The order row an event refers to, locked for the transaction.
-#[derive(Debug)]
-struct Order {
-    id: i64,
-    order_ref: String,
-    status: String,
-    amount_minor: i64,
-    currency: String,
-    customer_email: String,
-    paid_by: Option<String>,
-    refunded_minor: i64,
-    stock_applied: bool,
-}
 
 /// What an event records.
 #[derive(Debug)]
@@ -61,13 +47,6 @@ enum Located {
     Order(Order),
     /// No order reference and no link for this payment yet.
     Unlinked,
-}
-
-/// What recording one event's fact did.
-#[derive(Debug, Default)]
-struct Recorded {
-    fact: bool,
-    link: bool,
 }
 
 impl Effect for CommerceEffect {
@@ -93,11 +72,11 @@ impl Effect for CommerceEffect {
             }
         };
         let recorded = record(conn, event, &fact, &order).await?;
-        let adopted = match (&event.payment_id, recorded.link) {
+        let adopted = match (&event.payment_id, recorded.linked) {
             (Some(payment_id), true) => adopt(conn, event, payment_id, &order).await?,
             _ => 0,
         };
-        if !recorded.fact && adopted == 0 {
+        if !recorded.recorded && adopted == 0 {
             return Ok(Applied::new(
                 Outcome::Ignored,
                 format!("{} was already recorded", describe_fact(&fact)),
@@ -119,7 +98,7 @@ impl Effect for CommerceEffect {
             ));
         }
         let state = settle(conn, &order).await?;
-        if recorded.fact
+        if recorded.recorded
             && let Fact::Refund { refund_id, amount } = fact
         {
             write_refund_email(conn, event, &order, refund_id, amount).await?;
@@ -179,34 +158,12 @@ fn fact_of(event: &NormalizedEvent) -> Result<Option<Fact<'_>>, EffectError> {
     }))
 }
 
-const ORDER_COLUMNS: &str = "o.id, o.order_ref, o.status, o.amount_minor, o.currency, o.customer_email, o.paid_by, o.refunded_minor, o.stock_applied";
-
-fn order_from(row: &sqlx::postgres::PgRow) -> Result<Order, sqlx::Error> {
-    Ok(Order {
-        id: row.try_get("id")?,
-        order_ref: row.try_get("order_ref")?,
-        status: row.try_get("status")?,
-        amount_minor: row.try_get("amount_minor")?,
-        currency: row.try_get("currency")?,
-        customer_email: row.try_get("customer_email")?,
-        paid_by: row.try_get("paid_by")?,
-        refunded_minor: row.try_get("refunded_minor")?,
-        stock_applied: row.try_get("stock_applied")?,
-    })
-}
-
 /// Locks the event's order: by its reference, else through the payment's
 /// link. An unknown reference is permanent; a missing link parks the event.
 async fn locate(conn: &mut PgConnection, event: &NormalizedEvent) -> Result<Located, EffectError> {
     if let Some(order_ref) = &event.order_ref {
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {ORDER_COLUMNS} FROM orders o WHERE o.order_ref = $1 FOR UPDATE"
-        )))
-        .bind(order_ref)
-        .fetch_optional(&mut *conn)
-        .await?;
-        return match row {
-            Some(row) => Ok(Located::Order(order_from(&row)?)),
+        return match store::lock_order(conn, order_ref).await? {
+            Some(order) => Ok(Located::Order(order)),
             None => Err(EffectError::permanent(
                 "unknown_order",
                 format!(
@@ -222,20 +179,14 @@ async fn locate(conn: &mut PgConnection, event: &NormalizedEvent) -> Result<Loca
             format!("{} carries no order reference", describe(event)),
         ));
     };
-    parking::lock_payment(conn, event.provider.as_str(), payment_id).await?;
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {ORDER_COLUMNS} FROM payment_links l JOIN orders o ON o.id = l.order_id
-         WHERE l.provider = $1 AND l.payment_id = $2
-         FOR UPDATE OF o"
-    )))
-    .bind(event.provider.as_str())
-    .bind(payment_id)
-    .fetch_optional(&mut *conn)
-    .await?;
-    Ok(match row {
-        Some(row) => Located::Order(order_from(&row)?),
-        None => Located::Unlinked,
-    })
+    let provider = event.provider.as_str();
+    parking::lock_payment(conn, provider, payment_id).await?;
+    Ok(
+        match store::lock_order_of_payment(conn, provider, payment_id).await? {
+            Some(order) => Located::Order(order),
+            None => Located::Unlinked,
+        },
+    )
 }
 
 /// Records the event's fact (and, when it names both, the payment → order
@@ -245,61 +196,43 @@ async fn record(
     event: &NormalizedEvent,
     fact: &Fact<'_>,
     order: &Order,
-) -> Result<Recorded, sqlx::Error> {
+) -> Result<store::Recorded, sqlx::Error> {
     let link = event.order_ref.is_some() && event.payment_id.is_some();
-    let row = match fact {
+    match fact {
         Fact::Attempt { status, payment_id } => {
-            sqlx::query(
-                "WITH link AS (
-                     INSERT INTO payment_links (provider, payment_id, order_id, event_id)
-                     SELECT $1, $2, $3, $7 WHERE $8
-                     ON CONFLICT DO NOTHING RETURNING 1),
-                 fact AS (
-                     INSERT INTO payments (provider, payment_id, order_id, status, amount_minor, currency, event_id)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7)
-                     ON CONFLICT (provider, payment_id, status) DO NOTHING RETURNING 1)
-                 SELECT EXISTS (SELECT 1 FROM link) AS linked, EXISTS (SELECT 1 FROM fact) AS recorded",
+            store::record_attempt(
+                conn,
+                store::Attempt {
+                    provider: event.provider.as_str(),
+                    payment_id,
+                    order_id: order.id,
+                    status,
+                    amount_minor: event.amount_minor,
+                    currency: event.currency.as_deref(),
+                    event_id: &event.event_id,
+                    link,
+                },
             )
-            .bind(event.provider.as_str())
-            .bind(*payment_id)
-            .bind(order.id)
-            .bind(*status)
-            .bind(event.amount_minor)
-            .bind(&event.currency)
-            .bind(&event.event_id)
-            .bind(link)
-            .fetch_one(&mut *conn)
-            .await?
+            .await
         }
         Fact::Refund { refund_id, amount } => {
-            sqlx::query(
-                "WITH link AS (
-                     INSERT INTO payment_links (provider, payment_id, order_id, event_id)
-                     SELECT $1, $2, $3, $7 WHERE $8
-                     ON CONFLICT DO NOTHING RETURNING 1),
-                 fact AS (
-                     INSERT INTO refunds (provider, refund_id, payment_id, order_id, amount_minor, currency, event_id, cumulative)
-                     VALUES ($1, $4, $2, $3, $5, $6, $7, $9)
-                     ON CONFLICT (provider, refund_id) DO NOTHING RETURNING 1)
-                 SELECT EXISTS (SELECT 1 FROM link) AS linked, EXISTS (SELECT 1 FROM fact) AS recorded",
+            store::record_refund(
+                conn,
+                store::Refund {
+                    provider: event.provider.as_str(),
+                    refund_id,
+                    payment_id: event.payment_id.as_deref(),
+                    order_id: order.id,
+                    amount_minor: *amount,
+                    currency: event.currency.as_deref(),
+                    event_id: &event.event_id,
+                    cumulative: event.cumulative_refund,
+                    link,
+                },
             )
-            .bind(event.provider.as_str())
-            .bind(&event.payment_id)
-            .bind(order.id)
-            .bind(*refund_id)
-            .bind(*amount)
-            .bind(&event.currency)
-            .bind(&event.event_id)
-            .bind(link)
-            .bind(event.cumulative_refund)
-            .fetch_one(&mut *conn)
-            .await?
+            .await
         }
-    };
-    Ok(Recorded {
-        link: row.try_get("linked")?,
-        fact: row.try_get("recorded")?,
-    })
+    }
 }
 
 /// An event oncehook does not act on may still link a payment to an order
@@ -318,27 +251,17 @@ async fn link_only(
     let (Some(order_ref), Some(payment_id)) = (&event.order_ref, &event.payment_id) else {
         return ignored();
     };
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {ORDER_COLUMNS} FROM orders o WHERE o.order_ref = $1 FOR UPDATE"
-    )))
-    .bind(order_ref)
-    .fetch_optional(&mut *conn)
-    .await?;
-    let Some(row) = row else {
+    let Some(order) = store::lock_order(conn, order_ref).await? else {
         return ignored();
     };
-    let order = order_from(&row)?;
-    let linked = sqlx::query(
-        "INSERT INTO payment_links (provider, payment_id, order_id, event_id)
-         VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING 1",
+    let linked = store::link(
+        conn,
+        event.provider.as_str(),
+        payment_id,
+        order.id,
+        &event.event_id,
     )
-    .bind(event.provider.as_str())
-    .bind(payment_id)
-    .bind(order.id)
-    .bind(&event.event_id)
-    .fetch_optional(&mut *conn)
-    .await?
-    .is_some();
+    .await?;
     let adopted = if linked {
         adopt(conn, event, payment_id, &order).await?
     } else {
@@ -375,15 +298,7 @@ async fn adopt(
                 // It was understood when parked; keep it for the sweeper
                 // (and the DLQ) rather than lose it.
                 tracing::error!(event_id = %parked.key.event_id, error = %rejection, "a parked event can no longer be read; left parked");
-                parking::park(
-                    conn,
-                    &parked.key,
-                    provider,
-                    payment_id,
-                    "unknown",
-                    &parked.envelope,
-                )
-                .await?;
+                parking::park(conn, &parked).await?;
                 continue;
             }
         };
@@ -391,7 +306,7 @@ async fn adopt(
             continue;
         };
         let recorded = record(conn, &decoded.event, &fact, order).await?;
-        if recorded.fact {
+        if recorded.recorded {
             added += 1;
             if let Fact::Refund { refund_id, amount } = fact {
                 write_refund_email(conn, &decoded.event, order, refund_id, amount).await?;
@@ -401,7 +316,7 @@ async fn adopt(
             "applied when {} linked payment {payment_id} to order {}",
             event.event_id, order.order_ref
         );
-        dedup::finish(conn, &parked.key, Outcome::Applied, &detail).await?;
+        dedup::finish(conn, &parked.key, Outcome::Applied.as_str(), &detail).await?;
         tracing::info!(event_id = %decoded.event.event_id, linked_by = %event.event_id, order_ref = %order.order_ref, "parked event applied");
     }
     Ok(added)
@@ -411,106 +326,81 @@ async fn adopt(
 /// refunds, primary payment, payment flags, the one stock movement and the
 /// confirmation email.
 async fn settle(conn: &mut PgConnection, order: &Order) -> Result<OrderState, sqlx::Error> {
-    let rows = sqlx::query(
-        "SELECT true AS capture, provider, payment_id, amount_minor, currency, flag, false AS cumulative
-         FROM payments WHERE order_id = $1 AND status = 'captured'
-         UNION ALL
-         SELECT false, provider, payment_id, amount_minor, currency, NULL, cumulative
-         FROM refunds WHERE order_id = $1",
-    )
-    .bind(order.id)
-    .fetch_all(&mut *conn)
-    .await?;
-    let mut captures = Vec::new();
-    let mut current_flags = Vec::new();
-    let mut refunds = Vec::new();
-    for row in &rows {
-        let provider: String = row.try_get("provider")?;
-        let payment_id: Option<String> = row.try_get("payment_id")?;
-        let amount_minor: Option<i64> = row.try_get("amount_minor")?;
-        if row.try_get("capture")? {
-            let flag: Option<String> = row.try_get("flag")?;
-            current_flags.push((
-                (provider.clone(), payment_id.clone().unwrap_or_default()),
-                flag,
-            ));
-            captures.push(Capture {
-                provider,
-                payment_id: payment_id.unwrap_or_default(),
-                amount_minor,
-                currency: row.try_get("currency")?,
-            });
-        } else {
-            refunds.push(RefundFact {
-                provider,
-                payment_id,
-                amount_minor: amount_minor.unwrap_or(0),
-                cumulative: row.try_get("cumulative")?,
-            });
-        }
-    }
+    let facts = store::facts(conn, order.id).await?;
+    let (capture_rows, refund_rows): (Vec<_>, Vec<_>) = facts.into_iter().partition(|f| f.capture);
+    let captures: Vec<Capture> = capture_rows
+        .iter()
+        .map(|f| Capture {
+            provider: f.provider.clone(),
+            payment_id: f.payment_id.clone().unwrap_or_default(),
+            amount_minor: f.amount_minor,
+            currency: f.currency.clone(),
+        })
+        .collect();
+    let refunds: Vec<RefundFact> = refund_rows
+        .into_iter()
+        .map(|f| RefundFact {
+            provider: f.provider,
+            payment_id: f.payment_id,
+            amount_minor: f.amount_minor.unwrap_or(0),
+            cumulative: f.cumulative,
+        })
+        .collect();
     let terms = Terms {
         amount_minor: order.amount_minor,
         currency: order.currency.clone(),
     };
     let state = ledger::compute(&terms, &captures, &refunds);
-
-    for ((provider, payment_id), current) in current_flags {
+    for (capture, row) in captures.iter().zip(&capture_rows) {
         let wanted = state
             .flags
-            .get(&(provider.clone(), payment_id.clone()))
+            .get(&(capture.provider.clone(), capture.payment_id.clone()))
             .copied()
             .flatten();
-        if current.as_deref() != wanted {
-            sqlx::query(
-                "UPDATE payments SET flag = $4
-                 WHERE provider = $1 AND payment_id = $2 AND order_id = $3 AND status = 'captured'",
-            )
-            .bind(&provider)
-            .bind(&payment_id)
-            .bind(order.id)
-            .bind(wanted)
-            .execute(&mut *conn)
-            .await?;
-            if let Some(flag @ (FLAG_NEEDS_REFUND | FLAG_AMOUNT_MISMATCH)) = wanted {
-                tracing::warn!(order_ref = %order.order_ref, %provider, %payment_id, flag, "payment flagged for a human");
-                metrics::counter!("oncehook_worker_payments_flagged_total", "flag" => flag)
-                    .increment(1);
-            }
+        if row.flag.as_deref() != wanted {
+            update_flag(conn, order, capture, wanted).await?;
         }
     }
 
     let move_stock = state.is_paid() && !order.stock_applied;
-    let (items, oversold) = if move_stock {
+    let moves = if move_stock {
         decrement_stock(conn, order).await?
     } else {
-        (Vec::new(), false)
+        Vec::new()
     };
+    let oversold = moves.iter().any(|m| m.stock < 0);
     let changed = order.status != state.status
         || order.refunded_minor != state.refunded_minor
         || order.paid_by != state.paid_by
         || move_stock;
     if changed {
-        sqlx::query(
-            "UPDATE orders SET status = $2, refunded_minor = $3, paid_by = $4,
-                 paid_at = CASE WHEN $4::text IS NULL THEN NULL ELSE COALESCE(paid_at, now()) END,
-                 stock_applied = stock_applied OR $5,
-                 oversold = oversold OR $6
-             WHERE id = $1",
-        )
-        .bind(order.id)
-        .bind(state.status)
-        .bind(state.refunded_minor)
-        .bind(&state.paid_by)
-        .bind(move_stock)
-        .bind(oversold)
-        .execute(&mut *conn)
-        .await?;
+        let written = store::OrderState {
+            status: state.status,
+            refunded_minor: state.refunded_minor,
+            paid_by: state.paid_by.as_deref(),
+            stock_moved: move_stock,
+            oversold,
+        };
+        store::write_order(conn, order.id, written).await?;
     }
     if move_stock {
-        write_confirmation(conn, order, &items).await?;
+        write_confirmation(conn, order, &moves).await?;
     }
     Ok(state)
+}
+
+async fn update_flag(
+    conn: &mut PgConnection,
+    order: &Order,
+    capture: &Capture,
+    flag: Option<&'static str>,
+) -> Result<(), sqlx::Error> {
+    store::set_capture_flag(conn, &capture.provider, &capture.payment_id, order.id, flag).await?;
+    if let Some(flag @ (FLAG_NEEDS_REFUND | FLAG_AMOUNT_MISMATCH)) = flag {
+        tracing::warn!(order_ref = %order.order_ref, provider = %capture.provider, payment_id = %capture.payment_id, flag, "payment flagged for a human");
+        metrics::counter!("oncehook_worker_payments_flagged_total", "flag" => flag).increment(1);
+    }
+    Ok(())
 }
 
 /// The outcome recorded for the event that was just applied.
@@ -563,47 +453,18 @@ fn outcome_of(
     }
 }
 
-/// Decrements stock for every item, locking products in sku order so
-/// concurrent orders sharing products cannot deadlock. Stock may go
-/// negative (the money is taken): that is recorded on the order as an
-/// oversell, never rolled back. Returns whether it oversold.
+/// Moves stock once for the order. Stock may go negative (the money is
+/// taken): that is recorded on the order as an oversell, never rolled back.
 async fn decrement_stock(
     conn: &mut PgConnection,
     order: &Order,
-) -> Result<(Vec<(String, i32)>, bool), sqlx::Error> {
-    sqlx::query(
-        "SELECT p.sku FROM products p JOIN order_items i ON i.sku = p.sku
-         WHERE i.order_id = $1 ORDER BY p.sku FOR UPDATE OF p",
-    )
-    .bind(order.id)
-    .fetch_all(&mut *conn)
-    .await?;
-    let rows = sqlx::query(
-        "UPDATE products p SET stock = p.stock - i.qty
-         FROM order_items i
-         WHERE i.order_id = $1 AND i.sku = p.sku
-         RETURNING p.sku, i.qty, p.stock",
-    )
-    .bind(order.id)
-    .fetch_all(&mut *conn)
-    .await?;
-    let mut oversold = false;
-    let mut items = Vec::with_capacity(rows.len());
-    for row in rows {
-        let (sku, qty, stock): (String, i32, i32) = (
-            row.try_get("sku")?,
-            row.try_get("qty")?,
-            row.try_get("stock")?,
-        );
-        if stock < 0 {
-            oversold = true;
-            tracing::warn!(order_ref = %order.order_ref, %sku, stock, "stock went negative; order marked oversold (the payment stands: restock or refund)");
-            metrics::counter!("oncehook_worker_stock_negative_total").increment(1);
-        }
-        items.push((sku, qty));
+) -> Result<Vec<store::StockMove>, sqlx::Error> {
+    let moves = store::decrement_stock(conn, order.id).await?;
+    for m in moves.iter().filter(|m| m.stock < 0) {
+        tracing::warn!(order_ref = %order.order_ref, sku = %m.sku, stock = m.stock, "stock went negative; order marked oversold (the payment stands: restock or refund)");
+        metrics::counter!("oncehook_worker_stock_negative_total").increment(1);
     }
-    items.sort();
-    Ok((items, oversold))
+    Ok(moves)
 }
 
 /// An amount with the currency's own number of decimals (`5000 JPY`, `500.00 INR`).
@@ -617,15 +478,15 @@ pub fn money(minor: i64, currency: &str) -> String {
 async fn write_confirmation(
     conn: &mut PgConnection,
     order: &Order,
-    items: &[(String, i32)],
+    items: &[store::StockMove],
 ) -> Result<bool, sqlx::Error> {
     let mut body = format!(
         "Thank you for your order {}.\n\nWe received your payment of {}.\n\nItems:\n",
         order.order_ref,
         money(order.amount_minor, &order.currency)
     );
-    for (sku, qty) in items {
-        body.push_str(&format!("  {qty} x {sku}\n"));
+    for item in items {
+        body.push_str(&format!("  {} x {}\n", item.qty, item.sku));
     }
     body.push_str("\nWe will let you know when it ships.\n");
     write_email(
@@ -640,8 +501,7 @@ async fn write_confirmation(
     .await
 }
 
-/// Writes an email into the outbox; a second write with the same
-/// `dedup_key` is a no-op.
+/// Writes an email into the outbox (once per `dedup_key`).
 async fn write_email(
     conn: &mut PgConnection,
     order_id: i64,
@@ -651,22 +511,15 @@ async fn write_email(
     subject: &str,
     body: &str,
 ) -> Result<bool, sqlx::Error> {
-    let row = sqlx::query(
-        "INSERT INTO email_outbox (id, order_id, kind, dedup_key, to_addr, subject, body)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)
-         ON CONFLICT (dedup_key) DO NOTHING
-         RETURNING id",
-    )
-    .bind(Uuid::new_v4())
-    .bind(order_id)
-    .bind(kind)
-    .bind(dedup_key)
-    .bind(to)
-    .bind(subject)
-    .bind(body)
-    .fetch_optional(conn)
-    .await?;
-    Ok(row.is_some())
+    let email = NewEmail {
+        order_id,
+        kind,
+        dedup_key,
+        to,
+        subject,
+        body,
+    };
+    outbox::write(conn, email).await
 }
 
 /// One refund email per refund fact, whatever the order's state.

@@ -12,9 +12,10 @@ use oncehook_common::db::is_transient;
 use oncehook_gateways::{Gateway, NormalizedEvent};
 use sqlx::PgPool;
 
+use oncehook_common::store::{dedup as dedup_store, parking as parking_store};
+
 use crate::dedup::{self, DeliveryKey};
 use crate::effect::{Effect, EffectError, Outcome};
-use crate::parking;
 
 /// A message the worker understood.
 #[derive(Debug)]
@@ -88,7 +89,7 @@ pub fn decode(data: &[u8], message_id: &str) -> Result<Decoded, Rejection> {
                 envelope.receipt_id
             ),
         })?;
-    let key = DeliveryKey::new(&envelope.source, &event.event_id, &body);
+    let key = dedup::key(&envelope.source, &event.event_id, &body);
     Ok(Decoded {
         envelope,
         event,
@@ -104,7 +105,17 @@ pub async fn process<E: Effect>(
 ) -> Result<Processed, ProcessError> {
     let started = Instant::now();
     let mut tx = pool.begin().await?;
-    if !dedup::claim(&mut tx, &decoded.key, &decoded.envelope, &decoded.event).await? {
+    let event = &decoded.event;
+    let claim = dedup_store::Claim {
+        key: &decoded.key,
+        provider: event.provider.as_str(),
+        event_type: &event.event_type,
+        order_ref: event.order_ref.as_deref(),
+        payment_id: event.payment_id.as_deref(),
+        receipt_id: decoded.envelope.receipt_id,
+        received_at: decoded.envelope.received_at,
+    };
+    if !dedup_store::claim(&mut tx, claim).await? {
         tx.commit().await?;
         return Ok(Processed::Duplicate);
     }
@@ -119,18 +130,22 @@ pub async fn process<E: Effect>(
         Err(EffectError::Database(err)) => return Err(err.into()),
     };
     if applied.outcome == Outcome::Parked {
-        let payment_id = decoded.event.payment_id.as_deref().unwrap_or_default();
-        parking::park(
-            &mut tx,
-            &decoded.key,
-            decoded.event.provider.as_str(),
-            payment_id,
-            &decoded.envelope.routing_key(),
-            &decoded.envelope.to_bytes(),
-        )
-        .await?;
+        let parked = parking_store::Parked {
+            key: decoded.key.clone(),
+            provider: event.provider.as_str().to_owned(),
+            payment_id: event.payment_id.clone().unwrap_or_default(),
+            routing_key: decoded.envelope.routing_key(),
+            envelope: decoded.envelope.to_bytes(),
+        };
+        parking_store::park(&mut tx, &parked).await?;
     }
-    dedup::finish(&mut tx, &decoded.key, applied.outcome, &applied.detail).await?;
+    dedup_store::finish(
+        &mut tx,
+        &decoded.key,
+        applied.outcome.as_str(),
+        &applied.detail,
+    )
+    .await?;
     tx.commit().await?;
     metrics::histogram!("oncehook_worker_transaction_duration_seconds")
         .record(started.elapsed().as_secs_f64());

@@ -1,0 +1,302 @@
+//! The order ledger's tables: `orders` (with `order_items` and the
+//! `products` whose stock they move) and the facts recorded for them —
+//! `payments` (one per provider, payment and status), `refunds` (one per
+//! refund id, or per cumulative total) and `payment_links` (which order a
+//! payment belongs to). The worker's commerce effect decides; this module
+//! only reads and writes.
+
+use sqlx::PgConnection;
+
+/// An order row, locked for the transaction.
+#[derive(Debug, Clone)]
+pub struct OrderRow {
+    pub id: i64,
+    pub order_ref: String,
+    pub status: String,
+    pub amount_minor: i64,
+    pub currency: String,
+    pub customer_email: String,
+    pub paid_by: Option<String>,
+    pub refunded_minor: i64,
+    pub stock_applied: bool,
+}
+
+/// Locks the order with this reference.
+pub async fn lock_order(
+    conn: &mut PgConnection,
+    order_ref: &str,
+) -> Result<Option<OrderRow>, sqlx::Error> {
+    sqlx::query_as!(
+        OrderRow,
+        "SELECT id, order_ref, status, amount_minor, currency, customer_email, paid_by, refunded_minor, stock_applied
+         FROM orders WHERE order_ref = $1 FOR UPDATE",
+        order_ref
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// Locks the order a payment is linked to.
+pub async fn lock_order_of_payment(
+    conn: &mut PgConnection,
+    provider: &str,
+    payment_id: &str,
+) -> Result<Option<OrderRow>, sqlx::Error> {
+    sqlx::query_as!(
+        OrderRow,
+        "SELECT o.id, o.order_ref, o.status, o.amount_minor, o.currency, o.customer_email, o.paid_by, o.refunded_minor, o.stock_applied
+         FROM payment_links l JOIN orders o ON o.id = l.order_id
+         WHERE l.provider = $1 AND l.payment_id = $2
+         FOR UPDATE OF o",
+        provider,
+        payment_id
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// What recording an event's fact did.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Recorded {
+    /// A new payment → order link was written.
+    pub linked: bool,
+    /// The fact is new.
+    pub recorded: bool,
+}
+
+/// A payment attempt (`captured`, `failed`, `authorized`).
+#[derive(Debug, Clone, Copy)]
+pub struct Attempt<'a> {
+    pub provider: &'a str,
+    pub payment_id: &'a str,
+    pub order_id: i64,
+    pub status: &'a str,
+    pub amount_minor: Option<i64>,
+    pub currency: Option<&'a str>,
+    pub event_id: &'a str,
+    /// Also link the payment to the order (the event named both).
+    pub link: bool,
+}
+
+/// Records an attempt (and the link) in one statement.
+pub async fn record_attempt(
+    conn: &mut PgConnection,
+    a: Attempt<'_>,
+) -> Result<Recorded, sqlx::Error> {
+    let row = sqlx::query!(
+        r#"WITH link AS (
+               INSERT INTO payment_links (provider, payment_id, order_id, event_id)
+               SELECT $1::text, $2::text, $3::bigint, $7::text WHERE $8::boolean
+               ON CONFLICT DO NOTHING RETURNING 1),
+           fact AS (
+               INSERT INTO payments (provider, payment_id, order_id, status, amount_minor, currency, event_id)
+               VALUES ($1, $2, $3, $4, $5, $6, $7)
+               ON CONFLICT (provider, payment_id, status) DO NOTHING RETURNING 1)
+           SELECT EXISTS (SELECT 1 FROM link) AS "linked!", EXISTS (SELECT 1 FROM fact) AS "recorded!""#,
+        a.provider,
+        a.payment_id,
+        a.order_id,
+        a.status,
+        a.amount_minor,
+        a.currency,
+        a.event_id,
+        a.link,
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok(Recorded {
+        linked: row.linked,
+        recorded: row.recorded,
+    })
+}
+
+/// A refund, or (`cumulative`) a payment's refunded total.
+#[derive(Debug, Clone, Copy)]
+pub struct Refund<'a> {
+    pub provider: &'a str,
+    pub refund_id: &'a str,
+    pub payment_id: Option<&'a str>,
+    pub order_id: i64,
+    pub amount_minor: i64,
+    pub currency: Option<&'a str>,
+    pub event_id: &'a str,
+    pub cumulative: bool,
+    /// Also link the payment to the order (the event named both).
+    pub link: bool,
+}
+
+/// Records a refund (and the link) in one statement.
+pub async fn record_refund(
+    conn: &mut PgConnection,
+    r: Refund<'_>,
+) -> Result<Recorded, sqlx::Error> {
+    let row = sqlx::query!(
+        r#"WITH link AS (
+               INSERT INTO payment_links (provider, payment_id, order_id, event_id)
+               SELECT $1::text, $2::text, $3::bigint, $7::text WHERE $8::boolean AND $2::text IS NOT NULL
+               ON CONFLICT DO NOTHING RETURNING 1),
+           fact AS (
+               INSERT INTO refunds (provider, refund_id, payment_id, order_id, amount_minor, currency, event_id, cumulative)
+               VALUES ($1, $4, $2, $3, $5, $6, $7, $9)
+               ON CONFLICT (provider, refund_id) DO NOTHING RETURNING 1)
+           SELECT EXISTS (SELECT 1 FROM link) AS "linked!", EXISTS (SELECT 1 FROM fact) AS "recorded!""#,
+        r.provider,
+        r.payment_id,
+        r.order_id,
+        r.refund_id,
+        r.amount_minor,
+        r.currency,
+        r.event_id,
+        r.link,
+        r.cumulative,
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok(Recorded {
+        linked: row.linked,
+        recorded: row.recorded,
+    })
+}
+
+/// Links a payment to an order; `false` if it was linked already.
+pub async fn link(
+    conn: &mut PgConnection,
+    provider: &str,
+    payment_id: &str,
+    order_id: i64,
+    event_id: &str,
+) -> Result<bool, sqlx::Error> {
+    let row = sqlx::query_scalar!(
+        r#"INSERT INTO payment_links (provider, payment_id, order_id, event_id)
+           VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING 1 AS "one!""#,
+        provider,
+        payment_id,
+        order_id,
+        event_id
+    )
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.is_some())
+}
+
+/// One fact the order's state is computed from: a capture (`capture`) or a refund.
+#[derive(Debug, Clone)]
+pub struct FactRow {
+    pub capture: bool,
+    pub provider: String,
+    pub payment_id: Option<String>,
+    pub amount_minor: Option<i64>,
+    pub currency: Option<String>,
+    /// The capture's current flag.
+    pub flag: Option<String>,
+    pub cumulative: bool,
+}
+
+/// Every capture and refund recorded for an order.
+pub async fn facts(conn: &mut PgConnection, order_id: i64) -> Result<Vec<FactRow>, sqlx::Error> {
+    sqlx::query_as!(
+        FactRow,
+        r#"SELECT true AS "capture!", provider AS "provider!", payment_id AS "payment_id?",
+                  amount_minor AS "amount_minor?", currency AS "currency?", flag AS "flag?",
+                  false AS "cumulative!"
+           FROM payments WHERE order_id = $1 AND status = 'captured'
+           UNION ALL
+           SELECT false, provider, payment_id, amount_minor, currency, NULL, cumulative
+           FROM refunds WHERE order_id = $1"#,
+        order_id
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// Sets the flag of a captured payment.
+pub async fn set_capture_flag(
+    conn: &mut PgConnection,
+    provider: &str,
+    payment_id: &str,
+    order_id: i64,
+    flag: Option<&str>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "UPDATE payments SET flag = $4
+         WHERE provider = $1 AND payment_id = $2 AND order_id = $3 AND status = 'captured'",
+        provider,
+        payment_id,
+        order_id,
+        flag
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// The order's state as the ledger computed it.
+#[derive(Debug, Clone, Copy)]
+pub struct OrderState<'a> {
+    pub status: &'a str,
+    pub refunded_minor: i64,
+    pub paid_by: Option<&'a str>,
+    /// Stock moved in this transaction (`stock_applied` becomes true).
+    pub stock_moved: bool,
+    /// The stock movement left a product below zero.
+    pub oversold: bool,
+}
+
+/// Writes the order's state; `paid_at` is set when it is first paid.
+pub async fn write_order(
+    conn: &mut PgConnection,
+    order_id: i64,
+    s: OrderState<'_>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "UPDATE orders SET status = $2, refunded_minor = $3, paid_by = $4,
+             paid_at = CASE WHEN $4::text IS NULL THEN NULL ELSE COALESCE(paid_at, now()) END,
+             stock_applied = stock_applied OR $5,
+             oversold = oversold OR $6
+         WHERE id = $1",
+        order_id,
+        s.status,
+        s.refunded_minor,
+        s.paid_by,
+        s.stock_moved,
+        s.oversold
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// One product's stock after an order's decrement.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct StockMove {
+    pub sku: String,
+    pub qty: i32,
+    pub stock: i32,
+}
+
+/// Decrements stock for every item of the order, locking the products in
+/// sku order first so concurrent orders sharing products cannot deadlock.
+pub async fn decrement_stock(
+    conn: &mut PgConnection,
+    order_id: i64,
+) -> Result<Vec<StockMove>, sqlx::Error> {
+    sqlx::query_scalar!(
+        "SELECT p.sku FROM products p JOIN order_items i ON i.sku = p.sku
+         WHERE i.order_id = $1 ORDER BY p.sku FOR UPDATE OF p",
+        order_id
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut moves = sqlx::query_as!(
+        StockMove,
+        "UPDATE products p SET stock = p.stock - i.qty
+         FROM order_items i
+         WHERE i.order_id = $1 AND i.sku = p.sku
+         RETURNING p.sku, i.qty, p.stock",
+        order_id
+    )
+    .fetch_all(conn)
+    .await?;
+    moves.sort();
+    Ok(moves)
+}

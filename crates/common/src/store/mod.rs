@@ -1,0 +1,17 @@
+//! The store: every table's SQL, one module per table or aggregate, checked
+//! against the schema at compile time (`sqlx::query!`, with the query data
+//! committed in `.sqlx/`; `make sqlx-prepare` refreshes it). A schema change
+//! is a migration plus the module that owns the table; the compiler finds
+//! the rest. Nothing outside this module writes SQL (enforced by
+//! `tests/tests/architecture.rs`).
+//!
+//! - [`dedup`]: `processed_webhooks`, the delivery-dedup record.
+//! - [`ledger`]: orders, their items and products (stock), and the facts the
+//!   order ledger records: `payments`, `refunds`, `payment_links`.
+//! - [`parking`]: `parked_events`, events waiting for their payment's link.
+//! - [`outbox`]: `email_outbox`, written with the effect, sent by the mailer.
+
+pub mod dedup;
+pub mod ledger;
+pub mod outbox;
+pub mod parking;
