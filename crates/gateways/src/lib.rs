@@ -21,3 +21,11 @@ pub use event::{EventKind, NormalizedEvent};
 pub use gateway::{Gateway, UnknownGateway};
 pub use headers::Headers;
 pub use schemes::{Credentials, ParseError, Verification, VerifyError, parse, verify};
+
+/// Decodes one `application/x-www-form-urlencoded` component (`+` is a
+/// space, `%XY` a byte; a stray `%` stays) exactly as PayU verification
+/// does; `None` when the result is not UTF-8. Shared so that `oncehookctl`
+/// shows a form the way it was verified.
+pub fn percent_decode(component: &str) -> Option<String> {
+    schemes::form::decode_component(component).ok()
+}
