@@ -466,6 +466,91 @@ async fn dlq_replay_after_the_fix_applies_once_and_a_second_copy_is_a_duplicate(
     );
 }
 
+/// Puts a dead letter into `P.dead` as the worker would have written it,
+/// `age` ago (only the headers `dlq` reads; the body is not an envelope).
+async fn publish_old_dead_letter(env: &TestEnv, event_id: &str, age: time::Duration) {
+    use lapin::BasicProperties;
+    use lapin::options::BasicPublishOptions;
+    use lapin::types::{AMQPValue, FieldTable};
+    let failed_at = (time::OffsetDateTime::now_utc() - age)
+        .format(&time::format_description::well_known::Rfc3339)
+        .expect("time");
+    let mut headers = FieldTable::default();
+    for (k, v) in [
+        ("x-oncehook-error-kind", "unknown_order".to_owned()),
+        ("x-oncehook-error", "no order order_long_gone".to_owned()),
+        ("x-oncehook-failed-at", failed_at),
+        ("x-oncehook-origin", format!("{}.events", env.prefix)),
+        (
+            "x-oncehook-routing-key",
+            "razorpay.payment.captured".to_owned(),
+        ),
+    ] {
+        headers.insert(k.into(), AMQPValue::LongString(v.into()));
+    }
+    let conn = broker::connect().await;
+    let ch = conn.create_channel().await.expect("channel");
+    ch.basic_publish(
+        "".into(),
+        dead_queue(env).as_str().into(),
+        BasicPublishOptions::default(),
+        b"{}",
+        BasicProperties::default()
+            .with_message_id(format!("razorpay:{event_id}").into())
+            .with_headers(headers),
+    )
+    .await
+    .expect("publish")
+    .await
+    .expect("confirm");
+    let _ = conn.close(200, "bye".into()).await;
+}
+
+#[tokio::test]
+async fn dlq_since_leaves_out_dead_letters_that_failed_before_the_window() {
+    let mut env = TestEnv::new().await;
+    let (_ingest, url) = env.start_ingest().await;
+    let _worker = env.start_worker().await;
+    post_ok(
+        &env,
+        &url,
+        "razorpay",
+        &captured(&env, "order_since", "pay_S1", "evt_S1"),
+    )
+    .await;
+    wait_dead(&env, 1).await;
+    publish_old_dead_letter(&env, "evt_S0", time::Duration::hours(3)).await;
+    wait_dead(&env, 2).await;
+    let all = dlq_list(&env, &[]).await;
+    let old = find(&all, "event_id", "evt_S0")["id"].clone();
+    let recent = find(&all, "event_id", "evt_S1")["id"].clone();
+
+    // Listing: the three-hour-old letter is outside `--since 1h`, inside `--since 4h`.
+    assert_eq!(
+        ids(&dlq_list(&env, &["--since", "1h"]).await),
+        vec![recent.as_str().unwrap_or_default().to_owned()]
+    );
+    assert_eq!(dlq_list(&env, &["--since", "4h"]).await.len(), 2);
+
+    // Replaying by window: the dry run names only the recent one…
+    let dry = ctl_json(&env, &["dlq", "replay", "--since", "1h", "--dry-run"]).await;
+    assert_eq!(dry["would_replay"], 1, "{dry:#}");
+    assert_eq!(dry["ids"], serde_json::json!([recent]), "{dry:#}");
+
+    // …and the replay takes only it: the order gets paid, the old letter stays.
+    seed(&env, "order_since").await;
+    let out = ctl_ok(&env, &["dlq", "replay", "--since", "1h"]).await;
+    assert!(out.contains("replayed 1, failed 0"), "{out}");
+    wait_paid(&env, "order_since").await;
+    let left = dlq_list(&env, &[]).await;
+    assert_eq!(
+        ids(&left),
+        vec![old.as_str().unwrap_or_default().to_owned()],
+        "{left:#?}"
+    );
+    assert_eq!(left[0]["replays"], 0, "the old letter was not touched");
+}
+
 #[tokio::test]
 async fn dlq_purge_removes_exactly_the_chosen_dead_letters() {
     let mut env = TestEnv::new().await;

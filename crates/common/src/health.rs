@@ -1,6 +1,8 @@
-//! A minimal HTTP listener for the worker and the mailer: `/metrics`
-//! (Prometheus text), `/healthz` (process alive) and `/readyz` (connected to
-//! what it needs). Ingest serves the same paths from actix-web instead.
+//! Health and metrics, answered in one place: `/metrics` (Prometheus text),
+//! `/healthz` (process alive) and `/readyz` (connected to what it needs).
+//! [`answer`] decides every answer; [`serve`] is the small listener on
+//! `ONCEHOOK_METRICS_ADDR` for every binary, and ingest's public port hands
+//! the same three paths to [`answer`] too, so both ports answer alike.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -24,6 +26,35 @@ impl Readiness {
 
     pub fn get(&self) -> bool {
         self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// The response to a `GET` of one of the health paths.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// 200, 503 (not ready) or 404 (not a health path).
+    pub status: u16,
+    pub content_type: &'static str,
+    pub body: String,
+}
+
+/// The answer to `GET path`, given whether the process is ready.
+pub fn answer(path: &str, ready: bool, metrics: &PrometheusHandle) -> Answer {
+    let json = |status, body: &str| Answer {
+        status,
+        content_type: "application/json",
+        body: body.to_owned(),
+    };
+    match path {
+        "/metrics" => Answer {
+            status: 200,
+            content_type: "text/plain; version=0.0.4",
+            body: metrics.render(),
+        },
+        "/healthz" => json(200, r#"{"status":"ok"}"#),
+        "/readyz" if ready => json(200, r#"{"status":"ready"}"#),
+        "/readyz" => json(503, r#"{"status":"not_ready"}"#),
+        _ => json(404, r#"{"error":"not_found"}"#),
     }
 }
 
@@ -57,28 +88,15 @@ pub async fn serve(
                 };
                 let request = String::from_utf8_lossy(&buf[..n]);
                 let path = request.split_whitespace().nth(1).unwrap_or("/");
-                let (status, content_type, body) = match path {
-                    "/metrics" => ("200 OK", "text/plain; version=0.0.4", metrics.render()),
-                    "/healthz" => (
-                        "200 OK",
-                        "application/json",
-                        "{\"status\":\"ok\"}".to_owned(),
-                    ),
-                    "/readyz" if ready.get() => (
-                        "200 OK",
-                        "application/json",
-                        "{\"status\":\"ready\"}".to_owned(),
-                    ),
-                    "/readyz" => (
-                        "503 Service Unavailable",
-                        "application/json",
-                        "{\"status\":\"not_ready\"}".to_owned(),
-                    ),
-                    _ => (
-                        "404 Not Found",
-                        "application/json",
-                        "{\"error\":\"not_found\"}".to_owned(),
-                    ),
+                let Answer {
+                    status,
+                    content_type,
+                    body,
+                } = answer(path, ready.get(), &metrics);
+                let status = match status {
+                    200 => "200 OK",
+                    503 => "503 Service Unavailable",
+                    _ => "404 Not Found",
                 };
                 let head = format!(
                     "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
@@ -91,4 +109,25 @@ pub async fn serve(
         }
     });
     Ok(local)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use metrics_exporter_prometheus::PrometheusBuilder;
+
+    #[test]
+    fn readiness_decides_readyz_only() {
+        let metrics = PrometheusBuilder::new().build_recorder().handle();
+        assert_eq!(answer("/healthz", false, &metrics).status, 200);
+        assert_eq!(answer("/readyz", true, &metrics).status, 200);
+        let not_ready = answer("/readyz", false, &metrics);
+        assert_eq!(not_ready.status, 503);
+        assert_eq!(not_ready.body, r#"{"status":"not_ready"}"#);
+        assert_eq!(
+            answer("/metrics", false, &metrics).content_type,
+            "text/plain; version=0.0.4"
+        );
+        assert_eq!(answer("/nope", true, &metrics).status, 404);
+    }
 }

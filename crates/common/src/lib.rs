@@ -1,7 +1,8 @@
 //! Plumbing shared by every oncehook binary: configuration, the envelope that
 //! travels from ingest to the worker, the RabbitMQ topology and publishing
 //! with confirms, telemetry (logs and metrics), graceful shutdown and — with
-//! the `db` feature — the Postgres pool and migrations.
+//! the `db` feature — the Postgres pool, migrations and the `store` (the SQL
+//! of each table).
 //!
 //! Ingest builds this crate without `db`: it never touches Postgres.
 
@@ -13,6 +14,7 @@ pub mod db;
 pub mod email;
 pub mod envelope;
 pub mod health;
+pub mod redact;
 pub mod shutdown;
 #[cfg(feature = "db")]
 pub mod store;

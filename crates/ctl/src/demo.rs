@@ -2,11 +2,14 @@
 //! tour has something to pay for. Idempotent: re-running resets nothing that
 //! exists already.
 
+use std::fmt;
+
 use anyhow::Context;
 use clap::Subcommand;
 use oncehook_common::{Settings, db};
+use serde::Serialize;
 
-use crate::output::{Output, table};
+use crate::output::{Report, table};
 
 #[derive(Subcommand)]
 pub enum DemoCommand {
@@ -71,13 +74,37 @@ fn price(sku: &str) -> i64 {
     }
 }
 
-pub async fn run(settings: &Settings, command: DemoCommand, out: &Output) -> anyhow::Result<()> {
+/// What `demo seed` made sure exists.
+#[derive(Serialize)]
+pub struct DemoReport {
+    products: Vec<ProductView>,
+    orders: Vec<OrderView>,
+    /// ORDER, CUSTOMER, AMOUNT, ITEMS (text only).
+    #[serde(skip)]
+    rows: Vec<Vec<String>>,
+}
+
+#[derive(Serialize)]
+struct ProductView {
+    sku: &'static str,
+    name: &'static str,
+    initial_stock: i32,
+}
+
+#[derive(Serialize)]
+struct OrderView {
+    order_ref: &'static str,
+    email: &'static str,
+    currency: &'static str,
+}
+
+pub async fn run(settings: &Settings, command: DemoCommand) -> anyhow::Result<DemoReport> {
     match command {
-        DemoCommand::Seed => seed(settings, out).await,
+        DemoCommand::Seed => seed(settings).await,
     }
 }
 
-async fn seed(settings: &Settings, out: &Output) -> anyhow::Result<()> {
+async fn seed(settings: &Settings) -> anyhow::Result<DemoReport> {
     let pool = db::connect(&settings.database_url, 2, 3)
         .await
         .context("connecting to the database")?;
@@ -91,60 +118,88 @@ async fn seed(settings: &Settings, out: &Output) -> anyhow::Result<()> {
             .await?;
     }
     let mut rows = Vec::new();
-    for DemoOrder {
+    for order in ORDERS {
+        rows.push(insert_order(&mut tx, order).await?);
+    }
+    tx.commit().await?;
+    Ok(DemoReport {
+        products: PRODUCTS
+            .iter()
+            .map(|&(sku, name, initial_stock)| ProductView {
+                sku,
+                name,
+                initial_stock,
+            })
+            .collect(),
+        orders: ORDERS
+            .iter()
+            .map(|o| OrderView {
+                order_ref: o.order_ref,
+                email: o.email,
+                currency: o.currency,
+            })
+            .collect(),
+        rows,
+    })
+}
+
+/// Inserts `order` and its items unless it exists; returns its table row.
+async fn insert_order(
+    tx: &mut sqlx::PgConnection,
+    order: &DemoOrder,
+) -> anyhow::Result<Vec<String>> {
+    let DemoOrder {
         order_ref,
         email,
         currency,
         items,
-    } in ORDERS
-    {
-        let amount: i64 = items
-            .iter()
-            .map(|(sku, qty)| price(sku) * i64::from(*qty))
-            .sum();
-        let id: Option<i64> = sqlx::query_scalar(
-            "INSERT INTO orders (order_ref, customer_email, amount_minor, currency) VALUES ($1, $2, $3, $4)
-             ON CONFLICT (order_ref) DO NOTHING RETURNING id",
-        )
-        .bind(order_ref)
-        .bind(email)
-        .bind(amount)
-        .bind(currency)
-        .fetch_optional(&mut *tx)
-        .await?;
-        if let Some(id) = id {
-            for (sku, qty) in *items {
-                sqlx::query("INSERT INTO order_items (order_id, sku, qty) VALUES ($1, $2, $3)")
-                    .bind(id)
-                    .bind(sku)
-                    .bind(qty)
-                    .execute(&mut *tx)
-                    .await?;
-            }
+    } = order;
+    let amount: i64 = items
+        .iter()
+        .map(|(sku, qty)| price(sku) * i64::from(*qty))
+        .sum();
+    let id: Option<i64> = sqlx::query_scalar(
+        "INSERT INTO orders (order_ref, customer_email, amount_minor, currency) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (order_ref) DO NOTHING RETURNING id",
+    )
+    .bind(order_ref)
+    .bind(email)
+    .bind(amount)
+    .bind(currency)
+    .fetch_optional(&mut *tx)
+    .await?;
+    if let Some(id) = id {
+        for (sku, qty) in *items {
+            sqlx::query("INSERT INTO order_items (order_id, sku, qty) VALUES ($1, $2, $3)")
+                .bind(id)
+                .bind(sku)
+                .bind(qty)
+                .execute(&mut *tx)
+                .await?;
         }
-        rows.push(vec![
-            order_ref.to_string(),
-            email.to_string(),
-            format!("{}.{:02} {currency}", amount / 100, amount % 100),
-            items
-                .iter()
-                .map(|(s, q)| format!("{q}x{s}"))
-                .collect::<Vec<_>>()
-                .join(" "),
-        ]);
     }
-    tx.commit().await?;
-    out.done(
-        &format!(
-            "demo data ready: {} products, {} orders\n\n{}",
-            PRODUCTS.len(),
-            ORDERS.len(),
-            table(&["ORDER", "CUSTOMER", "AMOUNT", "ITEMS"], &rows)
-        ),
-        serde_json::json!({
-            "products": PRODUCTS.iter().map(|(s, n, st)| serde_json::json!({"sku": s, "name": n, "initial_stock": st})).collect::<Vec<_>>(),
-            "orders": ORDERS.iter().map(|o| serde_json::json!({"order_ref": o.order_ref, "email": o.email, "currency": o.currency})).collect::<Vec<_>>(),
-        }),
-    );
-    Ok(())
+    Ok(vec![
+        order_ref.to_string(),
+        email.to_string(),
+        format!("{}.{:02} {currency}", amount / 100, amount % 100),
+        items
+            .iter()
+            .map(|(s, q)| format!("{q}x{s}"))
+            .collect::<Vec<_>>()
+            .join(" "),
+    ])
 }
+
+impl fmt::Display for DemoReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "demo data ready: {} products, {} orders\n\n{}",
+            self.products.len(),
+            self.orders.len(),
+            table(&["ORDER", "CUSTOMER", "AMOUNT", "ITEMS"], &self.rows)
+        )
+    }
+}
+
+impl Report for DemoReport {}

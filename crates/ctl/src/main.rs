@@ -1,18 +1,24 @@
 //! `oncehookctl`: the operators' and integrators' tool. Human-readable output
-//! by default, `--json` for scripts. Each verb lives in its own module.
+//! by default, `--json` for scripts. Each verb lives in its own module and
+//! returns a report (`Serialize + Display`); [`output::Output::finish`] is
+//! the one place that prints it.
 
+mod broker;
 mod demo;
 mod dlq;
+mod migrate;
 mod output;
+mod retention;
 mod send;
 mod stats;
+mod timefmt;
 mod trace;
 
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use oncehook_common::{Settings, db};
+use oncehook_common::Settings;
 
 #[derive(Parser)]
 #[command(
@@ -50,14 +56,7 @@ enum Command {
         command: trace::TraceCommand,
     },
     /// Delete processed_webhooks rows older than N days, in small batches.
-    Retention {
-        /// Keep this many days (default: ONCEHOOK_RETENTION_DAYS or 90).
-        #[arg(long)]
-        days: Option<u32>,
-        /// Only count what would be deleted.
-        #[arg(long)]
-        dry_run: bool,
-    },
+    Retention(retention::RetentionArgs),
     /// Queue depths, consumers, dead letters, outbox backlog, outcomes per gateway.
     Stats(stats::StatsArgs),
 }
@@ -85,58 +84,13 @@ async fn main() -> ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let settings = Settings::load().context("reading configuration")?;
     let out = output::Output { json: cli.json };
-    match cli.command {
-        Command::Migrate => {
-            let pool = db::connect(&settings.database_url, 2, 3)
-                .await
-                .with_context(|| format!("connecting to {}", redact(&settings.database_url)))?;
-            db::MIGRATOR
-                .run(&pool)
-                .await
-                .context("applying migrations")?;
-            out.done(
-                "migrations applied",
-                serde_json::json!({ "status": "migrated" }),
-            );
-        }
-        Command::Demo { command } => demo::run(&settings, command, &out).await?,
-        Command::Send(args) => return send::run(&settings, args, &out).await,
-        Command::Dlq { command } => return dlq::run(&settings, command, &out).await,
-        Command::Trace { command } => return trace::run(&settings, command, &out).await,
-        Command::Retention { days, dry_run } => {
-            let days = days.unwrap_or(settings.retention_days);
-            let pool = db::connect(&settings.database_url, 2, 3)
-                .await
-                .context("connecting to the database")?;
-            if dry_run {
-                let n = oncehook_worker::retention::count_older(&pool, days).await?;
-                out.done(
-                    &format!(
-                        "{n} processed_webhooks row(s) older than {days} days would be deleted"
-                    ),
-                    serde_json::json!({ "dry_run": true, "days": days, "would_delete": n }),
-                );
-            } else {
-                let n = oncehook_worker::retention::delete_older(&pool, days).await?;
-                out.done(
-                    &format!("deleted {n} processed_webhooks row(s) older than {days} days"),
-                    serde_json::json!({ "dry_run": false, "days": days, "deleted": n }),
-                );
-            }
-        }
-        Command::Stats(args) => return stats::run(&settings, args, &out).await,
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// A URL with its password removed, for error messages.
-pub fn redact(url: &str) -> String {
-    match url.split_once('@') {
-        Some((creds, rest)) if creds.contains(':') && creds.matches(':').count() > 1 => {
-            let scheme_end = creds.find("://").map_or(0, |i| i + 3);
-            let user = creds[scheme_end..].split(':').next().unwrap_or("");
-            format!("{}{}:***@{}", &creds[..scheme_end], user, rest)
-        }
-        _ => url.to_owned(),
-    }
+    Ok(match cli.command {
+        Command::Migrate => out.finish(&migrate::run(&settings).await?),
+        Command::Demo { command } => out.finish(&demo::run(&settings, command).await?),
+        Command::Send(args) => out.finish(&send::run(&settings, args, &out).await?),
+        Command::Dlq { command } => dlq::run(&settings, command, &out).await?,
+        Command::Trace { command } => out.finish(&trace::run(&settings, command).await?),
+        Command::Retention(args) => out.finish(&retention::run(&settings, args).await?),
+        Command::Stats(args) => out.finish(&stats::run(&settings, args).await?),
+    })
 }

@@ -1,7 +1,26 @@
-//! Output for humans or scripts: every verb prints either text or one JSON
-//! document on stdout; errors go to stderr.
+//! The one place that prints a verb's result. Every verb returns a typed
+//! report (`Serialize + Display`); [`Output::finish`] writes its text for
+//! humans or one JSON document for scripts on stdout, its diagnostics on
+//! stderr, and turns it into the exit code. Also the text helpers reports
+//! share (tables, truncation) and the terminal confirmation.
 
-use serde_json::Value;
+use std::fmt::Display;
+use std::process::ExitCode;
+
+use serde::Serialize;
+
+/// What a verb returns: text via `Display`, `--json` via `Serialize`.
+pub trait Report: Serialize + Display {
+    /// Whether the verb did everything it was asked (exit code 0).
+    fn ok(&self) -> bool {
+        true
+    }
+
+    /// Lines for stderr, printed in both modes (e.g. IDs that were not found).
+    fn diagnostics(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
 
 /// How to print results.
 #[derive(Debug, Clone, Copy)]
@@ -10,15 +29,25 @@ pub struct Output {
 }
 
 impl Output {
-    /// Prints `text` for humans or `value` for `--json`.
-    pub fn done(&self, text: &str, value: Value) {
+    /// Prints `report` (text or JSON) and its diagnostics; returns the exit code.
+    pub fn finish<R: Report>(&self, report: &R) -> ExitCode {
         if self.json {
+            // Through `Value`, whose maps are sorted: keys print in a stable order.
+            let value = serde_json::to_value(report).unwrap_or_default();
             println!(
                 "{}",
                 serde_json::to_string_pretty(&value).unwrap_or_default()
             );
         } else {
-            println!("{text}");
+            println!("{report}");
+        }
+        for line in report.diagnostics() {
+            eprintln!("{line}");
+        }
+        if report.ok() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
         }
     }
 
@@ -27,6 +56,11 @@ impl Output {
         if !self.json {
             eprintln!("{text}");
         }
+    }
+
+    /// What is about to happen, before asking for confirmation (stdout).
+    pub fn preview(&self, text: &str) {
+        println!("{text}");
     }
 }
 
@@ -40,7 +74,7 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
             }
         }
     }
-    let line = |cells: Vec<String>| {
+    let line = |cells: &[String]| {
         cells
             .iter()
             .enumerate()
@@ -50,56 +84,13 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
             .trim_end()
             .to_owned()
     };
-    let mut out = line(headers.iter().map(|h| h.to_string()).collect());
+    let header: Vec<String> = headers.iter().map(|h| h.to_string()).collect();
+    let mut out = line(&header);
     for row in rows {
         out.push('\n');
-        out.push_str(&line(row.clone()));
+        out.push_str(&line(row));
     }
     out
-}
-
-/// Parses a duration like `90s`, `30m`, `2h`, `7d` or `1w` (a bare number is seconds).
-pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
-    let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (digits, unit) = t.split_at(split);
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (expected e.g. 30m, 2h, 7d)"))?;
-    let unit_secs = match unit.trim() {
-        "" | "s" | "sec" | "secs" => 1,
-        "m" | "min" | "mins" => 60,
-        "h" | "hour" | "hours" => 3_600,
-        "d" | "day" | "days" => 86_400,
-        "w" | "week" | "weeks" => 7 * 86_400,
-        other => {
-            return Err(format!(
-                "unknown unit {other:?} in {text:?} (use s, m, h, d or w)"
-            ));
-        }
-    };
-    n.checked_mul(unit_secs)
-        .map(std::time::Duration::from_secs)
-        .ok_or_else(|| format!("{text:?} is too long"))
-}
-
-/// A compact age or window: `45s`, `12m 5s`, `3h 2m`, `2d 4h`.
-pub fn human_duration(secs: u64) -> String {
-    let (d, h, m, s) = (
-        secs / 86_400,
-        secs % 86_400 / 3_600,
-        secs % 3_600 / 60,
-        secs % 60,
-    );
-    match (d, h, m) {
-        (0, 0, 0) => format!("{s}s"),
-        (0, 0, _) if s == 0 => format!("{m}m"),
-        (0, 0, _) => format!("{m}m {s}s"),
-        (0, _, 0) => format!("{h}h"),
-        (0, _, _) => format!("{h}h {m}m"),
-        (_, 0, _) => format!("{d}d"),
-        _ => format!("{d}d {h}h"),
-    }
 }
 
 /// At most `max` characters of `text` on one line, with `…` when cut.
@@ -116,18 +107,9 @@ pub fn truncate(text: &str, max: usize) -> String {
     cut
 }
 
-/// A UTC time as `2026-11-30 10:42:03Z` for tables.
-pub fn short_time(t: time::OffsetDateTime) -> String {
-    let t = t.to_offset(time::UtcOffset::UTC);
-    format!(
-        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}Z",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second()
-    )
+/// `"-"` for a missing value, the value's text otherwise.
+pub fn or_dash(v: Option<impl ToString>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| v.to_string())
 }
 
 /// Asks `question` on the terminal; `true` only if the answer is `yes`.
@@ -150,32 +132,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations_parse_and_print() {
-        assert_eq!(
-            parse_duration("30m"),
-            Ok(std::time::Duration::from_secs(1_800))
-        );
-        assert_eq!(
-            parse_duration("2h"),
-            Ok(std::time::Duration::from_secs(7_200))
-        );
-        assert_eq!(
-            parse_duration("7d"),
-            Ok(std::time::Duration::from_secs(604_800))
-        );
-        assert_eq!(parse_duration("45"), Ok(std::time::Duration::from_secs(45)));
-        assert!(parse_duration("h").is_err());
-        assert!(parse_duration("3y").is_err());
-        assert!(parse_duration("99999999999999999999d").is_err());
-        assert_eq!(human_duration(59), "59s");
-        assert_eq!(human_duration(3_723), "1h 2m");
-        assert_eq!(human_duration(90_000), "1d 1h");
-    }
-
-    #[test]
     fn truncation_counts_characters() {
         assert_eq!(truncate("abc", 5), "abc");
         assert_eq!(truncate("₹₹₹₹₹₹", 4), "₹₹₹…");
         assert_eq!(truncate("a\nb", 5), "a b");
+    }
+
+    #[test]
+    fn tables_align_on_characters() {
+        let t = table(&["A", "BB"], &[vec!["₹₹₹".into(), "x".into()]]);
+        assert_eq!(t, "A    BB\n₹₹₹  x");
     }
 }

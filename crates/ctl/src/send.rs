@@ -6,7 +6,8 @@
 //! produce deliveries ingest must refuse.
 
 use std::collections::BTreeMap;
-use std::process::ExitCode;
+use std::fmt;
+use std::hash::Hasher as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -15,10 +16,11 @@ use anyhow::{Context, bail};
 use clap::Args;
 use oncehook_common::{Settings, db};
 use oncehook_gateways::sample::{self, SampleSpec, SignedDelivery};
+use serde::Serialize;
 use sqlx::Row;
 use time::OffsetDateTime;
 
-use crate::output::Output;
+use crate::output::{Output, Report};
 
 #[derive(Args)]
 pub struct SendArgs {
@@ -66,7 +68,7 @@ struct OrderFacts {
     found: bool,
 }
 
-pub async fn run(settings: &Settings, args: SendArgs, out: &Output) -> anyhow::Result<ExitCode> {
+pub async fn run(settings: &Settings, args: SendArgs, out: &Output) -> anyhow::Result<SendReport> {
     let source = settings.source(&args.source).with_context(|| {
         let known: Vec<&str> = settings.sources.iter().map(|s| s.name.as_str()).collect();
         format!(
@@ -91,7 +93,7 @@ pub async fn run(settings: &Settings, args: SendArgs, out: &Output) -> anyhow::R
     let event_id = args.event_id.clone().unwrap_or_else(|| {
         format!(
             "evt_{:016x}",
-            fnv1a(&[&args.source, &args.event, &args.order, &payment_id])
+            stable_hash(&[&args.source, &args.event, &args.order, &payment_id])
         )
     });
     let now = OffsetDateTime::now_utc().unix_timestamp();
@@ -137,73 +139,133 @@ pub async fn run(settings: &Settings, args: SendArgs, out: &Output) -> anyhow::R
     )
     .await?;
     let expected = if args.tamper || args.stale { 401 } else { 200 };
-    let mut by_status: BTreeMap<String, u32> = BTreeMap::new();
-    let mut latencies: Vec<Duration> = Vec::new();
-    let mut sample_error = None;
-    for r in &results {
-        match r {
-            Ok((status, took, body)) => {
-                *by_status.entry(status.to_string()).or_default() += 1;
-                latencies.push(*took);
-                if *status != 200 && sample_error.is_none() {
-                    sample_error = Some(body.clone());
+    Ok(SendReport::of(
+        &args,
+        gateway.as_str(),
+        &spec,
+        expected,
+        &results,
+    ))
+}
+
+/// What ingest answered to each post (`send --json`).
+#[derive(Serialize)]
+pub struct SendReport {
+    source: String,
+    gateway: String,
+    event: String,
+    order_ref: String,
+    event_id: String,
+    payment_id: String,
+    amount_minor: i64,
+    currency: String,
+    times: u32,
+    responses: BTreeMap<String, u32>,
+    expected: u16,
+    ok: bool,
+    latency_ms: Latency,
+    first_error: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Latency {
+    p50: f64,
+    p99: f64,
+}
+
+impl SendReport {
+    fn of(
+        args: &SendArgs,
+        gateway: &str,
+        spec: &SampleSpec,
+        expected: u16,
+        results: &[PostResult],
+    ) -> SendReport {
+        let mut responses: BTreeMap<String, u32> = BTreeMap::new();
+        let mut latencies: Vec<Duration> = Vec::new();
+        let mut first_error = None;
+        for r in results {
+            let (status, error) = match r {
+                Ok((status, took, body)) => {
+                    latencies.push(*took);
+                    (status.to_string(), (*status != 200).then_some(body))
                 }
-            }
-            Err(e) => {
-                *by_status.entry("error".to_owned()).or_default() += 1;
-                if sample_error.is_none() {
-                    sample_error = Some(e.clone());
-                }
+                Err(e) => ("error".to_owned(), Some(e)),
+            };
+            *responses.entry(status).or_default() += 1;
+            if first_error.is_none() {
+                first_error = error.cloned();
             }
         }
-    }
-    latencies.sort();
-    let p = |q: f64| -> f64 {
-        if latencies.is_empty() {
-            return 0.0;
+        latencies.sort();
+        let ok = responses.len() == 1 && responses.contains_key(&expected.to_string());
+        SendReport {
+            source: args.source.clone(),
+            gateway: gateway.to_owned(),
+            event: args.event.clone(),
+            order_ref: args.order.clone(),
+            event_id: spec.event_id.clone(),
+            payment_id: spec.payment_id.clone(),
+            amount_minor: spec.amount_minor,
+            currency: spec.currency.clone(),
+            times: args.times,
+            responses,
+            expected,
+            ok,
+            latency_ms: Latency {
+                p50: percentile(&latencies, 0.5),
+                p99: percentile(&latencies, 0.99),
+            },
+            first_error,
         }
-        let idx = ((latencies.len() as f64 - 1.0) * q).round() as usize;
-        latencies[idx.min(latencies.len() - 1)].as_secs_f64() * 1000.0
-    };
-    let ok = by_status.len() == 1 && by_status.contains_key(&expected.to_string());
-    let summary = by_status
-        .iter()
-        .map(|(k, v)| format!("{k} x{v}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let mut text = format!(
-        "{} {} for {} (event {event_id}, payment {payment_id}, {} {}) x{} -> {summary}   p50 {:.1} ms, p99 {:.1} ms",
-        args.source,
-        args.event,
-        args.order,
-        spec.amount_minor,
-        spec.currency,
-        args.times,
-        p(0.5),
-        p(0.99)
-    );
-    if let Some(e) = &sample_error {
-        text.push_str(&format!("\n  response: {e}"));
     }
-    if !ok {
-        text.push_str(&format!("\n  expected every answer to be {expected}"));
+}
+
+/// The `q` quantile of sorted `latencies`, in milliseconds.
+fn percentile(latencies: &[Duration], q: f64) -> f64 {
+    if latencies.is_empty() {
+        return 0.0;
     }
-    out.done(
-        &text,
-        serde_json::json!({
-            "source": args.source, "gateway": gateway.as_str(), "event": args.event,
-            "order_ref": args.order, "event_id": event_id, "payment_id": payment_id,
-            "amount_minor": spec.amount_minor, "currency": spec.currency,
-            "times": args.times, "responses": by_status, "expected": expected, "ok": ok,
-            "latency_ms": { "p50": p(0.5), "p99": p(0.99) },
-            "first_error": sample_error,
-        }),
-    );
-    Ok(if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    let idx = ((latencies.len() as f64 - 1.0) * q).round() as usize;
+    latencies[idx.min(latencies.len() - 1)].as_secs_f64() * 1000.0
+}
+
+impl fmt::Display for SendReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let summary = self
+            .responses
+            .iter()
+            .map(|(k, v)| format!("{k} x{v}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        write!(
+            f,
+            "{} {} for {} (event {}, payment {}, {} {}) x{} -> {summary}   p50 {:.1} ms, p99 {:.1} ms",
+            self.source,
+            self.event,
+            self.order_ref,
+            self.event_id,
+            self.payment_id,
+            self.amount_minor,
+            self.currency,
+            self.times,
+            self.latency_ms.p50,
+            self.latency_ms.p99
+        )?;
+        if let Some(e) = &self.first_error {
+            write!(f, "\n  response: {e}")?;
+        }
+        if !self.ok {
+            write!(f, "\n  expected every answer to be {}", self.expected)?;
+        }
+        Ok(())
+    }
+}
+
+impl Report for SendReport {
+    fn ok(&self) -> bool {
+        self.ok
+    }
 }
 
 type PostResult = Result<(u16, Duration, String), String>;
@@ -280,14 +342,34 @@ async fn order_facts(settings: &Settings, order_ref: &str) -> OrderFacts {
     }
 }
 
-/// FNV-1a over the parts (separated), for stable default ids.
-fn fnv1a(parts: &[&str]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+/// FNV-1a over the parts (each followed by a zero byte), for stable default ids.
+fn stable_hash(parts: &[&str]) -> u64 {
+    let mut h = fnv::FnvHasher::default();
     for part in parts {
-        for b in part.bytes().chain(std::iter::once(0u8)) {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
+        h.write(part.as_bytes());
+        h.write(&[0]);
     }
-    h
+    h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_event_ids_are_stable() {
+        // Pinned: repeating a send must keep producing the same event id.
+        assert_eq!(
+            stable_hash(&["src", "evt", "order_1", "pay_1"]),
+            0xfe27_6f6c_6e58_910e
+        );
+    }
+
+    #[test]
+    fn percentiles_pick_the_nearest_rank() {
+        let ms = |n| Duration::from_millis(n);
+        assert_eq!(percentile(&[], 0.5), 0.0);
+        assert_eq!(percentile(&[ms(1), ms(2), ms(3)], 0.5), 2.0);
+        assert_eq!(percentile(&[ms(1), ms(2), ms(3)], 0.99), 3.0);
+    }
 }

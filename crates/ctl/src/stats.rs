@@ -4,23 +4,20 @@
 //! a window. The broker and the database are asked independently: if one is
 //! unreachable its sections say so (exit code 1) and the rest still prints.
 
+mod gather;
+
 use std::collections::BTreeMap;
-use std::process::ExitCode;
+use std::fmt;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::Args;
 use oncehook_common::{Settings, Topology};
-use serde_json::{Value, json};
-use sqlx::{Connection as _, Row};
+use serde::Serialize;
 use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 
-use crate::dlq;
-use crate::output::{Output, human_duration, parse_duration, table};
-
-/// How long the database may take to answer before its sections are reported unavailable.
-const DB_TIMEOUT: Duration = Duration::from_secs(15);
+use crate::output::{Report, table};
+use crate::timefmt::{age_secs, human_duration, parse_duration, rfc3339, whole_secs};
+use gather::{BrokerStats, DatabaseStats};
 
 #[derive(Args)]
 pub struct StatsArgs {
@@ -29,424 +26,313 @@ pub struct StatsArgs {
     pub since: Duration,
 }
 
-struct QueueStat {
-    name: String,
-    role: &'static str,
-    /// (ready messages, consumers); `None` if the queue does not exist.
-    info: Option<(u32, u32)>,
+/// The on-call view (`stats --json`); a section is `null` when the broker
+/// or the database behind it did not answer.
+#[derive(Serialize)]
+pub struct StatsReport {
+    prefix: String,
+    since: String,
+    window_secs: u64,
+    broker: Availability,
+    database: Availability,
+    queues: Option<Vec<QueueView>>,
+    dead_letters: Option<DeadView>,
+    outbox: Option<OutboxView>,
+    ledger: Option<LedgerView>,
+    gateways: Vec<GatewayView>,
+    /// The dead-letter queue's name, when it is missing (text only).
+    #[serde(skip)]
+    missing_dead_queue: Option<String>,
 }
 
-#[derive(Default)]
-struct DeadStats {
+#[derive(Serialize)]
+struct Availability {
+    available: bool,
+    error: Option<String>,
+}
+
+#[derive(Serialize)]
+struct QueueView {
+    queue: String,
+    role: &'static str,
+    exists: bool,
+    messages: Option<u32>,
+    consumers: Option<u32>,
+}
+
+#[derive(Serialize)]
+struct DeadView {
+    queue: String,
     depth: usize,
     truncated: bool,
-    oldest: Option<OffsetDateTime>,
+    oldest_failed_at: Option<String>,
+    oldest_age_secs: Option<i64>,
     by_gateway: BTreeMap<String, u64>,
     by_kind: BTreeMap<String, u64>,
 }
 
-struct Broker {
-    queues: Vec<QueueStat>,
-    /// `None` when the dead-letter queue does not exist.
-    dead: Option<DeadStats>,
-}
-
-struct Outbox {
+#[derive(Serialize)]
+struct OutboxView {
     backlog: i64,
     unpublished: i64,
     failed: i64,
-    oldest_age_secs: Option<f64>,
+    oldest_backlog_age_secs: Option<i64>,
 }
 
-#[derive(Default, Clone)]
-struct GatewayRow {
-    applied: i64,
-    ignored: i64,
-    flagged: i64,
-    duplicates: i64,
-}
-
-/// Books that need a human, and events waiting for their order's link.
-struct Ledger {
+#[derive(Serialize)]
+struct LedgerView {
     oversold_orders: i64,
-    needs_refund: i64,
-    amount_mismatch: i64,
-    parked: i64,
-    oldest_parked_age_secs: Option<f64>,
+    payments_needing_refund: i64,
+    payments_amount_mismatch: i64,
+    parked_events: i64,
+    oldest_parked_age_secs: Option<i64>,
 }
 
-struct Database {
-    outbox: Outbox,
-    ledger: Ledger,
-    gateways: BTreeMap<String, GatewayRow>,
+/// One gateway's outcomes (`null` without the database) and dead letters
+/// (`null` without the broker).
+#[derive(Serialize)]
+struct GatewayView {
+    gateway: String,
+    applied: Option<i64>,
+    ignored: Option<i64>,
+    flagged: Option<i64>,
+    duplicates: Option<i64>,
+    dead: Option<u64>,
 }
 
-pub async fn run(settings: &Settings, args: StatsArgs, out: &Output) -> anyhow::Result<ExitCode> {
+pub async fn run(settings: &Settings, args: StatsArgs) -> anyhow::Result<StatsReport> {
     let topology = Topology::new(settings.amqp_prefix.clone());
     let (broker, database) = tokio::join!(
-        broker_stats(settings, &topology),
-        database_stats(settings, args.since)
+        gather::broker_stats(settings, &topology),
+        gather::database_stats(settings, args.since)
     );
     let now = OffsetDateTime::now_utc();
-    let window = human_duration(args.since.as_secs());
+    let dead_queue = topology.dead();
+    Ok(StatsReport {
+        prefix: topology.prefix().to_owned(),
+        since: human_duration(args.since.as_secs()),
+        window_secs: args.since.as_secs(),
+        broker: Availability::of(&broker),
+        database: Availability::of(&database),
+        gateways: gateway_views(broker.as_ref().ok(), database.as_ref().ok()),
+        queues: broker.as_ref().ok().map(queue_views),
+        dead_letters: broker
+            .as_ref()
+            .ok()
+            .and_then(|b| dead_view(b, &dead_queue, now)),
+        missing_dead_queue: broker
+            .as_ref()
+            .is_ok_and(|b| b.dead.is_none())
+            .then_some(dead_queue),
+        outbox: database.as_ref().ok().map(outbox_view),
+        ledger: database.as_ref().ok().map(ledger_view),
+    })
+}
 
-    // Per gateway: outcomes from the database, dead letters from the DLQ.
-    let mut gateways: BTreeMap<String, (Option<GatewayRow>, Option<u64>)> = BTreeMap::new();
-    if let Ok(db) = &database {
-        for (g, row) in &db.gateways {
-            gateways.entry(g.clone()).or_default().0 = Some(row.clone());
+impl Availability {
+    fn of<T>(result: &anyhow::Result<T>) -> Availability {
+        Availability {
+            available: result.is_ok(),
+            error: result.as_ref().err().map(|e| format!("{e:#}")),
         }
     }
-    if let Ok(Broker {
-        dead: Some(dead), ..
-    }) = &broker
-    {
-        for (g, n) in &dead.by_gateway {
-            gateways.entry(g.clone()).or_default().1 = Some(*n);
-        }
-    }
-    let db_ok = database.is_ok();
-    let broker_ok = broker.is_ok();
-    let gateway_rows: Vec<(String, GatewayRow, u64)> = gateways
-        .into_iter()
-        .map(|(g, (row, dead))| (g, row.unwrap_or_default(), dead.unwrap_or(0)))
-        .collect();
+}
 
-    if out.json {
-        let err = |e: &anyhow::Error| Value::String(format!("{e:#}"));
-        let queues = match &broker {
-            Ok(b) => Value::Array(
-                b.queues
-                    .iter()
-                    .map(|q| {
-                        json!({
-                            "queue": q.name,
-                            "role": q.role,
-                            "exists": q.info.is_some(),
-                            "messages": q.info.map(|i| i.0),
-                            "consumers": q.info.map(|i| i.1),
-                        })
-                    })
-                    .collect(),
-            ),
-            Err(_) => Value::Null,
+fn queue_views(b: &BrokerStats) -> Vec<QueueView> {
+    b.queues
+        .iter()
+        .map(|q| QueueView {
+            queue: q.name.clone(),
+            role: q.role,
+            exists: q.info.is_some(),
+            messages: q.info.map(|i| i.0),
+            consumers: q.info.map(|i| i.1),
+        })
+        .collect()
+}
+
+fn dead_view(b: &BrokerStats, queue: &str, now: OffsetDateTime) -> Option<DeadView> {
+    let d = b.dead.as_ref()?;
+    Some(DeadView {
+        queue: queue.to_owned(),
+        depth: d.depth,
+        truncated: d.truncated,
+        oldest_failed_at: d.oldest.and_then(rfc3339),
+        oldest_age_secs: d.oldest.map(|t| age_secs(t, now)),
+        by_gateway: d.by_gateway.clone(),
+        by_kind: d.by_kind.clone(),
+    })
+}
+
+fn outbox_view(db: &DatabaseStats) -> OutboxView {
+    let o = &db.outbox;
+    OutboxView {
+        backlog: o.backlog,
+        unpublished: o.unpublished,
+        failed: o.failed,
+        oldest_backlog_age_secs: o.oldest_age_secs.map(whole_secs),
+    }
+}
+
+fn ledger_view(db: &DatabaseStats) -> LedgerView {
+    let l = &db.ledger;
+    LedgerView {
+        oversold_orders: l.oversold_orders,
+        payments_needing_refund: l.needs_refund,
+        payments_amount_mismatch: l.amount_mismatch,
+        parked_events: l.parked,
+        oldest_parked_age_secs: l.oldest_parked_age_secs.map(whole_secs),
+    }
+}
+
+/// Per gateway: outcomes from the database, dead letters from the DLQ.
+fn gateway_views(broker: Option<&BrokerStats>, db: Option<&DatabaseStats>) -> Vec<GatewayView> {
+    let mut names: BTreeMap<&str, ()> = BTreeMap::new();
+    names.extend(
+        db.iter()
+            .flat_map(|d| d.gateways.keys().map(|g| (g.as_str(), ()))),
+    );
+    let dead = broker.and_then(|b| b.dead.as_ref());
+    names.extend(
+        dead.iter()
+            .flat_map(|d| d.by_gateway.keys().map(|g| (g.as_str(), ()))),
+    );
+    names
+        .into_keys()
+        .map(|g| {
+            let row = db.map(|d| d.gateways.get(g).cloned().unwrap_or_default());
+            GatewayView {
+                gateway: g.to_owned(),
+                applied: row.as_ref().map(|r| r.applied),
+                ignored: row.as_ref().map(|r| r.ignored),
+                flagged: row.as_ref().map(|r| r.flagged),
+                duplicates: row.as_ref().map(|r| r.duplicates),
+                dead: broker.map(|_| dead.and_then(|d| d.by_gateway.get(g).copied()).unwrap_or(0)),
+            }
+        })
+        .collect()
+}
+
+impl fmt::Display for StatsReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.fmt_broker(f)?;
+        writeln!(f)?;
+        self.fmt_database(f)?;
+        writeln!(f)?;
+        self.fmt_gateways(f)
+    }
+}
+
+impl StatsReport {
+    fn fmt_broker(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Some(queues) = &self.queues else {
+            let error = self.broker.error.as_deref().unwrap_or_default();
+            return writeln!(f, "Queues and dead letters: unavailable ({error})");
         };
-        let dead = match &broker {
-            Ok(Broker { dead: Some(d), .. }) => json!({
-                "queue": topology.dead(),
-                "depth": d.depth,
-                "truncated": d.truncated,
-                "oldest_failed_at": d.oldest.and_then(|t| t.format(&Rfc3339).ok()),
-                "oldest_age_secs": d.oldest.map(|t| (now - t).whole_seconds().max(0)),
-                "by_gateway": d.by_gateway,
-                "by_kind": d.by_kind,
-            }),
-            _ => Value::Null,
-        };
-        let outbox = match &database {
-            Ok(db) => json!({
-                "backlog": db.outbox.backlog,
-                "unpublished": db.outbox.unpublished,
-                "failed": db.outbox.failed,
-                "oldest_backlog_age_secs": db.outbox.oldest_age_secs.map(|s| s.max(0.0).round() as i64),
-            }),
-            Err(_) => Value::Null,
-        };
-        let ledger = match &database {
-            Ok(db) => json!({
-                "oversold_orders": db.ledger.oversold_orders,
-                "payments_needing_refund": db.ledger.needs_refund,
-                "payments_amount_mismatch": db.ledger.amount_mismatch,
-                "parked_events": db.ledger.parked,
-                "oldest_parked_age_secs": db.ledger.oldest_parked_age_secs.map(|s| s.max(0.0).round() as i64),
-            }),
-            Err(_) => Value::Null,
-        };
-        let gateways_json: Vec<Value> = gateway_rows
+        let rows: Vec<Vec<String>> = queues
             .iter()
-            .map(|(g, r, dead)| {
-                json!({
-                    "gateway": g,
-                    "applied": db_ok.then_some(r.applied),
-                    "ignored": db_ok.then_some(r.ignored),
-                    "flagged": db_ok.then_some(r.flagged),
-                    "duplicates": db_ok.then_some(r.duplicates),
-                    "dead": broker_ok.then_some(*dead),
-                })
+            .map(|q| match (q.messages, q.consumers) {
+                (Some(m), Some(c)) => vec![q.queue.clone(), m.to_string(), c.to_string()],
+                _ => vec![q.queue.clone(), "missing".into(), "missing".into()],
             })
             .collect();
-        out.done(
-            "",
-            json!({
-                "prefix": topology.prefix(),
-                "since": window,
-                "window_secs": args.since.as_secs(),
-                "broker": {
-                    "available": broker_ok,
-                    "error": broker.as_ref().err().map(err),
-                },
-                "database": {
-                    "available": db_ok,
-                    "error": database.as_ref().err().map(err),
-                },
-                "queues": queues,
-                "dead_letters": dead,
-                "outbox": outbox,
-                "ledger": ledger,
-                "gateways": gateways_json,
-            }),
-        );
-    } else {
-        let mut text = String::new();
-        match &broker {
-            Ok(b) => {
-                let rows: Vec<Vec<String>> = b
-                    .queues
-                    .iter()
-                    .map(|q| match q.info {
-                        Some((messages, consumers)) => {
-                            vec![q.name.clone(), messages.to_string(), consumers.to_string()]
-                        }
-                        None => vec![q.name.clone(), "missing".into(), "missing".into()],
-                    })
-                    .collect();
-                text.push_str(&table(&["QUEUE", "MESSAGES", "CONSUMERS"], &rows));
-                text.push_str("\n\n");
-                match &b.dead {
-                    Some(d) => {
-                        text.push_str(&format!(
-                            "Dead letters: {}{}",
-                            if d.truncated { "at least " } else { "" },
-                            d.depth
-                        ));
-                        if let Some(oldest) = d.oldest {
-                            text.push_str(&format!(
-                                ", oldest failed {} ago",
-                                human_duration((now - oldest).whole_seconds().max(0) as u64)
-                            ));
-                        }
-                        if !d.by_kind.is_empty() {
-                            let kinds: Vec<String> =
-                                d.by_kind.iter().map(|(k, n)| format!("{k} {n}")).collect();
-                            text.push_str(&format!(" ({})", kinds.join(", ")));
-                        }
-                        text.push('\n');
-                    }
-                    None => text.push_str(&format!(
-                        "Dead letters: queue {} is missing\n",
-                        topology.dead()
-                    )),
-                }
-            }
-            Err(e) => text.push_str(&format!("Queues and dead letters: unavailable ({e:#})\n")),
-        }
-        text.push('\n');
-        match &database {
-            Ok(db) => {
-                let o = &db.outbox;
-                text.push_str(&format!(
-                    "Outbox: backlog {} (unpublished {}), failed {}, oldest backlog {}\n",
-                    o.backlog,
-                    o.unpublished,
-                    o.failed,
-                    o.oldest_age_secs
-                        .map(|s| format!("{} old", human_duration(s.max(0.0) as u64)))
-                        .unwrap_or_else(|| "-".to_owned()),
-                ));
-                let l = &db.ledger;
-                text.push_str(&format!(
-                    "Ledger: oversold orders {}, payments needing refund {}, amount mismatches {}, parked events {}{}\n",
-                    l.oversold_orders,
-                    l.needs_refund,
-                    l.amount_mismatch,
-                    l.parked,
-                    l.oldest_parked_age_secs
-                        .map(|s| format!(" (oldest {} old)", human_duration(s.max(0.0) as u64)))
-                        .unwrap_or_default(),
-                ));
-            }
-            Err(e) => text.push_str(&format!("Outbox: unavailable ({e:#})\n")),
-        }
-        text.push('\n');
-        text.push_str(&format!(
-            "Events per gateway, last {window} (DEAD: now in the dead-letter queue)\n"
-        ));
-        if !db_ok {
-            text.push_str("(outcomes unavailable: the database did not answer)\n");
-        }
-        if gateway_rows.is_empty() {
-            text.push_str("(none)");
-        } else {
-            let cell = |ok: bool, n: i64| if ok { n.to_string() } else { "?".to_owned() };
-            let rows: Vec<Vec<String>> = gateway_rows
-                .iter()
-                .map(|(g, r, dead)| {
-                    vec![
-                        g.clone(),
-                        cell(db_ok, r.applied),
-                        cell(db_ok, r.ignored),
-                        cell(db_ok, r.flagged),
-                        cell(db_ok, r.duplicates),
-                        if broker_ok {
-                            dead.to_string()
-                        } else {
-                            "?".to_owned()
-                        },
-                    ]
-                })
-                .collect();
-            text.push_str(&table(
-                &[
-                    "GATEWAY",
-                    "APPLIED",
-                    "IGNORED",
-                    "FLAGGED",
-                    "DUPLICATES",
-                    "DEAD",
-                ],
-                &rows,
-            ));
-        }
-        out.done(text.trim_end(), Value::Null);
-    }
-    if let Err(e) = &broker {
-        eprintln!("error: broker unavailable: {e:#}");
-    }
-    if let Err(e) = &database {
-        eprintln!("error: database unavailable: {e:#}");
-    }
-    Ok(if broker_ok && db_ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
-}
-
-async fn broker_stats(settings: &Settings, topology: &Topology) -> anyhow::Result<Broker> {
-    let conn = dlq::connect(settings).await?;
-    let result = async {
-        let mut queues = Vec::new();
-        for (name, role) in [
-            (topology.events(), "events"),
-            (topology.emails(), "emails"),
-            (topology.dead(), "dead"),
-        ] {
-            let info = dlq::queue_info(&conn, &name).await?;
-            queues.push(QueueStat { name, role, info });
-        }
-        let dead = if queues.last().is_some_and(|q| q.info.is_some()) {
-            let (ch, letters, truncated) = dlq::peek(&conn, topology, |_| false).await?;
-            dlq::release(ch).await;
-            let mut d = DeadStats {
-                depth: letters.len(),
-                truncated,
-                ..DeadStats::default()
-            };
-            for l in &letters {
-                *d.by_gateway.entry(l.gateway.clone()).or_default() += 1;
-                *d.by_kind.entry(l.kind.clone()).or_default() += 1;
-                if let Some(at) = l.failed_at {
-                    d.oldest = Some(d.oldest.map_or(at, |o| o.min(at)));
-                }
-            }
-            Some(d)
-        } else {
-            None
+        writeln!(f, "{}\n", table(&["QUEUE", "MESSAGES", "CONSUMERS"], &rows))?;
+        let Some(d) = &self.dead_letters else {
+            let queue = self.missing_dead_queue.as_deref().unwrap_or_default();
+            return writeln!(f, "Dead letters: queue {queue} is missing");
         };
-        Ok(Broker { queues, dead })
+        let at_least = if d.truncated { "at least " } else { "" };
+        write!(f, "Dead letters: {at_least}{}", d.depth)?;
+        if let Some(age) = d.oldest_age_secs {
+            write!(f, ", oldest failed {} ago", human_duration(age as u64))?;
+        }
+        if !d.by_kind.is_empty() {
+            let kinds: Vec<String> = d.by_kind.iter().map(|(k, n)| format!("{k} {n}")).collect();
+            write!(f, " ({})", kinds.join(", "))?;
+        }
+        writeln!(f)
     }
-    .await;
-    let _ = conn.close(200, "oncehookctl stats done".into()).await;
-    result
+
+    fn fmt_database(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (Some(o), Some(l)) = (&self.outbox, &self.ledger) else {
+            let error = self.database.error.as_deref().unwrap_or_default();
+            return writeln!(f, "Outbox: unavailable ({error})");
+        };
+        let age = |secs: i64| human_duration(secs as u64);
+        writeln!(
+            f,
+            "Outbox: backlog {} (unpublished {}), failed {}, oldest backlog {}",
+            o.backlog,
+            o.unpublished,
+            o.failed,
+            o.oldest_backlog_age_secs
+                .map_or_else(|| "-".to_owned(), |s| format!("{} old", age(s))),
+        )?;
+        writeln!(
+            f,
+            "Ledger: oversold orders {}, payments needing refund {}, amount mismatches {}, parked events {}{}",
+            l.oversold_orders,
+            l.payments_needing_refund,
+            l.payments_amount_mismatch,
+            l.parked_events,
+            l.oldest_parked_age_secs
+                .map(|s| format!(" (oldest {} old)", age(s)))
+                .unwrap_or_default(),
+        )
+    }
+
+    fn fmt_gateways(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "Events per gateway, last {} (DEAD: now in the dead-letter queue)",
+            self.since
+        )?;
+        if !self.database.available {
+            writeln!(f, "(outcomes unavailable: the database did not answer)")?;
+        }
+        if self.gateways.is_empty() {
+            return write!(f, "(none)");
+        }
+        let cell = |n: Option<i64>| n.map_or_else(|| "?".to_owned(), |n| n.to_string());
+        let rows: Vec<Vec<String>> = self
+            .gateways
+            .iter()
+            .map(|g| {
+                vec![
+                    g.gateway.clone(),
+                    cell(g.applied),
+                    cell(g.ignored),
+                    cell(g.flagged),
+                    cell(g.duplicates),
+                    g.dead.map_or_else(|| "?".to_owned(), |n| n.to_string()),
+                ]
+            })
+            .collect();
+        let headers = [
+            "GATEWAY",
+            "APPLIED",
+            "IGNORED",
+            "FLAGGED",
+            "DUPLICATES",
+            "DEAD",
+        ];
+        write!(f, "{}", table(&headers, &rows))
+    }
 }
 
-async fn database_stats(settings: &Settings, window: Duration) -> anyhow::Result<Database> {
-    let work = async {
-        // One plain connection: its error says why (a pool would only say "timed out").
-        let mut conn = sqlx::PgConnection::connect(&settings.database_url)
-            .await
-            .with_context(|| {
-                format!(
-                    "connecting to the database at {}",
-                    crate::redact(&settings.database_url)
-                )
-            })?;
-        let result = database_queries(&mut conn, window).await;
-        let _ = conn.close().await;
-        result
-    };
-    match tokio::time::timeout(DB_TIMEOUT, work).await {
-        Ok(r) => r,
-        Err(_) => anyhow::bail!("the database did not answer within {DB_TIMEOUT:?}"),
+impl Report for StatsReport {
+    fn ok(&self) -> bool {
+        self.broker.available && self.database.available
     }
-}
 
-async fn database_queries(
-    conn: &mut sqlx::PgConnection,
-    window: Duration,
-) -> anyhow::Result<Database> {
-    let row = sqlx::query(
-        "SELECT count(*) FILTER (WHERE sent_at IS NULL AND failed_at IS NULL) AS backlog,
-                count(*) FILTER (WHERE sent_at IS NULL AND failed_at IS NULL AND published_at IS NULL) AS unpublished,
-                count(*) FILTER (WHERE failed_at IS NOT NULL) AS failed,
-                EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE sent_at IS NULL AND failed_at IS NULL))::float8 AS oldest_age
-         FROM email_outbox",
-    )
-    .fetch_one(&mut *conn)
-    .await
-    .context("reading email_outbox")?;
-    let outbox = Outbox {
-        backlog: row.try_get("backlog")?,
-        unpublished: row.try_get("unpublished")?,
-        failed: row.try_get("failed")?,
-        oldest_age_secs: row.try_get("oldest_age")?,
-    };
-    let row = sqlx::query(
-        "SELECT (SELECT count(*) FROM orders WHERE oversold) AS oversold,
-                (SELECT count(*) FROM payments WHERE flag = 'needs_refund') AS needs_refund,
-                (SELECT count(*) FROM payments WHERE flag = 'amount_mismatch') AS amount_mismatch,
-                (SELECT count(*) FROM parked_events) AS parked,
-                (SELECT EXTRACT(EPOCH FROM now() - min(parked_at))::float8 FROM parked_events) AS oldest_parked",
-    )
-    .fetch_one(&mut *conn)
-    .await
-    .context("reading the ledger (orders, payments, parked_events)")?;
-    let ledger = Ledger {
-        oversold_orders: row.try_get("oversold")?,
-        needs_refund: row.try_get("needs_refund")?,
-        amount_mismatch: row.try_get("amount_mismatch")?,
-        parked: row.try_get("parked")?,
-        oldest_parked_age_secs: row.try_get("oldest_parked")?,
-    };
-    let rows = sqlx::query(
-        "SELECT provider,
-                count(*) FILTER (WHERE outcome = 'applied') AS applied,
-                count(*) FILTER (WHERE outcome = 'ignored') AS ignored,
-                count(*) FILTER (WHERE outcome = 'flagged') AS flagged,
-                COALESCE(sum(deliveries - 1), 0)::bigint AS duplicates
-         FROM processed_webhooks
-         WHERE processed_at > now() - make_interval(secs => $1)
-         GROUP BY provider ORDER BY provider",
-    )
-    .bind(window.as_secs_f64())
-    .fetch_all(&mut *conn)
-    .await
-    .context("reading processed_webhooks")?;
-    let mut gateways = BTreeMap::new();
-    for r in rows {
-        gateways.insert(
-            r.try_get::<String, _>("provider")?,
-            GatewayRow {
-                applied: r.try_get("applied")?,
-                ignored: r.try_get("ignored")?,
-                flagged: r.try_get("flagged")?,
-                duplicates: r.try_get("duplicates")?,
-            },
-        );
+    fn diagnostics(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        if let Some(e) = &self.broker.error {
+            lines.push(format!("error: broker unavailable: {e}"));
+        }
+        if let Some(e) = &self.database.error {
+            lines.push(format!("error: database unavailable: {e}"));
+        }
+        lines
     }
-    Ok(Database {
-        outbox,
-        ledger,
-        gateways,
-    })
 }

@@ -23,3 +23,11 @@ pub use headers::Headers;
 pub use schemes::{
     Credentials, ParseError, Verification, VerifyError, parse, secret_problem, verify,
 };
+
+/// Decodes one `application/x-www-form-urlencoded` component (`+` is a
+/// space, `%XY` a byte; a stray `%` stays) exactly as PayU verification
+/// does; `None` when the result is not UTF-8. Shared so that `oncehookctl`
+/// shows a form the way it was verified.
+pub fn percent_decode(component: &str) -> Option<String> {
+    schemes::form::decode_component(component).ok()
+}

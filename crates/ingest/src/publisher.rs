@@ -1,7 +1,7 @@
 //! The broker session of ingest: keeps one connection and one confirm-mode
 //! channel alive, reconnecting with backoff whenever the broker goes away,
 //! and publishes envelopes through it. While disconnected, `publish` fails
-//! fast (the handler answers 503) and `is_ready` is false.
+//! fast (the handler answers 503) and the readiness flag is down.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -101,14 +101,6 @@ impl Publisher {
     /// The readiness flag the session loop maintains (for the ops listener).
     pub fn readiness(&self) -> Readiness {
         self.inner.ready.clone()
-    }
-
-    /// Whether a confirm channel is currently usable.
-    pub async fn is_ready(&self) -> bool {
-        match self.inner.channel.read().await.as_ref() {
-            Some(ch) => ch.status().connected() && ch.status().confirm(),
-            None => false,
-        }
     }
 
     /// Publishes `envelope` to the events exchange and waits for the confirm.

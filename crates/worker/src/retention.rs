@@ -1,51 +1,13 @@
-//! Retention of the dedup table: delete `processed_webhooks` rows older than
-//! N days in small batches (short transactions, no long locks). Run by
-//! `oncehookctl retention` and by the worker on a schedule; an advisory lock
-//! keeps scheduled runs in several worker copies from overlapping.
+//! Scheduled retention of the dedup table. The SQL lives in
+//! [`oncehook_common::store::retention`] (shared with `oncehookctl
+//! retention`); this module only runs it every so often, in one worker at a
+//! time.
 
 use std::time::Duration;
 
 use oncehook_common::shutdown::Shutdown;
-use sqlx::{PgPool, Row};
-
-const BATCH: i64 = 5_000;
-/// Advisory lock key for scheduled retention ("oncehook" in ASCII, truncated).
-const LOCK_KEY: i64 = 0x6f6e_6365_686f_6f6b;
-
-/// Rows that retention would delete.
-pub async fn count_older(pool: &PgPool, days: u32) -> Result<i64, sqlx::Error> {
-    let row = sqlx::query(
-        "SELECT count(*) AS n FROM processed_webhooks
-         WHERE processed_at < now() - make_interval(days => $1)",
-    )
-    .bind(days as i32)
-    .fetch_one(pool)
-    .await?;
-    row.try_get("n")
-}
-
-/// Deletes rows older than `days`, batch by batch. Returns how many.
-pub async fn delete_older(pool: &PgPool, days: u32) -> Result<u64, sqlx::Error> {
-    let mut total = 0;
-    loop {
-        let deleted = sqlx::query(
-            "DELETE FROM processed_webhooks WHERE ctid = ANY(ARRAY(
-                 SELECT ctid FROM processed_webhooks
-                 WHERE processed_at < now() - make_interval(days => $1)
-                 LIMIT $2))",
-        )
-        .bind(days as i32)
-        .bind(BATCH)
-        .execute(pool)
-        .await?
-        .rows_affected();
-        total += deleted;
-        if deleted < BATCH as u64 {
-            return Ok(total);
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
+use oncehook_common::store::retention;
+use sqlx::PgPool;
 
 /// Runs retention every `every` until shutdown, in one worker at a time.
 pub async fn run_scheduled(pool: PgPool, days: u32, every: Duration, shutdown: Shutdown) {
@@ -54,28 +16,10 @@ pub async fn run_scheduled(pool: PgPool, days: u32, every: Duration, shutdown: S
             () = tokio::time::sleep(every) => {}
             () = shutdown.wait() => return,
         }
-        match run_once_locked(&pool, days).await {
+        match retention::delete_older_locked(&pool, days).await {
             Ok(Some(n)) => tracing::info!(deleted = n, days, "retention pass done"),
             Ok(None) => tracing::debug!("retention already running in another worker"),
             Err(err) => tracing::warn!(%err, "retention pass failed; will try next time"),
         }
     }
-}
-
-async fn run_once_locked(pool: &PgPool, days: u32) -> Result<Option<u64>, sqlx::Error> {
-    let mut conn = pool.acquire().await?;
-    let locked: bool = sqlx::query("SELECT pg_try_advisory_lock($1) AS ok")
-        .bind(LOCK_KEY)
-        .fetch_one(&mut *conn)
-        .await?
-        .try_get("ok")?;
-    if !locked {
-        return Ok(None);
-    }
-    let result = delete_older(pool, days).await;
-    sqlx::query("SELECT pg_advisory_unlock($1)")
-        .bind(LOCK_KEY)
-        .execute(&mut *conn)
-        .await?;
-    result.map(Some)
 }

@@ -10,8 +10,11 @@
 //!   order ledger records: `payments`, `refunds`, `payment_links`.
 //! - [`parking`]: `parked_events`, events waiting for their payment's link.
 //! - [`outbox`]: `email_outbox`, written with the effect, sent by the mailer.
+//! - [`retention`]: trimming `processed_webhooks` (the worker's schedule and
+//!   `oncehookctl retention`).
 
 pub mod dedup;
 pub mod ledger;
 pub mod outbox;
 pub mod parking;
+pub mod retention;

@@ -68,7 +68,7 @@ impl Form {
 
 /// `+` is a space; `%XY` is the byte 0xXY; a `%` not followed by two hex
 /// digits stays literal. The decoded bytes must be UTF-8.
-fn decode_component(s: &str) -> Result<String, FormError> {
+pub(crate) fn decode_component(s: &str) -> Result<String, FormError> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

@@ -1,25 +1,22 @@
-//! `/healthz` (the process answers), `/readyz` (a broker confirm channel is
-//! usable, so a webhook would be accepted) and `/metrics`.
+//! `/healthz`, `/readyz` and `/metrics` on ingest's public port: the
+//! answers come from [`oncehook_common::health::answer`], the same code the
+//! listener on `ONCEHOOK_METRICS_ADDR` uses, with the same readiness (the
+//! publisher's session holds a usable confirm channel).
 
-use actix_web::{HttpResponse, web};
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse, web};
+use oncehook_common::health;
 
 use crate::startup::IngestState;
 
-pub async fn healthz() -> HttpResponse {
-    HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))
-}
-
-pub async fn readyz(state: web::Data<IngestState>) -> HttpResponse {
-    if state.publisher.is_ready().await {
-        HttpResponse::Ok().json(serde_json::json!({ "status": "ready", "broker": "connected" }))
-    } else {
-        HttpResponse::ServiceUnavailable()
-            .json(serde_json::json!({ "status": "not_ready", "broker": "disconnected" }))
-    }
-}
-
-pub async fn metrics(state: web::Data<IngestState>) -> HttpResponse {
-    HttpResponse::Ok()
-        .content_type("text/plain; version=0.0.4")
-        .body(state.metrics.render())
+pub async fn answer(req: HttpRequest, state: web::Data<IngestState>) -> HttpResponse {
+    let ready = state.publisher.readiness().get();
+    let health::Answer {
+        status,
+        content_type,
+        body,
+    } = health::answer(req.path(), ready, &state.metrics);
+    HttpResponse::build(StatusCode::from_u16(status).unwrap_or(StatusCode::NOT_FOUND))
+        .content_type(content_type)
+        .body(body)
 }

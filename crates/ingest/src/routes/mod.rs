@@ -21,9 +21,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 )
             })),
     )
-    .route("/healthz", web::get().to(health::healthz))
-    .route("/readyz", web::get().to(health::readyz))
-    .route("/metrics", web::get().to(health::metrics))
+    .route("/healthz", web::get().to(health::answer))
+    .route("/readyz", web::get().to(health::answer))
+    .route("/metrics", web::get().to(health::answer))
     .default_service(web::to(|| async {
         json_error(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
     }));

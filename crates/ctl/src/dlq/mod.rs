@@ -1,0 +1,148 @@
+//! `oncehookctl dlq`: inspect, replay and purge dead letters.
+//!
+//! [`letter`] reads one dead letter; [`list`], [`show`], [`replay`] and
+//! [`purge`] each build a report; broker access is in [`crate::broker`].
+//! Replay republishes a message to the exchange of the queue it came from
+//! (with a publisher confirm, `mandatory`) and acks it in the dead-letter
+//! queue only after a clean confirm; everything else goes back untouched.
+//! Identical copies of one message share an ID; `show`, `replay` and `purge`
+//! act on every copy.
+
+pub mod letter;
+mod list;
+mod purge;
+mod replay;
+mod show;
+
+use std::collections::BTreeSet;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use oncehook_common::{Settings, Topology};
+use time::OffsetDateTime;
+
+use crate::broker;
+use crate::output::Output;
+use crate::timefmt::parse_duration;
+use letter::Letter;
+
+pub use list::ListArgs;
+pub use purge::PurgeArgs;
+pub use replay::ReplayArgs;
+
+#[derive(Subcommand)]
+pub enum DlqCommand {
+    /// List dead letters without consuming them (queue order, oldest first).
+    List(ListArgs),
+    /// Everything about one dead letter: headers, error, envelope, payload.
+    Show {
+        /// The ID `dlq list` prints.
+        id: String,
+    },
+    /// Republish dead letters to the exchange they came from, then remove them from the DLQ.
+    Replay(ReplayArgs),
+    /// Delete dead letters for good.
+    Purge(PurgeArgs),
+}
+
+#[derive(Args, Default, Clone)]
+pub struct Filter {
+    /// Only dead letters of this gateway (`razorpay`, …, or `email`).
+    #[arg(long)]
+    pub gateway: Option<String>,
+    /// Only dead letters of this kind (`unknown_order`, `unparseable`, `delivery_limit`, …).
+    #[arg(long = "error-kind")]
+    pub error_kind: Option<String>,
+    /// Only dead letters that failed within this window (e.g. 30m, 2h, 7d).
+    #[arg(long, value_parser = parse_duration)]
+    pub since: Option<Duration>,
+}
+
+impl Filter {
+    fn is_empty(&self) -> bool {
+        self.gateway.is_none() && self.error_kind.is_none() && self.since.is_none()
+    }
+
+    fn matches(&self, letter: &Letter, now: OffsetDateTime) -> bool {
+        let same = |want: &Option<String>, have: &str| {
+            want.as_ref().is_none_or(|w| have.eq_ignore_ascii_case(w))
+        };
+        same(&self.gateway, &letter.gateway)
+            && same(&self.error_kind, &letter.kind)
+            && self.since.is_none_or(|window| within(letter, window, now))
+    }
+}
+
+/// Whether `letter` failed at most `window` before `now` (never, if its
+/// failure time is unknown).
+fn within(letter: &Letter, window: Duration, now: OffsetDateTime) -> bool {
+    let Some(at) = letter.failed_at else {
+        return false;
+    };
+    let cutoff = time::Duration::try_from(window)
+        .ok()
+        .and_then(|d| now.checked_sub(d));
+    cutoff.is_none_or(|cutoff| at >= cutoff)
+}
+
+pub async fn run(
+    settings: &Settings,
+    command: DlqCommand,
+    out: &Output,
+) -> anyhow::Result<ExitCode> {
+    let topology = Topology::new(settings.amqp_prefix.clone());
+    let conn = broker::connect(settings).await?;
+    let result = match command {
+        DlqCommand::List(args) => list::run(&conn, &topology, args)
+            .await
+            .map(|r| out.finish(&r)),
+        DlqCommand::Show { id } => show::run(&conn, &topology, &id)
+            .await
+            .map(|r| out.finish(&r)),
+        DlqCommand::Replay(args) => replay::run(settings, &conn, &topology, args, out)
+            .await
+            .map(|r| out.finish(&r)),
+        DlqCommand::Purge(args) => purge::run(&conn, &topology, args, out)
+            .await
+            .map(|r| out.finish(&r)),
+    };
+    broker::close(conn).await;
+    result
+}
+
+/// IDs as users type them.
+fn normalise_ids(ids: &[String]) -> Vec<String> {
+    let mut seen = BTreeSet::new();
+    ids.iter()
+        .map(|i| i.trim().to_ascii_lowercase())
+        .filter(|i| !i.is_empty() && seen.insert(i.clone()))
+        .collect()
+}
+
+/// The `ids` that none of `chosen` has.
+fn not_found(ids: &[String], chosen: &[&Letter]) -> Vec<String> {
+    let found: BTreeSet<&str> = chosen.iter().map(|l| l.id.as_str()).collect();
+    ids.iter()
+        .filter(|i| !found.contains(i.as_str()))
+        .cloned()
+        .collect()
+}
+
+/// The stderr line for each ID that is not in the dead-letter queue.
+fn not_found_lines(ids: &[String], dead: &str) -> Vec<String> {
+    ids.iter()
+        .map(|id| format!("error: no dead letter with ID {id} in {dead}"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_trimmed_lowercased_and_deduplicated() {
+        let ids = ["  ABC ", "abc", "", "def"].map(String::from);
+        assert_eq!(normalise_ids(&ids), vec!["abc", "def"]);
+    }
+}

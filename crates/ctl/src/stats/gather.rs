@@ -1,0 +1,211 @@
+//! What `stats` asks the broker and the database, each on its own so that
+//! one being down does not hide the other.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::Context;
+use oncehook_common::redact::redact;
+use oncehook_common::{Settings, Topology};
+use sqlx::{Connection as _, Row};
+use time::OffsetDateTime;
+
+use crate::broker;
+
+/// How long the database may take to answer before its sections are reported unavailable.
+const DB_TIMEOUT: Duration = Duration::from_secs(15);
+
+pub struct QueueStat {
+    pub name: String,
+    pub role: &'static str,
+    /// (ready messages, consumers); `None` if the queue does not exist.
+    pub info: Option<(u32, u32)>,
+}
+
+#[derive(Default)]
+pub struct DeadStats {
+    pub depth: usize,
+    pub truncated: bool,
+    pub oldest: Option<OffsetDateTime>,
+    pub by_gateway: BTreeMap<String, u64>,
+    pub by_kind: BTreeMap<String, u64>,
+}
+
+pub struct BrokerStats {
+    pub queues: Vec<QueueStat>,
+    /// `None` when the dead-letter queue does not exist.
+    pub dead: Option<DeadStats>,
+}
+
+pub struct Outbox {
+    pub backlog: i64,
+    pub unpublished: i64,
+    pub failed: i64,
+    pub oldest_age_secs: Option<f64>,
+}
+
+#[derive(Default, Clone)]
+pub struct GatewayRow {
+    pub applied: i64,
+    pub ignored: i64,
+    pub flagged: i64,
+    pub duplicates: i64,
+}
+
+/// Books that need a human, and events waiting for their order's link.
+pub struct Ledger {
+    pub oversold_orders: i64,
+    pub needs_refund: i64,
+    pub amount_mismatch: i64,
+    pub parked: i64,
+    pub oldest_parked_age_secs: Option<f64>,
+}
+
+pub struct DatabaseStats {
+    pub outbox: Outbox,
+    pub ledger: Ledger,
+    pub gateways: BTreeMap<String, GatewayRow>,
+}
+
+pub async fn broker_stats(settings: &Settings, topology: &Topology) -> anyhow::Result<BrokerStats> {
+    let conn = broker::connect(settings).await?;
+    let result = async {
+        let mut queues = Vec::new();
+        for (name, role) in [
+            (topology.events(), "events"),
+            (topology.emails(), "emails"),
+            (topology.dead(), "dead"),
+        ] {
+            let info = broker::queue_info(&conn, &name).await?;
+            queues.push(QueueStat { name, role, info });
+        }
+        let dead = if queues.last().is_some_and(|q| q.info.is_some()) {
+            let (letters, truncated) = broker::look(&conn, topology).await?;
+            let mut d = DeadStats {
+                depth: letters.len(),
+                truncated,
+                ..DeadStats::default()
+            };
+            for l in &letters {
+                *d.by_gateway.entry(l.gateway.clone()).or_default() += 1;
+                *d.by_kind.entry(l.kind.clone()).or_default() += 1;
+                if let Some(at) = l.failed_at {
+                    d.oldest = Some(d.oldest.map_or(at, |o| o.min(at)));
+                }
+            }
+            Some(d)
+        } else {
+            None
+        };
+        Ok(BrokerStats { queues, dead })
+    }
+    .await;
+    broker::close(conn).await;
+    result
+}
+
+pub async fn database_stats(
+    settings: &Settings,
+    window: Duration,
+) -> anyhow::Result<DatabaseStats> {
+    let work = async {
+        // One plain connection: its error says why (a pool would only say "timed out").
+        let mut conn = sqlx::PgConnection::connect(&settings.database_url)
+            .await
+            .with_context(|| {
+                format!(
+                    "connecting to the database at {}",
+                    redact(&settings.database_url)
+                )
+            })?;
+        let result = database_queries(&mut conn, window).await;
+        let _ = conn.close().await;
+        result
+    };
+    match tokio::time::timeout(DB_TIMEOUT, work).await {
+        Ok(r) => r,
+        Err(_) => anyhow::bail!("the database did not answer within {DB_TIMEOUT:?}"),
+    }
+}
+
+async fn database_queries(
+    conn: &mut sqlx::PgConnection,
+    window: Duration,
+) -> anyhow::Result<DatabaseStats> {
+    let row = sqlx::query(
+        "SELECT count(*) FILTER (WHERE sent_at IS NULL AND failed_at IS NULL) AS backlog,
+                count(*) FILTER (WHERE sent_at IS NULL AND failed_at IS NULL AND published_at IS NULL) AS unpublished,
+                count(*) FILTER (WHERE failed_at IS NOT NULL) AS failed,
+                EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE sent_at IS NULL AND failed_at IS NULL))::float8 AS oldest_age
+         FROM email_outbox",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .context("reading email_outbox")?;
+    let outbox = Outbox {
+        backlog: row.try_get("backlog")?,
+        unpublished: row.try_get("unpublished")?,
+        failed: row.try_get("failed")?,
+        oldest_age_secs: row.try_get("oldest_age")?,
+    };
+    let ledger = ledger(conn).await?;
+    let gateways = gateways(conn, window).await?;
+    Ok(DatabaseStats {
+        outbox,
+        ledger,
+        gateways,
+    })
+}
+
+async fn ledger(conn: &mut sqlx::PgConnection) -> anyhow::Result<Ledger> {
+    let row = sqlx::query(
+        "SELECT (SELECT count(*) FROM orders WHERE oversold) AS oversold,
+                (SELECT count(*) FROM payments WHERE flag = 'needs_refund') AS needs_refund,
+                (SELECT count(*) FROM payments WHERE flag = 'amount_mismatch') AS amount_mismatch,
+                (SELECT count(*) FROM parked_events) AS parked,
+                (SELECT EXTRACT(EPOCH FROM now() - min(parked_at))::float8 FROM parked_events) AS oldest_parked",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .context("reading the ledger (orders, payments, parked_events)")?;
+    Ok(Ledger {
+        oversold_orders: row.try_get("oversold")?,
+        needs_refund: row.try_get("needs_refund")?,
+        amount_mismatch: row.try_get("amount_mismatch")?,
+        parked: row.try_get("parked")?,
+        oldest_parked_age_secs: row.try_get("oldest_parked")?,
+    })
+}
+
+async fn gateways(
+    conn: &mut sqlx::PgConnection,
+    window: Duration,
+) -> anyhow::Result<BTreeMap<String, GatewayRow>> {
+    let rows = sqlx::query(
+        "SELECT provider,
+                count(*) FILTER (WHERE outcome = 'applied') AS applied,
+                count(*) FILTER (WHERE outcome = 'ignored') AS ignored,
+                count(*) FILTER (WHERE outcome = 'flagged') AS flagged,
+                COALESCE(sum(deliveries - 1), 0)::bigint AS duplicates
+         FROM processed_webhooks
+         WHERE processed_at > now() - make_interval(secs => $1)
+         GROUP BY provider ORDER BY provider",
+    )
+    .bind(window.as_secs_f64())
+    .fetch_all(&mut *conn)
+    .await
+    .context("reading processed_webhooks")?;
+    let mut gateways = BTreeMap::new();
+    for r in rows {
+        gateways.insert(
+            r.try_get::<String, _>("provider")?,
+            GatewayRow {
+                applied: r.try_get("applied")?,
+                ignored: r.try_get("ignored")?,
+                flagged: r.try_get("flagged")?,
+                duplicates: r.try_get("duplicates")?,
+            },
+        );
+    }
+    Ok(gateways)
+}
