@@ -5,9 +5,9 @@
 
 use serde_json::Value;
 
-use super::crypto::{decode_hex, first_match, hmac_sha256, hmac_sha256_matches};
-use super::json::{at, currency_at, id_at, int_amount_at, parse_body, str_at};
-use super::{ParseError, Verification, VerifyError, body_digest_id, header};
+use crate::crypto::{decode_hex, first_match, hmac_sha256, hmac_sha256_matches};
+use crate::json::{at, currency_at, id_at, int_amount_at, parse_body, str_at};
+use crate::scheme::{ParseError, Verification, VerifyError, body_digest_id, header};
 use crate::{EventKind, Gateway, Headers, NormalizedEvent};
 
 /// Header carrying the signature.

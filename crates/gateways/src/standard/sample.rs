@@ -2,12 +2,12 @@
 //! with `webhook-id` set to the spec's event id and signed with the
 //! base64-decoded `whsec_` secret.
 
-use super::text::{js, rfc3339_utc};
-use super::{SampleSpec, SignedDelivery, resolve_in};
-use crate::schemes::standard::{ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, key_of, sign};
+use crate::sample::text::{js, rfc3339_utc};
+use crate::sample::{SampleSpec, SignedDelivery};
+use super::scheme::{ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, key_of, sign};
 use crate::{Gateway, Headers};
 
-const TABLE: &[(&str, &str)] = &[
+pub(super) const TABLE: &[(&str, &str)] = &[
     ("payment.succeeded", "payment.succeeded"),
     ("payment.failed", "payment.failed"),
     ("payment.authorized", "payment.authorized"),
@@ -28,10 +28,6 @@ pub(super) const EVENT_NAMES: &[&str] = &[
     "authorized",
     "refunded",
 ];
-
-pub(super) fn resolve(event: &str) -> Option<&'static str> {
-    resolve_in(TABLE, event)
-}
 
 /// `None` if `secret` is not a usable Standard Webhooks secret.
 pub(super) fn build(event: &str, spec: &SampleSpec, secret: &str) -> Option<SignedDelivery> {

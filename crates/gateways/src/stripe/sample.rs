@@ -5,12 +5,12 @@
 //! `Stripe-Signature: t=…,v1=…` header. An empty `spec.order_ref` leaves
 //! `metadata` empty (a Checkout payment intent carries no order reference).
 
-use super::text::js;
-use super::{SampleSpec, SignedDelivery, resolve_in};
-use crate::schemes::stripe::{SIGNATURE_HEADER, sign};
+use crate::sample::text::js;
+use crate::sample::{SampleSpec, SignedDelivery};
+use super::scheme::{SIGNATURE_HEADER, sign};
 use crate::{Gateway, Headers};
 
-const TABLE: &[(&str, &str)] = &[
+pub(super) const TABLE: &[(&str, &str)] = &[
     ("payment_intent.succeeded", "payment_intent.succeeded"),
     (
         "payment_intent.payment_failed",
@@ -51,10 +51,6 @@ pub(super) const EVENT_NAMES: &[&str] = &[
     "authorized",
     "refunded",
 ];
-
-pub(super) fn resolve(event: &str) -> Option<&'static str> {
-    resolve_in(TABLE, event)
-}
 
 /// The charge id that goes with a payment intent id (`pi_X` → `ch_X`).
 fn charge_id(payment_id: &str) -> String {

@@ -23,9 +23,9 @@
 
 use sha2::{Digest, Sha512};
 
-use super::crypto::{ct_eq, decode_hex, first_match};
-use super::form::Form;
-use super::{ParseError, Verification, VerifyError};
+use crate::crypto::{ct_eq, decode_hex, first_match};
+use crate::form::Form;
+use crate::scheme::{ParseError, Verification, VerifyError};
 use crate::amount::{currency_exponent, parse_decimal_minor};
 use crate::{EventKind, Gateway, NormalizedEvent};
 

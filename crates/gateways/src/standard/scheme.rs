@@ -10,11 +10,11 @@ use base64::alphabet::STANDARD as STANDARD_ALPHABET;
 use base64::engine::DecodePaddingMode;
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD as BASE64};
 
-use super::crypto::{
+use crate::crypto::{
     check_window, first_match, hmac_sha256, hmac_sha256_matches_any, parse_unix_digits,
 };
-use super::json::{currency_at, id_at, int_amount_at, parse_body, str_at};
-use super::{ParseError, Verification, VerifyError, header};
+use crate::json::{currency_at, id_at, int_amount_at, parse_body, str_at};
+use crate::scheme::{ParseError, Verification, VerifyError, header};
 use crate::{EventKind, Gateway, Headers, NormalizedEvent};
 
 /// Header carrying the delivery identity.

@@ -12,11 +12,11 @@
 
 use serde_json::Value;
 
-use super::crypto::{
+use crate::crypto::{
     check_window, first_match, hmac_sha256, hmac_sha256_matches_any, parse_unix_digits,
 };
-use super::json::{currency_at, id_at, int_amount_at, parse_body, str_at};
-use super::{ParseError, Verification, VerifyError, header};
+use crate::json::{currency_at, id_at, int_amount_at, parse_body, str_at};
+use crate::scheme::{ParseError, Verification, VerifyError, header};
 use crate::{EventKind, Gateway, Headers, NormalizedEvent};
 
 /// Header carrying timestamp and signatures.

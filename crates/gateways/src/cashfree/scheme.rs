@@ -7,13 +7,13 @@
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
-use super::crypto::{
+use crate::crypto::{
     check_window, first_match, hmac_sha256, hmac_sha256_matches, parse_unix_digits,
 };
 use serde_json::Value;
 
-use super::json::{currency_at, decimal_amount_at, id_at, parse_body, str_at};
-use super::{ParseError, Verification, VerifyError, body_digest_id, header};
+use crate::json::{currency_at, decimal_amount_at, id_at, parse_body, str_at};
+use crate::scheme::{ParseError, Verification, VerifyError, body_digest_id, header};
 use crate::{EventKind, Gateway, Headers, NormalizedEvent};
 
 /// Header carrying the base64 signature.

@@ -8,17 +8,17 @@
 
 use url::form_urlencoded::Serializer;
 
-use super::text::payu_ist;
-use super::{SampleError, SampleSpec, SignedDelivery, resolve_in};
+use crate::sample::text::payu_ist;
+use crate::sample::{SampleError, SampleSpec, SignedDelivery};
 use crate::Headers;
 use crate::amount::{currency_exponent, format_decimal_minor};
-use crate::schemes::form::Form;
-use crate::schemes::payu::{CURRENCY, HASH_FIELD, hash_hex};
+use crate::form::Form;
+use super::scheme::{CURRENCY, HASH_FIELD, hash_hex};
 
 /// The merchant key written into every PayU sample's `key` field.
 pub const SAMPLE_PAYU_KEY: &str = "oncehook_test";
 
-const TABLE: &[(&str, &str)] = &[
+pub(super) const TABLE: &[(&str, &str)] = &[
     ("success", "success"),
     ("failure", "failure"),
     ("pending", "pending"),
@@ -27,10 +27,6 @@ const TABLE: &[(&str, &str)] = &[
 ];
 
 pub(super) const EVENT_NAMES: &[&str] = &["success", "failure", "pending", "captured", "failed"];
-
-pub(super) fn resolve(event: &str) -> Option<&'static str> {
-    resolve_in(TABLE, event)
-}
 
 /// A PayU-style numeric `mihpayid` for a transaction (informational: the
 /// hash does not cover it and nothing reads it).
