@@ -338,7 +338,7 @@ impl Letter {
             None
         };
         let gateway = match (&envelope, &email) {
-            (Some(env), _) => env.gateway.clone(),
+            (Some(env), _) => env.gateway.to_string(),
             (None, Some(_)) => "email".to_owned(),
             _ => message_id
                 .as_deref()

@@ -101,23 +101,27 @@ async fn handle(
         IngestError::Signature(err)
     })?;
 
-    // Identity is best effort here: an authentic payload we cannot parse is
-    // still accepted and dead-lettered by the worker with the reason.
+    // The one parse of the body: it names the message (routing key, message
+    // id) and travels in the envelope so the worker does not parse again. An
+    // authentic payload we cannot parse is still accepted (`event: None`) and
+    // dead-lettered by the worker with the reason.
     let parsed = oncehook_gateways::parse(source.gateway, &headers, &body).ok();
     let receipt_id = Uuid::new_v4();
     let envelope = Envelope {
         version: ENVELOPE_VERSION,
         receipt_id,
         source: source_name.to_owned(),
-        gateway: source.gateway.as_str().to_owned(),
-        event_id: parsed.as_ref().map(|e| e.event_id.clone()),
-        event_type: parsed.as_ref().map(|e| e.event_type.clone()),
+        gateway: source.gateway,
+        event_id: None,
+        event_type: None,
         received_at,
         verified_at: OffsetDateTime::now_utc(),
         signed_at: verification.signed_at,
         headers,
         body_b64: Envelope::encode_body(&body),
-    };
+        event: None,
+    }
+    .with_event(parsed);
 
     let published = Instant::now();
     let result = state.publisher.publish(&envelope).await;
@@ -128,8 +132,8 @@ async fn handle(
             tracing::info!(
                 source = source_name,
                 receipt = %receipt_id,
-                event_id = envelope.event_id.as_deref().unwrap_or("-"),
-                event_type = envelope.event_type.as_deref().unwrap_or("-"),
+                event_id = envelope.identity().unwrap_or("-"),
+                event_type = envelope.kind_name().unwrap_or("-"),
                 secret_index = verification.secret_index,
                 "webhook accepted"
             );
@@ -142,7 +146,7 @@ async fn handle(
             tracing::error!(
                 source = source_name,
                 receipt = %receipt_id,
-                event_id = envelope.event_id.as_deref().unwrap_or("-"),
+                event_id = envelope.identity().unwrap_or("-"),
                 %err,
                 "publish failed; answering 503 so the gateway retries"
             );
@@ -156,19 +160,14 @@ fn check_content_type(req: &HttpRequest, gateway: Gateway) -> Result<(), IngestE
         return Ok(());
     };
     let got = value.to_str().unwrap_or("").to_ascii_lowercase();
-    let expected = match gateway {
-        Gateway::Payu => "application/x-www-form-urlencoded",
-        _ => "application/json",
-    };
-    let essence = got.split(';').next().unwrap_or("").trim();
-    let ok = match gateway {
-        Gateway::Payu => essence == expected,
-        _ => essence == expected || essence.ends_with("+json"),
-    };
-    if ok {
+    let expected = gateway.content_type();
+    if expected.accepts(&got) {
         Ok(())
     } else {
-        Err(IngestError::UnsupportedMediaType { got, expected })
+        Err(IngestError::UnsupportedMediaType {
+            got,
+            expected: expected.as_str(),
+        })
     }
 }
 
