@@ -51,5 +51,6 @@ pub use event::{EventKind, NormalizedEvent};
 pub use headers::Headers;
 pub use registry::{UnknownGateway, parse, verify};
 pub use scheme::{
-    ContentType, Credentials, GatewayScheme, ParseError, Scheme, Verification, VerifyError,
+    ContentType, Credentials, GatewayScheme, ParseError, ParseFn, Request, SampleFn, Scheme,
+    Verification, VerifyError, VerifyFn,
 };

@@ -12,7 +12,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::scheme::{Credentials, ParseError, Verification, VerifyError};
+use crate::scheme::{Credentials, ParseError, Request, Verification, VerifyError};
 #[cfg(doc)]
 use crate::scheme::{GatewayScheme, Scheme};
 use crate::{Gateway, Headers, NormalizedEvent};
@@ -140,7 +140,13 @@ pub fn verify(
     if credentials.secrets.is_empty() {
         return Err(VerifyError::NoSecrets);
     }
-    (gateway.scheme().verify)(credentials, headers, body, now_unix, tolerance_secs)
+    (gateway.scheme().verify)(&Request {
+        credentials,
+        headers,
+        body,
+        now_unix,
+        tolerance_secs,
+    })
 }
 
 /// Parses an (already verified) delivery into a [`NormalizedEvent`].

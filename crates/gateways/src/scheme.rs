@@ -136,7 +136,8 @@ impl ContentType {
     }
 }
 
-/// One gateway's webhook scheme: its constants and its three functions.
+/// One gateway's webhook scheme: its constants and functions, all given as
+/// associated constants so an implementation is a table.
 /// Implemented once per gateway, on a unit struct in `src/<gateway>/mod.rs`,
 /// and listed once in the registry (`lib.rs`); callers reach it through
 /// [`Gateway::scheme`] and the crate's generic [`crate::verify`],
@@ -167,25 +168,16 @@ pub trait GatewayScheme {
 
     /// Verifies a delivery (see [`crate::verify`], which has already refused
     /// empty `credentials.secrets`).
-    fn verify(
-        credentials: Credentials<'_>,
-        headers: &Headers,
-        body: &[u8],
-        now_unix: i64,
-        tolerance_secs: u64,
-    ) -> Result<Verification, VerifyError>;
-
+    const VERIFY: VerifyFn;
     /// Parses a verified delivery (see [`crate::parse`]).
-    fn parse(headers: &Headers, body: &[u8]) -> Result<NormalizedEvent, ParseError>;
-
+    const PARSE: ParseFn;
     /// Builds and signs a sample of `event`, one of the gateway's own names
     /// from [`Self::SAMPLE_EVENTS`] (see [`crate::sample::build`], which has
     /// already refused negative amounts).
-    fn sample(event: &str, spec: &SampleSpec, secret: &str) -> Result<SignedDelivery, SampleError>;
-
+    const SAMPLE: SampleFn;
     /// The refund id a single-refund sample carries (see
     /// [`SampleSpec::refund_id`]).
-    fn sample_refund_id(spec: &SampleSpec) -> String;
+    const SAMPLE_REFUND_ID: fn(&SampleSpec) -> String;
 
     /// The registry's entry for this implementation. Not meant to be
     /// overridden.
@@ -197,20 +189,35 @@ pub trait GatewayScheme {
         signature_header: Self::SIGNATURE_HEADER,
         sample_events: Self::SAMPLE_EVENTS,
         sample_event_names: Self::SAMPLE_EVENT_NAMES,
-        verify: Self::verify,
-        parse: Self::parse,
-        sample: Self::sample,
-        sample_refund_id: Self::sample_refund_id,
+        verify: Self::VERIFY,
+        parse: Self::PARSE,
+        sample: Self::SAMPLE,
+        sample_refund_id: Self::SAMPLE_REFUND_ID,
     };
 }
 
-/// Signature of [`GatewayScheme::verify`].
-pub(crate) type VerifyFn =
-    fn(Credentials<'_>, &Headers, &[u8], i64, u64) -> Result<Verification, VerifyError>;
-/// Signature of [`GatewayScheme::parse`].
-pub(crate) type ParseFn = fn(&Headers, &[u8]) -> Result<NormalizedEvent, ParseError>;
-/// Signature of [`GatewayScheme::sample`].
-pub(crate) type SampleFn = fn(&str, &SampleSpec, &str) -> Result<SignedDelivery, SampleError>;
+/// A delivery as ingest received it, with what to check it against: the
+/// input of [`GatewayScheme::VERIFY`].
+#[derive(Clone, Copy)]
+pub struct Request<'a> {
+    /// The source's secrets (and, for PayU, merchant key).
+    pub credentials: Credentials<'a>,
+    /// The request headers (lowercase names).
+    pub headers: &'a Headers,
+    /// The raw body bytes.
+    pub body: &'a [u8],
+    /// The caller's clock, unix seconds.
+    pub now_unix: i64,
+    /// The allowed distance of a signed timestamp from `now_unix`.
+    pub tolerance_secs: u64,
+}
+
+/// [`GatewayScheme::VERIFY`].
+pub type VerifyFn = fn(&Request<'_>) -> Result<Verification, VerifyError>;
+/// [`GatewayScheme::PARSE`]: the headers and raw body of a verified delivery.
+pub type ParseFn = fn(&Headers, &[u8]) -> Result<NormalizedEvent, ParseError>;
+/// [`GatewayScheme::SAMPLE`]: the gateway's event name, the spec, the secret.
+pub type SampleFn = fn(&str, &SampleSpec, &str) -> Result<SignedDelivery, SampleError>;
 
 /// A [`GatewayScheme`] implementation as data: what [`Gateway::scheme`]
 /// returns. The constants are public; the functions are reached through

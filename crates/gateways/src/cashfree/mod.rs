@@ -6,9 +6,8 @@
 mod sample;
 mod scheme;
 
-use crate::sample::{SampleError, SampleSpec, SignedDelivery};
-use crate::scheme::{ContentType, Credentials, GatewayScheme, ParseError, Verification, VerifyError};
-use crate::{Headers, NormalizedEvent};
+use crate::sample::SampleSpec;
+use crate::scheme::{ContentType, GatewayScheme, ParseFn, SampleFn, VerifyFn};
 
 /// Cashfree Payments PG (`x-webhook-signature` over timestamp ‖ body).
 pub(crate) struct Cashfree;
@@ -29,25 +28,8 @@ impl GatewayScheme for Cashfree {
     const SAMPLE_EVENTS: &'static [(&'static str, &'static str)] = sample::TABLE;
     const SAMPLE_EVENT_NAMES: &'static [&'static str] = sample::EVENT_NAMES;
 
-    fn verify(
-        credentials: Credentials<'_>,
-        headers: &Headers,
-        body: &[u8],
-        now_unix: i64,
-        tolerance_secs: u64,
-    ) -> Result<Verification, VerifyError> {
-        scheme::verify(credentials.secrets, headers, body, now_unix, tolerance_secs)
-    }
-
-    fn parse(headers: &Headers, body: &[u8]) -> Result<NormalizedEvent, ParseError> {
-        scheme::parse(headers, body)
-    }
-
-    fn sample(event: &str, spec: &SampleSpec, secret: &str) -> Result<SignedDelivery, SampleError> {
-        Ok(sample::build(event, spec, secret))
-    }
-
-    fn sample_refund_id(spec: &SampleSpec) -> String {
-        format!("refund_{}", spec.event_id)
-    }
+    const VERIFY: VerifyFn = scheme::verify;
+    const PARSE: ParseFn = scheme::parse;
+    const SAMPLE: SampleFn = sample::build;
+    const SAMPLE_REFUND_ID: fn(&SampleSpec) -> String = |spec| format!("refund_{}", spec.event_id);
 }

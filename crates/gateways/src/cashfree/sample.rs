@@ -4,7 +4,7 @@
 //! sends them, signed over `x-webhook-timestamp` (milliseconds) and the body.
 
 use crate::sample::text::{js, rfc3339_ist};
-use crate::sample::{SampleSpec, SignedDelivery};
+use crate::sample::{SampleError, SampleSpec, SignedDelivery};
 use crate::amount::{currency_exponent, format_decimal_minor};
 use super::scheme::{
     IDEMPOTENCY_HEADER, REFUND_TYPE, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign,
@@ -102,7 +102,11 @@ fn refund_body(spec: &SampleSpec, amount: &str, currency: &str) -> String {
     )
 }
 
-pub(super) fn build(event: &str, spec: &SampleSpec, secret: &str) -> SignedDelivery {
+pub(super) fn build(
+    event: &str,
+    spec: &SampleSpec,
+    secret: &str,
+) -> Result<SignedDelivery, SampleError> {
     let currency = spec.currency.to_ascii_uppercase();
     let amount = format_decimal_minor(spec.amount_minor, currency_exponent(&currency));
     let body = if event == REFUND_TYPE {
@@ -123,5 +127,5 @@ pub(super) fn build(event: &str, spec: &SampleSpec, secret: &str) -> SignedDeliv
         .with("x-webhook-version", "2023-08-01")
         .with("x-webhook-attempt", "1")
         .with(IDEMPOTENCY_HEADER, spec.event_id.clone());
-    SignedDelivery { headers, body }
+    Ok(SignedDelivery { headers, body })
 }

@@ -8,9 +8,8 @@ mod scheme;
 
 pub use sample::SAMPLE_PAYU_KEY;
 
-use crate::sample::{SampleError, SampleSpec, SignedDelivery};
-use crate::scheme::{ContentType, Credentials, GatewayScheme, ParseError, Verification, VerifyError};
-use crate::{Headers, NormalizedEvent};
+use crate::sample::SampleSpec;
+use crate::scheme::{ContentType, GatewayScheme, ParseFn, SampleFn, VerifyFn};
 
 /// PayU India (form post with a salted SHA-512 `hash`).
 pub(crate) struct Payu;
@@ -25,27 +24,10 @@ impl GatewayScheme for Payu {
     const SAMPLE_EVENTS: &'static [(&'static str, &'static str)] = sample::TABLE;
     const SAMPLE_EVENT_NAMES: &'static [&'static str] = sample::EVENT_NAMES;
 
-    fn verify(
-        credentials: Credentials<'_>,
-        _headers: &Headers,
-        body: &[u8],
-        _now_unix: i64,
-        _tolerance_secs: u64,
-    ) -> Result<Verification, VerifyError> {
-        scheme::verify(credentials.secrets, credentials.merchant_key, body)
-    }
-
-    fn parse(_headers: &Headers, body: &[u8]) -> Result<NormalizedEvent, ParseError> {
-        scheme::parse(body)
-    }
-
-    fn sample(event: &str, spec: &SampleSpec, secret: &str) -> Result<SignedDelivery, SampleError> {
-        sample::build(event, spec, secret)
-    }
-
+    const VERIFY: VerifyFn = scheme::verify;
+    const PARSE: ParseFn = scheme::parse;
+    const SAMPLE: SampleFn = sample::build;
     /// PayU has no refund samples (its refunds are not webhooks); the value
     /// is not used.
-    fn sample_refund_id(spec: &SampleSpec) -> String {
-        format!("{}:refund", spec.payment_id)
-    }
+    const SAMPLE_REFUND_ID: fn(&SampleSpec) -> String = |spec| format!("{}:refund", spec.payment_id);
 }

@@ -5,9 +5,8 @@
 mod sample;
 mod scheme;
 
-use crate::sample::{SampleError, SampleSpec, SignedDelivery};
-use crate::scheme::{ContentType, Credentials, GatewayScheme, ParseError, Verification, VerifyError};
-use crate::{Headers, NormalizedEvent};
+use crate::sample::SampleSpec;
+use crate::scheme::{ContentType, GatewayScheme, ParseFn, SampleFn, VerifyFn};
 
 /// Razorpay (`X-Razorpay-Signature`, no signed timestamp).
 pub(crate) struct Razorpay;
@@ -25,25 +24,8 @@ impl GatewayScheme for Razorpay {
     const SAMPLE_EVENTS: &'static [(&'static str, &'static str)] = sample::TABLE;
     const SAMPLE_EVENT_NAMES: &'static [&'static str] = sample::EVENT_NAMES;
 
-    fn verify(
-        credentials: Credentials<'_>,
-        headers: &Headers,
-        body: &[u8],
-        _now_unix: i64,
-        _tolerance_secs: u64,
-    ) -> Result<Verification, VerifyError> {
-        scheme::verify(credentials.secrets, headers, body)
-    }
-
-    fn parse(headers: &Headers, body: &[u8]) -> Result<NormalizedEvent, ParseError> {
-        scheme::parse(headers, body)
-    }
-
-    fn sample(event: &str, spec: &SampleSpec, secret: &str) -> Result<SignedDelivery, SampleError> {
-        Ok(sample::build(event, spec, secret))
-    }
-
-    fn sample_refund_id(spec: &SampleSpec) -> String {
-        format!("rfnd_{}", spec.event_id)
-    }
+    const VERIFY: VerifyFn = scheme::verify;
+    const PARSE: ParseFn = scheme::parse;
+    const SAMPLE: SampleFn = sample::build;
+    const SAMPLE_REFUND_ID: fn(&SampleSpec) -> String = |spec| format!("rfnd_{}", spec.event_id);
 }

@@ -3,7 +3,7 @@
 //! over the raw body, with `x-razorpay-event-id` set to the spec's event id.
 
 use crate::sample::text::js;
-use crate::sample::{SampleSpec, SignedDelivery};
+use crate::sample::{SampleError, SampleSpec, SignedDelivery};
 use super::scheme::{EVENT_ID_HEADER, SIGNATURE_HEADER, sign};
 use crate::{Gateway, Headers};
 
@@ -120,7 +120,11 @@ fn refund_entity(spec: &SampleSpec) -> String {
     )
 }
 
-pub(super) fn build(event: &str, spec: &SampleSpec, secret: &str) -> SignedDelivery {
+pub(super) fn build(
+    event: &str,
+    spec: &SampleSpec,
+    secret: &str,
+) -> Result<SignedDelivery, SampleError> {
     let (contains, payload) = match event {
         "order.paid" => (
             r#"["payment","order"]"#,
@@ -163,5 +167,5 @@ pub(super) fn build(event: &str, spec: &SampleSpec, secret: &str) -> SignedDeliv
         .with("Content-Type", "application/json")
         .with(SIGNATURE_HEADER, sign(secret, &body))
         .with(EVENT_ID_HEADER, spec.event_id.clone());
-    SignedDelivery { headers, body }
+    Ok(SignedDelivery { headers, body })
 }

@@ -3,7 +3,7 @@
 //! base64-decoded `whsec_` secret.
 
 use crate::sample::text::{js, rfc3339_utc};
-use crate::sample::{SampleSpec, SignedDelivery};
+use crate::sample::{SampleError, SampleSpec, SignedDelivery};
 use super::scheme::{ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, key_of, sign};
 use crate::{Gateway, Headers};
 
@@ -29,9 +29,16 @@ pub(super) const EVENT_NAMES: &[&str] = &[
     "refunded",
 ];
 
-/// `None` if `secret` is not a usable Standard Webhooks secret.
-pub(super) fn build(event: &str, spec: &SampleSpec, secret: &str) -> Option<SignedDelivery> {
-    let key = key_of(secret)?;
+/// Fails if `secret` is not a usable Standard Webhooks secret.
+pub(super) fn build(
+    event: &str,
+    spec: &SampleSpec,
+    secret: &str,
+) -> Result<SignedDelivery, SampleError> {
+    let key = key_of(secret).ok_or(SampleError::InvalidSecret {
+        gateway: Gateway::Standard,
+        reason: "not base64 after the whsec_ prefix",
+    })?;
     let refund = if event == "payment.refunded" {
         format!(r#","refund_id":{}"#, js(&spec.refund_id(Gateway::Standard)))
     } else {
@@ -60,5 +67,5 @@ pub(super) fn build(event: &str, spec: &SampleSpec, secret: &str) -> Option<Sign
             SIGNATURE_HEADER,
             sign(&key, &spec.event_id, spec.timestamp, &body),
         );
-    Some(SignedDelivery { headers, body })
+    Ok(SignedDelivery { headers, body })
 }

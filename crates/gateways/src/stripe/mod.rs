@@ -6,9 +6,8 @@
 mod sample;
 mod scheme;
 
-use crate::sample::{SampleError, SampleSpec, SignedDelivery};
-use crate::scheme::{ContentType, Credentials, GatewayScheme, ParseError, Verification, VerifyError};
-use crate::{Headers, NormalizedEvent};
+use crate::sample::SampleSpec;
+use crate::scheme::{ContentType, GatewayScheme, ParseFn, SampleFn, VerifyFn};
 
 /// Stripe (`Stripe-Signature: t=…,v1=…`).
 pub(crate) struct Stripe;
@@ -22,25 +21,8 @@ impl GatewayScheme for Stripe {
     const SAMPLE_EVENTS: &'static [(&'static str, &'static str)] = sample::TABLE;
     const SAMPLE_EVENT_NAMES: &'static [&'static str] = sample::EVENT_NAMES;
 
-    fn verify(
-        credentials: Credentials<'_>,
-        headers: &Headers,
-        body: &[u8],
-        now_unix: i64,
-        tolerance_secs: u64,
-    ) -> Result<Verification, VerifyError> {
-        scheme::verify(credentials.secrets, headers, body, now_unix, tolerance_secs)
-    }
-
-    fn parse(_headers: &Headers, body: &[u8]) -> Result<NormalizedEvent, ParseError> {
-        scheme::parse(body)
-    }
-
-    fn sample(event: &str, spec: &SampleSpec, secret: &str) -> Result<SignedDelivery, SampleError> {
-        Ok(sample::build(event, spec, secret))
-    }
-
-    fn sample_refund_id(spec: &SampleSpec) -> String {
-        format!("re_{}", spec.event_id)
-    }
+    const VERIFY: VerifyFn = scheme::verify;
+    const PARSE: ParseFn = scheme::parse;
+    const SAMPLE: SampleFn = sample::build;
+    const SAMPLE_REFUND_ID: fn(&SampleSpec) -> String = |spec| format!("re_{}", spec.event_id);
 }

@@ -6,7 +6,7 @@
 //! `metadata` empty (a Checkout payment intent carries no order reference).
 
 use crate::sample::text::js;
-use crate::sample::{SampleSpec, SignedDelivery};
+use crate::sample::{SampleError, SampleSpec, SignedDelivery};
 use super::scheme::{SIGNATURE_HEADER, sign};
 use crate::{Gateway, Headers};
 
@@ -174,7 +174,11 @@ fn refund(spec: &SampleSpec, currency: &str) -> String {
     )
 }
 
-pub(super) fn build(event: &str, spec: &SampleSpec, secret: &str) -> SignedDelivery {
+pub(super) fn build(
+    event: &str,
+    spec: &SampleSpec,
+    secret: &str,
+) -> Result<SignedDelivery, SampleError> {
     let currency = spec.currency.to_ascii_lowercase();
     let object = match event {
         "checkout.session.completed" | "checkout.session.async_payment_succeeded" => {
@@ -205,5 +209,5 @@ pub(super) fn build(event: &str, spec: &SampleSpec, secret: &str) -> SignedDeliv
     let headers = Headers::new()
         .with("Content-Type", "application/json; charset=utf-8")
         .with(SIGNATURE_HEADER, signature);
-    SignedDelivery { headers, body }
+    Ok(SignedDelivery { headers, body })
 }

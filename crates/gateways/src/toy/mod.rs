@@ -19,7 +19,8 @@ use crate::json::{currency_at, id_at, int_amount_at, parse_body, str_at};
 use crate::sample::text::js;
 use crate::sample::{SampleError, SampleSpec, SignedDelivery};
 use crate::scheme::{
-    ContentType, Credentials, GatewayScheme, ParseError, Verification, VerifyError, header,
+    ContentType, GatewayScheme, ParseError, ParseFn, Request, SampleFn, Verification, VerifyError,
+    VerifyFn, header,
 };
 use crate::{EventKind, Gateway, Headers, NormalizedEvent};
 
@@ -43,76 +44,72 @@ impl GatewayScheme for Toy {
     ];
     const SAMPLE_EVENT_NAMES: &'static [&'static str] = &["paid", "refunded", "captured"];
 
-    fn verify(
-        credentials: Credentials<'_>,
-        headers: &Headers,
-        body: &[u8],
-        now_unix: i64,
-        tolerance_secs: u64,
-    ) -> Result<Verification, VerifyError> {
-        let ts = header(headers, TIMESTAMP_HEADER).ok_or(VerifyError::Missing(TIMESTAMP_HEADER))?;
-        let sig = header(headers, SIGNATURE_HEADER).ok_or(VerifyError::Missing(SIGNATURE_HEADER))?;
-        let signed_at = parse_unix_digits(ts, TIMESTAMP_HEADER)?;
-        let signature = decode_hex(sig, 32, SIGNATURE_HEADER)?;
-        check_window(signed_at, now_unix, tolerance_secs)?;
-        let signed = [ts.as_bytes(), b".", body];
-        let secret_index = first_match(credentials.secrets, |s| {
-            hmac_sha256_matches(s.as_bytes(), &signed, &signature)
-        })?;
-        Ok(Verification {
-            secret_index,
-            signed_at: Some(signed_at),
-        })
-    }
+    const VERIFY: VerifyFn = verify;
+    const PARSE: ParseFn = parse;
+    const SAMPLE: SampleFn = sample;
+    const SAMPLE_REFUND_ID: fn(&SampleSpec) -> String = |spec| format!("toyrf_{}", spec.event_id);
+}
 
-    fn parse(_headers: &Headers, body: &[u8]) -> Result<NormalizedEvent, ParseError> {
-        let v = parse_body(body)?;
-        let event_id = id_at(&v, &["id"]).ok_or(ParseError::MissingField("id"))?;
-        let ty = str_at(&v, &["type"]).ok_or(ParseError::MissingField("type"))?;
-        let kind = match ty {
-            "paid" => EventKind::Captured,
-            "refunded" => EventKind::Refunded,
-            _ => EventKind::Other,
-        };
-        Ok(NormalizedEvent {
-            provider: Gateway::Toy,
-            refund_id: (kind == EventKind::Refunded).then(|| format!("toyrf_{event_id}")),
-            event_id,
-            event_type: ty.to_owned(),
-            kind,
-            payment_id: id_at(&v, &["payment"]),
-            order_ref: id_at(&v, &["order"]),
-            amount_minor: int_amount_at(&v, &["amount"], "amount")?,
-            currency: currency_at(&v, &["currency"]),
-            email: str_at(&v, &["email"]).map(str::to_owned),
-            cumulative_refund: false,
-        })
-    }
+fn verify(request: &Request<'_>) -> Result<Verification, VerifyError> {
+    let (headers, body) = (request.headers, request.body);
+    let ts = header(headers, TIMESTAMP_HEADER).ok_or(VerifyError::Missing(TIMESTAMP_HEADER))?;
+    let sig = header(headers, SIGNATURE_HEADER).ok_or(VerifyError::Missing(SIGNATURE_HEADER))?;
+    let signed_at = parse_unix_digits(ts, TIMESTAMP_HEADER)?;
+    let signature = decode_hex(sig, 32, SIGNATURE_HEADER)?;
+    check_window(signed_at, request.now_unix, request.tolerance_secs)?;
+    let signed = [ts.as_bytes(), b".", body];
+    let secret_index = first_match(request.credentials.secrets, |s| {
+        hmac_sha256_matches(s.as_bytes(), &signed, &signature)
+    })?;
+    Ok(Verification {
+        secret_index,
+        signed_at: Some(signed_at),
+    })
+}
 
-    fn sample(event: &str, spec: &SampleSpec, secret: &str) -> Result<SignedDelivery, SampleError> {
-        let body = format!(
-            r#"{{"id":{id},"type":{ty},"payment":{payment},"order":{order},"amount":{amount},"currency":{currency},"email":{email}}}"#,
-            id = js(&spec.event_id),
-            ty = js(event),
-            payment = js(&spec.payment_id),
-            order = js(&spec.order_ref),
-            amount = spec.amount_minor,
-            currency = js(&spec.currency),
-            email = js(&spec.email),
-        )
-        .into_bytes();
-        let ts = spec.timestamp.to_string();
-        let signature = hex::encode(hmac_sha256(secret.as_bytes(), &[ts.as_bytes(), b".", &body]));
-        let headers = Headers::new()
-            .with("Content-Type", Self::CONTENT_TYPE.as_str())
-            .with(TIMESTAMP_HEADER, ts)
-            .with(SIGNATURE_HEADER, signature);
-        Ok(SignedDelivery { headers, body })
-    }
+fn parse(_headers: &Headers, body: &[u8]) -> Result<NormalizedEvent, ParseError> {
+    let v = parse_body(body)?;
+    let event_id = id_at(&v, &["id"]).ok_or(ParseError::MissingField("id"))?;
+    let ty = str_at(&v, &["type"]).ok_or(ParseError::MissingField("type"))?;
+    let kind = match ty {
+        "paid" => EventKind::Captured,
+        "refunded" => EventKind::Refunded,
+        _ => EventKind::Other,
+    };
+    Ok(NormalizedEvent {
+        provider: Gateway::Toy,
+        refund_id: (kind == EventKind::Refunded).then(|| format!("toyrf_{event_id}")),
+        event_id,
+        event_type: ty.to_owned(),
+        kind,
+        payment_id: id_at(&v, &["payment"]),
+        order_ref: id_at(&v, &["order"]),
+        amount_minor: int_amount_at(&v, &["amount"], "amount")?,
+        currency: currency_at(&v, &["currency"]),
+        email: str_at(&v, &["email"]).map(str::to_owned),
+        cumulative_refund: false,
+    })
+}
 
-    fn sample_refund_id(spec: &SampleSpec) -> String {
-        format!("toyrf_{}", spec.event_id)
-    }
+fn sample(event: &str, spec: &SampleSpec, secret: &str) -> Result<SignedDelivery, SampleError> {
+    let body = format!(
+        r#"{{"id":{id},"type":{ty},"payment":{payment},"order":{order},"amount":{amount},"currency":{currency},"email":{email}}}"#,
+        id = js(&spec.event_id),
+        ty = js(event),
+        payment = js(&spec.payment_id),
+        order = js(&spec.order_ref),
+        amount = spec.amount_minor,
+        currency = js(&spec.currency),
+        email = js(&spec.email),
+    )
+    .into_bytes();
+    let ts = spec.timestamp.to_string();
+    let signature = hex::encode(hmac_sha256(secret.as_bytes(), &[ts.as_bytes(), b".", &body]));
+    let headers = Headers::new()
+        .with("Content-Type", Toy::CONTENT_TYPE.as_str())
+        .with(TIMESTAMP_HEADER, ts)
+        .with(SIGNATURE_HEADER, signature);
+    Ok(SignedDelivery { headers, body })
 }
 
 #[cfg(test)]
