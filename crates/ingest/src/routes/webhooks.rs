@@ -76,17 +76,7 @@ async fn handle(
         .await
         .map_err(|_| IngestError::BodyTimeout(BODY_TIMEOUT))??;
 
-    let headers: Headers = source
-        .gateway
-        .relevant_headers()
-        .iter()
-        .filter_map(|name| {
-            req.headers()
-                .get(*name)
-                .and_then(|v| v.to_str().ok())
-                .map(|v| (*name, v.to_owned()))
-        })
-        .collect();
+    let headers = relevant_headers(req, source.gateway);
     let received_at = OffsetDateTime::now_utc();
     let verification = oncehook_gateways::verify(
         source.gateway,
@@ -123,8 +113,18 @@ async fn handle(
     }
     .with_event(parsed);
 
+    publish(state, &envelope, verification.secret_index).await
+}
+
+/// Publishes with confirm: `200` with the receipt only on a clean broker ack.
+async fn publish(
+    state: &IngestState,
+    envelope: &Envelope,
+    secret_index: usize,
+) -> Result<HttpResponse, IngestError> {
+    let (source_name, receipt_id) = (envelope.source.as_str(), envelope.receipt_id);
     let published = Instant::now();
-    let result = state.publisher.publish(&envelope).await;
+    let result = state.publisher.publish(envelope).await;
     metrics::histogram!("oncehook_ingest_publish_duration_seconds")
         .record(published.elapsed().as_secs_f64());
     match result {
@@ -134,7 +134,7 @@ async fn handle(
                 receipt = %receipt_id,
                 event_id = envelope.identity().unwrap_or("-"),
                 event_type = envelope.kind_name().unwrap_or("-"),
-                secret_index = verification.secret_index,
+                secret_index,
                 "webhook accepted"
             );
             Ok(HttpResponse::Ok().json(serde_json::json!({
@@ -153,6 +153,20 @@ async fn handle(
             Err(IngestError::BrokerUnavailable)
         }
     }
+}
+
+/// The request headers `gateway`'s scheme needs, as the envelope carries them.
+fn relevant_headers(req: &HttpRequest, gateway: Gateway) -> Headers {
+    gateway
+        .relevant_headers()
+        .iter()
+        .filter_map(|name| {
+            req.headers()
+                .get(*name)
+                .and_then(|v| v.to_str().ok())
+                .map(|v| (*name, v.to_owned()))
+        })
+        .collect()
 }
 
 fn check_content_type(req: &HttpRequest, gateway: Gateway) -> Result<(), IngestError> {
