@@ -274,7 +274,7 @@ pub async fn settle_and_check(
     let dead: BTreeSet<(String, String)> = dead_msgs
         .iter()
         .filter_map(|m| Envelope::from_bytes(&m.body).ok())
-        .filter_map(|e| Some((e.gateway.clone(), e.event_id.clone()?)))
+        .filter_map(|e| Some((e.gateway.to_string(), e.identity()?.to_owned())))
         .collect();
     let lost: Vec<&(String, String)> = load
         .acked

@@ -3,12 +3,26 @@
 //! the headers the gateway's scheme needs, the ingest receipt id and the
 //! moment the signature (and its timestamp) was verified. Redeliveries and
 //! DLQ replays never re-check the clock: `verified_at` is the proof.
+//!
+//! It also carries ingest's one parse of the body (`event`, absent when
+//! ingest could not understand the payload): the routing key and message id
+//! are derived from it, and the worker uses it instead of parsing again, so
+//! the two can never disagree. The raw body stays: parked events and DLQ
+//! replays are re-read from the envelope bytes.
+//!
+//! Compatibility: `event` is an optional field added to version 1, not a new
+//! version. Serde ignores fields it does not know, so a worker or ctl of the
+//! previous release reads new envelopes, and a new worker reads old ones
+//! (without `event` it parses the body itself, as before); a version bump
+//! would have made old workers dead-letter every new envelope during a
+//! rolling deploy. An `event` this build cannot read (from a newer ingest) is
+//! treated as absent for the same reason.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable};
-use oncehook_gateways::Headers;
+use oncehook_gateways::{Gateway, Headers, NormalizedEvent, UnknownGateway};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -28,6 +42,14 @@ pub enum EnvelopeError {
     Body(#[from] base64::DecodeError),
     #[error("envelope version {0} is not supported (expected {ENVELOPE_VERSION})")]
     Version(u32),
+    /// A well-formed envelope naming a gateway this build does not know
+    /// (a newer ingest in front of an older worker).
+    #[error("{gateway}")]
+    UnknownGateway {
+        /// The envelope's configured source name.
+        source_name: String,
+        gateway: UnknownGateway,
+    },
 }
 
 /// A verified webhook delivery on its way to the worker.
@@ -38,11 +60,13 @@ pub struct Envelope {
     pub receipt_id: Uuid,
     /// The configured source name (`/webhooks/{source}`).
     pub source: String,
-    /// The gateway scheme of the source (`razorpay`, `stripe`, …).
-    pub gateway: String,
-    /// The event identity, where ingest could extract it.
+    /// The gateway scheme of the source (serialised as its name: `razorpay`, `stripe`, …).
+    pub gateway: Gateway,
+    /// The event identity, where ingest could extract it: `event`'s, set by
+    /// [`Envelope::with_event`] (kept on the wire for readers of older releases).
     pub event_id: Option<String>,
-    /// The gateway's event type, where ingest could extract it.
+    /// The gateway's event type, where ingest could extract it: `event`'s, set by
+    /// [`Envelope::with_event`] (kept on the wire for readers of older releases).
     pub event_type: Option<String>,
     #[serde(with = "time::serde::rfc3339")]
     pub received_at: OffsetDateTime,
@@ -54,6 +78,42 @@ pub struct Envelope {
     pub headers: Headers,
     /// The raw request body, base64.
     pub body_b64: String,
+    /// Ingest's parse of the body; `None` when ingest could not understand
+    /// it, and in envelopes from an ingest older than this field.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "event_if_readable"
+    )]
+    pub event: Option<NormalizedEvent>,
+}
+
+/// Reads `event` leniently: a value this build cannot decode is `None`, so
+/// the worker falls back to parsing the body instead of rejecting the envelope.
+fn event_if_readable<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<NormalizedEvent>, D::Error> {
+    let value = Option::<serde_json::Value>::deserialize(deserializer)?;
+    Ok(value.and_then(|v| serde_json::from_value(v).ok()))
+}
+
+/// Why an envelope failed to decode, when it is its gateway name.
+fn unknown_gateway(bytes: &[u8]) -> Option<EnvelopeError> {
+    #[derive(Deserialize)]
+    struct Names {
+        version: u32,
+        source: String,
+        gateway: String,
+    }
+    let names: Names = serde_json::from_slice(bytes).ok()?;
+    if names.version != ENVELOPE_VERSION {
+        return Some(EnvelopeError::Version(names.version));
+    }
+    let gateway = names.gateway.parse::<Gateway>().err()?;
+    Some(EnvelopeError::UnknownGateway {
+        source_name: names.source,
+        gateway,
+    })
 }
 
 impl Envelope {
@@ -70,8 +130,37 @@ impl Envelope {
         serde_json::to_vec(self).unwrap_or_default()
     }
 
+    /// Attaches ingest's parse of the body (`None`: not understood) and the
+    /// identity and type derived from it.
+    pub fn with_event(mut self, event: Option<NormalizedEvent>) -> Self {
+        self.event_id = event.as_ref().map(|e| e.event_id.clone());
+        self.event_type = event.as_ref().map(|e| e.event_type.clone());
+        self.event = event;
+        self
+    }
+
+    /// The event identity: the parsed event's, else (an older ingest's
+    /// envelope) the `event_id` field.
+    pub fn identity(&self) -> Option<&str> {
+        match &self.event {
+            Some(event) => Some(&event.event_id),
+            None => self.event_id.as_deref(),
+        }
+    }
+
+    /// The gateway's event type: the parsed event's, else the `event_type` field.
+    pub fn kind_name(&self) -> Option<&str> {
+        match &self.event {
+            Some(event) => Some(&event.event_type),
+            None => self.event_type.as_deref(),
+        }
+    }
+
+    /// Decodes and checks the version; an unknown gateway name is
+    /// [`EnvelopeError::UnknownGateway`], not a JSON error.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, EnvelopeError> {
-        let env: Envelope = serde_json::from_slice(bytes)?;
+        let env: Envelope = serde_json::from_slice(bytes)
+            .map_err(|err| unknown_gateway(bytes).unwrap_or(EnvelopeError::Json(err)))?;
         if env.version != ENVELOPE_VERSION {
             return Err(EnvelopeError::Version(env.version));
         }
@@ -80,7 +169,7 @@ impl Envelope {
 
     /// `<gateway>:<event_id>` where the identity is known, else `receipt:<uuid>`.
     pub fn message_id(&self) -> String {
-        match &self.event_id {
+        match self.identity() {
             Some(id) => format!("{}:{}", self.gateway, id),
             None => format!("receipt:{}", self.receipt_id),
         }
@@ -88,11 +177,7 @@ impl Envelope {
 
     /// `<gateway>.<event_type>` (topic routing key).
     pub fn routing_key(&self) -> String {
-        format!(
-            "{}.{}",
-            self.gateway,
-            self.event_type.as_deref().unwrap_or("unknown")
-        )
+        format!("{}.{}", self.gateway, self.kind_name().unwrap_or("unknown"))
     }
 
     /// Persistent message properties for publishing this envelope.
@@ -114,29 +199,107 @@ impl Envelope {
 
 #[cfg(test)]
 mod tests {
+    use oncehook_gateways::EventKind;
+
     use super::*;
 
-    #[test]
-    fn body_bytes_survive_byte_exact() {
-        let raw = b"{\"amount\":500.00,\"x\":\"\xe2\x82\xb9\"}\n".to_vec();
-        let env = Envelope {
+    fn envelope(raw: &[u8]) -> Envelope {
+        Envelope {
             version: ENVELOPE_VERSION,
             receipt_id: Uuid::new_v4(),
             source: "cashfree".into(),
-            gateway: "cashfree".into(),
-            event_id: Some("e1".into()),
-            event_type: Some("PAYMENT_SUCCESS_WEBHOOK".into()),
+            gateway: Gateway::Cashfree,
+            event_id: None,
+            event_type: None,
             received_at: OffsetDateTime::now_utc(),
             verified_at: OffsetDateTime::now_utc(),
             signed_at: Some(1),
             headers: Headers::new().with("X-Webhook-Timestamp", "1000"),
-            body_b64: Envelope::encode_body(&raw),
-        };
+            body_b64: Envelope::encode_body(raw),
+            event: None,
+        }
+    }
+
+    fn event() -> NormalizedEvent {
+        NormalizedEvent {
+            provider: Gateway::Cashfree,
+            event_id: "e1".into(),
+            event_type: "PAYMENT_SUCCESS_WEBHOOK".into(),
+            kind: EventKind::Captured,
+            payment_id: Some("p1".into()),
+            order_ref: Some("o1".into()),
+            amount_minor: Some(50_000),
+            currency: Some("INR".into()),
+            email: None,
+            refund_id: None,
+            cumulative_refund: false,
+        }
+    }
+
+    #[test]
+    fn body_bytes_survive_byte_exact() {
+        let raw = b"{\"amount\":500.00,\"x\":\"\xe2\x82\xb9\"}\n".to_vec();
+        let env = envelope(&raw).with_event(Some(event()));
         let back = Envelope::from_bytes(&env.to_bytes()).expect("round trip");
         assert_eq!(back.body().expect("body"), raw);
         assert_eq!(back.headers.get("x-webhook-timestamp"), Some("1000"));
         assert_eq!(back.message_id(), "cashfree:e1");
         assert_eq!(back.routing_key(), "cashfree.PAYMENT_SUCCESS_WEBHOOK");
+        assert_eq!(back.event, Some(event()));
+        assert_eq!(
+            back.event_id.as_deref(),
+            Some("e1"),
+            "kept for older readers"
+        );
+    }
+
+    #[test]
+    fn without_an_event_the_receipt_names_the_message() {
+        let env = envelope(b"?").with_event(None);
+        let back = Envelope::from_bytes(&env.to_bytes()).expect("round trip");
+        assert_eq!(back.event, None);
+        assert_eq!(back.message_id(), format!("receipt:{}", env.receipt_id));
+        assert_eq!(back.routing_key(), "cashfree.unknown");
+        assert!(!String::from_utf8_lossy(&env.to_bytes()).contains("\"event\""));
+    }
+
+    /// What the previous ingest published: no `event`, identity in the fields.
+    const OLD: &str = r#"{"version":1,"receipt_id":"6f1c1d2e-8a59-4a43-9d3e-0c8a3b1c2d4e","source":"rzp","gateway":"razorpay","event_id":"evt_1","event_type":"payment.captured","received_at":"2025-05-05T06:40:21Z","verified_at":"2025-05-05T06:40:21Z","signed_at":null,"headers":[["x-razorpay-signature","ab"]],"body_b64":"e30="}"#;
+
+    #[test]
+    fn envelopes_from_the_previous_ingest_still_decode() {
+        let env = Envelope::from_bytes(OLD.as_bytes()).expect("old envelope");
+        assert_eq!(env.gateway, Gateway::Razorpay);
+        assert_eq!(env.event, None);
+        assert_eq!(env.message_id(), "razorpay:evt_1");
+        assert_eq!(env.routing_key(), "razorpay.payment.captured");
+        assert_eq!(env.body().expect("body"), b"{}");
+    }
+
+    #[test]
+    fn an_unknown_gateway_is_named_and_an_unreadable_event_is_absent() {
+        let unknown = OLD.replace(r#""gateway":"razorpay""#, r#""gateway":"paypal""#);
+        match Envelope::from_bytes(unknown.as_bytes()) {
+            Err(EnvelopeError::UnknownGateway {
+                source_name,
+                gateway,
+            }) => {
+                assert_eq!(source_name, "rzp");
+                assert_eq!(gateway.0, "paypal");
+            }
+            other => panic!("expected UnknownGateway, got {other:?}"),
+        }
+        let newer = OLD.replace(
+            r#""body_b64""#,
+            r#""event":{"kind":"teleported"},"body_b64""#,
+        );
+        let env = Envelope::from_bytes(newer.as_bytes()).expect("envelope");
+        assert_eq!(env.event, None, "the worker parses the body itself");
+        let bumped = unknown.replace(r#""version":1"#, r#""version":2"#);
+        assert!(matches!(
+            Envelope::from_bytes(bumped.as_bytes()),
+            Err(EnvelopeError::Version(2))
+        ));
     }
 
     #[test]

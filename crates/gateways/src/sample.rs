@@ -20,16 +20,11 @@
 //!   (Stripe payment intents and refunds): the event then has no order
 //!   reference.
 
-mod cashfree;
-mod payu;
-mod razorpay;
-mod standard;
-mod stripe;
-mod text;
+pub(crate) mod text;
 
 use crate::{Gateway, Headers};
 
-pub use payu::SAMPLE_PAYU_KEY;
+pub use crate::payu::SAMPLE_PAYU_KEY;
 
 /// Parameters of a sample event.
 #[derive(Debug, Clone)]
@@ -64,13 +59,7 @@ impl SampleSpec {
     /// (`refund.created`). PayU has no refund samples (its refunds are not
     /// webhooks); its value, `{payment_id}:refund`, is not used.
     pub fn refund_id(&self, gateway: Gateway) -> String {
-        match gateway {
-            Gateway::Razorpay => format!("rfnd_{}", self.event_id),
-            Gateway::Cashfree => format!("refund_{}", self.event_id),
-            Gateway::Payu => format!("{}:refund", self.payment_id),
-            Gateway::Stripe => format!("re_{}", self.event_id),
-            Gateway::Standard => format!("rf_{}", self.event_id),
-        }
+        (gateway.scheme().sample_refund_id)(self)
     }
 
     /// The PayU merchant key the sample carries.
@@ -120,13 +109,7 @@ pub enum SampleError {
 /// The event names [`build`] accepts for `gateway`: the gateway's own names
 /// followed by the generic aliases it supports.
 pub fn event_names(gateway: Gateway) -> &'static [&'static str] {
-    match gateway {
-        Gateway::Razorpay => razorpay::EVENT_NAMES,
-        Gateway::Cashfree => cashfree::EVENT_NAMES,
-        Gateway::Payu => payu::EVENT_NAMES,
-        Gateway::Stripe => stripe::EVENT_NAMES,
-        Gateway::Standard => standard::EVENT_NAMES,
-    }
+    gateway.scheme().sample_event_names
 }
 
 /// Builds and signs `event` (a gateway event name such as
@@ -146,36 +129,14 @@ pub fn build(
             spec.amount_minor
         )));
     }
-    let unknown = || SampleError::UnknownSampleEvent {
-        gateway,
-        event: event.to_owned(),
-        accepted: event_names(gateway),
-    };
-    match gateway {
-        Gateway::Razorpay => {
-            let native = razorpay::resolve(event).ok_or_else(unknown)?;
-            Ok(razorpay::build(native, spec, secret))
-        }
-        Gateway::Cashfree => {
-            let native = cashfree::resolve(event).ok_or_else(unknown)?;
-            Ok(cashfree::build(native, spec, secret))
-        }
-        Gateway::Payu => {
-            let native = payu::resolve(event).ok_or_else(unknown)?;
-            payu::build(native, spec, secret)
-        }
-        Gateway::Stripe => {
-            let native = stripe::resolve(event).ok_or_else(unknown)?;
-            Ok(stripe::build(native, spec, secret))
-        }
-        Gateway::Standard => {
-            let native = standard::resolve(event).ok_or_else(unknown)?;
-            standard::build(native, spec, secret).ok_or(SampleError::InvalidSecret {
-                gateway,
-                reason: "not base64 after the whsec_ prefix",
-            })
-        }
-    }
+    let scheme = gateway.scheme();
+    let native =
+        resolve_in(scheme.sample_events, event).ok_or_else(|| SampleError::UnknownSampleEvent {
+            gateway,
+            event: event.to_owned(),
+            accepted: event_names(gateway),
+        })?;
+    (scheme.sample)(native, spec, secret)
 }
 
 /// Looks `event` up in a table of (accepted name, native name) pairs.
@@ -232,25 +193,22 @@ fn bump_digit(b: &mut u8) {
     *b = if *b == b'9' { b'8' } else { *b + 1 };
 }
 
-/// Which gateway a delivery is for, from its signature header.
+/// Which gateway a delivery is for: the first whose signature header it
+/// carries, else the first that signs in the body and whose content type it
+/// has.
 fn sniff_gateway(headers: &Headers) -> Option<Gateway> {
-    let has = |name| headers.get(name).is_some();
-    if has("stripe-signature") {
-        Some(Gateway::Stripe)
-    } else if has("x-razorpay-signature") {
-        Some(Gateway::Razorpay)
-    } else if has("x-webhook-signature") {
-        Some(Gateway::Cashfree)
-    } else if has("webhook-signature") {
-        Some(Gateway::Standard)
-    } else if headers
-        .get("content-type")
-        .is_some_and(|c| c.starts_with("application/x-www-form-urlencoded"))
-    {
-        Some(Gateway::Payu)
-    } else {
-        None
-    }
+    let by_header = Gateway::ALL.into_iter().find(|g| {
+        g.scheme()
+            .signature_header
+            .is_some_and(|name| headers.get(name).is_some())
+    });
+    by_header.or_else(|| {
+        let content_type = headers.get("content-type")?.to_ascii_lowercase();
+        Gateway::ALL.into_iter().find(|g| {
+            let scheme = g.scheme();
+            scheme.signature_header.is_none() && scheme.content_type.accepts(&content_type)
+        })
+    })
 }
 
 /// Positions of the first digit of every value written after a key

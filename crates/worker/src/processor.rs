@@ -1,6 +1,7 @@
-//! One envelope, one transaction: decode the envelope, parse the gateway
-//! payload, claim the delivery in `processed_webhooks` (insert-first), apply
-//! the effect, record the outcome, commit. An event the effect cannot link
+//! One envelope, one transaction: decode the envelope (with the event ingest
+//! parsed; an older ingest's envelope has its payload parsed here), claim the
+//! delivery in `processed_webhooks` (insert-first), apply the effect, record
+//! the outcome, commit. An event the effect cannot link
 //! to an order yet is parked in the same transaction (see `parking`).
 //! Errors are classified for the consumer: permanent ones are dead-lettered,
 //! transient ones retried.
@@ -9,7 +10,8 @@ use std::time::Instant;
 
 use oncehook_common::Envelope;
 use oncehook_common::db::is_transient;
-use oncehook_gateways::{Gateway, NormalizedEvent};
+use oncehook_common::envelope::EnvelopeError;
+use oncehook_gateways::NormalizedEvent;
 use sqlx::PgPool;
 
 use oncehook_common::store::{dedup as dedup_store, parking as parking_store};
@@ -68,27 +70,43 @@ impl From<sqlx::Error> for ProcessError {
 }
 
 /// Decodes a message body; `message_id` only names the message in errors.
+/// The event is the one ingest parsed and put in the envelope; only an
+/// envelope without one (an older ingest's) has its body parsed here.
 pub fn decode(data: &[u8], message_id: &str) -> Result<Decoded, Rejection> {
-    let envelope = Envelope::from_bytes(data).map_err(|e| Rejection {
+    let bad_envelope = |e: &dyn std::fmt::Display| Rejection {
         kind: "bad_envelope",
         message: format!("message {message_id}: {e}"),
+    };
+    let envelope = Envelope::from_bytes(data).map_err(|e| match e {
+        EnvelopeError::UnknownGateway {
+            source_name,
+            gateway,
+        } => Rejection {
+            kind: "unknown_gateway",
+            message: format!("message {message_id} from source {source_name}: {gateway}"),
+        },
+        other => bad_envelope(&other),
     })?;
-    let gateway: Gateway = envelope.gateway.parse().map_err(|e| Rejection {
-        kind: "unknown_gateway",
-        message: format!("message {message_id} from source {}: {e}", envelope.source),
-    })?;
-    let body = envelope.body().map_err(|e| Rejection {
-        kind: "bad_envelope",
-        message: format!("message {message_id}: {e}"),
-    })?;
-    let event =
-        oncehook_gateways::parse(gateway, &envelope.headers, &body).map_err(|e| Rejection {
-            kind: "unparseable",
-            message: format!(
-                "{gateway} delivery {message_id} (receipt {}) is authentic but not understood: {e}",
-                envelope.receipt_id
-            ),
-        })?;
+    let gateway = envelope.gateway;
+    let body = envelope.body().map_err(|e| bad_envelope(&e))?;
+    let event = match &envelope.event {
+        Some(event) if event.provider != gateway => {
+            return Err(bad_envelope(&format_args!(
+                "its {gateway} envelope carries a {} event",
+                event.provider
+            )));
+        }
+        Some(event) => event.clone(),
+        None => {
+            oncehook_gateways::parse(gateway, &envelope.headers, &body).map_err(|e| Rejection {
+                kind: "unparseable",
+                message: format!(
+                    "{gateway} delivery {message_id} (receipt {}) is authentic but not understood: {e}",
+                    envelope.receipt_id
+                ),
+            })?
+        }
+    };
     let key = dedup::key(&envelope.source, &event.event_id, &body);
     Ok(Decoded {
         envelope,
@@ -153,4 +171,89 @@ pub async fn process<E: Effect>(
         outcome: applied.outcome,
         detail: applied.detail,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use oncehook_common::envelope::ENVELOPE_VERSION;
+    use oncehook_gateways::Gateway;
+    use oncehook_gateways::sample::{self, SampleSpec};
+    use time::OffsetDateTime;
+    use uuid::Uuid;
+
+    use super::*;
+
+    fn spec() -> SampleSpec {
+        SampleSpec {
+            order_ref: "order_1".into(),
+            payment_id: "pay_1".into(),
+            event_id: "evt_1".into(),
+            amount_minor: 50_000,
+            currency: "INR".into(),
+            email: "a@example.com".into(),
+            timestamp: 1_717_740_003,
+            merchant_key: None,
+        }
+    }
+
+    /// An envelope as ingest builds it for a Razorpay `captured` sample.
+    fn envelope(parsed_by_ingest: bool) -> Envelope {
+        let d = sample::build(Gateway::Razorpay, "captured", &spec(), "s").expect("sample");
+        let event = oncehook_gateways::parse(Gateway::Razorpay, &d.headers, &d.body).ok();
+        Envelope {
+            version: ENVELOPE_VERSION,
+            receipt_id: Uuid::new_v4(),
+            source: "rzp".into(),
+            gateway: Gateway::Razorpay,
+            event_id: None,
+            event_type: None,
+            received_at: OffsetDateTime::now_utc(),
+            verified_at: OffsetDateTime::now_utc(),
+            signed_at: None,
+            headers: d.headers,
+            body_b64: Envelope::encode_body(&d.body),
+            event: None,
+        }
+        .with_event(event.filter(|_| parsed_by_ingest))
+    }
+
+    #[test]
+    fn the_event_ingest_parsed_is_the_one_used() {
+        let mut env = envelope(true);
+        let mut event = env.event.clone().expect("parsed");
+        // Were the worker to parse the body again, it would not see this.
+        event.order_ref = Some("as ingest read it".into());
+        env.event = Some(event.clone());
+        let decoded = decode(&env.to_bytes(), "m").expect("decoded");
+        assert_eq!(decoded.event, event);
+        assert_eq!(decoded.key.event_id, "evt_1");
+    }
+
+    #[test]
+    fn without_an_event_the_body_is_parsed_or_dead_lettered() {
+        let env = envelope(false);
+        let decoded = decode(&env.to_bytes(), "m").expect("decoded");
+        assert_eq!(decoded.event.event_id, "evt_1");
+        assert_eq!(decoded.event.order_ref.as_deref(), Some("order_1"));
+
+        let mut garbled = envelope(false);
+        garbled.body_b64 = Envelope::encode_body(b"not json");
+        let rejection = decode(&garbled.to_bytes(), "m").expect_err("unparseable");
+        assert_eq!(rejection.kind, "unparseable");
+    }
+
+    #[test]
+    fn unknown_gateways_and_mismatched_events_are_dead_lettered() {
+        let text = String::from_utf8(envelope(true).to_bytes()).expect("utf-8");
+        let unknown = text.replace(r#""gateway":"razorpay""#, r#""gateway":"paypal""#);
+        let rejection = decode(unknown.as_bytes(), "m").expect_err("unknown gateway");
+        assert_eq!(rejection.kind, "unknown_gateway");
+        assert!(rejection.message.contains("from source rzp"), "{rejection}");
+        assert!(rejection.message.contains("paypal"), "{rejection}");
+
+        let mut mismatched = envelope(true);
+        mismatched.gateway = Gateway::Stripe;
+        let rejection = decode(&mismatched.to_bytes(), "m").expect_err("mismatch");
+        assert_eq!(rejection.kind, "bad_envelope");
+    }
 }

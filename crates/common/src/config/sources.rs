@@ -164,20 +164,21 @@ pub(crate) fn resolve(
 }
 
 fn check_merchant_key(gateway: Gateway, key: Option<&str>) -> Result<(), String> {
-    match (gateway, key) {
-        (Gateway::Payu, None) => Err(
-            "merchant_key is required for gateway \"payu\" (the PayU merchant key; \
-             notifications whose `key` differs are refused): refusing to start"
-                .into(),
-        ),
-        (Gateway::Payu, Some(k)) if k.contains('|') => {
+    let needed = gateway.scheme().needs_merchant_key;
+    match key {
+        None if needed => Err(format!(
+            "merchant_key is required for gateway {:?} (notifications whose `key` differs \
+             are refused): refusing to start",
+            gateway.as_str()
+        )),
+        Some(k) if needed && k.contains('|') => {
             Err("merchant_key must not contain `|` (PayU's hash separator)".into())
         }
-        (Gateway::Payu, Some(_)) | (_, None) => Ok(()),
-        (_, Some(_)) => Err(format!(
-            "merchant_key is only used by gateway \"payu\", not {gateway:?}",
-            gateway = gateway.as_str()
+        Some(_) if !needed => Err(format!(
+            "merchant_key is only used by gateways that sign with one (payu), not {:?}",
+            gateway.as_str()
         )),
+        _ => Ok(()),
     }
 }
 

@@ -7,7 +7,7 @@
 use std::fmt::Write;
 
 /// `s` as a JSON string literal, quotes included.
-pub(super) fn js(s: &str) -> String {
+pub(crate) fn js(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {
@@ -76,7 +76,7 @@ fn date_time(unix: i64) -> DateTime {
 
 /// RFC 3339 in UTC with microseconds, as Standard Webhooks senders write it:
 /// `2024-06-07T06:00:03.000000Z`.
-pub(super) fn rfc3339_utc(unix: i64) -> String {
+pub(crate) fn rfc3339_utc(unix: i64) -> String {
     let t = date_time(unix);
     format!(
         "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.000000Z",
@@ -88,7 +88,7 @@ pub(super) fn rfc3339_utc(unix: i64) -> String {
 const IST: i64 = 5 * 3_600 + 30 * 60;
 
 /// RFC 3339 in India time, as Cashfree writes it: `2025-05-05T12:10:25+05:30`.
-pub(super) fn rfc3339_ist(unix: i64) -> String {
+pub(crate) fn rfc3339_ist(unix: i64) -> String {
     let t = date_time(unix.saturating_add(IST));
     format!(
         "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}+05:30",
@@ -97,7 +97,7 @@ pub(super) fn rfc3339_ist(unix: i64) -> String {
 }
 
 /// India time as PayU's `addedon` field: `2025-05-05 12:10:21`.
-pub(super) fn payu_ist(unix: i64) -> String {
+pub(crate) fn payu_ist(unix: i64) -> String {
     let t = date_time(unix.saturating_add(IST));
     format!(
         "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",

@@ -76,17 +76,7 @@ async fn handle(
         .await
         .map_err(|_| IngestError::BodyTimeout(BODY_TIMEOUT))??;
 
-    let headers: Headers = source
-        .gateway
-        .relevant_headers()
-        .iter()
-        .filter_map(|name| {
-            req.headers()
-                .get(*name)
-                .and_then(|v| v.to_str().ok())
-                .map(|v| (*name, v.to_owned()))
-        })
-        .collect();
+    let headers = relevant_headers(req, source.gateway);
     let received_at = OffsetDateTime::now_utc();
     let verification = oncehook_gateways::verify(
         source.gateway,
@@ -101,26 +91,40 @@ async fn handle(
         IngestError::Signature(err)
     })?;
 
-    // Identity is best effort here: an authentic payload we cannot parse is
-    // still accepted and dead-lettered by the worker with the reason.
+    // The one parse of the body: it names the message (routing key, message
+    // id) and travels in the envelope so the worker does not parse again. An
+    // authentic payload we cannot parse is still accepted (`event: None`) and
+    // dead-lettered by the worker with the reason.
     let parsed = oncehook_gateways::parse(source.gateway, &headers, &body).ok();
     let receipt_id = Uuid::new_v4();
     let envelope = Envelope {
         version: ENVELOPE_VERSION,
         receipt_id,
         source: source_name.to_owned(),
-        gateway: source.gateway.as_str().to_owned(),
-        event_id: parsed.as_ref().map(|e| e.event_id.clone()),
-        event_type: parsed.as_ref().map(|e| e.event_type.clone()),
+        gateway: source.gateway,
+        event_id: None,
+        event_type: None,
         received_at,
         verified_at: OffsetDateTime::now_utc(),
         signed_at: verification.signed_at,
         headers,
         body_b64: Envelope::encode_body(&body),
-    };
+        event: None,
+    }
+    .with_event(parsed);
 
+    publish(state, &envelope, verification.secret_index).await
+}
+
+/// Publishes with confirm: `200` with the receipt only on a clean broker ack.
+async fn publish(
+    state: &IngestState,
+    envelope: &Envelope,
+    secret_index: usize,
+) -> Result<HttpResponse, IngestError> {
+    let (source_name, receipt_id) = (envelope.source.as_str(), envelope.receipt_id);
     let published = Instant::now();
-    let result = state.publisher.publish(&envelope).await;
+    let result = state.publisher.publish(envelope).await;
     metrics::histogram!("oncehook_ingest_publish_duration_seconds")
         .record(published.elapsed().as_secs_f64());
     match result {
@@ -128,9 +132,9 @@ async fn handle(
             tracing::info!(
                 source = source_name,
                 receipt = %receipt_id,
-                event_id = envelope.event_id.as_deref().unwrap_or("-"),
-                event_type = envelope.event_type.as_deref().unwrap_or("-"),
-                secret_index = verification.secret_index,
+                event_id = envelope.identity().unwrap_or("-"),
+                event_type = envelope.kind_name().unwrap_or("-"),
+                secret_index,
                 "webhook accepted"
             );
             Ok(HttpResponse::Ok().json(serde_json::json!({
@@ -142,7 +146,7 @@ async fn handle(
             tracing::error!(
                 source = source_name,
                 receipt = %receipt_id,
-                event_id = envelope.event_id.as_deref().unwrap_or("-"),
+                event_id = envelope.identity().unwrap_or("-"),
                 %err,
                 "publish failed; answering 503 so the gateway retries"
             );
@@ -151,24 +155,33 @@ async fn handle(
     }
 }
 
+/// The request headers `gateway`'s scheme needs, as the envelope carries them.
+fn relevant_headers(req: &HttpRequest, gateway: Gateway) -> Headers {
+    gateway
+        .relevant_headers()
+        .iter()
+        .filter_map(|name| {
+            req.headers()
+                .get(*name)
+                .and_then(|v| v.to_str().ok())
+                .map(|v| (*name, v.to_owned()))
+        })
+        .collect()
+}
+
 fn check_content_type(req: &HttpRequest, gateway: Gateway) -> Result<(), IngestError> {
     let Some(value) = req.headers().get("content-type") else {
         return Ok(());
     };
     let got = value.to_str().unwrap_or("").to_ascii_lowercase();
-    let expected = match gateway {
-        Gateway::Payu => "application/x-www-form-urlencoded",
-        _ => "application/json",
-    };
-    let essence = got.split(';').next().unwrap_or("").trim();
-    let ok = match gateway {
-        Gateway::Payu => essence == expected,
-        _ => essence == expected || essence.ends_with("+json"),
-    };
-    if ok {
+    let expected = gateway.content_type();
+    if expected.accepts(&got) {
         Ok(())
     } else {
-        Err(IngestError::UnsupportedMediaType { got, expected })
+        Err(IngestError::UnsupportedMediaType {
+            got,
+            expected: expected.as_str(),
+        })
     }
 }
 

@@ -23,11 +23,11 @@
 
 use sha2::{Digest, Sha512};
 
-use super::crypto::{ct_eq, decode_hex, first_match};
-use super::form::Form;
-use super::{ParseError, Verification, VerifyError};
+use crate::crypto::{ct_eq, decode_hex, first_match};
+use crate::form::Form;
+use crate::scheme::{ParseError, Request, Verification, VerifyError};
 use crate::amount::{currency_exponent, parse_decimal_minor};
-use crate::{EventKind, Gateway, NormalizedEvent};
+use crate::{EventKind, Gateway, Headers, NormalizedEvent};
 
 /// PayU India settles in rupees only.
 pub(crate) const CURRENCY: &str = "INR";
@@ -94,12 +94,11 @@ pub(crate) fn hash_hex(salt: &str, form: &Form) -> String {
     hex::encode(Sha512::digest(hash_input(salt, form).as_bytes()))
 }
 
-pub(crate) fn verify(
-    salts: &[String],
-    merchant_key: Option<&str>,
-    body: &[u8],
-) -> Result<Verification, VerifyError> {
-    let merchant_key = merchant_key
+pub(crate) fn verify(request: &Request<'_>) -> Result<Verification, VerifyError> {
+    let (salts, body) = (request.credentials.secrets, request.body);
+    let merchant_key = request
+        .credentials
+        .merchant_key
         .filter(|k| !k.is_empty())
         .ok_or(VerifyError::NoMerchantKey)?;
     let form = Form::decode(body).map_err(|e| VerifyError::Malformed {
@@ -141,7 +140,7 @@ fn kind_of(status: &str) -> EventKind {
     }
 }
 
-pub(crate) fn parse(body: &[u8]) -> Result<NormalizedEvent, ParseError> {
+pub(crate) fn parse(_headers: &Headers, body: &[u8]) -> Result<NormalizedEvent, ParseError> {
     let form = Form::decode(body).map_err(|e| ParseError::Syntax("form", e.0))?;
     let status = form
         .non_empty("status")

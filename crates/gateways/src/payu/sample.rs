@@ -8,17 +8,17 @@
 
 use url::form_urlencoded::Serializer;
 
-use super::text::payu_ist;
-use super::{SampleError, SampleSpec, SignedDelivery, resolve_in};
+use crate::sample::text::payu_ist;
+use crate::sample::{SampleError, SampleSpec, SignedDelivery};
 use crate::Headers;
 use crate::amount::{currency_exponent, format_decimal_minor};
-use crate::schemes::form::Form;
-use crate::schemes::payu::{CURRENCY, HASH_FIELD, hash_hex};
+use crate::form::Form;
+use super::scheme::{CURRENCY, HASH_FIELD, hash_hex};
 
 /// The merchant key written into every PayU sample's `key` field.
 pub const SAMPLE_PAYU_KEY: &str = "oncehook_test";
 
-const TABLE: &[(&str, &str)] = &[
+pub(super) const TABLE: &[(&str, &str)] = &[
     ("success", "success"),
     ("failure", "failure"),
     ("pending", "pending"),
@@ -27,10 +27,6 @@ const TABLE: &[(&str, &str)] = &[
 ];
 
 pub(super) const EVENT_NAMES: &[&str] = &["success", "failure", "pending", "captured", "failed"];
-
-pub(super) fn resolve(event: &str) -> Option<&'static str> {
-    resolve_in(TABLE, event)
-}
 
 /// A PayU-style numeric `mihpayid` for a transaction (informational: the
 /// hash does not cover it and nothing reads it).
@@ -43,14 +39,8 @@ fn mihpayid(txnid: &str) -> String {
     (400_000_000_000 + h % 100_000_000_000).to_string()
 }
 
-/// Fails for a currency other than INR (PayU India posts rupees only), an
-/// empty payment id (the `txnid`), or a value containing the hash
-/// separator `|` (PayU refuses those, and so does verification).
-pub(super) fn build(
-    status: &str,
-    spec: &SampleSpec,
-    salt: &str,
-) -> Result<SignedDelivery, SampleError> {
+/// Refuses what PayU would not post (see [`build`]).
+fn check_spec(spec: &SampleSpec) -> Result<(), SampleError> {
     if !spec.currency.eq_ignore_ascii_case(CURRENCY) {
         return Err(SampleError::InvalidSpec(format!(
             "PayU samples are in {CURRENCY} only, not {:?}",
@@ -62,12 +52,11 @@ pub(super) fn build(
             "a PayU sample needs a payment id (its txnid)".into(),
         ));
     }
-    let key = spec.payu_merchant_key();
     for (what, value) in [
         ("order_ref", spec.order_ref.as_str()),
         ("payment_id", spec.payment_id.as_str()),
         ("email", spec.email.as_str()),
-        ("merchant_key", key),
+        ("merchant_key", spec.payu_merchant_key()),
     ] {
         if value.contains('|') {
             return Err(SampleError::InvalidSpec(format!(
@@ -75,6 +64,19 @@ pub(super) fn build(
             )));
         }
     }
+    Ok(())
+}
+
+/// Fails for a currency other than INR (PayU India posts rupees only), an
+/// empty payment id (the `txnid`), or a value containing the hash
+/// separator `|` (PayU refuses those, and so does verification).
+pub(super) fn build(
+    status: &str,
+    spec: &SampleSpec,
+    salt: &str,
+) -> Result<SignedDelivery, SampleError> {
+    check_spec(spec)?;
+    let key = spec.payu_merchant_key();
     let amount = format_decimal_minor(spec.amount_minor, currency_exponent(CURRENCY));
     let (unmapped, field9, error, error_message, debited) = match status {
         "failure" => (

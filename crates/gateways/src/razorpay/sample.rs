@@ -2,12 +2,12 @@
 //! `refund.processed` events shaped like Razorpay's published samples, signed
 //! over the raw body, with `x-razorpay-event-id` set to the spec's event id.
 
-use super::text::js;
-use super::{SampleSpec, SignedDelivery, resolve_in};
-use crate::schemes::razorpay::{EVENT_ID_HEADER, SIGNATURE_HEADER, sign};
+use crate::sample::text::js;
+use crate::sample::{SampleError, SampleSpec, SignedDelivery};
+use super::scheme::{EVENT_ID_HEADER, SIGNATURE_HEADER, sign};
 use crate::{Gateway, Headers};
 
-const TABLE: &[(&str, &str)] = &[
+pub(super) const TABLE: &[(&str, &str)] = &[
     ("payment.captured", "payment.captured"),
     ("payment.failed", "payment.failed"),
     ("payment.authorized", "payment.authorized"),
@@ -30,10 +30,6 @@ pub(super) const EVENT_NAMES: &[&str] = &[
     "authorized",
     "refunded",
 ];
-
-pub(super) fn resolve(event: &str) -> Option<&'static str> {
-    resolve_in(TABLE, event)
-}
 
 /// The state a payment entity is in when the event is raised.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -124,7 +120,11 @@ fn refund_entity(spec: &SampleSpec) -> String {
     )
 }
 
-pub(super) fn build(event: &str, spec: &SampleSpec, secret: &str) -> SignedDelivery {
+pub(super) fn build(
+    event: &str,
+    spec: &SampleSpec,
+    secret: &str,
+) -> Result<SignedDelivery, SampleError> {
     let (contains, payload) = match event {
         "order.paid" => (
             r#"["payment","order"]"#,
@@ -167,5 +167,5 @@ pub(super) fn build(event: &str, spec: &SampleSpec, secret: &str) -> SignedDeliv
         .with("Content-Type", "application/json")
         .with(SIGNATURE_HEADER, sign(secret, &body))
         .with(EVENT_ID_HEADER, spec.event_id.clone());
-    SignedDelivery { headers, body }
+    Ok(SignedDelivery { headers, body })
 }

@@ -44,12 +44,23 @@ fn mac_over(key: &[u8], parts: &[&[u8]]) -> Option<HmacSha256> {
     Some(mac)
 }
 
-/// Constant-time equality of two byte strings (the length is not secret).
-pub(crate) fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+/// Constant-time equality of two byte strings (the length is not secret):
+/// every byte pair is read, in lockstep, and folded into one accumulator
+/// whatever the first difference, and only the final accumulator is branched
+/// on. Generic over the byte iterators (callers pass slices) so that its test
+/// can watch the reads.
+pub(crate) fn ct_eq<'a, A, B>(a: A, b: B) -> bool
+where
+    A: IntoIterator<Item = &'a u8>,
+    A::IntoIter: ExactSizeIterator,
+    B: IntoIterator<Item = &'a u8>,
+    B::IntoIter: ExactSizeIterator,
+{
+    let (a, b) = (a.into_iter(), b.into_iter());
     if a.len() != b.len() {
         return false;
     }
-    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    let diff = a.zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
     std::hint::black_box(diff) == 0
 }
 
@@ -117,6 +128,8 @@ pub(crate) fn first_match<T>(
 
 #[cfg(test)]
 mod tests {
+    use std::cell::RefCell;
+
     use super::*;
 
     #[test]
@@ -150,6 +163,81 @@ mod tests {
         assert!(!ct_eq(b"abc", b"abd"));
         assert!(!ct_eq(b"abc", b"ab"));
         assert!(ct_eq(b"", b""));
+    }
+
+    /// A byte iterator that logs each read (`side`, index) into a shared log.
+    struct Watched<'a> {
+        bytes: std::iter::Enumerate<std::slice::Iter<'a, u8>>,
+        side: char,
+        log: &'a RefCell<Vec<(char, usize)>>,
+    }
+
+    impl<'a> Iterator for Watched<'a> {
+        type Item = &'a u8;
+        fn next(&mut self) -> Option<&'a u8> {
+            let (i, b) = self.bytes.next()?;
+            self.log.borrow_mut().push((self.side, i));
+            Some(b)
+        }
+        fn size_hint(&self) -> (usize, Option<usize>) {
+            self.bytes.size_hint()
+        }
+    }
+
+    impl ExactSizeIterator for Watched<'_> {}
+
+    fn watched<'a>(
+        bytes: &'a [u8],
+        side: char,
+        log: &'a RefCell<Vec<(char, usize)>>,
+    ) -> Watched<'a> {
+        Watched {
+            bytes: bytes.iter().enumerate(),
+            side,
+            log,
+        }
+    }
+
+    /// Timing cannot be asserted in a unit test, so this checks the property
+    /// that makes `ct_eq` constant time and that the usual wrong versions
+    /// lack: whatever the position of the first difference (or none), every
+    /// byte of both inputs is read, once, in lockstep (`a[i]` next to
+    /// `b[i]`). An early exit (`==` on slices, `Iterator::eq`, `zip().all()`,
+    /// a `return false` in the loop) reads fewer bytes when the difference
+    /// comes first and fails; so does buffering one side to compare later,
+    /// which breaks the lockstep. (What it cannot see is a branch on each
+    /// pair *after* reading it; the fold into one accumulator is there for
+    /// that.) Unequal lengths return early by design: the length is public.
+    #[test]
+    fn constant_time_eq_reads_every_byte_pair_whatever_differs() {
+        for len in [1usize, 2, 7, 32, 64] {
+            let a: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            for differ_at in [None, Some(0), Some(len / 2), Some(len - 1)] {
+                let mut b = a.clone();
+                if let Some(i) = differ_at {
+                    b[i] ^= 0x80;
+                }
+                let log = RefCell::new(Vec::new());
+                let equal = ct_eq(watched(&a, 'a', &log), watched(&b, 'b', &log));
+                assert_eq!(
+                    equal,
+                    differ_at.is_none(),
+                    "len {len}, differ at {differ_at:?}"
+                );
+                let lockstep: Vec<(char, usize)> =
+                    (0..len).flat_map(|i| [('a', i), ('b', i)]).collect();
+                assert_eq!(
+                    log.into_inner(),
+                    lockstep,
+                    "len {len}, differ at {differ_at:?}: every pair read, in lockstep"
+                );
+            }
+        }
+        let log = RefCell::new(Vec::new());
+        assert!(!ct_eq(
+            watched(b"abc", 'a', &log),
+            watched(b"ab", 'b', &log)
+        ));
     }
 
     #[test]

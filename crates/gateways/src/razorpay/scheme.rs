@@ -5,9 +5,9 @@
 
 use serde_json::Value;
 
-use super::crypto::{decode_hex, first_match, hmac_sha256, hmac_sha256_matches};
-use super::json::{at, currency_at, id_at, int_amount_at, parse_body, str_at};
-use super::{ParseError, Verification, VerifyError, body_digest_id, header};
+use crate::crypto::{decode_hex, first_match, hmac_sha256, hmac_sha256_matches};
+use crate::json::{at, currency_at, id_at, int_amount_at, parse_body, str_at};
+use crate::scheme::{ParseError, Request, Verification, VerifyError, body_digest_id, header};
 use crate::{EventKind, Gateway, Headers, NormalizedEvent};
 
 /// Header carrying the signature.
@@ -24,14 +24,11 @@ pub(crate) fn sign(secret: &str, body: &[u8]) -> String {
     hex::encode(hmac_sha256(secret.as_bytes(), &[body]))
 }
 
-pub(crate) fn verify(
-    secrets: &[String],
-    headers: &Headers,
-    body: &[u8],
-) -> Result<Verification, VerifyError> {
+pub(crate) fn verify(request: &Request<'_>) -> Result<Verification, VerifyError> {
+    let (headers, body) = (request.headers, request.body);
     let value = header(headers, SIGNATURE_HEADER).ok_or(VerifyError::Missing(SIGNATURE_HEADER))?;
     let signature = decode_hex(value, 32, SIGNATURE_HEADER)?;
-    let secret_index = first_match(secrets, |s| {
+    let secret_index = first_match(request.credentials.secrets, |s| {
         hmac_sha256_matches(s.as_bytes(), &[body], &signature)
     })?;
     Ok(Verification {

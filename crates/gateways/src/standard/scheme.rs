@@ -10,11 +10,11 @@ use base64::alphabet::STANDARD as STANDARD_ALPHABET;
 use base64::engine::DecodePaddingMode;
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD as BASE64};
 
-use super::crypto::{
+use crate::crypto::{
     check_window, first_match, hmac_sha256, hmac_sha256_matches_any, parse_unix_digits,
 };
-use super::json::{currency_at, id_at, int_amount_at, parse_body, str_at};
-use super::{ParseError, Verification, VerifyError, header};
+use crate::json::{currency_at, id_at, int_amount_at, parse_body, str_at};
+use crate::scheme::{ParseError, Request, Verification, VerifyError, header};
 use crate::{EventKind, Gateway, Headers, NormalizedEvent};
 
 /// Header carrying the delivery identity.
@@ -70,13 +70,8 @@ fn parse_signatures(value: &str) -> Result<Vec<Vec<u8>>, VerifyError> {
     Ok(signatures)
 }
 
-pub(crate) fn verify(
-    secrets: &[String],
-    headers: &Headers,
-    body: &[u8],
-    now: i64,
-    tolerance_secs: u64,
-) -> Result<Verification, VerifyError> {
+pub(crate) fn verify(request: &Request<'_>) -> Result<Verification, VerifyError> {
+    let (headers, body) = (request.headers, request.body);
     let id = header(headers, ID_HEADER).ok_or(VerifyError::Missing(ID_HEADER))?;
     let ts_text =
         header(headers, TIMESTAMP_HEADER).ok_or(VerifyError::Missing(TIMESTAMP_HEADER))?;
@@ -84,10 +79,10 @@ pub(crate) fn verify(
         header(headers, SIGNATURE_HEADER).ok_or(VerifyError::Missing(SIGNATURE_HEADER))?;
     let signed_at = parse_unix_digits(ts_text, TIMESTAMP_HEADER)?;
     let signatures = parse_signatures(sig_text)?;
-    check_window(signed_at, now, tolerance_secs)?;
+    check_window(signed_at, request.now_unix, request.tolerance_secs)?;
     let signed = [id.as_bytes(), b".", ts_text.as_bytes(), b".", body];
     // A secret that is not base64 cannot have signed anything: it never matches.
-    let secret_index = first_match(secrets, |s| {
+    let secret_index = first_match(request.credentials.secrets, |s| {
         key_of(s).is_some_and(|key| hmac_sha256_matches_any(&key, &signed, &signatures))
     })?;
     Ok(Verification {

@@ -3,15 +3,15 @@
 //! written as JSON numbers with two decimals (`500.00`) exactly as Cashfree
 //! sends them, signed over `x-webhook-timestamp` (milliseconds) and the body.
 
-use super::text::{js, rfc3339_ist};
-use super::{SampleSpec, SignedDelivery, resolve_in};
+use crate::sample::text::{js, rfc3339_ist};
+use crate::sample::{SampleError, SampleSpec, SignedDelivery};
 use crate::amount::{currency_exponent, format_decimal_minor};
-use crate::schemes::cashfree::{
+use super::scheme::{
     IDEMPOTENCY_HEADER, REFUND_TYPE, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign,
 };
 use crate::{Gateway, Headers};
 
-const TABLE: &[(&str, &str)] = &[
+pub(super) const TABLE: &[(&str, &str)] = &[
     ("PAYMENT_SUCCESS_WEBHOOK", "PAYMENT_SUCCESS_WEBHOOK"),
     ("PAYMENT_FAILED_WEBHOOK", "PAYMENT_FAILED_WEBHOOK"),
     (
@@ -37,10 +37,6 @@ pub(super) const EVENT_NAMES: &[&str] = &[
 /// Milliseconds added to `spec.timestamp * 1000` in the signed timestamp, so
 /// samples look like real millisecond clocks.
 const SAMPLE_MILLIS: i64 = 612;
-
-pub(super) fn resolve(event: &str) -> Option<&'static str> {
-    resolve_in(TABLE, event)
-}
 
 fn payment_body(event: &str, spec: &SampleSpec, amount: &str, currency: &str) -> String {
     let (status, message, error) = match event {
@@ -106,7 +102,11 @@ fn refund_body(spec: &SampleSpec, amount: &str, currency: &str) -> String {
     )
 }
 
-pub(super) fn build(event: &str, spec: &SampleSpec, secret: &str) -> SignedDelivery {
+pub(super) fn build(
+    event: &str,
+    spec: &SampleSpec,
+    secret: &str,
+) -> Result<SignedDelivery, SampleError> {
     let currency = spec.currency.to_ascii_uppercase();
     let amount = format_decimal_minor(spec.amount_minor, currency_exponent(&currency));
     let body = if event == REFUND_TYPE {
@@ -127,5 +127,5 @@ pub(super) fn build(event: &str, spec: &SampleSpec, secret: &str) -> SignedDeliv
         .with("x-webhook-version", "2023-08-01")
         .with("x-webhook-attempt", "1")
         .with(IDEMPOTENCY_HEADER, spec.event_id.clone());
-    SignedDelivery { headers, body }
+    Ok(SignedDelivery { headers, body })
 }

@@ -12,11 +12,11 @@
 
 use serde_json::Value;
 
-use super::crypto::{
+use crate::crypto::{
     check_window, first_match, hmac_sha256, hmac_sha256_matches_any, parse_unix_digits,
 };
-use super::json::{currency_at, id_at, int_amount_at, parse_body, str_at};
-use super::{ParseError, Verification, VerifyError, header};
+use crate::json::{currency_at, id_at, int_amount_at, parse_body, str_at};
+use crate::scheme::{ParseError, Request, Verification, VerifyError, header};
 use crate::{EventKind, Gateway, Headers, NormalizedEvent};
 
 /// Header carrying timestamp and signatures.
@@ -79,18 +79,13 @@ fn parse_header(value: &str) -> Result<SignatureHeader<'_>, VerifyError> {
     })
 }
 
-pub(crate) fn verify(
-    secrets: &[String],
-    headers: &Headers,
-    body: &[u8],
-    now: i64,
-    tolerance_secs: u64,
-) -> Result<Verification, VerifyError> {
+pub(crate) fn verify(request: &Request<'_>) -> Result<Verification, VerifyError> {
+    let (headers, body) = (request.headers, request.body);
     let value = header(headers, SIGNATURE_HEADER).ok_or(VerifyError::Missing(SIGNATURE_HEADER))?;
     let parsed = parse_header(value)?;
-    check_window(parsed.timestamp, now, tolerance_secs)?;
+    check_window(parsed.timestamp, request.now_unix, request.tolerance_secs)?;
     let signed = [parsed.timestamp_text.as_bytes(), b".", body];
-    let secret_index = first_match(secrets, |s| {
+    let secret_index = first_match(request.credentials.secrets, |s| {
         hmac_sha256_matches_any(s.as_bytes(), &signed, &parsed.v1)
     })?;
     Ok(Verification {
@@ -169,7 +164,7 @@ fn single_refund(v: &Value) -> Result<Facts, ParseError> {
     })
 }
 
-pub(crate) fn parse(body: &[u8]) -> Result<NormalizedEvent, ParseError> {
+pub(crate) fn parse(_headers: &Headers, body: &[u8]) -> Result<NormalizedEvent, ParseError> {
     let v = parse_body(body)?;
     let event_id = str_at(&v, &["id"]).ok_or(ParseError::MissingField("id"))?;
     let ty = str_at(&v, &["type"]).ok_or(ParseError::MissingField("type"))?;

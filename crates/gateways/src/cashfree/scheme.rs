@@ -7,13 +7,13 @@
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
-use super::crypto::{
+use crate::crypto::{
     check_window, first_match, hmac_sha256, hmac_sha256_matches, parse_unix_digits,
 };
 use serde_json::Value;
 
-use super::json::{currency_at, decimal_amount_at, id_at, parse_body, str_at};
-use super::{ParseError, Verification, VerifyError, body_digest_id, header};
+use crate::json::{currency_at, decimal_amount_at, id_at, parse_body, str_at};
+use crate::scheme::{ParseError, Request, Verification, VerifyError, body_digest_id, header};
 use crate::{EventKind, Gateway, Headers, NormalizedEvent};
 
 /// Header carrying the base64 signature.
@@ -35,13 +35,8 @@ pub(crate) fn sign(secret: &str, timestamp_ms: &str, body: &[u8]) -> String {
     ))
 }
 
-pub(crate) fn verify(
-    secrets: &[String],
-    headers: &Headers,
-    body: &[u8],
-    now: i64,
-    tolerance_secs: u64,
-) -> Result<Verification, VerifyError> {
+pub(crate) fn verify(request: &Request<'_>) -> Result<Verification, VerifyError> {
+    let (headers, body) = (request.headers, request.body);
     let sig_text =
         header(headers, SIGNATURE_HEADER).ok_or(VerifyError::Missing(SIGNATURE_HEADER))?;
     let ts_text =
@@ -60,8 +55,8 @@ pub(crate) fn verify(
         });
     }
     let signed_at = millis / 1000;
-    check_window(signed_at, now, tolerance_secs)?;
-    let secret_index = first_match(secrets, |s| {
+    check_window(signed_at, request.now_unix, request.tolerance_secs)?;
+    let secret_index = first_match(request.credentials.secrets, |s| {
         hmac_sha256_matches(s.as_bytes(), &[ts_text.as_bytes(), body], &signature)
     })?;
     Ok(Verification {

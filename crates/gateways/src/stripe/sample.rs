@@ -5,12 +5,12 @@
 //! `Stripe-Signature: t=…,v1=…` header. An empty `spec.order_ref` leaves
 //! `metadata` empty (a Checkout payment intent carries no order reference).
 
-use super::text::js;
-use super::{SampleSpec, SignedDelivery, resolve_in};
-use crate::schemes::stripe::{SIGNATURE_HEADER, sign};
+use crate::sample::text::js;
+use crate::sample::{SampleError, SampleSpec, SignedDelivery};
+use super::scheme::{SIGNATURE_HEADER, sign};
 use crate::{Gateway, Headers};
 
-const TABLE: &[(&str, &str)] = &[
+pub(super) const TABLE: &[(&str, &str)] = &[
     ("payment_intent.succeeded", "payment_intent.succeeded"),
     (
         "payment_intent.payment_failed",
@@ -51,10 +51,6 @@ pub(super) const EVENT_NAMES: &[&str] = &[
     "authorized",
     "refunded",
 ];
-
-pub(super) fn resolve(event: &str) -> Option<&'static str> {
-    resolve_in(TABLE, event)
-}
 
 /// The charge id that goes with a payment intent id (`pi_X` → `ch_X`).
 fn charge_id(payment_id: &str) -> String {
@@ -178,7 +174,11 @@ fn refund(spec: &SampleSpec, currency: &str) -> String {
     )
 }
 
-pub(super) fn build(event: &str, spec: &SampleSpec, secret: &str) -> SignedDelivery {
+pub(super) fn build(
+    event: &str,
+    spec: &SampleSpec,
+    secret: &str,
+) -> Result<SignedDelivery, SampleError> {
     let currency = spec.currency.to_ascii_lowercase();
     let object = match event {
         "checkout.session.completed" | "checkout.session.async_payment_succeeded" => {
@@ -209,5 +209,5 @@ pub(super) fn build(event: &str, spec: &SampleSpec, secret: &str) -> SignedDeliv
     let headers = Headers::new()
         .with("Content-Type", "application/json; charset=utf-8")
         .with(SIGNATURE_HEADER, signature);
-    SignedDelivery { headers, body }
+    Ok(SignedDelivery { headers, body })
 }

@@ -2,12 +2,12 @@
 //! with `webhook-id` set to the spec's event id and signed with the
 //! base64-decoded `whsec_` secret.
 
-use super::text::{js, rfc3339_utc};
-use super::{SampleSpec, SignedDelivery, resolve_in};
-use crate::schemes::standard::{ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, key_of, sign};
+use crate::sample::text::{js, rfc3339_utc};
+use crate::sample::{SampleError, SampleSpec, SignedDelivery};
+use super::scheme::{ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, key_of, sign};
 use crate::{Gateway, Headers};
 
-const TABLE: &[(&str, &str)] = &[
+pub(super) const TABLE: &[(&str, &str)] = &[
     ("payment.succeeded", "payment.succeeded"),
     ("payment.failed", "payment.failed"),
     ("payment.authorized", "payment.authorized"),
@@ -29,13 +29,16 @@ pub(super) const EVENT_NAMES: &[&str] = &[
     "refunded",
 ];
 
-pub(super) fn resolve(event: &str) -> Option<&'static str> {
-    resolve_in(TABLE, event)
-}
-
-/// `None` if `secret` is not a usable Standard Webhooks secret.
-pub(super) fn build(event: &str, spec: &SampleSpec, secret: &str) -> Option<SignedDelivery> {
-    let key = key_of(secret)?;
+/// Fails if `secret` is not a usable Standard Webhooks secret.
+pub(super) fn build(
+    event: &str,
+    spec: &SampleSpec,
+    secret: &str,
+) -> Result<SignedDelivery, SampleError> {
+    let key = key_of(secret).ok_or(SampleError::InvalidSecret {
+        gateway: Gateway::Standard,
+        reason: "not base64 after the whsec_ prefix",
+    })?;
     let refund = if event == "payment.refunded" {
         format!(r#","refund_id":{}"#, js(&spec.refund_id(Gateway::Standard)))
     } else {
@@ -64,5 +67,5 @@ pub(super) fn build(event: &str, spec: &SampleSpec, secret: &str) -> Option<Sign
             SIGNATURE_HEADER,
             sign(&key, &spec.event_id, spec.timestamp, &body),
         );
-    Some(SignedDelivery { headers, body })
+    Ok(SignedDelivery { headers, body })
 }

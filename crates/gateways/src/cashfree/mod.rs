@@ -1,0 +1,35 @@
+//! Cashfree Payments, all in one place: the constants and
+//! [`GatewayScheme`] implementation here, the timestamped HMAC-SHA256
+//! signature and the payload parser (decimal rupees read from the JSON text)
+//! in `scheme.rs`, realistic signed samples in `sample.rs`.
+
+mod sample;
+mod scheme;
+
+use crate::sample::SampleSpec;
+use crate::scheme::{ContentType, GatewayScheme, ParseFn, SampleFn, VerifyFn};
+
+/// Cashfree Payments PG (`x-webhook-signature` over timestamp ‖ body).
+pub(crate) struct Cashfree;
+
+impl GatewayScheme for Cashfree {
+    const NAME: &'static str = "cashfree";
+    const CONTENT_TYPE: ContentType = ContentType::Json;
+    const SIGNS_TIMESTAMP: bool = true;
+    const RELEVANT_HEADERS: &'static [&'static str] = &[
+        "x-webhook-signature",
+        "x-webhook-timestamp",
+        "x-webhook-version",
+        "x-webhook-attempt",
+        "x-idempotency-key",
+        "content-type",
+    ];
+    const SIGNATURE_HEADER: Option<&'static str> = Some(scheme::SIGNATURE_HEADER);
+    const SAMPLE_EVENTS: &'static [(&'static str, &'static str)] = sample::TABLE;
+    const SAMPLE_EVENT_NAMES: &'static [&'static str] = sample::EVENT_NAMES;
+
+    const VERIFY: VerifyFn = scheme::verify;
+    const PARSE: ParseFn = scheme::parse;
+    const SAMPLE: SampleFn = sample::build;
+    const SAMPLE_REFUND_ID: fn(&SampleSpec) -> String = |spec| format!("refund_{}", spec.event_id);
+}

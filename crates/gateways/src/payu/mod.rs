@@ -1,0 +1,34 @@
+//! PayU India, all in one place: the constants and [`GatewayScheme`]
+//! implementation here, the salted SHA-512 form hash, the merchant-key and
+//! separator checks and the form parser in `scheme.rs`, realistic signed
+//! form posts in `sample.rs`.
+
+mod sample;
+mod scheme;
+
+pub use sample::SAMPLE_PAYU_KEY;
+
+use crate::sample::SampleSpec;
+use crate::scheme::{ContentType, GatewayScheme, ParseFn, SampleFn, VerifyFn};
+
+/// PayU India (form post with a salted SHA-512 `hash`).
+pub(crate) struct Payu;
+
+impl GatewayScheme for Payu {
+    const NAME: &'static str = "payu";
+    const CONTENT_TYPE: ContentType = ContentType::Form;
+    const SIGNS_TIMESTAMP: bool = false;
+    const RELEVANT_HEADERS: &'static [&'static str] = &["content-type"];
+    /// The hash travels in the form body.
+    const SIGNATURE_HEADER: Option<&'static str> = None;
+    const SAMPLE_EVENTS: &'static [(&'static str, &'static str)] = sample::TABLE;
+    const SAMPLE_EVENT_NAMES: &'static [&'static str] = sample::EVENT_NAMES;
+
+    const VERIFY: VerifyFn = scheme::verify;
+    const PARSE: ParseFn = scheme::parse;
+    const SAMPLE: SampleFn = sample::build;
+    /// PayU has no refund samples (its refunds are not webhooks); the value
+    /// is not used.
+    const SAMPLE_REFUND_ID: fn(&SampleSpec) -> String = |spec| format!("{}:refund", spec.payment_id);
+    const NEEDS_MERCHANT_KEY: bool = true;
+}

@@ -1,0 +1,31 @@
+//! Razorpay, all in one place: the constants and [`GatewayScheme`]
+//! implementation here, the HMAC-SHA256 signature and the payload parser in
+//! `scheme.rs`, realistic signed samples in `sample.rs`.
+
+mod sample;
+mod scheme;
+
+use crate::sample::SampleSpec;
+use crate::scheme::{ContentType, GatewayScheme, ParseFn, SampleFn, VerifyFn};
+
+/// Razorpay (`X-Razorpay-Signature`, no signed timestamp).
+pub(crate) struct Razorpay;
+
+impl GatewayScheme for Razorpay {
+    const NAME: &'static str = "razorpay";
+    const CONTENT_TYPE: ContentType = ContentType::Json;
+    const SIGNS_TIMESTAMP: bool = false;
+    const RELEVANT_HEADERS: &'static [&'static str] = &[
+        "x-razorpay-signature",
+        "x-razorpay-event-id",
+        "content-type",
+    ];
+    const SIGNATURE_HEADER: Option<&'static str> = Some(scheme::SIGNATURE_HEADER);
+    const SAMPLE_EVENTS: &'static [(&'static str, &'static str)] = sample::TABLE;
+    const SAMPLE_EVENT_NAMES: &'static [&'static str] = sample::EVENT_NAMES;
+
+    const VERIFY: VerifyFn = scheme::verify;
+    const PARSE: ParseFn = scheme::parse;
+    const SAMPLE: SampleFn = sample::build;
+    const SAMPLE_REFUND_ID: fn(&SampleSpec) -> String = |spec| format!("rfnd_{}", spec.event_id);
+}
