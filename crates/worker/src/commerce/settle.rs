@@ -1,0 +1,110 @@
+//! Settling an order: recompute its state from all its facts with the pure
+//! [`crate::ledger::compute`] and write what changed — status, refunds,
+//! primary payment, the payments' flags, the one stock movement (an
+//! oversell is recorded on the order) and the confirmation email.
+
+use oncehook_common::store::ledger::{self as store, OrderRow as Order};
+use sqlx::PgConnection;
+
+use super::emails::write_confirmation;
+use crate::ledger::{
+    self, Capture, FLAG_AMOUNT_MISMATCH, FLAG_NEEDS_REFUND, OrderState, RefundFact, Terms,
+};
+
+/// Recomputes the order from all its facts and writes the result: status,
+/// refunds, primary payment, payment flags, the one stock movement and the
+/// confirmation email.
+pub(super) async fn settle(
+    conn: &mut PgConnection,
+    order: &Order,
+) -> Result<OrderState, sqlx::Error> {
+    let facts = store::facts(conn, order.id).await?;
+    let (capture_rows, refund_rows): (Vec<_>, Vec<_>) = facts.into_iter().partition(|f| f.capture);
+    let captures: Vec<Capture> = capture_rows
+        .iter()
+        .map(|f| Capture {
+            provider: f.provider.clone(),
+            payment_id: f.payment_id.clone().unwrap_or_default(),
+            amount_minor: f.amount_minor,
+            currency: f.currency.clone(),
+        })
+        .collect();
+    let refunds: Vec<RefundFact> = refund_rows
+        .into_iter()
+        .map(|f| RefundFact {
+            provider: f.provider,
+            payment_id: f.payment_id,
+            amount_minor: f.amount_minor.unwrap_or(0),
+            cumulative: f.cumulative,
+        })
+        .collect();
+    let terms = Terms {
+        amount_minor: order.amount_minor,
+        currency: order.currency.clone(),
+    };
+    let state = ledger::compute(&terms, &captures, &refunds);
+    for (capture, row) in captures.iter().zip(&capture_rows) {
+        let wanted = state
+            .flags
+            .get(&(capture.provider.clone(), capture.payment_id.clone()))
+            .copied()
+            .flatten();
+        if row.flag.as_deref() != wanted {
+            update_flag(conn, order, capture, wanted).await?;
+        }
+    }
+
+    let move_stock = state.is_paid() && !order.stock_applied;
+    let moves = if move_stock {
+        decrement_stock(conn, order).await?
+    } else {
+        Vec::new()
+    };
+    let oversold = moves.iter().any(|m| m.stock < 0);
+    let changed = order.status != state.status
+        || order.refunded_minor != state.refunded_minor
+        || order.paid_by != state.paid_by
+        || move_stock;
+    if changed {
+        let written = store::OrderState {
+            status: state.status,
+            refunded_minor: state.refunded_minor,
+            paid_by: state.paid_by.as_deref(),
+            stock_moved: move_stock,
+            oversold,
+        };
+        store::write_order(conn, order.id, written).await?;
+    }
+    if move_stock {
+        write_confirmation(conn, order, &moves).await?;
+    }
+    Ok(state)
+}
+
+async fn update_flag(
+    conn: &mut PgConnection,
+    order: &Order,
+    capture: &Capture,
+    flag: Option<&'static str>,
+) -> Result<(), sqlx::Error> {
+    store::set_capture_flag(conn, &capture.provider, &capture.payment_id, order.id, flag).await?;
+    if let Some(flag @ (FLAG_NEEDS_REFUND | FLAG_AMOUNT_MISMATCH)) = flag {
+        tracing::warn!(order_ref = %order.order_ref, provider = %capture.provider, payment_id = %capture.payment_id, flag, "payment flagged for a human");
+        metrics::counter!("oncehook_worker_payments_flagged_total", "flag" => flag).increment(1);
+    }
+    Ok(())
+}
+
+/// Moves stock once for the order. Stock may go negative (the money is
+/// taken): that is recorded on the order as an oversell, never rolled back.
+async fn decrement_stock(
+    conn: &mut PgConnection,
+    order: &Order,
+) -> Result<Vec<store::StockMove>, sqlx::Error> {
+    let moves = store::decrement_stock(conn, order.id).await?;
+    for m in moves.iter().filter(|m| m.stock < 0) {
+        tracing::warn!(order_ref = %order.order_ref, sku = %m.sku, stock = m.stock, "stock went negative; order marked oversold (the payment stands: restock or refund)");
+        metrics::counter!("oncehook_worker_stock_negative_total").increment(1);
+    }
+    Ok(moves)
+}
