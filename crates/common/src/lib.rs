@@ -1,7 +1,10 @@
 //! Plumbing shared by every oncehook binary: configuration, the envelope that
 //! travels from ingest to the worker, the RabbitMQ topology and publishing
-//! with confirms, telemetry (logs and metrics), graceful shutdown and — with
-//! the `db` feature — the Postgres pool and migrations.
+//! with confirms, the consume loop that owns every delivery (`consume`:
+//! handlers return a verdict, the loop settles it), the one `RetryPolicy`
+//! every backoff reads, telemetry (logs and metrics), graceful shutdown and —
+//! with the `db` feature — the Postgres pool, migrations and the consumers'
+//! session supervision.
 //!
 //! Ingest builds this crate without `db`: it never touches Postgres.
 
@@ -13,10 +16,12 @@ pub mod db;
 pub mod email;
 pub mod envelope;
 pub mod health;
+pub mod retry;
 pub mod shutdown;
 pub mod telemetry;
 pub mod topology;
 
 pub use config::{ConfigError, Settings, SourceConfig};
 pub use envelope::Envelope;
+pub use retry::RetryPolicy;
 pub use topology::Topology;
