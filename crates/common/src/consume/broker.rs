@@ -15,9 +15,9 @@ use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Connection};
 use tokio::task::JoinSet;
 
-use super::queue::{DeadLetterSink, Delivery, Message};
+use super::queue::{DeadLetterSink, Delivery, Message, Published};
 use super::{Handler, dispatch};
-use crate::amqp::{self, DeadLetter, PublishError};
+use crate::amqp::{self, DeadLetter};
 use crate::health::Readiness;
 use crate::shutdown::Shutdown;
 use crate::topology::HEADER_DELIVERY_COUNT;
@@ -68,12 +68,7 @@ pub struct BrokerDeadLetters {
 }
 
 impl DeadLetterSink for BrokerDeadLetters {
-    async fn dead_letter(
-        &self,
-        message: &dyn Message,
-        kind: &str,
-        error: &str,
-    ) -> Result<(), PublishError> {
+    async fn dead_letter(&self, message: &dyn Message, kind: &str, error: &str) -> Published {
         let why = DeadLetter {
             kind: kind.to_owned(),
             error: error.to_owned(),

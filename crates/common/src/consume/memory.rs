@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use lapin::BasicProperties;
 
-use super::queue::{DeadLetterSink, Delivery, Message};
+use super::queue::{DeadLetterSink, Delivery, Message, Published};
 use crate::amqp::PublishError;
 
 /// How a [`MemoryDelivery`] was settled.
@@ -128,12 +128,7 @@ impl MemoryDeadLetters {
 }
 
 impl DeadLetterSink for MemoryDeadLetters {
-    async fn dead_letter(
-        &self,
-        message: &dyn Message,
-        kind: &str,
-        error: &str,
-    ) -> Result<(), PublishError> {
+    async fn dead_letter(&self, message: &dyn Message, kind: &str, error: &str) -> Published {
         if self.fail {
             return Err(PublishError::Nacked);
         }

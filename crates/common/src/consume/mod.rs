@@ -27,7 +27,7 @@ use std::sync::Arc;
 use futures_lite::FutureExt;
 
 pub use broker::{DRAIN_TIMEOUT, consume};
-pub use queue::{DeadLetterSink, Delivery, Message};
+pub use queue::{DeadLetterSink, Delivery, Message, Published};
 
 /// What to do with a message once its handler is done with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,19 +181,16 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn ack_acks() {
-        let sink = MemoryDeadLetters::default();
-        let (delivery, _) = run(Some(Verdict::Ack), sink.clone()).await;
-        assert_eq!(delivery.settled(), [Settled::Acked]);
-        assert!(sink.published().is_empty());
-    }
-
-    #[tokio::test]
-    async fn retry_requeues() {
-        let sink = MemoryDeadLetters::default();
-        let (delivery, _) = run(Some(Verdict::Retry), sink.clone()).await;
-        assert_eq!(delivery.settled(), [Settled::Requeued]);
-        assert!(sink.published().is_empty());
+    async fn ack_acks_and_retry_requeues() {
+        for (verdict, settled) in [
+            (Verdict::Ack, Settled::Acked),
+            (Verdict::Retry, Settled::Requeued),
+        ] {
+            let sink = MemoryDeadLetters::default();
+            let (delivery, _) = run(Some(verdict), sink.clone()).await;
+            assert_eq!(delivery.settled(), [settled]);
+            assert!(sink.published().is_empty());
+        }
     }
 
     #[tokio::test]

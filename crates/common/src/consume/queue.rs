@@ -47,6 +47,9 @@ pub trait Delivery: Message + 'static {
     fn requeue(&self) -> impl Future<Output = bool> + Send;
 }
 
+/// The outcome of publishing a dead letter: `Ok` once the broker holds it.
+pub type Published = Result<(), PublishError>;
+
 /// Where dead letters go: the dead-letter exchange, with the
 /// `x-oncehook-error*` headers, confirmed.
 pub trait DeadLetterSink: Send + Sync + 'static {
@@ -57,5 +60,5 @@ pub trait DeadLetterSink: Send + Sync + 'static {
         message: &dyn Message,
         kind: &str,
         error: &str,
-    ) -> impl Future<Output = Result<(), PublishError>> + Send;
+    ) -> impl Future<Output = Published> + Send;
 }
