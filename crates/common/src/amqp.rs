@@ -12,17 +12,17 @@
 
 use std::time::Duration;
 
-use backon::{ExponentialBuilder, Retryable};
-use lapin::message::Delivery;
+use backon::Retryable;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
+use crate::retry::RetryPolicy;
 use crate::topology::{
-    HEADER_ATTEMPTS, HEADER_DEAD_ID, HEADER_DELIVERY_COUNT, HEADER_ERROR, HEADER_ERROR_KIND,
-    HEADER_FAILED_AT, HEADER_ORIGIN, HEADER_ROUTING_KEY,
+    HEADER_ATTEMPTS, HEADER_DEAD_ID, HEADER_ERROR, HEADER_ERROR_KIND, HEADER_FAILED_AT,
+    HEADER_ORIGIN, HEADER_ROUTING_KEY,
 };
 
 /// Why a publish did not end with the broker holding the message.
@@ -54,22 +54,18 @@ pub async fn connect(url: &str, name: &str) -> lapin::Result<Connection> {
     Connection::connect(url, props).await
 }
 
-/// Connects, retrying with exponential backoff and jitter until it works
-/// (`None` only if `give_up` resolves first, e.g. on shutdown).
+/// Connects, retrying by `policy` (normally [`RetryPolicy::BROKER_CONNECT`]:
+/// forever) until it works (`None` if `give_up` resolves first, e.g. on
+/// shutdown, or the policy's attempts run out).
 pub async fn connect_with_backoff(
     url: &str,
     name: &str,
+    policy: &RetryPolicy,
     give_up: impl std::future::Future<Output = ()>,
 ) -> Option<Connection> {
     let attempt = || async { connect(url, name).await };
     let retry = attempt
-        .retry(
-            ExponentialBuilder::default()
-                .with_min_delay(Duration::from_millis(200))
-                .with_max_delay(Duration::from_secs(5))
-                .with_jitter()
-                .without_max_times(),
-        )
+        .retry(policy.builder())
         .notify(|err, delay| {
             tracing::warn!(%err, retry_in_ms = delay.as_millis() as u64, "broker not reachable; retrying");
         });
@@ -192,31 +188,11 @@ pub struct DeadLetter {
     pub attempts: u32,
 }
 
-/// Republishes `delivery` to the dead-letter exchange with the error headers
-/// (keeping its body and properties), waiting for the confirm. The caller
-/// acks the original only after this returns `Ok`.
-pub async fn dead_letter(
-    ch: &Channel,
-    dead_exchange: &str,
-    delivery: &Delivery,
-    why: &DeadLetter,
-    timeout: Duration,
-) -> Result<(), PublishError> {
-    dead_letter_message(
-        ch,
-        dead_exchange,
-        &delivery.data,
-        &delivery.properties,
-        delivery.routing_key.as_str(),
-        why,
-        timeout,
-    )
-    .await
-}
-
-/// Publishes a message that is not (or no longer) a delivery — e.g. an event
-/// the worker kept parked — to the dead-letter exchange, with the same
-/// headers [`dead_letter`] writes, waiting for the confirm.
+/// Publishes a message to the dead-letter exchange with the error headers
+/// (keeping its body and properties), waiting for the confirm. Used for
+/// deliveries (through `consume::broker::BrokerDeadLetters`, which acks the
+/// original only after this returns `Ok`) and for events the worker kept
+/// parked.
 pub async fn dead_letter_message(
     ch: &Channel,
     dead_exchange: &str,
@@ -281,17 +257,6 @@ fn header_int_value(value: &AMQPValue) -> Option<i64> {
         AMQPValue::LongLongInt(n) => *n,
         _ => return None,
     })
-}
-
-/// How many times the broker has handed this message out before (quorum
-/// queues count in `x-delivery-count`; absent on the first delivery).
-pub fn delivery_count(delivery: &Delivery) -> u32 {
-    header_int(
-        delivery.properties.headers().as_ref(),
-        HEADER_DELIVERY_COUNT,
-    )
-    .and_then(|n| u32::try_from(n).ok())
-    .unwrap_or(0)
 }
 
 /// A short, stable id (12 lowercase hex characters) for a dead letter, derived

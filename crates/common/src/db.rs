@@ -1,12 +1,16 @@
-//! Postgres: the connection pool (retried with backoff at start) and the
-//! embedded migrations from `migrations/`.
+//! Postgres: the connection pool (retried with backoff at start), the
+//! embedded migrations from `migrations/`, the classification of errors
+//! (transient or not, connection trouble or not) and waiting for an
+//! unreachable database. Session supervision lives in `consume::session`.
 
 use std::time::Duration;
 
-use backon::{ExponentialBuilder, Retryable};
+use backon::Retryable;
 use sqlx::PgPool;
 use sqlx::migrate::Migrator;
 use sqlx::postgres::PgPoolOptions;
+
+use crate::retry::RetryPolicy;
 
 /// The schema, embedded at build time from the workspace's `migrations/`.
 pub static MIGRATOR: Migrator = sqlx::migrate!("../../migrations");
@@ -19,11 +23,25 @@ pub fn lazy_pool(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error>
         .connect_lazy(url)
 }
 
-/// Opens a pool, retrying with backoff until the database answers or `attempts` run out.
+/// Opens a pool, retrying with backoff ([`RetryPolicy::DATABASE_CONNECT`])
+/// until the database answers or `retries` retries after the first attempt
+/// run out.
 pub async fn connect(
     url: &str,
     max_connections: u32,
-    attempts: usize,
+    retries: usize,
+) -> Result<PgPool, sqlx::Error> {
+    let attempts = u32::try_from(retries).unwrap_or(u32::MAX).saturating_add(1);
+    let policy = RetryPolicy::DATABASE_CONNECT.with_max_attempts(attempts);
+    connect_with(url, max_connections, &policy).await
+}
+
+/// Opens a pool, retrying by `policy` until the database answers or the
+/// attempts run out.
+pub async fn connect_with(
+    url: &str,
+    max_connections: u32,
+    policy: &RetryPolicy,
 ) -> Result<PgPool, sqlx::Error> {
     let open = || async {
         PgPoolOptions::new()
@@ -32,13 +50,7 @@ pub async fn connect(
             .connect(url)
             .await
     };
-    open.retry(
-        ExponentialBuilder::default()
-            .with_min_delay(Duration::from_millis(200))
-            .with_max_delay(Duration::from_secs(5))
-            .with_max_times(attempts)
-            .with_jitter(),
-    )
+    open.retry(policy.builder())
     .notify(|err, delay| {
         tracing::warn!(%err, retry_in_ms = delay.as_millis() as u64, "database not reachable; retrying");
     })
@@ -87,9 +99,10 @@ pub fn is_connection_problem(err: &sqlx::Error) -> bool {
     }
 }
 
-/// Waits until `SELECT 1` works; `false` if shutdown came first.
+/// Waits until `SELECT 1` works, polling by [`RetryPolicy::DATABASE_WAIT`];
+/// `false` if shutdown came first.
 pub async fn wait_for_database(pool: &PgPool, shutdown: &crate::shutdown::Shutdown) -> bool {
-    let mut delay = Duration::from_millis(200);
+    let mut delays = RetryPolicy::DATABASE_WAIT.backoff();
     let mut warned = false;
     loop {
         if sqlx::query("SELECT 1").execute(pool).await.is_ok() {
@@ -102,45 +115,12 @@ pub async fn wait_for_database(pool: &PgPool, shutdown: &crate::shutdown::Shutdo
             tracing::warn!("database unreachable; consumption paused");
             warned = true;
         }
+        let delay = delays
+            .next()
+            .unwrap_or(RetryPolicy::DATABASE_WAIT.max_delay);
         tokio::select! {
             () = tokio::time::sleep(delay) => {}
             () = shutdown.wait() => return false,
         }
-        delay = (delay * 2).min(Duration::from_secs(5));
-    }
-}
-
-/// A broker session: works on the connection until it breaks or shutdown.
-pub type SessionFuture<'a> =
-    std::pin::Pin<Box<dyn std::future::Future<Output = lapin::Result<()>> + Send + 'a>>;
-
-/// The supervision loop of the consuming binaries: wait for the database,
-/// connect to the broker with backoff, run `session`, and when it ends
-/// (connection lost, consumer cancelled) close up and start over — until
-/// shutdown. Readiness is cleared whenever no session runs.
-pub async fn run_sessions<F>(
-    amqp_url: &str,
-    name: &str,
-    pool: &PgPool,
-    readiness: &crate::health::Readiness,
-    shutdown: &crate::shutdown::Shutdown,
-    mut session: F,
-) where
-    F: for<'a> FnMut(&'a lapin::Connection) -> SessionFuture<'a>,
-{
-    while !shutdown.is_triggered() {
-        if !wait_for_database(pool, shutdown).await {
-            break;
-        }
-        let Some(conn) = crate::amqp::connect_with_backoff(amqp_url, name, shutdown.wait()).await
-        else {
-            break;
-        };
-        if let Err(err) = session(&conn).await {
-            tracing::warn!(%err, "broker session ended; reconnecting");
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-        readiness.set(false);
-        let _ = conn.close(200, "session ends".into()).await;
     }
 }

@@ -1,8 +1,10 @@
 //! Plumbing shared by every oncehook binary: configuration, the envelope that
 //! travels from ingest to the worker, the RabbitMQ topology and publishing
-//! with confirms, telemetry (logs and metrics), graceful shutdown and — with
-//! the `db` feature — the Postgres pool, migrations and the `store` (the SQL
-//! of each table).
+//! with confirms, the consume loop that owns every delivery (`consume`:
+//! handlers return a verdict, the loop settles it), the one `RetryPolicy`
+//! every backoff reads, telemetry (logs and metrics), graceful shutdown and —
+//! with the `db` feature — the Postgres pool, migrations, the consumers'
+//! session supervision and the `store` (the SQL of each table).
 //!
 //! Ingest builds this crate without `db`: it never touches Postgres.
 
@@ -15,6 +17,7 @@ pub mod email;
 pub mod envelope;
 pub mod health;
 pub mod redact;
+pub mod retry;
 pub mod shutdown;
 #[cfg(feature = "db")]
 pub mod store;
@@ -23,4 +26,5 @@ pub mod topology;
 
 pub use config::{ConfigError, Settings, SourceConfig};
 pub use envelope::Envelope;
+pub use retry::RetryPolicy;
 pub use topology::Topology;

@@ -10,7 +10,7 @@ use lapin::Channel;
 use oncehook_common::amqp::{self, PublishError};
 use oncehook_common::health::Readiness;
 use oncehook_common::shutdown::Shutdown;
-use oncehook_common::{Envelope, Topology};
+use oncehook_common::{Envelope, RetryPolicy, Topology};
 use tokio::sync::{Notify, RwLock};
 
 /// Publishes envelopes with confirms over a self-healing connection.
@@ -25,6 +25,8 @@ struct Inner {
     ready: Readiness,
     topology: Topology,
     timeout: Duration,
+    /// How the session retries connecting to the broker.
+    connect: RetryPolicy,
 }
 
 impl Publisher {
@@ -43,6 +45,7 @@ impl Publisher {
             ready: Readiness::default(),
             topology,
             timeout,
+            connect: RetryPolicy::BROKER_CONNECT,
         });
         let this = Publisher { inner };
         let session = this.clone();
@@ -52,8 +55,13 @@ impl Publisher {
 
     async fn run(self, amqp_url: String, delivery_limit: u32, shutdown: Shutdown) {
         while !shutdown.is_triggered() {
-            let Some(conn) =
-                amqp::connect_with_backoff(&amqp_url, "oncehook-ingest", shutdown.wait()).await
+            let Some(conn) = amqp::connect_with_backoff(
+                &amqp_url,
+                "oncehook-ingest",
+                &self.inner.connect,
+                shutdown.wait(),
+            )
+            .await
             else {
                 break;
             };

@@ -1,6 +1,7 @@
 //! oncehook-mailer as a library: `transport` (SMTP or `.eml` files),
 //! `outbox` (claim / mark sent / mark failed, never holding a lock across
-//! the send) and `service` (the consuming session and the retry policy).
+//! the send) and `service` (the handler: claim, send with retries, the verdict that
+//! `oncehook_common::consume` settles).
 
 pub mod outbox;
 pub mod service;

@@ -1,34 +1,32 @@
-//! The worker's broker session and the life of one delivery.
+//! The worker's handler: the life of one delivery, from message to verdict.
+//! The consume loop in `oncehook_common::consume` owns the session (connect,
+//! topology, prefetch, one task per delivery, drain) and settles every
+//! delivery by the verdict returned here; this module adds the worker's
+//! session tasks (outbox relay, parked-event sweeper).
 //!
-//! Session: connect (with backoff) → declare the topology → a confirm channel
-//! for dead letters and the outbox relay, a consumer channel with
-//! per-consumer prefetch → consume until the connection breaks or shutdown →
-//! drain in-flight deliveries → reconnect.
-//!
-//! Delivery: decode → process (one transaction) → ack after commit.
-//! Duplicates are acked and counted. Permanent failures are republished to
-//! `P.dead` with the reason, then acked. Transient database failures are
-//! retried with exponential backoff while the message stays unacked; while
-//! Postgres is unreachable consumption pauses (no delivery attempts burnt);
-//! contention that outlasts the retries requeues. A panic requeues the
-//! message, so the quorum queue's delivery limit dead-letters a crash loop.
+//! Delivery: decode → process (one transaction) → `Ack` after commit.
+//! Duplicates are acked and counted. Permanent failures become
+//! `DeadLetter` (published to `P.dead` with the reason, then acked).
+//! Transient database failures are retried by [`RetryPolicy::DELIVERY`]
+//! while the message stays unacked; while Postgres is unreachable the
+//! delivery pauses (no delivery attempts burnt); contention that outlasts
+//! the retries becomes `Retry` (requeue). A panic requeues the message, so
+//! the quorum queue's delivery limit dead-letters a crash loop.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use backon::{BackoffBuilder, ExponentialBuilder};
-use lapin::message::Delivery;
-use lapin::{Channel, Connection};
-use oncehook_common::amqp::{self, DeadLetter};
+use lapin::Channel;
+use oncehook_common::consume::session::{self, ConsumerSpec, SessionTasks};
+use oncehook_common::consume::{Handler, Message, Verdict};
 use oncehook_common::health::Readiness;
 use oncehook_common::shutdown::Shutdown;
-use oncehook_common::{Settings, Topology};
-use oncehook_common::{consume, db};
+use oncehook_common::{RetryPolicy, Settings, Topology, db};
 use sqlx::PgPool;
 use tokio::sync::Notify;
+use tokio::task::JoinHandle;
 
 use crate::effect::Effect;
-use crate::processor::{self, ProcessError, Processed, Rejection};
+use crate::processor::{self, Decoded, ProcessError, Processed, Rejection};
 use crate::relay;
 
 /// Shared state of one worker process.
@@ -38,6 +36,8 @@ pub struct Worker<E: Effect> {
     pub settings: Settings,
     pub topology: Topology,
     pub readiness: Readiness,
+    /// How a delivery's transient database errors are retried.
+    pub retry: RetryPolicy,
     shutdown: Shutdown,
     relay_wakeup: Arc<Notify>,
 }
@@ -48,6 +48,7 @@ impl<E: Effect> Worker<E> {
             pool,
             effect,
             topology: Topology::new(settings.amqp_prefix.clone()),
+            retry: RetryPolicy::DELIVERY.with_max_attempts(settings.max_attempts),
             settings,
             readiness: Readiness::default(),
             shutdown,
@@ -57,182 +58,174 @@ impl<E: Effect> Worker<E> {
 
     /// Runs broker sessions until shutdown.
     pub async fn run(self: Arc<Self>) {
-        let worker = self.clone();
-        db::run_sessions(
-            &self.settings.amqp_url,
-            "oncehook-worker",
+        let spec = ConsumerSpec::new(&self.settings, "oncehook-worker", Topology::events);
+        let tasks = WorkerTasks {
+            pool: self.pool.clone(),
+            topology: self.topology.clone(),
+            settings: self.settings.clone(),
+            relay_wakeup: self.relay_wakeup.clone(),
+        };
+        session::run_sessions(
+            &spec,
+            self.clone(),
             &self.pool,
             &self.readiness,
             &self.shutdown,
-            move |conn| {
-                let worker = worker.clone();
-                Box::pin(async move {
-                    let shutdown = worker.shutdown.clone();
-                    worker.session(conn, &shutdown).await
-                })
-            },
+            tasks,
         )
         .await;
     }
 
-    async fn session(self: Arc<Self>, conn: &Connection, shutdown: &Shutdown) -> lapin::Result<()> {
-        let pub_ch = amqp::confirm_channel(conn).await?;
-        self.topology
-            .declare(&pub_ch, self.settings.delivery_limit)
-            .await?;
-        let pub_ch_for_close = pub_ch.clone();
-        let relay_stop = Shutdown::new();
-        let relay = tokio::spawn(relay::run(
-            self.pool.clone(),
-            pub_ch.clone(),
-            self.topology.clone(),
-            self.settings.publish_timeout,
-            self.relay_wakeup.clone(),
-            relay_stop.clone(),
-        ));
-        let sweeper = tokio::spawn(crate::parking::run_sweeper(
-            self.pool.clone(),
-            pub_ch.clone(),
-            self.topology.clone(),
-            self.settings.unlinked_ttl,
-            self.settings.publish_timeout,
-            relay_stop.clone(),
-        ));
-        let worker = self.clone();
-        let result = consume::consume(
-            conn,
-            &self.topology.events(),
-            self.settings.prefetch,
-            &self.readiness,
-            shutdown,
-            move |delivery| {
-                let worker = worker.clone();
-                let pub_ch = pub_ch.clone();
-                async move { worker.handle(pub_ch, delivery).await }
-            },
-        )
-        .await;
-        relay_stop.trigger();
-        let _ = relay.await;
-        let _ = sweeper.await;
-        let _ = pub_ch_for_close.close(200, "session ends".into()).await;
-        result
-    }
-
-    async fn handle(&self, pub_ch: Channel, delivery: Delivery) {
-        let message_id = consume::message_id(&delivery);
-        let attempts = amqp::delivery_count(&delivery) + 1;
-        let decoded = match processor::decode(&delivery.data, &message_id) {
-            Ok(d) => d,
-            Err(Rejection { kind, message }) => {
-                return self
-                    .dead_letter(&pub_ch, &delivery, "unknown", kind, message, attempts)
-                    .await;
-            }
-        };
+    /// Processes a decoded event, retrying transient database errors, until
+    /// it has a verdict.
+    async fn process(&self, decoded: &Decoded) -> Verdict {
         let gateway = decoded.event.provider.as_str();
+        let event_id = &decoded.event.event_id;
+        let mut backoff = self.retry.backoff();
+        loop {
+            let err = match processor::process(&self.pool, &self.effect, decoded).await {
+                Ok(processed) => {
+                    self.record(decoded, &processed);
+                    return Verdict::Ack;
+                }
+                Err(err) => err,
+            };
+            let step = next_step(err);
+            if !matches!(step, Step::Settle(_)) {
+                metrics::counter!("oncehook_worker_retries_total", "gateway" => gateway)
+                    .increment(1);
+            }
+            match step {
+                Step::Settle(verdict) => return verdict,
+                Step::PauseForDatabase(err) => {
+                    tracing::warn!(gateway, %event_id, %err, "database unreachable; pausing this delivery until it is back");
+                    if !db::wait_for_database(&self.pool, &self.shutdown).await {
+                        return Verdict::Retry;
+                    }
+                }
+                Step::Backoff(err) => {
+                    let Some(delay) = backoff.next() else {
+                        tracing::warn!(gateway, %event_id, %err, "still failing after retries; requeueing");
+                        return Verdict::Retry;
+                    };
+                    tracing::warn!(gateway, %event_id, %err, retry_in_ms = delay.as_millis() as u64, "transient database error; retrying");
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+    }
+
+    /// Counts and logs a committed delivery, and wakes the relay for its emails.
+    fn record(&self, decoded: &Decoded, processed: &Processed) {
+        let gateway = decoded.event.provider.as_str();
+        let event = &decoded.event;
+        let receipt = &decoded.envelope.receipt_id;
+        match processed {
+            Processed::Done { outcome, detail } => {
+                self.relay_wakeup.notify_one();
+                metrics::counter!("oncehook_worker_events_total", "gateway" => gateway, "outcome" => outcome.as_str())
+                    .increment(1);
+                tracing::info!(
+                    gateway,
+                    event_id = %event.event_id,
+                    event_type = %event.event_type,
+                    order_ref = event.order_ref.as_deref().unwrap_or("-"),
+                    %receipt,
+                    outcome = outcome.as_str(),
+                    %detail,
+                    "event processed"
+                );
+            }
+            Processed::Duplicate => {
+                metrics::counter!("oncehook_worker_events_total", "gateway" => gateway, "outcome" => "duplicate")
+                    .increment(1);
+                tracing::info!(gateway, event_id = %event.event_id, %receipt, "duplicate delivery absorbed");
+            }
+        }
+    }
+}
+
+impl<E: Effect> Handler for Worker<E> {
+    async fn handle(&self, message: &dyn Message) -> Verdict {
+        let decoded = match processor::decode(message.body(), &message.message_id()) {
+            Ok(d) => d,
+            Err(rejection) => return rejected(rejection),
+        };
         if let Some(bad) = &self.settings.fault_panic_order_ref
             && decoded.event.order_ref.as_deref() == Some(bad.as_str())
         {
             panic!("fault injection: configured to panic on order {bad}");
         }
-
-        let mut backoff = ExponentialBuilder::default()
-            .with_min_delay(Duration::from_millis(50))
-            .with_max_delay(Duration::from_secs(2))
-            .with_max_times(self.settings.max_attempts.saturating_sub(1) as usize)
-            .with_jitter()
-            .build();
-        loop {
-            match processor::process(&self.pool, &self.effect, &decoded).await {
-                Ok(Processed::Done { outcome, detail }) => {
-                    consume::ack(&delivery).await;
-                    self.relay_wakeup.notify_one();
-                    metrics::counter!("oncehook_worker_events_total", "gateway" => gateway, "outcome" => outcome.as_str())
-                        .increment(1);
-                    tracing::info!(
-                        gateway,
-                        event_id = %decoded.event.event_id,
-                        event_type = %decoded.event.event_type,
-                        order_ref = decoded.event.order_ref.as_deref().unwrap_or("-"),
-                        receipt = %decoded.envelope.receipt_id,
-                        outcome = outcome.as_str(),
-                        %detail,
-                        "event processed"
-                    );
-                    return;
-                }
-                Ok(Processed::Duplicate) => {
-                    consume::ack(&delivery).await;
-                    metrics::counter!("oncehook_worker_events_total", "gateway" => gateway, "outcome" => "duplicate")
-                        .increment(1);
-                    tracing::info!(gateway, event_id = %decoded.event.event_id, receipt = %decoded.envelope.receipt_id, "duplicate delivery absorbed");
-                    return;
-                }
-                Err(ProcessError::Permanent(Rejection { kind, message })) => {
-                    return self
-                        .dead_letter(&pub_ch, &delivery, gateway, kind, message, attempts)
-                        .await;
-                }
-                Err(ProcessError::Transient(err)) => {
-                    metrics::counter!("oncehook_worker_retries_total", "gateway" => gateway)
-                        .increment(1);
-                    if db::is_connection_problem(&err) {
-                        tracing::warn!(gateway, event_id = %decoded.event.event_id, %err, "database unreachable; pausing this delivery until it is back");
-                        if !db::wait_for_database(&self.pool, &self.shutdown).await {
-                            return consume::requeue(&delivery).await;
-                        }
-                        continue;
-                    }
-                    match backoff.next() {
-                        Some(delay) => {
-                            tracing::warn!(gateway, event_id = %decoded.event.event_id, %err, retry_in_ms = delay.as_millis() as u64, "transient database error; retrying");
-                            tokio::time::sleep(delay).await;
-                        }
-                        None => {
-                            tracing::warn!(gateway, event_id = %decoded.event.event_id, %err, "still failing after retries; requeueing");
-                            return consume::requeue(&delivery).await;
-                        }
-                    }
-                }
-            }
-        }
+        self.process(&decoded).await
     }
 
-    async fn dead_letter(
-        &self,
-        pub_ch: &Channel,
-        delivery: &Delivery,
-        gateway: &str,
-        kind: &'static str,
-        message: String,
-        attempts: u32,
-    ) {
-        let why = DeadLetter {
-            kind: kind.to_owned(),
-            error: message,
-            origin: self.topology.events(),
-            attempts,
-        };
-        match amqp::dead_letter(
-            pub_ch,
-            &self.topology.dead(),
-            delivery,
-            &why,
-            self.settings.publish_timeout,
-        )
-        .await
-        {
-            Ok(()) => {
-                consume::ack(delivery).await;
-                metrics::counter!("oncehook_worker_events_total", "gateway" => gateway.to_owned(), "outcome" => "dead")
-                    .increment(1);
-                tracing::error!(gateway, message_id = %consume::message_id(delivery), kind, error = %why.error, "dead-lettered");
-            }
-            Err(err) => {
-                tracing::error!(gateway, message_id = %consume::message_id(delivery), kind, error = %why.error, publish_error = %err, "could not dead-letter; requeueing");
-                consume::requeue(delivery).await;
-            }
-        }
+    fn dead_lettered(&self, message: &dyn Message, kind: &str, error: &str) {
+        let message_id = message.message_id();
+        // Decoded again only for its gateway label (dead letters are rare).
+        let gateway = processor::decode(message.body(), &message_id)
+            .map_or("unknown", |d| d.event.provider.as_str());
+        metrics::counter!("oncehook_worker_events_total", "gateway" => gateway, "outcome" => "dead")
+            .increment(1);
+        tracing::error!(gateway, %message_id, kind, error, "dead-lettered");
     }
 }
+
+/// What a failed processing attempt leads to.
+#[derive(Debug)]
+enum Step {
+    /// Settled: the message gets this verdict.
+    Settle(Verdict),
+    /// Postgres is unreachable: wait for it, then try again (no attempt burnt).
+    PauseForDatabase(sqlx::Error),
+    /// Contention or a passing fault: back off and try again, within the budget.
+    Backoff(sqlx::Error),
+}
+
+/// The decision table for a processing error.
+fn next_step(err: ProcessError) -> Step {
+    match err {
+        ProcessError::Permanent(rejection) => Step::Settle(rejected(rejection)),
+        ProcessError::Transient(err) if db::is_connection_problem(&err) => {
+            Step::PauseForDatabase(err)
+        }
+        ProcessError::Transient(err) => Step::Backoff(err),
+    }
+}
+
+fn rejected(Rejection { kind, message }: Rejection) -> Verdict {
+    Verdict::dead_letter(kind, message)
+}
+
+/// The worker's session tasks: the outbox relay and the parked-event
+/// sweeper, both publishing over the session's confirm channel.
+struct WorkerTasks {
+    pool: PgPool,
+    topology: Topology,
+    settings: Settings,
+    relay_wakeup: Arc<Notify>,
+}
+
+impl SessionTasks for WorkerTasks {
+    fn start(&mut self, channel: &Channel, stop: &Shutdown) -> Vec<JoinHandle<()>> {
+        let relay = tokio::spawn(relay::run(
+            self.pool.clone(),
+            channel.clone(),
+            self.topology.clone(),
+            self.settings.publish_timeout,
+            self.relay_wakeup.clone(),
+            stop.clone(),
+        ));
+        let sweeper = tokio::spawn(crate::parking::run_sweeper(
+            self.pool.clone(),
+            channel.clone(),
+            self.topology.clone(),
+            self.settings.unlinked_ttl,
+            self.settings.publish_timeout,
+            stop.clone(),
+        ));
+        vec![relay, sweeper]
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,5 +1,6 @@
 //! oncehook-worker as a library. The pieces, in the order a message meets
-//! them: `consumer` (session loop, acks, dead-lettering) → `processor`
+//! them: `consumer` (the handler: decode, process, decide the verdict that
+//! `oncehook_common::consume` settles; the session's relay and sweeper) → `processor`
 //! (one transaction: `dedup` insert-first, then the `effect`; events not
 //! linked to an order yet wait in `parking`) → `relay`
 //! (publishes committed outbox emails). `retention` trims the dedup table.

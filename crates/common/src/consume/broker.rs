@@ -1,0 +1,168 @@
+//! The RabbitMQ side of the queue seam: `lapin`'s delivery as a
+//! [`Delivery`], the dead-letter exchange as a [`DeadLetterSink`], and
+//! [`consume`] — one queue with per-consumer prefetch, one task per delivery
+//! (so deliveries run concurrently up to the prefetch); on shutdown the
+//! consumer is cancelled and in-flight deliveries are drained.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_lite::StreamExt;
+use lapin::options::{
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions,
+};
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Channel, Connection};
+use tokio::task::JoinSet;
+
+use super::queue::{DeadLetterSink, Delivery, Message, Published};
+use super::{Handler, dispatch};
+use crate::amqp::{self, DeadLetter};
+use crate::health::Readiness;
+use crate::shutdown::Shutdown;
+use crate::topology::HEADER_DELIVERY_COUNT;
+
+/// How long a stopping consumer waits for in-flight deliveries.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(25);
+
+impl Message for lapin::message::Delivery {
+    fn body(&self) -> &[u8] {
+        &self.data
+    }
+    fn properties(&self) -> &BasicProperties {
+        &self.properties
+    }
+    fn routing_key(&self) -> &str {
+        self.routing_key.as_str()
+    }
+    /// Quorum queues count in `x-delivery-count`; absent on the first delivery.
+    fn delivery_count(&self) -> u32 {
+        amqp::header_int(self.properties.headers().as_ref(), HEADER_DELIVERY_COUNT)
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Delivery for lapin::message::Delivery {
+    async fn ack(&self) -> bool {
+        matches!(self.acker.ack(BasicAckOptions::default()).await, Ok(true))
+    }
+    async fn requeue(&self) -> bool {
+        let options = BasicNackOptions {
+            multiple: false,
+            requeue: true,
+        };
+        matches!(self.acker.nack(options).await, Ok(true))
+    }
+}
+
+/// The dead-letter exchange, reached over a confirm channel.
+#[derive(Clone)]
+pub struct BrokerDeadLetters {
+    pub channel: Channel,
+    /// The dead-letter exchange (`P.dead`).
+    pub exchange: String,
+    /// The queue the messages come from (the `x-oncehook-origin` header).
+    pub origin: String,
+    pub timeout: Duration,
+}
+
+impl DeadLetterSink for BrokerDeadLetters {
+    async fn dead_letter(&self, message: &dyn Message, kind: &str, error: &str) -> Published {
+        let why = DeadLetter {
+            kind: kind.to_owned(),
+            error: error.to_owned(),
+            origin: self.origin.clone(),
+            attempts: message.attempts(),
+        };
+        amqp::dead_letter_message(
+            &self.channel,
+            &self.exchange,
+            message.body(),
+            message.properties(),
+            message.routing_key(),
+            &why,
+            self.timeout,
+        )
+        .await
+    }
+}
+
+/// Consumes `queue` until the connection breaks (`Err`), the broker cancels
+/// the consumer, or `shutdown` fires (`Ok`). Each delivery is dispatched to
+/// `handler` in its own task and settled by its verdict.
+pub async fn consume<H: Handler, S: DeadLetterSink>(
+    conn: &Connection,
+    queue: &str,
+    prefetch: u16,
+    readiness: &Readiness,
+    shutdown: &Shutdown,
+    handler: Arc<H>,
+    sink: Arc<S>,
+) -> lapin::Result<()> {
+    let ch = conn.create_channel().await?;
+    // Per-consumer prefetch: quorum queues reject global QoS.
+    ch.basic_qos(prefetch, BasicQosOptions { global: false })
+        .await?;
+    let mut consumer = ch
+        .basic_consume(
+            queue.into(),
+            "".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    readiness.set(true);
+    tracing::info!(queue, prefetch, "consuming");
+
+    let mut in_flight = JoinSet::new();
+    let mut result = Ok(());
+    loop {
+        tokio::select! {
+            () = shutdown.wait() => break,
+            Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+            next = consumer.next() => match next {
+                Some(Ok(delivery)) => {
+                    in_flight.spawn(dispatch(handler.clone(), delivery, sink.clone()));
+                }
+                Some(Err(err)) => {
+                    result = Err(err);
+                    break;
+                }
+                None => {
+                    tracing::warn!(queue, "consumer was cancelled by the broker");
+                    break;
+                }
+            },
+        }
+    }
+    readiness.set(false);
+    if shutdown.is_triggered() {
+        // Stop taking work; prefetched-but-unstarted messages are requeued on close.
+        let _ = ch
+            .basic_cancel(consumer.tag(), BasicCancelOptions::default())
+            .await;
+    }
+    drain(&mut in_flight).await;
+    // Close explicitly (and wait) before the connection goes: a channel
+    // still closing when the connection closes makes the client log an error.
+    // Anything prefetched but not acked is requeued by the broker.
+    let _ = ch.close(200, "consumer stops".into()).await;
+    result
+}
+
+/// Waits up to [`DRAIN_TIMEOUT`] for in-flight deliveries, then abandons
+/// the rest (unacked, so the broker redelivers them).
+async fn drain(in_flight: &mut JoinSet<()>) {
+    let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
+        while in_flight.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            left = in_flight.len(),
+            "in-flight deliveries did not finish in time; they will be redelivered"
+        );
+        in_flight.abort_all();
+    }
+}

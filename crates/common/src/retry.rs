@@ -1,0 +1,118 @@
+//! `RetryPolicy`: the one description of "try again later" that every
+//! backoff site reads — connecting to the broker, opening and waiting for the
+//! database, retrying a delivery's transaction, resending an email. Each
+//! site takes a policy value instead of building a backoff inline; the named
+//! constants hold today's numbers, and a site whose limit is configured
+//! (`max_attempts`) overrides it with [`RetryPolicy::with_max_attempts`].
+
+use std::time::Duration;
+
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
+
+/// Exponential backoff (factor 2) from `min_delay` up to `max_delay`, for at
+/// most `max_attempts` attempts in all (the first included), optionally
+/// with jitter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    pub min_delay: Duration,
+    pub max_delay: Duration,
+    /// Attempts in all, the first one included; `None` retries until the
+    /// caller gives up (e.g. on shutdown).
+    pub max_attempts: Option<u32>,
+    /// Randomise each delay (so many clients do not retry in lockstep).
+    pub jitter: bool,
+}
+
+impl RetryPolicy {
+    /// Connecting to RabbitMQ: forever, 200 ms → 5 s, with jitter.
+    pub const BROKER_CONNECT: Self = Self::new(200, 5_000, None, true);
+    /// Opening the Postgres pool at start: 200 ms → 5 s, with jitter; the
+    /// caller sets the number of attempts.
+    pub const DATABASE_CONNECT: Self = Self::new(200, 5_000, None, true);
+    /// Polling an unreachable Postgres while consumption is paused: forever,
+    /// 200 ms → 5 s, no jitter.
+    pub const DATABASE_WAIT: Self = Self::new(200, 5_000, None, false);
+    /// A delivery's transaction failing transiently (contention): 50 ms → 2 s
+    /// with jitter, then the message is requeued. The attempts come from
+    /// `Settings::max_attempts` (default 5).
+    pub const DELIVERY: Self = Self::new(50, 2_000, Some(5), true);
+    /// An email send failing: 1 s → 30 s with jitter, then the email is
+    /// dead-lettered. The attempts come from `Settings::max_attempts`.
+    pub const EMAIL_SEND: Self = Self::new(1_000, 30_000, Some(5), true);
+
+    const fn new(min_ms: u64, max_ms: u64, max_attempts: Option<u32>, jitter: bool) -> Self {
+        Self {
+            min_delay: Duration::from_millis(min_ms),
+            max_delay: Duration::from_millis(max_ms),
+            max_attempts,
+            jitter,
+        }
+    }
+
+    /// The same policy with `attempts` attempts in all (the first included).
+    #[must_use]
+    pub const fn with_max_attempts(self, attempts: u32) -> Self {
+        Self {
+            max_attempts: Some(attempts),
+            ..self
+        }
+    }
+
+    /// The policy as a `backon` builder (for `Retryable::retry`).
+    pub fn builder(&self) -> ExponentialBuilder {
+        let builder = ExponentialBuilder::default()
+            .with_min_delay(self.min_delay)
+            .with_max_delay(self.max_delay);
+        let builder = match self.max_attempts {
+            Some(attempts) => builder.with_max_times(attempts.saturating_sub(1) as usize),
+            None => builder.without_max_times(),
+        };
+        if self.jitter {
+            builder.with_jitter()
+        } else {
+            builder
+        }
+    }
+
+    /// The delays to sleep between attempts; `None` once the attempts are used up.
+    pub fn backoff(&self) -> ExponentialBackoff {
+        self.builder().build()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attempts_count_the_first_one() {
+        let delays: Vec<_> = RetryPolicy::DELIVERY
+            .with_max_attempts(3)
+            .backoff()
+            .collect();
+        assert_eq!(delays.len(), 2, "three attempts leave two delays");
+        assert_eq!(
+            RetryPolicy::DELIVERY.with_max_attempts(1).backoff().count(),
+            0
+        );
+        assert_eq!(
+            RetryPolicy::DELIVERY.with_max_attempts(0).backoff().count(),
+            0
+        );
+    }
+
+    #[test]
+    fn without_jitter_delays_double_up_to_the_maximum() {
+        let delays: Vec<_> = RetryPolicy::DATABASE_WAIT.backoff().take(7).collect();
+        let ms: Vec<_> = delays.iter().map(|d| d.as_millis()).collect();
+        assert_eq!(ms, [200, 400, 800, 1600, 3200, 5000, 5000]);
+    }
+
+    #[test]
+    fn jittered_delays_stay_near_the_policy() {
+        for delay in RetryPolicy::EMAIL_SEND.backoff() {
+            assert!(delay >= Duration::from_secs(1), "{delay:?}");
+            assert!(delay <= Duration::from_secs(60), "{delay:?}");
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! The mailer's decisions, tested with the in-memory queue (no broker, no
+//! database, no SMTP: these paths decide before any of them is needed).
+
+use std::collections::HashMap;
+
+use oncehook_common::consume::dispatch;
+use oncehook_common::consume::memory::{MemoryDeadLetters, MemoryDelivery, Settled};
+
+use super::*;
+
+fn mailer() -> Arc<Mailer> {
+    let settings = Settings::from_env_map(&HashMap::new()).expect("default settings");
+    let pool = db::lazy_pool("postgres://nobody@127.0.0.1:1/none", 1).expect("lazy pool");
+    let dir = std::env::temp_dir().join("oncehook-mailer-unit");
+    let transport = Transport::from_settings(None, dir).expect("file transport");
+    Mailer::new(pool, transport, settings, Shutdown::new())
+}
+
+#[tokio::test]
+async fn an_unreadable_message_is_dead_lettered_as_bad_message_then_acked() {
+    let sink = MemoryDeadLetters::default();
+    let delivery = MemoryDelivery::new(b"{\"outbox_id\": 7}".to_vec()).with_message_id("email:x");
+    dispatch(mailer(), delivery.clone(), Arc::new(sink.clone())).await;
+    assert_eq!(delivery.settled(), [Settled::Acked]);
+    let published = sink.published();
+    assert_eq!(published.len(), 1);
+    assert_eq!(published[0].kind, "bad_message");
+    assert!(published[0].error.contains("email:x"), "{published:?}");
+    assert_eq!(published[0].attempts, 1);
+}
+
+#[tokio::test]
+async fn an_unreadable_message_whose_dead_letter_fails_is_requeued() {
+    let sink = MemoryDeadLetters::failing();
+    let delivery = MemoryDelivery::new(b"garbage".to_vec());
+    dispatch(mailer(), delivery.clone(), Arc::new(sink.clone())).await;
+    assert_eq!(delivery.settled(), [Settled::Requeued]);
+}
+
+/// The decision table for a claim.
+#[test]
+fn claims_map_to_verdicts() {
+    let id = Uuid::new_v4();
+    match after_claim(id, Ok(Claim::Missing)) {
+        AfterClaim::Settle(Verdict::DeadLetter { kind, error }) => {
+            assert_eq!(kind, "unknown_outbox_row");
+            assert!(error.contains(&id.to_string()), "{error}");
+        }
+        other => panic!("{other:?}"),
+    }
+    for skip in [Claim::AlreadySent, Claim::AlreadyFailed] {
+        assert!(matches!(
+            after_claim(id, Ok(skip)),
+            AfterClaim::Settle(Verdict::Ack)
+        ));
+    }
+    assert!(matches!(after_claim(id, Ok(Claim::Busy)), AfterClaim::Busy));
+    assert!(matches!(
+        after_claim(id, Err(sqlx::Error::PoolTimedOut)),
+        AfterClaim::WaitForDatabase
+    ));
+    let email = Email {
+        outbox_id: id,
+        to: "a@example.com".into(),
+        subject: "s".into(),
+        body: "b".into(),
+    };
+    match after_claim(id, Ok(Claim::Claimed(email))) {
+        AfterClaim::Send(email) => assert_eq!(email.outbox_id, id),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_send_retry_budget_comes_from_the_settings() {
+    let mailer = mailer();
+    assert_eq!(
+        mailer.retry.max_attempts,
+        Some(mailer.settings.max_attempts)
+    );
+    assert_eq!(mailer.retry.min_delay, Duration::from_secs(1));
+    assert_eq!(mailer.retry.max_delay, Duration::from_secs(30));
+}
