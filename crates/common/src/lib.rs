@@ -24,7 +24,9 @@ pub mod store;
 pub mod telemetry;
 pub mod topology;
 
-pub use config::{ConfigError, Settings, SourceConfig};
+pub use config::{
+    Config, ConfigError, IngestSettings, MailerSettings, SourceConfig, WorkerSettings,
+};
 pub use envelope::Envelope;
 pub use retry::RetryPolicy;
 pub use topology::Topology;

@@ -34,10 +34,10 @@ impl RetryPolicy {
     pub const DATABASE_WAIT: Self = Self::new(200, 5_000, None, false);
     /// A delivery's transaction failing transiently (contention): 50 ms → 2 s
     /// with jitter, then the message is requeued. The attempts come from
-    /// `Settings::max_attempts` (default 5).
+    /// `[worker] retry.max_attempts` / `ONCEHOOK_MAX_ATTEMPTS` (default 5).
     pub const DELIVERY: Self = Self::new(50, 2_000, Some(5), true);
     /// An email send failing: 1 s → 30 s with jitter, then the email is
-    /// dead-lettered. The attempts come from `Settings::max_attempts`.
+    /// dead-lettered. The attempts come from `[mail] retry.max_attempts`.
     pub const EMAIL_SEND: Self = Self::new(1_000, 30_000, Some(5), true);
 
     const fn new(min_ms: u64, max_ms: u64, max_attempts: Option<u32>, jitter: bool) -> Self {

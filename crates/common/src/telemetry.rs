@@ -5,10 +5,10 @@
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::EnvFilter;
 
-use crate::Settings;
+use crate::config::TelemetryConfig;
 
 /// Installs the global tracing subscriber (call once, first thing in `main`).
-pub fn init_logging(settings: &Settings, binary: &str) {
+pub fn init_logging(settings: &TelemetryConfig, binary: &str) {
     let filter = EnvFilter::try_new(&settings.log).unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -13,7 +13,7 @@ use lapin::types::FieldTable;
 use lapin::{Channel, Connection};
 use oncehook_common::amqp::{self, short};
 use oncehook_common::redact::redact;
-use oncehook_common::{Settings, Topology};
+use oncehook_common::{Config, Topology};
 
 use crate::dlq::letter::Letter;
 
@@ -23,11 +23,11 @@ pub const PEEK_LIMIT: usize = 100_000;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Connects to the broker (one attempt, bounded in time).
-pub async fn connect(settings: &Settings) -> anyhow::Result<Connection> {
-    let url = redact(&settings.amqp_url);
+pub async fn connect(settings: &Config) -> anyhow::Result<Connection> {
+    let url = redact(settings.broker.url.expose());
     match tokio::time::timeout(
         CONNECT_TIMEOUT,
-        amqp::connect(&settings.amqp_url, "oncehookctl"),
+        amqp::connect(settings.broker.url.expose(), "oncehookctl"),
     )
     .await
     {

@@ -6,7 +6,7 @@ use std::fmt;
 
 use anyhow::Context;
 use clap::Subcommand;
-use oncehook_common::{Settings, db};
+use oncehook_common::{Config, db};
 use serde::Serialize;
 
 use crate::output::{Report, table};
@@ -98,14 +98,14 @@ struct OrderView {
     currency: &'static str,
 }
 
-pub async fn run(settings: &Settings, command: DemoCommand) -> anyhow::Result<DemoReport> {
+pub async fn run(settings: &Config, command: DemoCommand) -> anyhow::Result<DemoReport> {
     match command {
         DemoCommand::Seed => seed(settings).await,
     }
 }
 
-async fn seed(settings: &Settings) -> anyhow::Result<DemoReport> {
-    let pool = db::connect(&settings.database_url, 2, 3)
+async fn seed(settings: &Config) -> anyhow::Result<DemoReport> {
+    let pool = db::connect(settings.database.url.expose(), 2, 3)
         .await
         .context("connecting to the database")?;
     let mut tx = pool.begin().await?;

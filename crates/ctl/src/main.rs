@@ -18,7 +18,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use oncehook_common::Settings;
+use oncehook_common::Config;
 
 #[derive(Parser)]
 #[command(
@@ -82,7 +82,7 @@ async fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let settings = Settings::load().context("reading configuration")?;
+    let settings = Config::load().context("reading configuration")?;
     let out = output::Output { json: cli.json };
     Ok(match cli.command {
         Command::Migrate => out.finish(&migrate::run(&settings).await?),

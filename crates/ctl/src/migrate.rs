@@ -4,7 +4,7 @@ use std::fmt;
 
 use anyhow::Context;
 use oncehook_common::redact::redact;
-use oncehook_common::{Settings, db};
+use oncehook_common::{Config, db};
 use serde::Serialize;
 
 use crate::output::Report;
@@ -15,10 +15,10 @@ pub struct MigrateReport {
     status: &'static str,
 }
 
-pub async fn run(settings: &Settings) -> anyhow::Result<MigrateReport> {
-    let pool = db::connect(&settings.database_url, 2, 3)
+pub async fn run(settings: &Config) -> anyhow::Result<MigrateReport> {
+    let pool = db::connect(settings.database.url.expose(), 2, 3)
         .await
-        .with_context(|| format!("connecting to {}", redact(&settings.database_url)))?;
+        .with_context(|| format!("connecting to {}", redact(settings.database.url.expose())))?;
     db::MIGRATOR
         .run(&pool)
         .await

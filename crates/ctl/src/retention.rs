@@ -7,7 +7,7 @@ use std::fmt;
 use anyhow::Context;
 use clap::Args;
 use oncehook_common::store::retention;
-use oncehook_common::{Settings, db};
+use oncehook_common::{Config, db};
 use serde::Serialize;
 
 use crate::output::Report;
@@ -38,9 +38,9 @@ pub enum RetentionReport {
     },
 }
 
-pub async fn run(settings: &Settings, args: RetentionArgs) -> anyhow::Result<RetentionReport> {
-    let days = args.days.unwrap_or(settings.retention_days);
-    let pool = db::connect(&settings.database_url, 2, 3)
+pub async fn run(settings: &Config, args: RetentionArgs) -> anyhow::Result<RetentionReport> {
+    let days = args.days.unwrap_or(settings.worker.retention_days);
+    let pool = db::connect(settings.database.url.expose(), 2, 3)
         .await
         .context("connecting to the database")?;
     let report = if args.dry_run {

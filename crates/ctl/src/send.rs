@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Args;
-use oncehook_common::{Settings, db};
+use oncehook_common::{Config, db};
 use oncehook_gateways::sample::{self, SampleSpec, SignedDelivery};
 use serde::Serialize;
 use sqlx::Row;
@@ -68,9 +68,14 @@ struct OrderFacts {
     found: bool,
 }
 
-pub async fn run(settings: &Settings, args: SendArgs, out: &Output) -> anyhow::Result<SendReport> {
+pub async fn run(settings: &Config, args: SendArgs, out: &Output) -> anyhow::Result<SendReport> {
     let source = settings.source(&args.source).with_context(|| {
-        let known: Vec<&str> = settings.sources.iter().map(|s| s.name.as_str()).collect();
+        let known: Vec<&str> = settings
+            .ingest
+            .sources
+            .iter()
+            .map(|s| s.name.as_str())
+            .collect();
         format!(
             "no source named {:?} in the configuration (configured: {}); set ONCEHOOK_CONFIG",
             args.source,
@@ -121,7 +126,7 @@ pub async fn run(settings: &Settings, args: SendArgs, out: &Output) -> anyhow::R
     let base = args
         .url
         .clone()
-        .unwrap_or_else(|| format!("http://{}", settings.ingest_addr));
+        .unwrap_or_else(|| format!("http://{}", settings.ingest.addr));
     let url = format!("{}/webhooks/{}", base.trim_end_matches('/'), args.source);
     if !facts.found {
         out.progress(&format!(
@@ -315,14 +320,14 @@ async fn post_one(client: &reqwest::Client, url: &str, delivery: &SignedDelivery
     Ok((status, started.elapsed(), body))
 }
 
-async fn order_facts(settings: &Settings, order_ref: &str) -> OrderFacts {
+async fn order_facts(settings: &Config, order_ref: &str) -> OrderFacts {
     let fallback = OrderFacts {
         amount_minor: 49_900,
         currency: "INR".to_owned(),
         email: "customer@example.com".to_owned(),
         found: false,
     };
-    let Ok(pool) = db::connect(&settings.database_url, 1, 0).await else {
+    let Ok(pool) = db::connect(settings.database.url.expose(), 1, 0).await else {
         return fallback;
     };
     let row = sqlx::query(

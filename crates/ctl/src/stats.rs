@@ -11,7 +11,7 @@ use std::fmt;
 use std::time::Duration;
 
 use clap::Args;
-use oncehook_common::{Settings, Topology};
+use oncehook_common::{Config, Topology};
 use serde::Serialize;
 use time::OffsetDateTime;
 
@@ -100,8 +100,8 @@ struct GatewayView {
     dead: Option<u64>,
 }
 
-pub async fn run(settings: &Settings, args: StatsArgs) -> anyhow::Result<StatsReport> {
-    let topology = Topology::new(settings.amqp_prefix.clone());
+pub async fn run(settings: &Config, args: StatsArgs) -> anyhow::Result<StatsReport> {
+    let topology = Topology::new(settings.broker.prefix.clone());
     let (broker, database) = tokio::join!(
         gather::broker_stats(settings, &topology),
         gather::database_stats(settings, args.since)

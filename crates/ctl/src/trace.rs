@@ -7,7 +7,7 @@ use std::fmt;
 
 use anyhow::Context;
 use clap::Subcommand;
-use oncehook_common::{Settings, db};
+use oncehook_common::{Config, db};
 use oncehook_gateways::{currency_exponent, format_decimal_minor};
 use serde::Serialize;
 use serde_json::Value;
@@ -176,8 +176,8 @@ macro_rules! webhook_columns {
     };
 }
 
-pub async fn run(settings: &Settings, command: TraceCommand) -> anyhow::Result<TraceReport> {
-    let pool = db::connect(&settings.database_url, 2, 3)
+pub async fn run(settings: &Config, command: TraceCommand) -> anyhow::Result<TraceReport> {
+    let pool = db::connect(settings.database.url.expose(), 2, 3)
         .await
         .context("connecting to the database")?;
     let report = match command {

@@ -2,14 +2,16 @@
 //! and metrics, and runs the HTTP server until SIGTERM/SIGINT.
 
 use anyhow::Context;
-use oncehook_common::{Settings, telemetry};
+use oncehook_common::{Config, telemetry};
 use oncehook_ingest::startup::Application;
 
 #[actix_web::main]
 async fn main() -> anyhow::Result<()> {
-    let settings = Settings::load().context("reading configuration")?;
-    telemetry::init_logging(&settings, "oncehook-ingest");
-    settings.require_sources().context("starting ingest")?;
+    let settings = Config::load()
+        .context("reading configuration")?
+        .into_ingest()
+        .context("starting ingest")?;
+    telemetry::init_logging(&settings.telemetry, "oncehook-ingest");
     let metrics = telemetry::init_metrics().map_err(anyhow::Error::msg)?;
     let app = Application::build(settings, metrics)
         .await

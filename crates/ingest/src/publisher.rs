@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use lapin::Channel;
 use oncehook_common::amqp::{self, PublishError};
+use oncehook_common::config::Secret;
 use oncehook_common::health::Readiness;
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::{Envelope, RetryPolicy, Topology};
@@ -33,7 +34,7 @@ impl Publisher {
     /// Starts the session loop in the background; the first connection may
     /// still be pending when this returns.
     pub fn start(
-        amqp_url: String,
+        amqp_url: Secret,
         topology: Topology,
         delivery_limit: u32,
         timeout: Duration,
@@ -53,10 +54,10 @@ impl Publisher {
         this
     }
 
-    async fn run(self, amqp_url: String, delivery_limit: u32, shutdown: Shutdown) {
+    async fn run(self, amqp_url: Secret, delivery_limit: u32, shutdown: Shutdown) {
         while !shutdown.is_triggered() {
             let Some(conn) = amqp::connect_with_backoff(
-                &amqp_url,
+                amqp_url.expose(),
                 "oncehook-ingest",
                 &self.inner.connect,
                 shutdown.wait(),

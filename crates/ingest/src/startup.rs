@@ -11,7 +11,7 @@ use actix_web::{App, HttpServer, web};
 use metrics_exporter_prometheus::PrometheusHandle;
 use oncehook_common::health;
 use oncehook_common::shutdown::Shutdown;
-use oncehook_common::{Settings, SourceConfig, Topology};
+use oncehook_common::{IngestSettings, SourceConfig, Topology};
 
 use crate::publisher::Publisher;
 use crate::routes;
@@ -33,27 +33,31 @@ pub struct Application {
 }
 
 impl Application {
-    pub async fn build(settings: Settings, metrics: PrometheusHandle) -> std::io::Result<Self> {
+    pub async fn build(
+        settings: IngestSettings,
+        metrics: PrometheusHandle,
+    ) -> std::io::Result<Self> {
         let shutdown = Shutdown::new();
         let publisher = Publisher::start(
-            settings.amqp_url.clone(),
-            Topology::new(settings.amqp_prefix.clone()),
-            settings.delivery_limit,
-            settings.publish_timeout,
+            settings.broker.url.clone(),
+            Topology::new(settings.broker.prefix.clone()),
+            settings.broker.delivery_limit,
+            settings.broker.publish_timeout,
             shutdown.clone(),
         );
         let state = web::Data::new(IngestState {
             sources: settings
+                .ingest
                 .sources
                 .iter()
                 .map(|s| (s.name.clone(), s.clone()))
                 .collect(),
             publisher,
-            body_limit: settings.body_limit_bytes,
+            body_limit: settings.ingest.body_limit_bytes,
             metrics,
         });
 
-        let listener = TcpListener::bind(settings.ingest_addr)?;
+        let listener = TcpListener::bind(settings.ingest.addr)?;
         let addr = listener.local_addr()?;
         let app_state = state.clone();
         let server = HttpServer::new(move || {
@@ -70,7 +74,7 @@ impl Application {
         .listen(listener)?;
 
         // Metrics and health may also get a listener of their own (kept off the public port).
-        let metrics_addr = match settings.metrics_addr {
+        let metrics_addr = match settings.telemetry.metrics_addr {
             Some(maddr) => Some(
                 health::serve(
                     maddr,

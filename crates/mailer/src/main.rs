@@ -3,23 +3,30 @@
 
 use anyhow::Context;
 use oncehook_common::shutdown::Shutdown;
-use oncehook_common::{Settings, db, health, telemetry};
+use oncehook_common::{Config, db, health, telemetry};
 use oncehook_mailer::service::Mailer;
 use oncehook_mailer::transport::Transport;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let settings = Settings::load().context("reading configuration")?;
-    telemetry::init_logging(&settings, "oncehook-mailer");
+    let settings = Config::load()
+        .context("reading configuration")?
+        .into_mailer();
+    telemetry::init_logging(&settings.telemetry, "oncehook-mailer");
     let metrics = telemetry::init_metrics().map_err(anyhow::Error::msg)?;
     let shutdown = Shutdown::on_signals();
-    let transport =
-        Transport::from_settings(settings.smtp_url.as_deref(), settings.mail_dir.clone())?;
-    let pool = db::lazy_pool(&settings.database_url, u32::from(settings.prefetch) + 2)
-        .context("database URL")?;
-    tracing::info!(transport = %transport.describe(), prefix = %settings.amqp_prefix, "oncehook-mailer starting");
+    let transport = Transport::from_settings(
+        settings.mail.smtp_url.as_ref().map(|u| u.expose()),
+        settings.mail.dir.clone(),
+    )?;
+    let pool = db::lazy_pool(
+        settings.database.url.expose(),
+        u32::from(settings.mail.prefetch) + 2,
+    )
+    .context("database URL")?;
+    tracing::info!(transport = %transport.describe(), prefix = %settings.broker.prefix, "oncehook-mailer starting");
     let mailer = Mailer::new(pool.clone(), transport, settings.clone(), shutdown.clone());
-    if let Some(addr) = settings.metrics_addr {
+    if let Some(addr) = settings.telemetry.metrics_addr {
         let bound = health::serve(addr, metrics, mailer.readiness.clone(), shutdown.clone())
             .await
             .with_context(|| format!("binding metrics listener {addr}"))?;

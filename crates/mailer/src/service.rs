@@ -16,7 +16,7 @@ use oncehook_common::consume::{Handler, Message, Verdict};
 use oncehook_common::email::EmailMessage;
 use oncehook_common::health::Readiness;
 use oncehook_common::shutdown::Shutdown;
-use oncehook_common::{RetryPolicy, Settings, Topology, db};
+use oncehook_common::{MailerSettings, RetryPolicy, Topology, db};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -27,7 +27,7 @@ use crate::transport::{Email, Transport};
 pub struct Mailer {
     pub pool: PgPool,
     pub transport: Transport,
-    pub settings: Settings,
+    pub settings: MailerSettings,
     pub topology: Topology,
     pub readiness: Readiness,
     /// How failed sends are retried.
@@ -39,14 +39,14 @@ impl Mailer {
     pub fn new(
         pool: PgPool,
         transport: Transport,
-        settings: Settings,
+        settings: MailerSettings,
         shutdown: Shutdown,
     ) -> Arc<Self> {
         Arc::new(Mailer {
             pool,
             transport,
-            topology: Topology::new(settings.amqp_prefix.clone()),
-            retry: RetryPolicy::EMAIL_SEND.with_max_attempts(settings.max_attempts),
+            topology: Topology::new(settings.broker.prefix.clone()),
+            retry: settings.mail.retry,
             settings,
             readiness: Readiness::default(),
             shutdown,
@@ -55,7 +55,12 @@ impl Mailer {
 
     /// Runs broker sessions until shutdown.
     pub async fn run(self: Arc<Self>) {
-        let spec = ConsumerSpec::new(&self.settings, "oncehook-mailer", Topology::emails);
+        let spec = ConsumerSpec::new(
+            &self.settings.broker,
+            self.settings.mail.prefetch,
+            "oncehook-mailer",
+            Topology::emails,
+        );
         session::run_sessions(
             &spec,
             self.clone(),
@@ -73,7 +78,7 @@ impl Mailer {
         let mut backoff = self.retry.backoff();
         loop {
             let started = Instant::now();
-            let result = self.transport.send(&self.settings.mail_from, &email).await;
+            let result = self.transport.send(&self.settings.mail.from, &email).await;
             metrics::histogram!("oncehook_mailer_send_duration_seconds")
                 .record(started.elapsed().as_secs_f64());
             let err = match result {

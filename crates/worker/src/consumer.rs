@@ -20,7 +20,7 @@ use oncehook_common::consume::session::{self, ConsumerSpec, SessionTasks};
 use oncehook_common::consume::{Handler, Message, Verdict};
 use oncehook_common::health::Readiness;
 use oncehook_common::shutdown::Shutdown;
-use oncehook_common::{RetryPolicy, Settings, Topology, db};
+use oncehook_common::{RetryPolicy, Topology, WorkerSettings, db};
 use sqlx::PgPool;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -33,7 +33,7 @@ use crate::relay;
 pub struct Worker<E: Effect> {
     pub pool: PgPool,
     pub effect: E,
-    pub settings: Settings,
+    pub settings: WorkerSettings,
     pub topology: Topology,
     pub readiness: Readiness,
     /// How a delivery's transient database errors are retried.
@@ -43,12 +43,12 @@ pub struct Worker<E: Effect> {
 }
 
 impl<E: Effect> Worker<E> {
-    pub fn new(pool: PgPool, effect: E, settings: Settings, shutdown: Shutdown) -> Arc<Self> {
+    pub fn new(pool: PgPool, effect: E, settings: WorkerSettings, shutdown: Shutdown) -> Arc<Self> {
         Arc::new(Worker {
             pool,
             effect,
-            topology: Topology::new(settings.amqp_prefix.clone()),
-            retry: RetryPolicy::DELIVERY.with_max_attempts(settings.max_attempts),
+            topology: Topology::new(settings.broker.prefix.clone()),
+            retry: settings.worker.retry,
             settings,
             readiness: Readiness::default(),
             shutdown,
@@ -58,7 +58,12 @@ impl<E: Effect> Worker<E> {
 
     /// Runs broker sessions until shutdown.
     pub async fn run(self: Arc<Self>) {
-        let spec = ConsumerSpec::new(&self.settings, "oncehook-worker", Topology::events);
+        let spec = ConsumerSpec::new(
+            &self.settings.broker,
+            self.settings.worker.prefetch,
+            "oncehook-worker",
+            Topology::events,
+        );
         let tasks = WorkerTasks {
             pool: self.pool.clone(),
             topology: self.topology.clone(),
@@ -151,7 +156,7 @@ impl<E: Effect> Handler for Worker<E> {
             Ok(d) => d,
             Err(rejection) => return rejected(rejection),
         };
-        if let Some(bad) = &self.settings.fault_panic_order_ref
+        if let Some(bad) = &self.settings.worker.fault_panic_order_ref
             && decoded.event.order_ref.as_deref() == Some(bad.as_str())
         {
             panic!("fault injection: configured to panic on order {bad}");
@@ -201,7 +206,7 @@ fn rejected(Rejection { kind, message }: Rejection) -> Verdict {
 struct WorkerTasks {
     pool: PgPool,
     topology: Topology,
-    settings: Settings,
+    settings: WorkerSettings,
     relay_wakeup: Arc<Notify>,
 }
 
@@ -211,7 +216,7 @@ impl SessionTasks for WorkerTasks {
             self.pool.clone(),
             channel.clone(),
             self.topology.clone(),
-            self.settings.publish_timeout,
+            self.settings.broker.publish_timeout,
             self.relay_wakeup.clone(),
             stop.clone(),
         ));
@@ -219,8 +224,8 @@ impl SessionTasks for WorkerTasks {
             self.pool.clone(),
             channel.clone(),
             self.topology.clone(),
-            self.settings.unlinked_ttl,
-            self.settings.publish_timeout,
+            self.settings.worker.unlinked_ttl,
+            self.settings.broker.publish_timeout,
             stop.clone(),
         ));
         vec![relay, sweeper]

@@ -4,26 +4,31 @@
 
 use anyhow::Context;
 use oncehook_common::shutdown::Shutdown;
-use oncehook_common::{Settings, db, health, telemetry};
+use oncehook_common::{Config, db, health, telemetry};
 use oncehook_worker::commerce::CommerceEffect;
 use oncehook_worker::consumer::Worker;
 use oncehook_worker::retention;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let settings = Settings::load().context("reading configuration")?;
-    telemetry::init_logging(&settings, "oncehook-worker");
+    let settings = Config::load()
+        .context("reading configuration")?
+        .into_worker();
+    telemetry::init_logging(&settings.telemetry, "oncehook-worker");
     let metrics = telemetry::init_metrics().map_err(anyhow::Error::msg)?;
     let shutdown = Shutdown::on_signals();
-    let pool = db::lazy_pool(&settings.database_url, u32::from(settings.prefetch) + 4)
-        .context("database URL")?;
+    let pool = db::lazy_pool(
+        settings.database.url.expose(),
+        u32::from(settings.worker.prefetch) + 4,
+    )
+    .context("database URL")?;
     let worker = Worker::new(
         pool.clone(),
         CommerceEffect,
         settings.clone(),
         shutdown.clone(),
     );
-    if let Some(addr) = settings.metrics_addr {
+    if let Some(addr) = settings.telemetry.metrics_addr {
         let bound = health::serve(addr, metrics, worker.readiness.clone(), shutdown.clone())
             .await
             .with_context(|| format!("binding metrics listener {addr}"))?;
@@ -31,11 +36,11 @@ async fn main() -> anyhow::Result<()> {
     }
     let retention = tokio::spawn(retention::run_scheduled(
         pool.clone(),
-        settings.retention_days,
-        settings.retention_interval,
+        settings.worker.retention_days,
+        settings.worker.retention_interval,
         shutdown.clone(),
     ));
-    tracing::info!(prefix = %settings.amqp_prefix, "oncehook-worker starting");
+    tracing::info!(prefix = %settings.broker.prefix, "oncehook-worker starting");
     worker.run().await;
     let _ = retention.await;
     pool.close().await;

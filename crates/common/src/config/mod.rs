@@ -6,9 +6,9 @@
 //! every key and variable is listed once (`keys.rs`). Secrets and URLs are
 //! [`Secret`]s: `Debug` and error messages never print them.
 //!
-//! Each binary takes the sections it needs from [`Config`] ([`Config::ingest_view`]
-//! and friends); [`Settings`] is the flat view the binaries were written
-//! against, built from the same validated sections.
+//! Each binary takes only the sections it needs ([`Config::into_ingest`],
+//! [`Config::into_worker`], [`Config::into_mailer`]); `oncehookctl`, the
+//! operators' tool, reads the whole [`Config`].
 
 mod keys;
 mod load;
@@ -21,6 +21,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use keys::*;
+
+use crate::retry::RetryPolicy;
 pub use secret::Secret;
 pub use sources::{DEFAULT_TOLERANCE_SECS, MAX_TOLERANCE_SECS, SourceConfig};
 
@@ -93,8 +95,9 @@ pub struct IngestConfig {
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
     pub prefetch: u16,
-    /// Attempts (transient failures) before a message is requeued.
-    pub max_attempts: u32,
+    /// Backoff for transient database errors while a delivery stays unacked
+    /// (`retry.max_attempts` before it is requeued).
+    pub retry: RetryPolicy,
     pub retention_days: u32,
     pub retention_interval: Duration,
     /// How long an event whose payment is not linked to an order yet stays
@@ -112,8 +115,9 @@ pub struct MailConfig {
     pub from: String,
     pub dir: PathBuf,
     pub prefetch: u16,
-    /// Send attempts before an email is marked failed and dead-lettered.
-    pub max_attempts: u32,
+    /// Backoff between SMTP sends (`retry.max_attempts` before an email is
+    /// marked failed and dead-lettered).
+    pub retry: RetryPolicy,
 }
 
 /// Every section, validated.
@@ -180,7 +184,10 @@ impl Config {
             },
             worker: WorkerConfig {
                 prefetch: at_least_one(ENV_PREFETCH, raw.worker.prefetch)?,
-                max_attempts: at_least_one(ENV_MAX_ATTEMPTS, raw.worker.retry.max_attempts)?,
+                retry: RetryPolicy::DELIVERY.with_max_attempts(at_least_one(
+                    ENV_MAX_ATTEMPTS,
+                    raw.worker.retry.max_attempts,
+                )?),
                 retention_days: raw.worker.retention.days,
                 retention_interval: Duration::from_secs(raw.worker.retention.interval_secs),
                 unlinked_ttl: parse_duration(ENV_UNLINKED_TTL, &raw.worker.unlinked_ttl)?,
@@ -196,97 +203,82 @@ impl Config {
                 from: non_empty(ENV_MAIL_FROM, raw.mail.from)?,
                 dir: raw.mail.dir,
                 prefetch: at_least_one(ENV_PREFETCH, raw.mail.prefetch)?,
-                max_attempts: at_least_one(ENV_MAX_ATTEMPTS, raw.mail.retry.max_attempts)?,
+                retry: RetryPolicy::EMAIL_SEND.with_max_attempts(at_least_one(
+                    ENV_MAX_ATTEMPTS,
+                    raw.mail.retry.max_attempts,
+                )?),
             },
         })
     }
 }
 
-/// Everything a binary may need, resolved once at start-up: the flat view
-/// of [`Config`]'s sections.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    pub database_url: String,
-    pub amqp_url: String,
-    pub amqp_prefix: String,
-    pub ingest_addr: SocketAddr,
-    pub metrics_addr: Option<SocketAddr>,
-    pub smtp_url: Option<String>,
-    pub mail_dir: PathBuf,
-    pub mail_from: String,
-    pub log: String,
-    pub log_json: bool,
-    pub body_limit_bytes: usize,
-    pub publish_timeout: Duration,
-    /// `x-delivery-limit` of the quorum queues (set explicitly: brokers before 4.0 have none).
-    pub delivery_limit: u32,
-    pub prefetch: u16,
-    pub retention_days: u32,
-    /// Attempts (transient failures) before a message is requeued / an email dead-lettered.
-    pub max_attempts: u32,
-    pub retention_interval: Duration,
-    /// How long an event whose payment is not linked to an order yet stays
-    /// parked before it is dead-lettered as `unknown_order`.
-    pub unlinked_ttl: Duration,
-    /// Test-only fault injection (chaos suite); never set in production.
-    pub fault_panic_order_ref: Option<String>,
-    pub sources: Vec<SourceConfig>,
-}
-
-impl From<Config> for Settings {
-    fn from(c: Config) -> Self {
-        Settings {
-            database_url: c.database.url.expose().to_owned(),
-            amqp_url: c.broker.url.expose().to_owned(),
-            amqp_prefix: c.broker.prefix,
-            ingest_addr: c.ingest.addr,
-            metrics_addr: c.telemetry.metrics_addr,
-            smtp_url: c.mail.smtp_url.map(|u| u.expose().to_owned()),
-            mail_dir: c.mail.dir,
-            mail_from: c.mail.from,
-            log: c.telemetry.log,
-            log_json: c.telemetry.log_json,
-            body_limit_bytes: c.ingest.body_limit_bytes,
-            publish_timeout: c.broker.publish_timeout,
-            delivery_limit: c.broker.delivery_limit,
-            prefetch: c.worker.prefetch,
-            retention_days: c.worker.retention_days,
-            max_attempts: c.worker.max_attempts,
-            retention_interval: c.worker.retention_interval,
-            unlinked_ttl: c.worker.unlinked_ttl,
-            fault_panic_order_ref: c.worker.fault_panic_order_ref,
-            sources: c.ingest.sources,
-        }
-    }
-}
-
-impl Settings {
-    /// Reads `ONCEHOOK_CONFIG` (if set) and the environment.
-    pub fn load() -> Result<Self, ConfigError> {
-        Config::load().map(Settings::from)
-    }
-
-    /// Like [`Settings::load`] but from an explicit variable map (tests).
-    pub fn from_env_map(env: &HashMap<String, String>) -> Result<Self, ConfigError> {
-        Config::from_env_map(env).map(Settings::from)
-    }
-
+impl Config {
     /// The source named `name`, if configured.
     pub fn source(&self, name: &str) -> Option<&SourceConfig> {
-        self.sources.iter().find(|s| s.name == name)
+        self.ingest.sources.iter().find(|s| s.name == name)
     }
 
-    /// Ingest cannot do anything useful without sources.
-    pub fn require_sources(&self) -> Result<(), ConfigError> {
-        if self.sources.is_empty() {
+    /// The sections `oncehook-ingest` reads.
+    pub fn into_ingest(self) -> Result<IngestSettings, ConfigError> {
+        if self.ingest.sources.is_empty() {
             return Err(ConfigError::Invalid {
                 key: ENV_CONFIG.into(),
                 value: String::new(),
                 reason: "no [[source]] configured: point ONCEHOOK_CONFIG at a TOML file with at least one source".into(),
             });
         }
-        Ok(())
+        Ok(IngestSettings {
+            broker: self.broker,
+            telemetry: self.telemetry,
+            ingest: self.ingest,
+        })
     }
+
+    /// The sections `oncehook-worker` reads.
+    pub fn into_worker(self) -> WorkerSettings {
+        WorkerSettings {
+            broker: self.broker,
+            database: self.database,
+            telemetry: self.telemetry,
+            worker: self.worker,
+        }
+    }
+
+    /// The sections `oncehook-mailer` reads.
+    pub fn into_mailer(self) -> MailerSettings {
+        MailerSettings {
+            broker: self.broker,
+            database: self.database,
+            telemetry: self.telemetry,
+            mail: self.mail,
+        }
+    }
+}
+
+/// What `oncehook-ingest` is given: it never sees the database or mail settings.
+#[derive(Debug, Clone)]
+pub struct IngestSettings {
+    pub broker: BrokerConfig,
+    pub telemetry: TelemetryConfig,
+    pub ingest: IngestConfig,
+}
+
+/// What `oncehook-worker` is given.
+#[derive(Debug, Clone)]
+pub struct WorkerSettings {
+    pub broker: BrokerConfig,
+    pub database: DatabaseConfig,
+    pub telemetry: TelemetryConfig,
+    pub worker: WorkerConfig,
+}
+
+/// What `oncehook-mailer` is given.
+#[derive(Debug, Clone)]
+pub struct MailerSettings {
+    pub broker: BrokerConfig,
+    pub database: DatabaseConfig,
+    pub telemetry: TelemetryConfig,
+    pub mail: MailConfig,
 }
 
 /// A URL setting: one of `schemes` (each node of a comma-separated list),
@@ -364,11 +356,11 @@ mod tests {
 
     #[test]
     fn defaults_without_file() {
-        let s = Settings::from_env_map(&HashMap::new()).expect("defaults");
-        assert_eq!(s.database_url, DEFAULT_DATABASE_URL);
-        assert_eq!(s.amqp_prefix, "oncehook");
-        assert!(s.sources.is_empty());
-        assert!(s.require_sources().is_err());
+        let s = Config::from_env_map(&HashMap::new()).expect("defaults");
+        assert_eq!(s.database.url.expose(), DEFAULT_DATABASE_URL);
+        assert_eq!(s.broker.prefix, "oncehook");
+        assert!(s.ingest.sources.is_empty());
+        assert!(s.into_ingest().is_err());
     }
 
     #[test]
@@ -384,8 +376,8 @@ secrets = ["${NEW}", "${OLD}"]
         );
         env.insert(ENV_AMQP_PREFIX.into(), "fromenv".into());
         env.insert("NEW".into(), "s3cret".into());
-        let s = Settings::from_env_map(&env).expect("config");
-        assert_eq!(s.amqp_prefix, "fromenv");
+        let s = Config::from_env_map(&env).expect("config");
+        assert_eq!(s.broker.prefix, "fromenv");
         let src = s.source("rzp").expect("source");
         assert_eq!(
             src.secrets,
@@ -400,7 +392,7 @@ secrets = ["${NEW}", "${OLD}"]
     fn empty_secret_list_refuses_to_start() {
         let (path, env) =
             write("[[source]]\nname = \"x\"\ngateway = \"stripe\"\nsecrets = [\"${UNSET_VAR}\"]\n");
-        let err = Settings::from_env_map(&env).expect_err("must refuse");
+        let err = Config::from_env_map(&env).expect_err("must refuse");
         assert!(err.to_string().contains("no secrets"), "{err}");
         let _ = std::fs::remove_file(path);
     }
@@ -410,14 +402,14 @@ secrets = ["${NEW}", "${OLD}"]
         let (path, mut env) = write(
             "[[source]]\nname = \"pu\"\ngateway = \"payu\"\nsecrets = [\"salt\"]\nmerchant_key = \"${PAYU_KEY}\"\n",
         );
-        let err = Settings::from_env_map(&env).expect_err("unset key");
+        let err = Config::from_env_map(&env).expect_err("unset key");
         let text = err.to_string();
         assert!(
             text.contains("\"pu\"") && text.contains("merchant_key"),
             "{text}"
         );
         env.insert("PAYU_KEY".into(), "gtKFFx".into());
-        let s = Settings::from_env_map(&env).expect("config");
+        let s = Config::from_env_map(&env).expect("config");
         let src = s.source("pu").expect("source");
         assert_eq!(src.merchant_key.as_deref(), Some("gtKFFx"));
         assert_eq!(src.credentials().merchant_key, Some("gtKFFx"));
@@ -425,14 +417,14 @@ secrets = ["${NEW}", "${OLD}"]
 
         let (path, env) =
             write("[[source]]\nname = \"pu\"\ngateway = \"payu\"\nsecrets = [\"salt\"]\n");
-        let err = Settings::from_env_map(&env).expect_err("no key");
+        let err = Config::from_env_map(&env).expect_err("no key");
         assert!(err.to_string().contains("merchant_key"), "{err}");
         let _ = std::fs::remove_file(path);
 
         let (path, env) = write(
             "[[source]]\nname = \"st\"\ngateway = \"stripe\"\nsecrets = [\"s\"]\nmerchant_key = \"k\"\n",
         );
-        let err = Settings::from_env_map(&env).expect_err("key on stripe");
+        let err = Config::from_env_map(&env).expect_err("key on stripe");
         assert!(err.to_string().contains("only used by"), "{err}");
         let _ = std::fs::remove_file(path);
     }
@@ -441,13 +433,13 @@ secrets = ["${NEW}", "${OLD}"]
     fn unknown_gateway_and_bad_numbers_are_named() {
         let (path, env) =
             write("[[source]]\nname = \"x\"\ngateway = \"paypal\"\nsecrets = [\"a\"]\n");
-        let err = Settings::from_env_map(&env).expect_err("unknown gateway");
+        let err = Config::from_env_map(&env).expect_err("unknown gateway");
         assert!(err.to_string().contains("paypal"), "{err}");
         let _ = std::fs::remove_file(path);
 
         let mut env = HashMap::new();
         env.insert(ENV_BODY_LIMIT.to_owned(), "lots".to_owned());
-        let err = Settings::from_env_map(&env).expect_err("bad number");
+        let err = Config::from_env_map(&env).expect_err("bad number");
         assert!(err.to_string().contains(ENV_BODY_LIMIT), "{err}");
     }
 
@@ -457,7 +449,7 @@ secrets = ["${NEW}", "${OLD}"]
         for (k, v) in vars {
             env.insert((*k).to_owned(), (*v).to_owned());
         }
-        let err = Settings::from_env_map(&env).expect_err("must refuse to start");
+        let err = Config::from_env_map(&env).expect_err("must refuse to start");
         let _ = std::fs::remove_file(path);
         err.to_string()
     }
@@ -486,8 +478,8 @@ secrets = ["${NEW}", "${OLD}"]
             "[[source]]\nname = \"s\"\ngateway = \"razorpay\"\nsecrets = [\"${LIVE}\", \"${OLD_UNSET}\"]\n",
         );
         env.insert("LIVE".into(), "rzp_live".into());
-        let s = Settings::from_env_map(&env).expect("rotation slot");
-        assert_eq!(s.sources[0].secrets, vec!["rzp_live".to_owned()]);
+        let s = Config::from_env_map(&env).expect("rotation slot");
+        assert_eq!(s.ingest.sources[0].secrets, vec!["rzp_live".to_owned()]);
         let _ = std::fs::remove_file(path);
     }
 
@@ -542,7 +534,7 @@ secrets = ["${NEW}", "${OLD}"]
             ENV_AMQP_URL.to_owned(),
             "http://user:p@ss@broker/".to_owned(),
         );
-        let text = Settings::from_env_map(&env)
+        let text = Config::from_env_map(&env)
             .expect_err("not amqp")
             .to_string();
         assert!(text.contains(ENV_AMQP_URL), "{text}");

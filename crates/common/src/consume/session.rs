@@ -14,10 +14,11 @@ use tokio::task::JoinHandle;
 
 use super::Handler;
 use super::broker::{BrokerDeadLetters, consume};
+use crate::config::{BrokerConfig, Secret};
 use crate::health::Readiness;
 use crate::retry::RetryPolicy;
 use crate::shutdown::Shutdown;
-use crate::{Settings, Topology, amqp, db};
+use crate::{Topology, amqp, db};
 
 /// The pause before reconnecting after a session ended in an error.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
@@ -27,7 +28,7 @@ const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
 pub struct ConsumerSpec {
     /// The connection name shown in the broker's UI (`oncehook-worker`, …).
     pub name: &'static str,
-    pub amqp_url: String,
+    pub amqp_url: Secret,
     pub topology: Topology,
     /// The queue to consume (one of the topology's).
     pub queue: String,
@@ -40,17 +41,22 @@ pub struct ConsumerSpec {
 }
 
 impl ConsumerSpec {
-    /// The spec from the settings; `queue` picks the queue from the topology.
-    pub fn new(settings: &Settings, name: &'static str, queue: fn(&Topology) -> String) -> Self {
-        let topology = Topology::new(settings.amqp_prefix.clone());
+    /// The spec from the broker section; `queue` picks the queue from the topology.
+    pub fn new(
+        broker: &BrokerConfig,
+        prefetch: u16,
+        name: &'static str,
+        queue: fn(&Topology) -> String,
+    ) -> Self {
+        let topology = Topology::new(broker.prefix.clone());
         ConsumerSpec {
             name,
-            amqp_url: settings.amqp_url.clone(),
+            amqp_url: broker.url.clone(),
             queue: queue(&topology),
             topology,
-            prefetch: settings.prefetch,
-            delivery_limit: settings.delivery_limit,
-            publish_timeout: settings.publish_timeout,
+            prefetch,
+            delivery_limit: broker.delivery_limit,
+            publish_timeout: broker.publish_timeout,
             connect: RetryPolicy::BROKER_CONNECT,
         }
     }
@@ -82,9 +88,13 @@ pub async fn run_sessions<H: Handler>(
         if !db::wait_for_database(pool, shutdown).await {
             break;
         }
-        let Some(conn) =
-            amqp::connect_with_backoff(&spec.amqp_url, spec.name, &spec.connect, shutdown.wait())
-                .await
+        let Some(conn) = amqp::connect_with_backoff(
+            spec.amqp_url.expose(),
+            spec.name,
+            &spec.connect,
+            shutdown.wait(),
+        )
+        .await
         else {
             break;
         };

@@ -19,7 +19,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use oncehook_common::{Settings, Topology};
+use oncehook_common::{Config, Topology};
 use time::OffsetDateTime;
 
 use crate::broker;
@@ -86,12 +86,8 @@ fn within(letter: &Letter, window: Duration, now: OffsetDateTime) -> bool {
     cutoff.is_none_or(|cutoff| at >= cutoff)
 }
 
-pub async fn run(
-    settings: &Settings,
-    command: DlqCommand,
-    out: &Output,
-) -> anyhow::Result<ExitCode> {
-    let topology = Topology::new(settings.amqp_prefix.clone());
+pub async fn run(settings: &Config, command: DlqCommand, out: &Output) -> anyhow::Result<ExitCode> {
+    let topology = Topology::new(settings.broker.prefix.clone());
     let conn = broker::connect(settings).await?;
     let result = match command {
         DlqCommand::List(args) => list::run(&conn, &topology, args)

@@ -16,7 +16,7 @@ use oncehook_common::topology::{
     HEADER_ATTEMPTS, HEADER_DEAD_ID, HEADER_DELIVERY_COUNT, HEADER_ERROR, HEADER_FAILED_AT,
     HEADER_ORIGIN, HEADER_REPLAYS, HEADER_ROUTING_KEY,
 };
-use oncehook_common::{Settings, Topology, db};
+use oncehook_common::{Config, Topology, db};
 use serde::Serialize;
 use time::OffsetDateTime;
 
@@ -104,7 +104,7 @@ pub struct Replayed {
 }
 
 pub async fn run(
-    settings: &Settings,
+    settings: &Config,
     conn: &Connection,
     topology: &Topology,
     args: ReplayArgs,
@@ -164,7 +164,7 @@ async fn approved(args: &ReplayArgs, n: usize, queue: &str) -> anyhow::Result<bo
 /// Publishes dead letters back, opening the confirm channel (and, for
 /// emails, the database) once, when first needed.
 struct Republisher<'a> {
-    settings: &'a Settings,
+    settings: &'a Config,
     conn: &'a Connection,
     topology: &'a Topology,
     channel: Option<Channel>,
@@ -172,7 +172,7 @@ struct Republisher<'a> {
 }
 
 impl<'a> Republisher<'a> {
-    fn new(settings: &'a Settings, conn: &'a Connection, topology: &'a Topology) -> Self {
+    fn new(settings: &'a Config, conn: &'a Connection, topology: &'a Topology) -> Self {
         Republisher {
             settings,
             conn,
@@ -229,7 +229,7 @@ impl<'a> Republisher<'a> {
             &routing_key,
             &letter.body,
             properties,
-            self.settings.publish_timeout,
+            self.settings.broker.publish_timeout,
         )
         .await
         .with_context(|| format!("republishing to {origin} with routing key {routing_key}"))?;
@@ -258,7 +258,7 @@ impl<'a> Republisher<'a> {
     /// email goes back to the mailer.
     async fn clear_email_failure(&mut self, outbox_id: uuid::Uuid) -> anyhow::Result<()> {
         if self.pool.is_none() {
-            let pool = db::connect(&self.settings.database_url, 1, 1)
+            let pool = db::connect(self.settings.database.url.expose(), 1, 1)
                 .await
                 .context("connecting to the database to clear the email's failure mark")?;
             self.pool = Some(pool);

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use oncehook_common::redact::redact;
-use oncehook_common::{Settings, Topology};
+use oncehook_common::{Config, Topology};
 use sqlx::{Connection as _, Row};
 use time::OffsetDateTime;
 
@@ -67,7 +67,7 @@ pub struct DatabaseStats {
     pub gateways: BTreeMap<String, GatewayRow>,
 }
 
-pub async fn broker_stats(settings: &Settings, topology: &Topology) -> anyhow::Result<BrokerStats> {
+pub async fn broker_stats(settings: &Config, topology: &Topology) -> anyhow::Result<BrokerStats> {
     let conn = broker::connect(settings).await?;
     let result = async {
         let mut queues = Vec::new();
@@ -104,18 +104,15 @@ pub async fn broker_stats(settings: &Settings, topology: &Topology) -> anyhow::R
     result
 }
 
-pub async fn database_stats(
-    settings: &Settings,
-    window: Duration,
-) -> anyhow::Result<DatabaseStats> {
+pub async fn database_stats(settings: &Config, window: Duration) -> anyhow::Result<DatabaseStats> {
     let work = async {
         // One plain connection: its error says why (a pool would only say "timed out").
-        let mut conn = sqlx::PgConnection::connect(&settings.database_url)
+        let mut conn = sqlx::PgConnection::connect(settings.database.url.expose())
             .await
             .with_context(|| {
                 format!(
                     "connecting to the database at {}",
-                    redact(&settings.database_url)
+                    redact(settings.database.url.expose())
                 )
             })?;
         let result = database_queries(&mut conn, window).await;

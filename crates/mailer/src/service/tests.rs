@@ -9,7 +9,17 @@ use oncehook_common::consume::memory::{MemoryDeadLetters, MemoryDelivery, Settle
 use super::*;
 
 fn mailer() -> Arc<Mailer> {
-    let settings = Settings::from_env_map(&HashMap::new()).expect("default settings");
+    mailer_with(&[])
+}
+
+fn mailer_with(vars: &[(&str, &str)]) -> Arc<Mailer> {
+    let env: HashMap<String, String> = vars
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    let settings = oncehook_common::Config::from_env_map(&env)
+        .expect("settings")
+        .into_mailer();
     let pool = db::lazy_pool("postgres://nobody@127.0.0.1:1/none", 1).expect("lazy pool");
     let dir = std::env::temp_dir().join("oncehook-mailer-unit");
     let transport = Transport::from_settings(None, dir).expect("file transport");
@@ -73,11 +83,9 @@ fn claims_map_to_verdicts() {
 
 #[tokio::test]
 async fn the_send_retry_budget_comes_from_the_settings() {
-    let mailer = mailer();
-    assert_eq!(
-        mailer.retry.max_attempts,
-        Some(mailer.settings.max_attempts)
-    );
+    assert_eq!(mailer().retry.max_attempts, Some(5), "the default");
+    let mailer = mailer_with(&[("ONCEHOOK_MAX_ATTEMPTS", "7")]);
+    assert_eq!(mailer.retry.max_attempts, Some(7));
     assert_eq!(mailer.retry.min_delay, Duration::from_secs(1));
     assert_eq!(mailer.retry.max_delay, Duration::from_secs(30));
 }

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use oncehook_common::consume::dispatch;
 use oncehook_common::consume::memory::{MemoryDeadLetters, MemoryDelivery, Settled};
@@ -11,7 +12,17 @@ use super::*;
 use crate::commerce::CommerceEffect;
 
 fn worker() -> Arc<Worker<CommerceEffect>> {
-    let settings = Settings::from_env_map(&HashMap::new()).expect("default settings");
+    worker_with(&[])
+}
+
+fn worker_with(vars: &[(&str, &str)]) -> Arc<Worker<CommerceEffect>> {
+    let env: HashMap<String, String> = vars
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    let settings = oncehook_common::Config::from_env_map(&env)
+        .expect("settings")
+        .into_worker();
     // Never connected: the paths under test decide before touching Postgres.
     let pool = db::lazy_pool("postgres://nobody@127.0.0.1:1/none", 1).expect("lazy pool");
     Worker::new(pool, CommerceEffect, settings, Shutdown::new())
@@ -92,13 +103,13 @@ fn process_errors_map_to_verdicts() {
 
 #[tokio::test]
 async fn the_delivery_retry_budget_comes_from_the_settings() {
-    let worker = worker();
-    assert_eq!(
-        worker.retry.max_attempts,
-        Some(worker.settings.max_attempts)
-    );
+    assert_eq!(worker().retry.max_attempts, Some(5), "the default");
+    let worker = worker_with(&[("ONCEHOOK_MAX_ATTEMPTS", "3")]);
+    assert_eq!(worker.retry.max_attempts, Some(3));
     assert_eq!(
         worker.retry.backoff().count(),
-        worker.settings.max_attempts as usize - 1
+        2,
+        "retries after the first attempt"
     );
+    assert_eq!(worker.retry.min_delay, Duration::from_millis(50));
 }
