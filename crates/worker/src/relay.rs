@@ -13,9 +13,9 @@ use oncehook_common::Topology;
 use oncehook_common::amqp::{self, PublishError};
 use oncehook_common::email::EmailMessage;
 use oncehook_common::shutdown::Shutdown;
-use sqlx::{PgPool, Row};
+use oncehook_common::store::outbox;
+use sqlx::PgPool;
 use tokio::sync::Notify;
-use uuid::Uuid;
 
 const BATCH: i64 = 100;
 
@@ -71,16 +71,7 @@ pub async fn publish_batch(
     timeout: Duration,
 ) -> Result<usize, RelayError> {
     let mut tx = pool.begin().await?;
-    let ids: Vec<Uuid> = sqlx::query(
-        "SELECT id FROM email_outbox WHERE published_at IS NULL
-         ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED",
-    )
-    .bind(BATCH)
-    .fetch_all(&mut *tx)
-    .await?
-    .iter()
-    .map(|r| r.try_get("id"))
-    .collect::<Result<_, _>>()?;
+    let ids = outbox::lock_unpublished(&mut tx, BATCH).await?;
     if ids.is_empty() {
         return Ok(0);
     }
@@ -105,10 +96,7 @@ pub async fn publish_batch(
         count: ids.len(),
         source,
     })?;
-    sqlx::query("UPDATE email_outbox SET published_at = now() WHERE id = ANY($1)")
-        .bind(&ids)
-        .execute(&mut *tx)
-        .await?;
+    outbox::mark_published(&mut tx, &ids).await?;
     tx.commit().await?;
     metrics::counter!("oncehook_outbox_published_total").increment(ids.len() as u64);
     tracing::debug!(count = ids.len(), "outbox rows published");
@@ -138,17 +126,8 @@ async fn queue_gauges(ch: &Channel, topology: &Topology) {
 }
 
 async fn update_gauges(pool: &PgPool) {
-    let row = sqlx::query(
-        "SELECT count(*) AS backlog,
-                COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8 AS oldest
-         FROM email_outbox WHERE sent_at IS NULL AND failed_at IS NULL",
-    )
-    .fetch_one(pool)
-    .await;
-    if let Ok(row) = row {
-        let backlog: i64 = row.try_get("backlog").unwrap_or(0);
-        let oldest: f64 = row.try_get("oldest").unwrap_or(0.0);
-        metrics::gauge!("oncehook_outbox_backlog").set(backlog as f64);
-        metrics::gauge!("oncehook_outbox_oldest_age_seconds").set(oldest);
+    if let Ok(backlog) = outbox::backlog(pool).await {
+        metrics::gauge!("oncehook_outbox_backlog").set(backlog.rows as f64);
+        metrics::gauge!("oncehook_outbox_oldest_age_seconds").set(backlog.oldest_age_secs);
     }
 }

@@ -1,9 +1,13 @@
 //! `email_outbox`: emails written in the same transaction as the effect
 //! that causes them (so "order committed" and "email due" are one fact),
-//! published by the worker's relay and sent by the mailer. `dedup_key`
-//! makes "one confirmation per order" a constraint.
+//! published by the worker's relay and sent by the mailer, which claims a
+//! row with a short lease (no transaction is held across the SMTP call) and
+//! marks it sent or failed. `dedup_key` makes "one confirmation per order" a
+//! constraint; a row with `sent_at` is never sent again.
 
-use sqlx::PgConnection;
+use std::time::Duration;
+
+use sqlx::{PgConnection, PgExecutor};
 use uuid::Uuid;
 
 /// An email to write.
@@ -36,4 +40,147 @@ pub async fn write(conn: &mut PgConnection, e: NewEmail<'_>) -> Result<bool, sql
     .fetch_optional(conn)
     .await?;
     Ok(row.is_some())
+}
+
+/// The relay: locks up to `limit` unpublished rows, oldest first, skipping
+/// rows another relay holds.
+pub async fn lock_unpublished(
+    conn: &mut PgConnection,
+    limit: i64,
+) -> Result<Vec<Uuid>, sqlx::Error> {
+    sqlx::query_scalar!(
+        "SELECT id FROM email_outbox WHERE published_at IS NULL
+         ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED",
+        limit
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// The relay: the rows are in the email queue.
+pub async fn mark_published(conn: &mut PgConnection, ids: &[Uuid]) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "UPDATE email_outbox SET published_at = now() WHERE id = ANY($1)",
+        ids
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Emails neither sent nor given up on, and the age of the oldest.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Backlog {
+    pub rows: i64,
+    pub oldest_age_secs: f64,
+}
+
+pub async fn backlog<'e>(db: impl PgExecutor<'e>) -> Result<Backlog, sqlx::Error> {
+    let row = sqlx::query!(
+        r#"SELECT count(*) AS "rows!",
+                  COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8 AS "oldest!"
+           FROM email_outbox WHERE sent_at IS NULL AND failed_at IS NULL"#
+    )
+    .fetch_one(db)
+    .await?;
+    Ok(Backlog {
+        rows: row.rows,
+        oldest_age_secs: row.oldest,
+    })
+}
+
+/// An email the mailer claimed: its lease keeps other mailers off it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    pub to_addr: String,
+    pub subject: String,
+    pub body: String,
+}
+
+/// The mailer: takes a lease of `lease` on a row that is neither sent, nor
+/// failed, nor leased by another mailer.
+pub async fn claim<'e>(
+    db: impl PgExecutor<'e>,
+    id: Uuid,
+    lease: Duration,
+) -> Result<Option<Claimed>, sqlx::Error> {
+    sqlx::query_as!(
+        Claimed,
+        "UPDATE email_outbox SET claimed_until = now() + make_interval(secs => $2)
+         WHERE id = $1 AND sent_at IS NULL AND failed_at IS NULL
+           AND (claimed_until IS NULL OR claimed_until < now())
+         RETURNING to_addr, subject, body",
+        id,
+        lease.as_secs_f64()
+    )
+    .fetch_optional(db)
+    .await
+}
+
+/// Whether a row was sent or given up on; `None` if there is no such row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendState {
+    pub sent: bool,
+    pub failed: bool,
+}
+
+pub async fn send_state<'e>(
+    db: impl PgExecutor<'e>,
+    id: Uuid,
+) -> Result<Option<SendState>, sqlx::Error> {
+    sqlx::query_as!(
+        SendState,
+        r#"SELECT sent_at IS NOT NULL AS "sent!", failed_at IS NOT NULL AS "failed!"
+           FROM email_outbox WHERE id = $1"#,
+        id
+    )
+    .fetch_optional(db)
+    .await
+}
+
+/// The mailer: sent (counted as an attempt); never sent again.
+pub async fn mark_sent<'e>(db: impl PgExecutor<'e>, id: Uuid) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "UPDATE email_outbox SET sent_at = now(), claimed_until = NULL, attempts = attempts + 1 WHERE id = $1",
+        id
+    )
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// The mailer: a send failed; the lease is renewed while it retries.
+pub async fn record_attempt_failure<'e>(
+    db: impl PgExecutor<'e>,
+    id: Uuid,
+    error: &str,
+    lease: Duration,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "UPDATE email_outbox SET attempts = attempts + 1, last_error = $2,
+                claimed_until = now() + make_interval(secs => $3)
+         WHERE id = $1",
+        id,
+        error,
+        lease.as_secs_f64()
+    )
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// The mailer: given up on (the message goes to the dead-letter queue).
+pub async fn mark_failed<'e>(
+    db: impl PgExecutor<'e>,
+    id: Uuid,
+    error: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "UPDATE email_outbox SET failed_at = now(), last_error = $2, claimed_until = NULL, attempts = attempts + 1 WHERE id = $1",
+        id,
+        error
+    )
+    .execute(db)
+    .await?;
+    Ok(())
 }
