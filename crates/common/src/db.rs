@@ -92,7 +92,7 @@ pub async fn wait_for_database(pool: &PgPool, shutdown: &crate::shutdown::Shutdo
     let mut delay = Duration::from_millis(200);
     let mut warned = false;
     loop {
-        if sqlx::query("SELECT 1").execute(pool).await.is_ok() {
+        if crate::store::ping(pool).await.is_ok() {
             if warned {
                 tracing::info!("database reachable again; resuming");
             }
