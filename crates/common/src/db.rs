@@ -105,7 +105,7 @@ pub async fn wait_for_database(pool: &PgPool, shutdown: &crate::shutdown::Shutdo
     let mut delays = RetryPolicy::DATABASE_WAIT.backoff();
     let mut warned = false;
     loop {
-        if sqlx::query("SELECT 1").execute(pool).await.is_ok() {
+        if crate::store::ping(pool).await.is_ok() {
             if warned {
                 tracing::info!("database reachable again; resuming");
             }

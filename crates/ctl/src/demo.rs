@@ -6,6 +6,7 @@ use std::fmt;
 
 use anyhow::Context;
 use clap::Subcommand;
+use oncehook_common::store::ledger::{self, NewOrder};
 use oncehook_common::{Config, db};
 use serde::Serialize;
 
@@ -110,12 +111,7 @@ async fn seed(settings: &Config) -> anyhow::Result<DemoReport> {
         .context("connecting to the database")?;
     let mut tx = pool.begin().await?;
     for (sku, name, stock) in PRODUCTS {
-        sqlx::query("INSERT INTO products (sku, name, stock) VALUES ($1, $2, $3) ON CONFLICT (sku) DO NOTHING")
-            .bind(sku)
-            .bind(name)
-            .bind(stock)
-            .execute(&mut *tx)
-            .await?;
+        ledger::upsert_product(&mut tx, sku, name, *stock).await?;
     }
     let mut rows = Vec::new();
     for order in ORDERS {
@@ -158,24 +154,15 @@ async fn insert_order(
         .iter()
         .map(|(sku, qty)| price(sku) * i64::from(*qty))
         .sum();
-    let id: Option<i64> = sqlx::query_scalar(
-        "INSERT INTO orders (order_ref, customer_email, amount_minor, currency) VALUES ($1, $2, $3, $4)
-         ON CONFLICT (order_ref) DO NOTHING RETURNING id",
-    )
-    .bind(order_ref)
-    .bind(email)
-    .bind(amount)
-    .bind(currency)
-    .fetch_optional(&mut *tx)
-    .await?;
-    if let Some(id) = id {
+    let new = NewOrder {
+        order_ref,
+        customer_email: email,
+        amount_minor: amount,
+        currency,
+    };
+    if let Some(id) = ledger::insert_order(tx, new).await? {
         for (sku, qty) in *items {
-            sqlx::query("INSERT INTO order_items (order_id, sku, qty) VALUES ($1, $2, $3)")
-                .bind(id)
-                .bind(sku)
-                .bind(qty)
-                .execute(&mut *tx)
-                .await?;
+            ledger::insert_order_item(tx, id, sku, *qty).await?;
         }
     }
     Ok(vec![

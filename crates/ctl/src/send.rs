@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Args;
+use oncehook_common::store::ledger;
 use oncehook_common::{Config, db};
 use oncehook_gateways::sample::{self, SampleSpec, SignedDelivery};
 use serde::Serialize;
-use sqlx::Row;
 use time::OffsetDateTime;
 
 use crate::output::{Output, Report};
@@ -330,17 +330,16 @@ async fn order_facts(settings: &Config, order_ref: &str) -> OrderFacts {
     let Ok(pool) = db::connect(settings.database.url.expose(), 1, 0).await else {
         return fallback;
     };
-    let row = sqlx::query(
-        "SELECT amount_minor, currency, customer_email FROM orders WHERE order_ref = $1",
-    )
-    .bind(order_ref)
-    .fetch_optional(&pool)
-    .await;
-    match row {
-        Ok(Some(row)) => OrderFacts {
-            amount_minor: row.try_get("amount_minor").unwrap_or(fallback.amount_minor),
-            currency: row.try_get("currency").unwrap_or(fallback.currency),
-            email: row.try_get("customer_email").unwrap_or(fallback.email),
+    let order = match pool.acquire().await {
+        Ok(mut conn) => ledger::order_by_ref(&mut conn, order_ref).await,
+        Err(e) => Err(e),
+    };
+    pool.close().await;
+    match order {
+        Ok(Some(o)) => OrderFacts {
+            amount_minor: o.amount_minor,
+            currency: o.currency,
+            email: o.customer_email,
             found: true,
         },
         _ => fallback,

@@ -73,14 +73,6 @@ pub fn rfc3339(t: OffsetDateTime) -> Option<String> {
     t.format(&Rfc3339).ok()
 }
 
-/// `serialize_with` for optional times: RFC 3339 or `null`.
-pub fn serialize_rfc3339<S: serde::Serializer>(
-    t: &Option<OffsetDateTime>,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    serializer.serialize_some(&t.and_then(rfc3339))
-}
-
 /// Parses RFC 3339 (headers written by the worker and the mailer).
 pub fn parse_rfc3339(text: &str) -> Option<OffsetDateTime> {
     OffsetDateTime::parse(text, &Rfc3339).ok()

@@ -7,15 +7,16 @@ use std::fmt;
 
 use anyhow::Context;
 use clap::Subcommand;
+use oncehook_common::store::dedup::{self, WebhookRow};
+use oncehook_common::store::ledger::{self, ItemStock, OrderDetail, PaymentRecord, RefundRecord};
+use oncehook_common::store::outbox::{self, EmailRecord};
 use oncehook_common::{Config, db};
 use oncehook_gateways::{currency_exponent, format_decimal_minor};
 use serde::Serialize;
 use serde_json::Value;
-use sqlx::PgPool;
-use time::OffsetDateTime;
+use sqlx::PgConnection;
 
 use crate::output::{Report, table};
-use crate::timefmt::serialize_rfc3339;
 
 #[derive(Subcommand)]
 pub enum TraceCommand {
@@ -45,12 +46,12 @@ pub enum TraceReport {
 /// Everything about one order (`trace order --json`).
 #[derive(Serialize)]
 pub struct OrderStory {
-    order: OrderRow,
-    items: Vec<ItemRow>,
-    payments: Vec<PaymentRow>,
+    order: OrderDetail,
+    items: Vec<ItemStock>,
+    payments: Vec<PaymentRecord>,
     webhooks: Vec<WebhookRow>,
-    refunds: Vec<RefundRow>,
-    emails: Vec<EmailRow>,
+    refunds: Vec<RefundRecord>,
+    emails: Vec<EmailRecord>,
 }
 
 /// No such order.
@@ -79,130 +80,30 @@ pub struct NoEvent {
     processed: bool,
 }
 
-#[derive(Serialize, sqlx::FromRow)]
-struct OrderRow {
-    #[serde(skip)]
-    id: i64,
-    order_ref: String,
-    customer_email: String,
-    amount_minor: i64,
-    currency: String,
-    status: String,
-    #[serde(serialize_with = "serialize_rfc3339")]
-    paid_at: Option<OffsetDateTime>,
-    paid_by: Option<String>,
-    refunded_minor: i64,
-    oversold: bool,
-    #[serde(serialize_with = "serialize_rfc3339")]
-    created_at: Option<OffsetDateTime>,
-}
-
-#[derive(Serialize, sqlx::FromRow)]
-struct ItemRow {
-    sku: String,
-    qty: i32,
-    stock: i32,
-}
-
-#[derive(Serialize, sqlx::FromRow)]
-struct PaymentRow {
-    provider: String,
-    payment_id: String,
-    status: String,
-    amount_minor: Option<i64>,
-    currency: Option<String>,
-    flag: Option<String>,
-    event_id: String,
-    #[serde(serialize_with = "serialize_rfc3339")]
-    created_at: Option<OffsetDateTime>,
-}
-
-#[derive(Serialize, sqlx::FromRow)]
-struct WebhookRow {
-    provider: String,
-    event_id: String,
-    event_type: String,
-    order_ref: Option<String>,
-    payment_id: Option<String>,
-    source: Option<String>,
-    receipt_id: Option<String>,
-    outcome: String,
-    detail: Option<String>,
-    deliveries: i32,
-    #[serde(serialize_with = "serialize_rfc3339")]
-    received_at: Option<OffsetDateTime>,
-    #[serde(serialize_with = "serialize_rfc3339")]
-    processed_at: Option<OffsetDateTime>,
-    #[serde(serialize_with = "serialize_rfc3339")]
-    last_seen_at: Option<OffsetDateTime>,
-}
-
-#[derive(Serialize, sqlx::FromRow)]
-struct RefundRow {
-    provider: String,
-    refund_id: String,
-    payment_id: Option<String>,
-    amount_minor: i64,
-    cumulative: bool,
-    event_id: String,
-    #[serde(serialize_with = "serialize_rfc3339")]
-    created_at: Option<OffsetDateTime>,
-}
-
-#[derive(Serialize, sqlx::FromRow)]
-struct EmailRow {
-    id: String,
-    kind: String,
-    to_addr: String,
-    subject: String,
-    status: String,
-    attempts: i32,
-    last_error: Option<String>,
-    #[serde(serialize_with = "serialize_rfc3339")]
-    created_at: Option<OffsetDateTime>,
-    #[serde(serialize_with = "serialize_rfc3339")]
-    published_at: Option<OffsetDateTime>,
-    #[serde(serialize_with = "serialize_rfc3339")]
-    sent_at: Option<OffsetDateTime>,
-    #[serde(serialize_with = "serialize_rfc3339")]
-    failed_at: Option<OffsetDateTime>,
-}
-
-/// The columns of a [`WebhookRow`] (a macro: sqlx takes static SQL only).
-macro_rules! webhook_columns {
-    () => {
-        "provider, event_id, event_type, order_ref, payment_id, source,
-         receipt_id::text AS receipt_id, outcome, detail, deliveries, received_at, processed_at, last_seen_at"
-    };
-}
-
 pub async fn run(settings: &Config, command: TraceCommand) -> anyhow::Result<TraceReport> {
     let pool = db::connect(settings.database.url.expose(), 2, 3)
         .await
         .context("connecting to the database")?;
-    let report = match command {
-        TraceCommand::Order { order_ref } => trace_order(&pool, &order_ref).await,
-        TraceCommand::Event { provider, event_id } => trace_event(&pool, provider, event_id).await,
-    };
+    let report = async {
+        let mut conn = pool.acquire().await?;
+        match command {
+            TraceCommand::Order { order_ref } => trace_order(&mut conn, &order_ref).await,
+            TraceCommand::Event { provider, event_id } => {
+                trace_event(&mut conn, provider, event_id).await
+            }
+        }
+    }
+    .await;
     pool.close().await;
     report
 }
 
 async fn trace_event(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     provider: String,
     event_id: String,
 ) -> anyhow::Result<TraceReport> {
-    let event: Option<WebhookRow> = sqlx::query_as(concat!(
-        "SELECT ",
-        webhook_columns!(),
-        " FROM processed_webhooks WHERE provider = $1 AND event_id = $2"
-    ))
-    .bind(&provider)
-    .bind(&event_id)
-    .fetch_optional(pool)
-    .await?;
-    let Some(event) = event else {
+    let Some(event) = dedup::find_event(conn, &provider, &event_id).await? else {
         return Ok(TraceReport::NoEvent(NoEvent {
             provider,
             event_id,
@@ -211,7 +112,7 @@ async fn trace_event(
     };
     let (order, missing) = match &event.order_ref {
         None => (None, None),
-        Some(r) => match trace_order(pool, r).await? {
+        Some(r) => match trace_order(conn, r).await? {
             TraceReport::Order(story) => (Some(*story), None),
             TraceReport::NoOrder(n) => (None, Some(n)),
             _ => (None, None),
@@ -224,15 +125,11 @@ async fn trace_event(
     })))
 }
 
-async fn trace_order(pool: &PgPool, order_ref: &str) -> anyhow::Result<TraceReport> {
-    if let Some(story) = order_story(pool, order_ref).await? {
+async fn trace_order(conn: &mut PgConnection, order_ref: &str) -> anyhow::Result<TraceReport> {
+    if let Some(story) = order_story(conn, order_ref).await? {
         return Ok(TraceReport::Order(Box::new(story)));
     }
-    let seen: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM processed_webhooks WHERE order_ref = $1")
-            .bind(order_ref)
-            .fetch_one(pool)
-            .await?;
+    let seen = dedup::count_naming_order(conn, order_ref).await?;
     Ok(TraceReport::NoOrder(NoOrder {
         order_ref: order_ref.to_owned(),
         order: None,
@@ -241,61 +138,21 @@ async fn trace_order(pool: &PgPool, order_ref: &str) -> anyhow::Result<TraceRepo
 }
 
 /// The whole story of an order (`None` if there is no such order).
-async fn order_story(pool: &PgPool, order_ref: &str) -> anyhow::Result<Option<OrderStory>> {
-    let Some(order) = sqlx::query_as::<_, OrderRow>(
-        "SELECT id, order_ref, customer_email, amount_minor, currency, status, paid_at, paid_by, refunded_minor, oversold, created_at
-         FROM orders WHERE order_ref = $1",
-    )
-    .bind(order_ref)
-    .fetch_optional(pool)
-    .await?
-    else {
+async fn order_story(
+    conn: &mut PgConnection,
+    order_ref: &str,
+) -> anyhow::Result<Option<OrderStory>> {
+    let Some(order) = ledger::order_by_ref(conn, order_ref).await? else {
         return Ok(None);
     };
     let id = order.id;
-    let items = sqlx::query_as("SELECT i.sku, i.qty, p.stock FROM order_items i JOIN products p ON p.sku = i.sku WHERE i.order_id = $1 ORDER BY i.sku")
-        .bind(id)
-        .fetch_all(pool)
-        .await?;
-    let payments = sqlx::query_as("SELECT provider, payment_id, status, amount_minor, currency, flag, event_id, created_at FROM payments WHERE order_id = $1 ORDER BY created_at, id")
-        .bind(id)
-        .fetch_all(pool)
-        .await?;
-    let webhooks = sqlx::query_as(concat!(
-        "SELECT ",
-        webhook_columns!(),
-        " FROM processed_webhooks
-         WHERE order_ref = $1
-            OR (order_ref IS NULL AND (provider, payment_id) IN (
-                SELECT provider, payment_id FROM payments WHERE order_id = $2
-                UNION SELECT provider, payment_id FROM payment_links WHERE order_id = $2
-                UNION SELECT provider, payment_id FROM refunds WHERE order_id = $2))
-         ORDER BY received_at, processed_at"
-    ))
-    .bind(order_ref)
-    .bind(id)
-    .fetch_all(pool)
-    .await?;
-    let refunds = sqlx::query_as("SELECT provider, refund_id, payment_id, amount_minor, cumulative, event_id, created_at FROM refunds WHERE order_id = $1 ORDER BY created_at")
-        .bind(id)
-        .fetch_all(pool)
-        .await?;
-    let emails = sqlx::query_as(
-        "SELECT id::text AS id, kind, to_addr, subject, attempts, last_error, created_at, published_at, sent_at, failed_at,
-                CASE WHEN sent_at IS NOT NULL THEN 'sent' WHEN failed_at IS NOT NULL THEN 'failed'
-                     WHEN published_at IS NOT NULL THEN 'queued' ELSE 'pending' END AS status
-         FROM email_outbox WHERE order_id = $1 ORDER BY created_at",
-    )
-    .bind(id)
-    .fetch_all(pool)
-    .await?;
     Ok(Some(OrderStory {
+        items: ledger::items_of(conn, id).await?,
+        payments: ledger::payments_of(conn, id).await?,
+        webhooks: dedup::touching_order(conn, order_ref, id).await?,
+        refunds: ledger::refunds_of(conn, id).await?,
+        emails: outbox::emails_of(conn, id).await?,
         order,
-        items,
-        payments,
-        webhooks,
-        refunds,
-        emails,
     }))
 }
 
@@ -305,7 +162,7 @@ impl fmt::Display for TraceReport {
             TraceReport::Order(story) => story.fmt(f),
             TraceReport::NoOrder(n) => n.fmt(f),
             TraceReport::Event(e) => {
-                e.event.fmt_summary(f)?;
+                fmt_event_summary(&e.event, f)?;
                 writeln!(f)?;
                 match (&e.order, &e.missing) {
                     (Some(story), _) => story.fmt(f),
@@ -342,24 +199,22 @@ impl fmt::Display for NoOrder {
     }
 }
 
-impl WebhookRow {
-    /// The first lines of `trace event`.
-    fn fmt_summary(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let v = serde_json::to_value(self).unwrap_or_default();
-        writeln!(
-            f,
-            "{} event {} ({}): {} — {}\n  received {}, processed {}, {} deliver{}",
-            self.provider,
-            self.event_id,
-            cell(&v["event_type"]),
-            cell(&v["outcome"]),
-            cell(&v["detail"]),
-            cell(&v["received_at"]),
-            cell(&v["processed_at"]),
-            self.deliveries,
-            if self.deliveries == 1 { "y" } else { "ies" },
-        )
-    }
+/// The first lines of `trace event`.
+fn fmt_event_summary(e: &WebhookRow, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    let v = serde_json::to_value(e).unwrap_or_default();
+    writeln!(
+        f,
+        "{} event {} ({}): {} — {}\n  received {}, processed {}, {} deliver{}",
+        e.provider,
+        e.event_id,
+        cell(&v["event_type"]),
+        cell(&v["outcome"]),
+        cell(&v["detail"]),
+        cell(&v["received_at"]),
+        cell(&v["processed_at"]),
+        e.deliveries,
+        if e.deliveries == 1 { "y" } else { "ies" },
+    )
 }
 
 impl fmt::Display for OrderStory {

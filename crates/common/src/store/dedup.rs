@@ -4,6 +4,9 @@
 //! counting the sighting in `deliveries`; `xmax = 0` tells a fresh insert
 //! from that update.
 
+use std::time::Duration;
+
+use serde::Serialize;
 use sqlx::PgConnection;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -86,4 +89,115 @@ pub async fn forget(conn: &mut PgConnection, key: &DeliveryKey) -> Result<(), sq
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// A `processed_webhooks` row as operators read it (`oncehookctl trace`).
+#[derive(Debug, Clone, Serialize)]
+pub struct WebhookRow {
+    pub provider: String,
+    pub event_id: String,
+    pub event_type: String,
+    pub order_ref: Option<String>,
+    pub payment_id: Option<String>,
+    pub source: String,
+    pub receipt_id: Option<Uuid>,
+    pub outcome: String,
+    pub detail: Option<String>,
+    pub deliveries: i32,
+    #[serde(with = "time::serde::rfc3339")]
+    pub received_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    pub processed_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    pub last_seen_at: OffsetDateTime,
+}
+
+/// The delivery a gateway's event id names (if several sources saw that
+/// event id, one of them).
+pub async fn find_event(
+    conn: &mut PgConnection,
+    provider: &str,
+    event_id: &str,
+) -> Result<Option<WebhookRow>, sqlx::Error> {
+    sqlx::query_as!(
+        WebhookRow,
+        "SELECT provider, event_id, event_type, order_ref, payment_id, source, receipt_id,
+                outcome, detail, deliveries, received_at, processed_at, last_seen_at
+         FROM processed_webhooks WHERE provider = $1 AND event_id = $2",
+        provider,
+        event_id
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// How many processed deliveries name this order reference.
+pub async fn count_naming_order(
+    conn: &mut PgConnection,
+    order_ref: &str,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"SELECT count(*) AS "n!" FROM processed_webhooks WHERE order_ref = $1"#,
+        order_ref
+    )
+    .fetch_one(conn)
+    .await
+}
+
+/// Every delivery that touched an order: those naming its reference, and
+/// those naming none but one of its payments (by a payment, link or refund).
+pub async fn touching_order(
+    conn: &mut PgConnection,
+    order_ref: &str,
+    order_id: i64,
+) -> Result<Vec<WebhookRow>, sqlx::Error> {
+    sqlx::query_as!(
+        WebhookRow,
+        "SELECT provider, event_id, event_type, order_ref, payment_id, source, receipt_id,
+                outcome, detail, deliveries, received_at, processed_at, last_seen_at
+         FROM processed_webhooks
+         WHERE order_ref = $1
+            OR (order_ref IS NULL AND (provider, payment_id) IN (
+                SELECT provider, payment_id FROM payments WHERE order_id = $2
+                UNION SELECT provider, payment_id FROM payment_links WHERE order_id = $2
+                UNION SELECT provider, payment_id FROM refunds WHERE order_id = $2))
+         ORDER BY received_at, processed_at",
+        order_ref,
+        order_id
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// One provider's outcomes over a window.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderOutcomes {
+    pub provider: String,
+    pub applied: i64,
+    pub ignored: i64,
+    pub flagged: i64,
+    /// Copies absorbed as duplicates.
+    pub duplicates: i64,
+}
+
+/// Outcomes per provider of the deliveries processed within `window`,
+/// ordered by provider.
+pub async fn outcomes_within(
+    conn: &mut PgConnection,
+    window: Duration,
+) -> Result<Vec<ProviderOutcomes>, sqlx::Error> {
+    sqlx::query_as!(
+        ProviderOutcomes,
+        r#"SELECT provider,
+                  count(*) FILTER (WHERE outcome = 'applied') AS "applied!",
+                  count(*) FILTER (WHERE outcome = 'ignored') AS "ignored!",
+                  count(*) FILTER (WHERE outcome = 'flagged') AS "flagged!",
+                  COALESCE(sum(deliveries - 1), 0)::bigint AS "duplicates!"
+           FROM processed_webhooks
+           WHERE processed_at > now() - make_interval(secs => $1)
+           GROUP BY provider ORDER BY provider"#,
+        window.as_secs_f64()
+    )
+    .fetch_all(conn)
+    .await
 }

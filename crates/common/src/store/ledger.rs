@@ -3,9 +3,15 @@
 //! `payments` (one per provider, payment and status), `refunds` (one per
 //! refund id, or per cumulative total) and `payment_links` (which order a
 //! payment belongs to). The worker's commerce effect decides; this module
-//! only reads and writes.
+//! only reads and writes. Operators' reads (trace, stats) are in `reads`.
 
 use sqlx::PgConnection;
+
+mod reads;
+pub use reads::{
+    Attention, ItemStock, OrderDetail, PaymentRecord, RefundRecord, attention, items_of,
+    order_by_ref, payments_of, refunds_of,
+};
 
 /// An order row, locked for the transaction.
 #[derive(Debug, Clone)]
@@ -299,4 +305,66 @@ pub async fn decrement_stock(
     .await?;
     moves.sort();
     Ok(moves)
+}
+
+/// Adds a product unless its sku exists (stock is left as it is).
+pub async fn upsert_product(
+    conn: &mut PgConnection,
+    sku: &str,
+    name: &str,
+    stock: i32,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "INSERT INTO products (sku, name, stock) VALUES ($1, $2, $3) ON CONFLICT (sku) DO NOTHING",
+        sku,
+        name,
+        stock
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// A pending order to create.
+#[derive(Debug, Clone, Copy)]
+pub struct NewOrder<'a> {
+    pub order_ref: &'a str,
+    pub customer_email: &'a str,
+    pub amount_minor: i64,
+    pub currency: &'a str,
+}
+
+/// Creates a pending order; `None` if one with this reference exists.
+pub async fn insert_order(
+    conn: &mut PgConnection,
+    o: NewOrder<'_>,
+) -> Result<Option<i64>, sqlx::Error> {
+    sqlx::query_scalar!(
+        "INSERT INTO orders (order_ref, customer_email, amount_minor, currency) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (order_ref) DO NOTHING RETURNING id",
+        o.order_ref,
+        o.customer_email,
+        o.amount_minor,
+        o.currency
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// Adds an item to an order.
+pub async fn insert_order_item(
+    conn: &mut PgConnection,
+    order_id: i64,
+    sku: &str,
+    qty: i32,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "INSERT INTO order_items (order_id, sku, qty) VALUES ($1, $2, $3)",
+        order_id,
+        sku,
+        qty
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
 }

@@ -12,9 +12,18 @@
 //! - [`outbox`]: `email_outbox`, written with the effect, sent by the mailer.
 //! - [`retention`]: trimming `processed_webhooks` (the worker's schedule and
 //!   `oncehookctl retention`).
+//! - [`ping`]: whether the database answers at all.
 
 pub mod dedup;
 pub mod ledger;
 pub mod outbox;
 pub mod parking;
 pub mod retention;
+
+/// Whether the database answers (`SELECT 1`).
+pub async fn ping(pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
+    sqlx::query_scalar!("SELECT 1 AS one")
+        .fetch_one(pool)
+        .await?;
+    Ok(())
+}

@@ -7,7 +7,9 @@
 
 use std::time::Duration;
 
+use serde::Serialize;
 use sqlx::{PgConnection, PgExecutor};
+use time::OffsetDateTime;
 use uuid::Uuid;
 
 /// An email to write.
@@ -181,6 +183,82 @@ pub async fn mark_failed<'e>(
         error
     )
     .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// An email as operators read it (`oncehookctl trace`); `status` is
+/// `sent`, `failed`, `queued` (published to the mailer) or `pending`.
+#[derive(Debug, Clone, Serialize)]
+pub struct EmailRecord {
+    pub id: Uuid,
+    pub kind: String,
+    pub to_addr: String,
+    pub subject: String,
+    pub status: String,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub published_at: Option<OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub sent_at: Option<OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub failed_at: Option<OffsetDateTime>,
+}
+
+/// The order's emails, oldest first.
+pub async fn emails_of(
+    conn: &mut PgConnection,
+    order_id: i64,
+) -> Result<Vec<EmailRecord>, sqlx::Error> {
+    sqlx::query_as!(
+        EmailRecord,
+        r#"SELECT id, kind, to_addr, subject, attempts, last_error, created_at, published_at, sent_at, failed_at,
+                  CASE WHEN sent_at IS NOT NULL THEN 'sent' WHEN failed_at IS NOT NULL THEN 'failed'
+                       WHEN published_at IS NOT NULL THEN 'queued' ELSE 'pending' END AS "status!"
+           FROM email_outbox WHERE order_id = $1 ORDER BY created_at"#,
+        order_id
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// The outbox's backlog (emails neither sent nor failed) and failures.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Counts {
+    pub backlog: i64,
+    /// Part of the backlog the relay has not published yet.
+    pub unpublished: i64,
+    pub failed: i64,
+    /// Seconds since the oldest backlog email was written.
+    pub oldest_age_secs: Option<f64>,
+}
+
+/// Counts the outbox (`oncehookctl stats`).
+pub async fn counts(conn: &mut PgConnection) -> Result<Counts, sqlx::Error> {
+    sqlx::query_as!(
+        Counts,
+        r#"SELECT count(*) FILTER (WHERE sent_at IS NULL AND failed_at IS NULL) AS "backlog!",
+                  count(*) FILTER (WHERE sent_at IS NULL AND failed_at IS NULL AND published_at IS NULL) AS "unpublished!",
+                  count(*) FILTER (WHERE failed_at IS NOT NULL) AS "failed!",
+                  EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE sent_at IS NULL AND failed_at IS NULL))::float8
+                      AS "oldest_age_secs?"
+           FROM email_outbox"#
+    )
+    .fetch_one(conn)
+    .await
+}
+
+/// Clears an unsent email's failure mark (and claim), so the mailer sends
+/// it again when it is replayed from the dead-letter queue.
+pub async fn clear_failure(conn: &mut PgConnection, id: Uuid) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "UPDATE email_outbox SET failed_at = NULL, claimed_until = NULL WHERE id = $1 AND sent_at IS NULL",
+        id
+    )
+    .execute(conn)
     .await?;
     Ok(())
 }

@@ -140,3 +140,23 @@ pub async fn count(conn: &mut PgConnection) -> Result<i64, sqlx::Error> {
         .fetch_one(conn)
         .await
 }
+
+/// How many events are parked, and for how long the oldest has waited.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Backlog {
+    pub parked: i64,
+    /// Seconds; `None` when nothing is parked.
+    pub oldest_age_secs: Option<f64>,
+}
+
+/// The parked backlog (`oncehookctl stats`).
+pub async fn backlog(conn: &mut PgConnection) -> Result<Backlog, sqlx::Error> {
+    sqlx::query_as!(
+        Backlog,
+        r#"SELECT count(*) AS "parked!",
+                  EXTRACT(EPOCH FROM now() - min(parked_at))::float8 AS "oldest_age_secs?"
+           FROM parked_events"#
+    )
+    .fetch_one(conn)
+    .await
+}

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use sqlx::{PgPool, Row};
+use sqlx::PgPool;
 
 const BATCH: i64 = 5_000;
 /// Advisory lock key for scheduled retention ("oncehook" in ASCII, truncated).
@@ -13,28 +13,34 @@ const LOCK_KEY: i64 = 0x6f6e_6365_686f_6f6b;
 
 /// Rows that retention would delete.
 pub async fn count_older(pool: &PgPool, days: u32) -> Result<i64, sqlx::Error> {
-    let row = sqlx::query(
-        "SELECT count(*) AS n FROM processed_webhooks
-         WHERE processed_at < now() - make_interval(days => $1)",
+    sqlx::query_scalar!(
+        r#"SELECT count(*) AS "n!" FROM processed_webhooks
+           WHERE processed_at < now() - make_interval(days => $1)"#,
+        days_param(days)
     )
-    .bind(days as i32)
     .fetch_one(pool)
-    .await?;
-    row.try_get("n")
+    .await
 }
 
-/// Deletes rows older than `days`, batch by batch. Returns how many.
+/// Days as the `make_interval` parameter (saturating: more than 2^31 days
+/// keeps everything, as any larger number would).
+fn days_param(days: u32) -> i32 {
+    i32::try_from(days).unwrap_or(i32::MAX)
+}
+
+/// Deletes rows older than `days`, batch by batch (by `ctid`: the table
+/// has no single-column key to batch on). Returns how many.
 pub async fn delete_older(pool: &PgPool, days: u32) -> Result<u64, sqlx::Error> {
     let mut total = 0;
     loop {
-        let deleted = sqlx::query(
+        let deleted = sqlx::query!(
             "DELETE FROM processed_webhooks WHERE ctid = ANY(ARRAY(
                  SELECT ctid FROM processed_webhooks
                  WHERE processed_at < now() - make_interval(days => $1)
                  LIMIT $2))",
+            days_param(days),
+            BATCH
         )
-        .bind(days as i32)
-        .bind(BATCH)
         .execute(pool)
         .await?
         .rows_affected();
@@ -50,18 +56,15 @@ pub async fn delete_older(pool: &PgPool, days: u32) -> Result<u64, sqlx::Error> 
 /// holds it (a retention pass is already running elsewhere).
 pub async fn delete_older_locked(pool: &PgPool, days: u32) -> Result<Option<u64>, sqlx::Error> {
     let mut conn = pool.acquire().await?;
-    let locked: bool = sqlx::query("SELECT pg_try_advisory_lock($1) AS ok")
-        .bind(LOCK_KEY)
+    let locked = sqlx::query_scalar!(r#"SELECT pg_try_advisory_lock($1) AS "ok!""#, LOCK_KEY)
         .fetch_one(&mut *conn)
-        .await?
-        .try_get("ok")?;
+        .await?;
     if !locked {
         return Ok(None);
     }
     let result = delete_older(pool, days).await;
-    sqlx::query("SELECT pg_advisory_unlock($1)")
-        .bind(LOCK_KEY)
-        .execute(&mut *conn)
+    sqlx::query_scalar!("SELECT pg_advisory_unlock($1)", LOCK_KEY)
+        .fetch_one(&mut *conn)
         .await?;
     result.map(Some)
 }

@@ -12,6 +12,7 @@ use lapin::options::BasicAckOptions;
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{Channel, Connection};
 use oncehook_common::amqp::{self, header_int};
+use oncehook_common::store::outbox;
 use oncehook_common::topology::{
     HEADER_ATTEMPTS, HEADER_DEAD_ID, HEADER_DELIVERY_COUNT, HEADER_ERROR, HEADER_FAILED_AT,
     HEADER_ORIGIN, HEADER_REPLAYS, HEADER_ROUTING_KEY,
@@ -266,14 +267,11 @@ impl<'a> Republisher<'a> {
         let Some(pool) = &self.pool else {
             return Ok(());
         };
-        sqlx::query(
-            "UPDATE email_outbox SET failed_at = NULL, claimed_until = NULL WHERE id = $1 AND sent_at IS NULL",
-        )
-        .bind(outbox_id)
-        .execute(pool)
-        .await
-        .with_context(|| format!("clearing the failure mark of outbox row {outbox_id}"))?;
-        Ok(())
+        let cleared = match pool.acquire().await {
+            Ok(mut conn) => outbox::clear_failure(&mut conn, outbox_id).await,
+            Err(e) => Err(e),
+        };
+        cleared.with_context(|| format!("clearing the failure mark of outbox row {outbox_id}"))
     }
 }
 

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use oncehook_common::redact::redact;
+use oncehook_common::store::{dedup, ledger, outbox, parking};
 use oncehook_common::{Config, Topology};
-use sqlx::{Connection as _, Row};
+use sqlx::Connection as _;
 use time::OffsetDateTime;
 
 use crate::broker;
@@ -129,21 +130,12 @@ async fn database_queries(
     conn: &mut sqlx::PgConnection,
     window: Duration,
 ) -> anyhow::Result<DatabaseStats> {
-    let row = sqlx::query(
-        "SELECT count(*) FILTER (WHERE sent_at IS NULL AND failed_at IS NULL) AS backlog,
-                count(*) FILTER (WHERE sent_at IS NULL AND failed_at IS NULL AND published_at IS NULL) AS unpublished,
-                count(*) FILTER (WHERE failed_at IS NOT NULL) AS failed,
-                EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE sent_at IS NULL AND failed_at IS NULL))::float8 AS oldest_age
-         FROM email_outbox",
-    )
-    .fetch_one(&mut *conn)
-    .await
-    .context("reading email_outbox")?;
+    let counts = outbox::counts(conn).await.context("reading email_outbox")?;
     let outbox = Outbox {
-        backlog: row.try_get("backlog")?,
-        unpublished: row.try_get("unpublished")?,
-        failed: row.try_get("failed")?,
-        oldest_age_secs: row.try_get("oldest_age")?,
+        backlog: counts.backlog,
+        unpublished: counts.unpublished,
+        failed: counts.failed,
+        oldest_age_secs: counts.oldest_age_secs,
     };
     let ledger = ledger(conn).await?;
     let gateways = gateways(conn, window).await?;
@@ -155,22 +147,18 @@ async fn database_queries(
 }
 
 async fn ledger(conn: &mut sqlx::PgConnection) -> anyhow::Result<Ledger> {
-    let row = sqlx::query(
-        "SELECT (SELECT count(*) FROM orders WHERE oversold) AS oversold,
-                (SELECT count(*) FROM payments WHERE flag = 'needs_refund') AS needs_refund,
-                (SELECT count(*) FROM payments WHERE flag = 'amount_mismatch') AS amount_mismatch,
-                (SELECT count(*) FROM parked_events) AS parked,
-                (SELECT EXTRACT(EPOCH FROM now() - min(parked_at))::float8 FROM parked_events) AS oldest_parked",
-    )
-    .fetch_one(&mut *conn)
-    .await
-    .context("reading the ledger (orders, payments, parked_events)")?;
+    let attention = ledger::attention(conn)
+        .await
+        .context("reading the ledger (orders, payments)")?;
+    let parked = parking::backlog(conn)
+        .await
+        .context("reading parked_events")?;
     Ok(Ledger {
-        oversold_orders: row.try_get("oversold")?,
-        needs_refund: row.try_get("needs_refund")?,
-        amount_mismatch: row.try_get("amount_mismatch")?,
-        parked: row.try_get("parked")?,
-        oldest_parked_age_secs: row.try_get("oldest_parked")?,
+        oversold_orders: attention.oversold_orders,
+        needs_refund: attention.needs_refund,
+        amount_mismatch: attention.amount_mismatch,
+        parked: parked.parked,
+        oldest_parked_age_secs: parked.oldest_age_secs,
     })
 }
 
@@ -178,31 +166,19 @@ async fn gateways(
     conn: &mut sqlx::PgConnection,
     window: Duration,
 ) -> anyhow::Result<BTreeMap<String, GatewayRow>> {
-    let rows = sqlx::query(
-        "SELECT provider,
-                count(*) FILTER (WHERE outcome = 'applied') AS applied,
-                count(*) FILTER (WHERE outcome = 'ignored') AS ignored,
-                count(*) FILTER (WHERE outcome = 'flagged') AS flagged,
-                COALESCE(sum(deliveries - 1), 0)::bigint AS duplicates
-         FROM processed_webhooks
-         WHERE processed_at > now() - make_interval(secs => $1)
-         GROUP BY provider ORDER BY provider",
-    )
-    .bind(window.as_secs_f64())
-    .fetch_all(&mut *conn)
-    .await
-    .context("reading processed_webhooks")?;
-    let mut gateways = BTreeMap::new();
-    for r in rows {
-        gateways.insert(
-            r.try_get::<String, _>("provider")?,
-            GatewayRow {
-                applied: r.try_get("applied")?,
-                ignored: r.try_get("ignored")?,
-                flagged: r.try_get("flagged")?,
-                duplicates: r.try_get("duplicates")?,
-            },
-        );
-    }
-    Ok(gateways)
+    let rows = dedup::outcomes_within(conn, window)
+        .await
+        .context("reading processed_webhooks")?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            let row = GatewayRow {
+                applied: r.applied,
+                ignored: r.ignored,
+                flagged: r.flagged,
+                duplicates: r.duplicates,
+            };
+            (r.provider, row)
+        })
+        .collect())
 }
