@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::Args;
 use oncehook_common::store::ledger;
-use oncehook_common::{Config, db};
+use oncehook_common::{Config, SourceConfig, db};
 use oncehook_gateways::sample::{self, SampleSpec, SignedDelivery};
 use serde::Serialize;
 use time::OffsetDateTime;
@@ -69,55 +69,13 @@ struct OrderFacts {
 }
 
 pub async fn run(settings: &Config, args: SendArgs, out: &Output) -> anyhow::Result<SendReport> {
-    let source = settings.source(&args.source).with_context(|| {
-        let known: Vec<&str> = settings
-            .ingest
-            .sources
-            .iter()
-            .map(|s| s.name.as_str())
-            .collect();
-        format!(
-            "no source named {:?} in the configuration (configured: {}); set ONCEHOOK_CONFIG",
-            args.source,
-            if known.is_empty() {
-                "none".to_owned()
-            } else {
-                known.join(", ")
-            }
-        )
-    })?;
+    let source = find_source(settings, &args.source)?;
     if args.times == 0 || args.concurrency == 0 {
         bail!("--times and --concurrency must be at least 1");
     }
     let gateway = source.gateway;
     let facts = order_facts(settings, &args.order).await;
-    let payment_id = args
-        .payment_id
-        .clone()
-        .unwrap_or_else(|| format!("pay_{}", args.order.trim_start_matches("order_")));
-    let event_id = args.event_id.clone().unwrap_or_else(|| {
-        format!(
-            "evt_{:016x}",
-            stable_hash(&[&args.source, &args.event, &args.order, &payment_id])
-        )
-    });
-    let now = OffsetDateTime::now_utc().unix_timestamp();
-    let timestamp = if args.stale {
-        now - i64::try_from(source.tolerance_secs).unwrap_or(300) - 120
-    } else {
-        now
-    };
-    let spec = SampleSpec {
-        order_ref: args.order.clone(),
-        payment_id: payment_id.clone(),
-        event_id: event_id.clone(),
-        amount_minor: args.amount.unwrap_or(facts.amount_minor),
-        currency: facts.currency.clone(),
-        email: facts.email.clone(),
-        timestamp,
-        // PayU: the form's `key` must be the source's merchant key.
-        merchant_key: source.merchant_key.clone(),
-    };
+    let spec = spec_for(&args, source, &facts);
     let secret = source.secrets.first().context("source has no secret")?;
     let mut delivery = sample::build(gateway, &args.event, &spec, secret)?;
     if args.tamper {
@@ -151,6 +109,58 @@ pub async fn run(settings: &Config, args: SendArgs, out: &Output) -> anyhow::Res
         expected,
         &results,
     ))
+}
+
+/// The configured source named `name`, or an error listing the configured ones.
+fn find_source<'a>(settings: &'a Config, name: &str) -> anyhow::Result<&'a SourceConfig> {
+    settings.source(name).with_context(|| {
+        let known: Vec<&str> = settings
+            .ingest
+            .sources
+            .iter()
+            .map(|s| s.name.as_str())
+            .collect();
+        format!(
+            "no source named {name:?} in the configuration (configured: {}); set ONCEHOOK_CONFIG",
+            if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            }
+        )
+    })
+}
+
+/// The sample to sign: the order's facts, stable ids derived from the
+/// arguments, and a timestamp outside the window for `--stale`.
+fn spec_for(args: &SendArgs, source: &SourceConfig, facts: &OrderFacts) -> SampleSpec {
+    let payment_id = args
+        .payment_id
+        .clone()
+        .unwrap_or_else(|| format!("pay_{}", args.order.trim_start_matches("order_")));
+    let event_id = args.event_id.clone().unwrap_or_else(|| {
+        format!(
+            "evt_{:016x}",
+            stable_hash(&[&args.source, &args.event, &args.order, &payment_id])
+        )
+    });
+    let now = OffsetDateTime::now_utc().unix_timestamp();
+    let timestamp = if args.stale {
+        now - i64::try_from(source.tolerance_secs).unwrap_or(300) - 120
+    } else {
+        now
+    };
+    SampleSpec {
+        order_ref: args.order.clone(),
+        payment_id,
+        event_id,
+        amount_minor: args.amount.unwrap_or(facts.amount_minor),
+        currency: facts.currency.clone(),
+        email: facts.email.clone(),
+        timestamp,
+        // PayU: the form's `key` must be the source's merchant key.
+        merchant_key: source.merchant_key.clone(),
+    }
 }
 
 /// What ingest answered to each post (`send --json`).

@@ -203,6 +203,20 @@ pub trait GatewayScheme {
     };
 }
 
+/// The trait items every gateway folder wires the same way, from its
+/// `scheme.rs` (`verify`, `parse`) and `sample.rs` (`TABLE`, `EVENT_NAMES`,
+/// `build`): write `folder_items!();` inside the `impl GatewayScheme`.
+macro_rules! folder_items {
+    () => {
+        const SAMPLE_EVENTS: &'static [(&'static str, &'static str)] = sample::TABLE;
+        const SAMPLE_EVENT_NAMES: &'static [&'static str] = sample::EVENT_NAMES;
+        const VERIFY: $crate::scheme::VerifyFn = scheme::verify;
+        const PARSE: $crate::scheme::ParseFn = scheme::parse;
+        const SAMPLE: $crate::scheme::SampleFn = sample::build;
+    };
+}
+pub(crate) use folder_items;
+
 /// A delivery as ingest received it, with what to check it against: the
 /// input of [`GatewayScheme::VERIFY`].
 #[derive(Clone, Copy)]

@@ -9,7 +9,7 @@ mod scheme;
 pub use sample::SAMPLE_PAYU_KEY;
 
 use crate::sample::SampleSpec;
-use crate::scheme::{ContentType, GatewayScheme, ParseFn, SampleFn, VerifyFn};
+use crate::scheme::{ContentType, GatewayScheme, folder_items};
 
 /// PayU India (form post with a salted SHA-512 `hash`).
 pub(crate) struct Payu;
@@ -21,12 +21,8 @@ impl GatewayScheme for Payu {
     const RELEVANT_HEADERS: &'static [&'static str] = &["content-type"];
     /// The hash travels in the form body.
     const SIGNATURE_HEADER: Option<&'static str> = None;
-    const SAMPLE_EVENTS: &'static [(&'static str, &'static str)] = sample::TABLE;
-    const SAMPLE_EVENT_NAMES: &'static [&'static str] = sample::EVENT_NAMES;
 
-    const VERIFY: VerifyFn = scheme::verify;
-    const PARSE: ParseFn = scheme::parse;
-    const SAMPLE: SampleFn = sample::build;
+    folder_items!();
     /// PayU has no refund samples (its refunds are not webhooks); the value
     /// is not used.
     const SAMPLE_REFUND_ID: fn(&SampleSpec) -> String = |spec| format!("{}:refund", spec.payment_id);

@@ -6,7 +6,7 @@ mod sample;
 mod scheme;
 
 use crate::sample::SampleSpec;
-use crate::scheme::{ContentType, GatewayScheme, ParseFn, SampleFn, VerifyFn};
+use crate::scheme::{ContentType, GatewayScheme, folder_items};
 
 /// Razorpay (`X-Razorpay-Signature`, no signed timestamp).
 pub(crate) struct Razorpay;
@@ -21,11 +21,7 @@ impl GatewayScheme for Razorpay {
         "content-type",
     ];
     const SIGNATURE_HEADER: Option<&'static str> = Some(scheme::SIGNATURE_HEADER);
-    const SAMPLE_EVENTS: &'static [(&'static str, &'static str)] = sample::TABLE;
-    const SAMPLE_EVENT_NAMES: &'static [&'static str] = sample::EVENT_NAMES;
 
-    const VERIFY: VerifyFn = scheme::verify;
-    const PARSE: ParseFn = scheme::parse;
-    const SAMPLE: SampleFn = sample::build;
+    folder_items!();
     const SAMPLE_REFUND_ID: fn(&SampleSpec) -> String = |spec| format!("rfnd_{}", spec.event_id);
 }

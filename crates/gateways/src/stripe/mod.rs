@@ -7,7 +7,7 @@ mod sample;
 mod scheme;
 
 use crate::sample::SampleSpec;
-use crate::scheme::{ContentType, GatewayScheme, ParseFn, SampleFn, VerifyFn};
+use crate::scheme::{ContentType, GatewayScheme, folder_items};
 
 /// Stripe (`Stripe-Signature: t=…,v1=…`).
 pub(crate) struct Stripe;
@@ -18,11 +18,7 @@ impl GatewayScheme for Stripe {
     const SIGNS_TIMESTAMP: bool = true;
     const RELEVANT_HEADERS: &'static [&'static str] = &["stripe-signature", "content-type"];
     const SIGNATURE_HEADER: Option<&'static str> = Some(scheme::SIGNATURE_HEADER);
-    const SAMPLE_EVENTS: &'static [(&'static str, &'static str)] = sample::TABLE;
-    const SAMPLE_EVENT_NAMES: &'static [&'static str] = sample::EVENT_NAMES;
 
-    const VERIFY: VerifyFn = scheme::verify;
-    const PARSE: ParseFn = scheme::parse;
-    const SAMPLE: SampleFn = sample::build;
+    folder_items!();
     const SAMPLE_REFUND_ID: fn(&SampleSpec) -> String = |spec| format!("re_{}", spec.event_id);
 }
