@@ -24,29 +24,36 @@ use time::OffsetDateTime;
 use crate::output::{or_dash, truncate};
 use crate::timefmt::{parse_rfc3339, rfc3339, short_time};
 
-/// One dead letter as read from `P.dead`.
-#[derive(Debug, Clone)]
-pub struct Letter {
+/// What a dead letter is and why it failed: the fields a letter carries and
+/// its summary (`dlq list --json`) prints as they are.
+#[derive(Debug, Clone, Serialize)]
+pub struct LetterFacts {
     pub id: String,
-    /// Delivery tag on the channel that peeked it.
-    pub tag: u64,
-    pub properties: BasicProperties,
-    /// The message body (emptied by peeks that do not need it).
-    pub body: Vec<u8>,
-    pub body_len: usize,
     pub gateway: String,
     pub source: Option<String>,
     pub event_id: Option<String>,
     pub event_type: Option<String>,
     pub kind: String,
     pub error: String,
-    pub failed_at: Option<OffsetDateTime>,
     pub attempts: Option<i64>,
     pub origin: Option<String>,
     pub routing_key: Option<String>,
     pub replays: i64,
     /// `oncehook` (the worker or mailer gave up) or `broker` (x-death, e.g. the delivery limit).
     pub dead_lettered_by: &'static str,
+}
+
+/// One dead letter as read from `P.dead`.
+#[derive(Debug, Clone)]
+pub struct Letter {
+    pub facts: LetterFacts,
+    /// Delivery tag on the channel that peeked it.
+    pub tag: u64,
+    pub properties: BasicProperties,
+    /// The message body (emptied by peeks that do not need it).
+    pub body: Vec<u8>,
+    pub body_len: usize,
+    pub failed_at: Option<OffsetDateTime>,
     pub envelope: Option<Envelope>,
     pub email: Option<EmailMessage>,
 }
@@ -54,21 +61,11 @@ pub struct Letter {
 /// The summary fields of a dead letter (`dlq list --json`, one element).
 #[derive(Debug, Clone, Serialize)]
 pub struct LetterSummary {
-    pub id: String,
-    pub gateway: String,
-    pub source: Option<String>,
-    pub event_id: Option<String>,
-    pub event_type: Option<String>,
-    pub kind: String,
-    pub error: String,
+    #[serde(flatten)]
+    pub facts: LetterFacts,
     pub failed_at: Option<String>,
-    pub attempts: Option<i64>,
-    pub origin: Option<String>,
-    pub routing_key: Option<String>,
     pub message_id: Option<String>,
     pub receipt_id: Option<String>,
-    pub replays: i64,
-    pub dead_lettered_by: &'static str,
     pub body_bytes: usize,
     pub headers: Map<String, Value>,
     /// The table row, for text output only.
@@ -118,32 +115,35 @@ impl Letter {
         let failure = Failure::read(headers, topology);
         let identity = Identity::read(&body, message_id.as_deref());
         let id = letter_id(headers, &failure, [&message_id, &correlation_id], &body);
-        Letter {
+        let facts = LetterFacts {
             id,
-            tag: delivery.delivery_tag,
+            gateway: identity.gateway,
+            source: identity
+                .envelope
+                .as_ref()
+                .map(|e| e.source.clone())
+                .or_else(|| header_string(headers, HEADER_SOURCE)),
+            event_id: identity.event_id,
+            event_type: identity.event_type,
+            kind: failure.kind,
+            error: failure.error,
             attempts: header_int(headers, HEADER_ATTEMPTS),
+            origin: failure.origin,
+            routing_key: failure.routing_key,
             replays: header_int(headers, HEADER_REPLAYS).unwrap_or(0),
             dead_lettered_by: if failure.by_oncehook {
                 "oncehook"
             } else {
                 "broker"
             },
+        };
+        Letter {
+            facts,
+            tag: delivery.delivery_tag,
             body_len: body.len(),
-            source: identity
-                .envelope
-                .as_ref()
-                .map(|e| e.source.clone())
-                .or_else(|| header_string(headers, HEADER_SOURCE)),
             properties: props.clone(),
             body,
-            gateway: identity.gateway,
-            event_id: identity.event_id,
-            event_type: identity.event_type,
-            kind: failure.kind,
-            error: failure.error,
             failed_at: failure.failed_at,
-            origin: failure.origin,
-            routing_key: failure.routing_key,
             envelope: identity.envelope,
             email: identity.email,
         }
@@ -185,21 +185,10 @@ impl Letter {
     /// The summary fields (`dlq list --json`) and the table row.
     pub fn summary(&self) -> LetterSummary {
         LetterSummary {
-            id: self.id.clone(),
-            gateway: self.gateway.clone(),
-            source: self.source.clone(),
-            event_id: self.event_id.clone(),
-            event_type: self.event_type.clone(),
-            kind: self.kind.clone(),
-            error: self.error.clone(),
+            facts: self.facts.clone(),
             failed_at: self.failed_at.and_then(rfc3339),
-            attempts: self.attempts,
-            origin: self.origin.clone(),
-            routing_key: self.routing_key.clone(),
             message_id: self.message_id(),
             receipt_id: self.correlation_id(),
-            replays: self.replays,
-            dead_lettered_by: self.dead_lettered_by,
             body_bytes: self.body_len,
             headers: self.headers_json(),
             row: self.row(),
@@ -207,15 +196,16 @@ impl Letter {
     }
 
     fn row(&self) -> Vec<String> {
+        let f = &self.facts;
         vec![
-            self.id.clone(),
-            self.gateway.clone(),
-            or_dash(self.event_id.as_ref()),
-            or_dash(self.event_type.as_ref()),
-            self.kind.clone(),
-            truncate(&self.error, 60),
+            f.id.clone(),
+            f.gateway.clone(),
+            or_dash(f.event_id.as_ref()),
+            or_dash(f.event_type.as_ref()),
+            f.kind.clone(),
+            truncate(&f.error, 60),
             or_dash(self.failed_at.map(short_time)),
-            or_dash(self.attempts),
+            or_dash(f.attempts),
         ]
     }
 }

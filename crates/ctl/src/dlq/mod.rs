@@ -68,8 +68,8 @@ impl Filter {
         let same = |want: &Option<String>, have: &str| {
             want.as_ref().is_none_or(|w| have.eq_ignore_ascii_case(w))
         };
-        same(&self.gateway, &letter.gateway)
-            && same(&self.error_kind, &letter.kind)
+        same(&self.gateway, &letter.facts.gateway)
+            && same(&self.error_kind, &letter.facts.kind)
             && self.since.is_none_or(|window| within(letter, window, now))
     }
 }
@@ -118,7 +118,7 @@ fn normalise_ids(ids: &[String]) -> Vec<String> {
 
 /// The `ids` that none of `chosen` has.
 fn not_found(ids: &[String], chosen: &[&Letter]) -> Vec<String> {
-    let found: BTreeSet<&str> = chosen.iter().map(|l| l.id.as_str()).collect();
+    let found: BTreeSet<&str> = chosen.iter().map(|l| l.facts.id.as_str()).collect();
     ids.iter()
         .filter(|i| !found.contains(i.as_str()))
         .cloned()

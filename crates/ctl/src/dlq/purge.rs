@@ -67,7 +67,10 @@ pub async fn run(
     let queue = topology.dead();
     // Look first (and hand everything back) so nothing is held while a person decides.
     let (letters, _) = broker::look(conn, topology).await?;
-    let chosen: Vec<&Letter> = letters.iter().filter(|l| ids.contains(&l.id)).collect();
+    let chosen: Vec<&Letter> = letters
+        .iter()
+        .filter(|l| ids.contains(&l.facts.id))
+        .collect();
     let not_found = not_found(&ids, &chosen);
     if chosen.is_empty() {
         return Ok(PurgeReport::Chosen {
@@ -124,13 +127,13 @@ async fn ack_chosen(
     let peek = broker::peek(conn, topology, |_| false).await?;
     let mut purged = Vec::new();
     let mut ack_error = None;
-    for letter in peek.letters.iter().filter(|l| ids.contains(&l.id)) {
+    for letter in peek.letters.iter().filter(|l| ids.contains(&l.facts.id)) {
         match peek
             .channel
             .basic_ack(letter.tag, BasicAckOptions::default())
             .await
         {
-            Ok(()) => purged.push(letter.id.clone()),
+            Ok(()) => purged.push(letter.facts.id.clone()),
             Err(err) => {
                 ack_error = Some(err);
                 break;

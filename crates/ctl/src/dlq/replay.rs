@@ -122,7 +122,7 @@ pub async fn run(
         if ids.is_empty() {
             args.filter.matches(l, now)
         } else {
-            ids.contains(&l.id)
+            ids.contains(&l.facts.id)
         }
     };
     let peek = broker::peek(conn, topology, |l| !args.dry_run && selected(l)).await?;
@@ -278,13 +278,13 @@ impl<'a> Republisher<'a> {
 /// The exchange and routing key a dead letter goes back to.
 fn destination(topology: &Topology, letter: &Letter) -> anyhow::Result<(String, String)> {
     let (events, emails) = (topology.events(), topology.emails());
-    let Some(origin) = letter.origin.clone() else {
+    let Some(origin) = letter.facts.origin.clone() else {
         bail!("cannot tell which queue it came from (no x-oncehook-origin or x-death header)");
     };
     if origin != events && origin != emails {
         bail!("it came from {origin:?}, which is not {events} or {emails} of this deployment");
     }
-    let routing_key = match letter.routing_key.as_deref() {
+    let routing_key = match letter.facts.routing_key.as_deref() {
         Some(rk) => rk.to_owned(),
         None if origin == emails => topology.email_routing_key().to_owned(),
         None => bail!("its original routing key is unknown"),
@@ -327,11 +327,11 @@ fn replay_headers(headers: Option<&FieldTable>) -> FieldTable {
 impl Replayed {
     fn of(letter: &Letter, error: Option<String>) -> Replayed {
         Replayed {
-            id: letter.id.clone(),
-            gateway: letter.gateway.clone(),
-            event_id: letter.event_id.clone().unwrap_or_else(|| "-".into()),
-            exchange: letter.origin.clone().unwrap_or_default(),
-            routing_key: letter.routing_key.clone().unwrap_or_default(),
+            id: letter.facts.id.clone(),
+            gateway: letter.facts.gateway.clone(),
+            event_id: letter.facts.event_id.clone().unwrap_or_else(|| "-".into()),
+            exchange: letter.facts.origin.clone().unwrap_or_default(),
+            routing_key: letter.facts.routing_key.clone().unwrap_or_default(),
             status: if error.is_some() {
                 "failed"
             } else {
@@ -347,7 +347,7 @@ impl DryRun {
         DryRun {
             dry_run: true,
             would_replay: chosen.len(),
-            ids: chosen.iter().map(|l| l.id.clone()).collect(),
+            ids: chosen.iter().map(|l| l.facts.id.clone()).collect(),
             dead_letters: chosen.iter().map(|l| l.summary()).collect(),
             not_found,
             context,

@@ -64,12 +64,12 @@ pub struct EmailView {
 
 pub async fn run(conn: &Connection, topology: &Topology, id: &str) -> anyhow::Result<ShowReport> {
     let wanted = id.trim().to_ascii_lowercase();
-    let (letters, _) = broker::peek(conn, topology, |l| l.id == wanted)
+    let (letters, _) = broker::peek(conn, topology, |l| l.facts.id == wanted)
         .await?
         .release()
         .await;
-    let copies = letters.iter().filter(|l| l.id == wanted).count();
-    let Some(letter) = letters.into_iter().find(|l| l.id == wanted) else {
+    let copies = letters.iter().filter(|l| l.facts.id == wanted).count();
+    let Some(letter) = letters.into_iter().find(|l| l.facts.id == wanted) else {
         bail!(
             "no dead letter with ID {id:?} in {} (IDs come from `oncehookctl dlq list`)",
             topology.dead()
@@ -123,20 +123,20 @@ impl ShowReport {
     fn fields(&self) -> Vec<(&'static str, String)> {
         let (l, s) = (&self.letter, &self.summary);
         let mut fields = vec![
-            ("gateway", l.gateway.clone()),
-            ("source", or_dash(l.source.as_ref())),
-            ("event", or_dash(l.event_id.as_ref())),
-            ("type", or_dash(l.event_type.as_ref())),
-            ("kind", l.kind.clone()),
-            ("error", l.error.clone()),
+            ("gateway", l.facts.gateway.clone()),
+            ("source", or_dash(l.facts.source.as_ref())),
+            ("event", or_dash(l.facts.event_id.as_ref())),
+            ("type", or_dash(l.facts.event_type.as_ref())),
+            ("kind", l.facts.kind.clone()),
+            ("error", l.facts.error.clone()),
             ("failed at", or_dash(s.failed_at.as_ref())),
-            ("attempts", or_dash(l.attempts)),
-            ("dead-lettered by", l.dead_lettered_by.to_owned()),
-            ("origin", or_dash(l.origin.as_ref())),
-            ("routing key", or_dash(l.routing_key.as_ref())),
+            ("attempts", or_dash(l.facts.attempts)),
+            ("dead-lettered by", l.facts.dead_lettered_by.to_owned()),
+            ("origin", or_dash(l.facts.origin.as_ref())),
+            ("routing key", or_dash(l.facts.routing_key.as_ref())),
             ("message id", or_dash(s.message_id.as_ref())),
             ("receipt", or_dash(s.receipt_id.as_ref())),
-            ("replays", l.replays.to_string()),
+            ("replays", l.facts.replays.to_string()),
         ];
         if let Some(env) = &l.envelope {
             let t = |t| rfc3339(t).unwrap_or_default();
@@ -207,7 +207,7 @@ impl EnvelopeView {
 
 impl fmt::Display for ShowReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Dead letter {} in {}", self.summary.id, self.queue)?;
+        write!(f, "Dead letter {} in {}", self.summary.facts.id, self.queue)?;
         if self.copies > 1 {
             write!(f, " ({} identical copies)", self.copies)?;
         }
@@ -244,7 +244,7 @@ fn header_text(v: &Value) -> String {
 }
 
 fn looks_like_form(letter: &Letter) -> bool {
-    letter.gateway == "payu"
+    letter.facts.gateway == "payu"
         || letter
             .envelope
             .as_ref()

@@ -88,8 +88,8 @@ pub async fn broker_stats(settings: &Config, topology: &Topology) -> anyhow::Res
                 ..DeadStats::default()
             };
             for l in &letters {
-                *d.by_gateway.entry(l.gateway.clone()).or_default() += 1;
-                *d.by_kind.entry(l.kind.clone()).or_default() += 1;
+                *d.by_gateway.entry(l.facts.gateway.clone()).or_default() += 1;
+                *d.by_kind.entry(l.facts.kind.clone()).or_default() += 1;
                 if let Some(at) = l.failed_at {
                     d.oldest = Some(d.oldest.map_or(at, |o| o.min(at)));
                 }
