@@ -6,6 +6,7 @@
 //! only reads and writes. Operators' reads (trace, stats) are in `reads`.
 
 use sqlx::PgConnection;
+use sqlx::types::Json;
 
 mod reads;
 pub use reads::{
@@ -62,12 +63,16 @@ pub async fn lock_order_of_payment(
 }
 
 /// What recording an event's fact did.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Recorded {
     /// A new payment → order link was written.
     pub linked: bool,
     /// The fact is new.
     pub recorded: bool,
+    /// Every capture and refund of the order, the new fact included: read
+    /// in the same statement, after the order's lock was taken (so it sees
+    /// every fact committed before), saving the ledger a round trip.
+    pub facts: Vec<FactRow>,
 }
 
 /// A payment attempt (`captured`, `failed`, `authorized`).
@@ -97,8 +102,18 @@ pub async fn record_attempt(
            fact AS (
                INSERT INTO payments (provider, payment_id, order_id, status, amount_minor, currency, event_id)
                VALUES ($1, $2, $3, $4, $5, $6, $7)
-               ON CONFLICT (provider, payment_id, status) DO NOTHING RETURNING 1)
-           SELECT EXISTS (SELECT 1 FROM link) AS "linked!", EXISTS (SELECT 1 FROM fact) AS "recorded!""#,
+               ON CONFLICT (provider, payment_id, status) DO NOTHING
+               RETURNING provider, payment_id, amount_minor, currency, status)
+           SELECT EXISTS (SELECT 1 FROM link) AS "linked!", EXISTS (SELECT 1 FROM fact) AS "recorded!",
+                  COALESCE((SELECT jsonb_agg(f) FROM (
+                      SELECT true AS capture, provider, payment_id, amount_minor, currency, flag, false AS cumulative
+                      FROM payments WHERE order_id = $3 AND status = 'captured'
+                      UNION ALL
+                      SELECT true, provider, payment_id, amount_minor, currency, NULL, false
+                      FROM fact WHERE status = 'captured'
+                      UNION ALL
+                      SELECT false, provider, payment_id, amount_minor, currency, NULL, cumulative
+                      FROM refunds WHERE order_id = $3) f), '[]'::jsonb) AS "facts!: Json<Vec<FactRow>>""#,
         a.provider,
         a.payment_id,
         a.order_id,
@@ -113,6 +128,7 @@ pub async fn record_attempt(
     Ok(Recorded {
         linked: row.linked,
         recorded: row.recorded,
+        facts: row.facts.0,
     })
 }
 
@@ -144,8 +160,18 @@ pub async fn record_refund(
            fact AS (
                INSERT INTO refunds (provider, refund_id, payment_id, order_id, amount_minor, currency, event_id, cumulative)
                VALUES ($1, $4, $2, $3, $5, $6, $7, $9)
-               ON CONFLICT (provider, refund_id) DO NOTHING RETURNING 1)
-           SELECT EXISTS (SELECT 1 FROM link) AS "linked!", EXISTS (SELECT 1 FROM fact) AS "recorded!""#,
+               ON CONFLICT (provider, refund_id) DO NOTHING
+               RETURNING provider, payment_id, amount_minor, currency, cumulative)
+           SELECT EXISTS (SELECT 1 FROM link) AS "linked!", EXISTS (SELECT 1 FROM fact) AS "recorded!",
+                  COALESCE((SELECT jsonb_agg(f) FROM (
+                      SELECT true AS capture, provider, payment_id, amount_minor, currency, flag, false AS cumulative
+                      FROM payments WHERE order_id = $3 AND status = 'captured'
+                      UNION ALL
+                      SELECT false, provider, payment_id, amount_minor, currency, NULL, cumulative
+                      FROM refunds WHERE order_id = $3
+                      UNION ALL
+                      SELECT false, provider, payment_id, amount_minor, currency, NULL, cumulative
+                      FROM fact) f), '[]'::jsonb) AS "facts!: Json<Vec<FactRow>>""#,
         r.provider,
         r.payment_id,
         r.order_id,
@@ -161,6 +187,7 @@ pub async fn record_refund(
     Ok(Recorded {
         linked: row.linked,
         recorded: row.recorded,
+        facts: row.facts.0,
     })
 }
 
@@ -186,7 +213,7 @@ pub async fn link(
 }
 
 /// One fact the order's state is computed from: a capture (`capture`) or a refund.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Deserialize)]
 pub struct FactRow {
     pub capture: bool,
     pub provider: String,
@@ -280,24 +307,21 @@ pub struct StockMove {
     pub stock: i32,
 }
 
-/// Decrements stock for every item of the order, locking the products in
-/// sku order first so concurrent orders sharing products cannot deadlock.
+/// Decrements stock for every item of the order in one statement; the
+/// products are locked in sku order first (the `ORDER BY … FOR UPDATE`
+/// subquery) so concurrent orders sharing products cannot deadlock.
 pub async fn decrement_stock(
     conn: &mut PgConnection,
     order_id: i64,
 ) -> Result<Vec<StockMove>, sqlx::Error> {
-    sqlx::query_scalar!(
-        "SELECT p.sku FROM products p JOIN order_items i ON i.sku = p.sku
-         WHERE i.order_id = $1 ORDER BY p.sku FOR UPDATE OF p",
-        order_id
-    )
-    .fetch_all(&mut *conn)
-    .await?;
     let mut moves = sqlx::query_as!(
         StockMove,
-        "UPDATE products p SET stock = p.stock - i.qty
-         FROM order_items i
-         WHERE i.order_id = $1 AND i.sku = p.sku
+        "WITH locked AS MATERIALIZED (
+             SELECT p.sku FROM products p JOIN order_items i ON i.sku = p.sku
+             WHERE i.order_id = $1 ORDER BY p.sku FOR UPDATE OF p)
+         UPDATE products p SET stock = p.stock - i.qty
+         FROM order_items i, locked l
+         WHERE i.order_id = $1 AND i.sku = p.sku AND l.sku = p.sku
          RETURNING p.sku, i.qty, p.stock",
         order_id
     )

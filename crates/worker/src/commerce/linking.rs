@@ -50,7 +50,7 @@ pub(super) async fn link_only(
     if adopted == 0 {
         return ignored();
     }
-    let state = settle(conn, &order).await?;
+    let state = settle(conn, &order, None).await?;
     Ok(Applied::new(
         Outcome::Applied,
         format!(

@@ -104,7 +104,9 @@ impl Effect for CommerceEffect {
                 ),
             ));
         }
-        let state = settle(conn, &order).await?;
+        // Parked facts applied in this transaction are not in `recorded.facts`.
+        let known = (adopted == 0).then_some(recorded.facts);
+        let state = settle(conn, &order, known).await?;
         if recorded.recorded
             && let Fact::Refund { refund_id, amount } = fact
         {

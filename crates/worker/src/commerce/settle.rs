@@ -13,12 +13,17 @@ use crate::ledger::{
 
 /// Recomputes the order from all its facts and writes the result: status,
 /// refunds, primary payment, payment flags, the one stock movement and the
-/// confirmation email.
+/// confirmation email. `known` are the order's facts when the caller has
+/// them, read after the order's lock was taken (they are read here otherwise).
 pub(super) async fn settle(
     conn: &mut PgConnection,
     order: &Order,
+    known: Option<Vec<store::FactRow>>,
 ) -> Result<OrderState, sqlx::Error> {
-    let facts = store::facts(conn, order.id).await?;
+    let facts = match known {
+        Some(facts) => facts,
+        None => store::facts(conn, order.id).await?,
+    };
     let (capture_rows, refund_rows): (Vec<_>, Vec<_>) = facts.into_iter().partition(|f| f.capture);
     let captures: Vec<Capture> = capture_rows
         .iter()
