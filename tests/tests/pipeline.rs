@@ -665,3 +665,45 @@ async fn ctrl_c_stops_ingest_gracefully_letting_an_in_flight_request_finish() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn every_binary_stops_on_sigterm_even_after_its_log_reader_went_away() {
+    // `make run` pipes each binary's log through a prefixing reader; when
+    // that reader dies first, a log line must not stand between SIGTERM and
+    // a clean exit.
+    let env = TestEnv::new().await;
+    let port = oncehook_e2e::free_port();
+    for bin in ["oncehook-ingest", "oncehook-worker", "oncehook-mailer"] {
+        let mut child = std::process::Command::new(oncehook_e2e::process::bin(bin))
+            .envs(env.envs())
+            .env("ONCEHOOK_INGEST_ADDR", format!("127.0.0.1:{port}"))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        // The reader goes away: both pipes' read ends are closed.
+        drop(child.stdout.take());
+        drop(child.stderr.take());
+        let pid = child.id().to_string();
+        let killed = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill");
+        assert!(killed.success());
+        let mut exited = None;
+        for _ in 0..150 {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                exited = Some(status);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        if exited.is_none() {
+            let _ = child.kill();
+        }
+        let status =
+            exited.unwrap_or_else(|| panic!("{bin} ignored SIGTERM with a closed log pipe"));
+        assert_eq!(status.code(), Some(0), "{bin} exits 0");
+    }
+}

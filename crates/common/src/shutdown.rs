@@ -32,8 +32,10 @@ impl Shutdown {
         let trigger = this.clone();
         tokio::spawn(async move {
             wait_for_signal().await;
-            tracing::info!("shutdown signal received; finishing in-flight work");
+            // Trigger first: nothing (not even logging) may stand between a
+            // signal and the shutdown it asks for.
             trigger.trigger();
+            tracing::info!("shutdown signal received; finishing in-flight work");
         });
         this
     }

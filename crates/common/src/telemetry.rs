@@ -13,6 +13,10 @@ pub fn init_logging(settings: &TelemetryConfig, binary: &str) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
+        // A log reader that went away (a closed pipe) must not turn a log
+        // line into a panic: tracing would otherwise report the failed write
+        // with `eprintln!`, which panics on the same closed stderr.
+        .log_internal_errors(false)
         .with_writer(std::io::stderr);
     let result = if settings.log_json {
         builder.json().flatten_event(true).try_init()
