@@ -129,6 +129,44 @@ async fn chaos_restart_postgres_during_load() {
     let s = stack(&mut env, 2).await;
     let load = run_load(&s, &plan);
     tokio::time::sleep(spread() / 3).await;
+    restart_postgres().await;
+    let load = load.await.expect("load");
+    assert_eq!(load.gave_up, 0, "ingest does not depend on Postgres");
+    finish(chaos::settle_and_check(&env, "restart Postgres", &plan, &load, &[]).await);
+    drop(s);
+}
+
+/// Database trouble never counts toward the delivery limit: with a limit of
+/// 2 and two attempts per delivery, a restart that fails every in-flight
+/// transaction (57P01, lost connections) dead-letters nothing.
+#[tokio::test]
+async fn chaos_restart_postgres_with_a_low_delivery_limit() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let mut env = TestEnv::new().await;
+    env.set_env("ONCEHOOK_DELIVERY_LIMIT", "2");
+    env.set_env("ONCEHOOK_MAX_ATTEMPTS", "2");
+    let plan = chaos::plan(&env, orders(), "pglimit").await;
+    let s = stack(&mut env, 2).await;
+    let load = run_load(&s, &plan);
+    tokio::time::sleep(spread() / 3).await;
+    restart_postgres().await;
+    let load = load.await.expect("load");
+    let report = chaos::settle_and_check(
+        &env,
+        "restart Postgres (delivery limit 2)",
+        &plan,
+        &load,
+        &[],
+    )
+    .await;
+    let dead = broker::depth(&format!("{}.dead", env.prefix)).await;
+    assert_eq!(dead, Some(0), "nothing dead-lettered");
+    drop(s);
+    finish(report);
+}
+
+/// Restarts the local PostgreSQL cluster (fast shutdown: sessions end with 57P01).
+async fn restart_postgres() {
     let version = std::fs::read_dir("/etc/postgresql")
         .ok()
         .and_then(|rd| {
@@ -149,10 +187,6 @@ async fn chaos_restart_postgres_during_load() {
         ],
     )
     .await;
-    let load = load.await.expect("load");
-    assert_eq!(load.gave_up, 0, "ingest does not depend on Postgres");
-    finish(chaos::settle_and_check(&env, "restart Postgres", &plan, &load, &[]).await);
-    drop(s);
 }
 
 #[tokio::test]

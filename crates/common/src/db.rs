@@ -1,7 +1,9 @@
 //! Postgres: the connection pool (retried with backoff at start), the
 //! embedded migrations from `migrations/`, the classification of errors
-//! (transient or not, connection trouble or not) and waiting for an
-//! unreachable database. Session supervision lives in `consume::session`.
+//! (transient or not, connection trouble or not), waiting for an
+//! unreachable database, waiting for a schema at least as new as the
+//! binary ([`wait_for_schema`]) and holding a delivery through transient
+//! trouble ([`hold`]). Session supervision lives in `consume::session`.
 
 use std::time::Duration;
 
@@ -122,5 +124,117 @@ pub async fn wait_for_database(pool: &PgPool, shutdown: &crate::shutdown::Shutdo
             () = tokio::time::sleep(delay) => {}
             () = shutdown.wait() => return false,
         }
+    }
+}
+
+/// How the applied migrations compare with the binary's [`MIGRATOR`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SchemaGap {
+    /// Versions the binary needs that the database has not applied.
+    pub missing: Vec<i64>,
+    /// Versions applied that the binary does not know (a newer schema).
+    pub unknown: Vec<i64>,
+}
+
+/// Compares `applied` versions with the up-migrations of `migrator`.
+pub fn schema_gap(applied: &[i64], migrator: &Migrator) -> SchemaGap {
+    let known: Vec<i64> = migrator
+        .iter()
+        .filter(|m| !m.migration_type.is_down_migration())
+        .map(|m| m.version)
+        .collect();
+    SchemaGap {
+        missing: known
+            .iter()
+            .copied()
+            .filter(|v| !applied.contains(v))
+            .collect(),
+        unknown: applied
+            .iter()
+            .copied()
+            .filter(|v| !known.contains(v))
+            .collect(),
+    }
+}
+
+/// Waits until every migration of [`MIGRATOR`] is applied, polling by
+/// [`RetryPolicy::DATABASE_WAIT`] and logging what is missing; a newer
+/// schema (versions this binary does not know) is accepted with a warning.
+/// `false` if shutdown came first.
+pub async fn wait_for_schema(pool: &PgPool, shutdown: &crate::shutdown::Shutdown) -> bool {
+    let mut delays = RetryPolicy::DATABASE_WAIT.backoff();
+    let mut reported = None;
+    loop {
+        match crate::store::schema::applied_migrations(pool).await {
+            Ok(applied) => {
+                let gap = schema_gap(&applied, &MIGRATOR);
+                if gap.missing.is_empty() {
+                    if !gap.unknown.is_empty() {
+                        tracing::warn!(unknown = ?gap.unknown, "the schema is newer than this binary (applied migrations it does not know); consuming anyway");
+                    }
+                    if reported.is_some() {
+                        tracing::info!("schema migrated; resuming");
+                    }
+                    return true;
+                }
+                if reported.as_ref() != Some(&gap.missing) {
+                    tracing::warn!(missing = ?gap.missing, "the database schema is older than this binary; not consuming until it is migrated (`oncehookctl migrate`)");
+                    reported = Some(gap.missing);
+                }
+            }
+            Err(err) => tracing::warn!(%err, "could not read the applied migrations; retrying"),
+        }
+        let delay = delays
+            .next()
+            .unwrap_or(RetryPolicy::DATABASE_WAIT.max_delay);
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = shutdown.wait() => return false,
+        }
+    }
+}
+
+/// Waits before the next try of a database call that failed transiently:
+/// until Postgres answers again when it is unreachable, otherwise the next
+/// delay of `delays` (`cap` once they are used up, so a delivery is held
+/// for as long as the trouble lasts). `false` if shutdown came first.
+pub async fn hold(
+    pool: &PgPool,
+    err: &sqlx::Error,
+    delays: &mut impl Iterator<Item = Duration>,
+    cap: Duration,
+    shutdown: &crate::shutdown::Shutdown,
+) -> bool {
+    if is_connection_problem(err) {
+        return wait_for_database(pool, shutdown).await;
+    }
+    let delay = delays.next().unwrap_or(cap);
+    tokio::select! {
+        () = tokio::time::sleep(delay) => true,
+        () = shutdown.wait() => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schema_gap_names_missing_and_unknown_versions() {
+        let all: Vec<i64> = MIGRATOR.iter().map(|m| m.version).collect();
+        assert!(all.len() >= 2, "the workspace has migrations");
+        assert_eq!(schema_gap(&all, &MIGRATOR), SchemaGap::default());
+        assert_eq!(schema_gap(&[], &MIGRATOR).missing, all);
+        let older = &all[..all.len() - 1];
+        assert_eq!(
+            schema_gap(older, &MIGRATOR).missing,
+            [all[all.len() - 1]],
+            "one migration behind"
+        );
+        let mut newer = all.clone();
+        newer.push(99_999_999_999_999);
+        let gap = schema_gap(&newer, &MIGRATOR);
+        assert!(gap.missing.is_empty());
+        assert_eq!(gap.unknown, [99_999_999_999_999]);
     }
 }

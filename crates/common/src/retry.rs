@@ -33,8 +33,10 @@ impl RetryPolicy {
     /// 200 ms → 5 s, no jitter.
     pub const DATABASE_WAIT: Self = Self::new(200, 5_000, None, false);
     /// A delivery's transaction failing transiently (contention): 50 ms → 2 s
-    /// with jitter, then the message is requeued. The attempts come from
-    /// `[worker] retry.max_attempts` / `ONCEHOOK_MAX_ATTEMPTS` (default 5).
+    /// with jitter; once the attempts are used up the delivery is still held
+    /// and retried every `max_delay` (never requeued for database trouble).
+    /// The attempts come from `[worker] retry.max_attempts` /
+    /// `ONCEHOOK_MAX_ATTEMPTS` (default 5).
     pub const DELIVERY: Self = Self::new(50, 2_000, Some(5), true);
     /// An email send failing: 1 s → 30 s with jitter, then the email is
     /// dead-lettered. The attempts come from `[mail] retry.max_attempts`.

@@ -6,7 +6,10 @@
 //! mark sent → `Ack`. Already-sent rows are skipped, so a redelivered or
 //! doubly-relayed message never mails twice. After the retry limit (or a
 //! permanent SMTP refusal) the row is marked failed and the message
-//! dead-lettered; the order it belongs to is never touched.
+//! dead-lettered; the order it belongs to is never touched. Transient
+//! database trouble (claiming, marking sent) never settles a message: it is
+//! held and retried for as long as it lasts (so it never counts toward the
+//! queue's delivery limit); only shutdown gives it back.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -122,15 +125,23 @@ impl Mailer {
         }
     }
 
-    /// The email left: record that, waiting out a database outage if need be
+    /// The email left: record that, waiting out database trouble if need be
     /// (acking without marking would make a redelivery send it again).
     async fn mark_sent(&self, id: Uuid) {
+        let mut delays = RetryPolicy::DATABASE_WAIT.backoff();
         while let Err(err) = outbox::mark_sent(&self.pool, id).await {
             tracing::warn!(outbox_id = %id, %err, "email sent but not yet marked; retrying");
-            if !db::wait_for_database(&self.pool, &self.shutdown).await {
+            if !self.hold(&err, &mut delays).await {
                 return;
             }
         }
+    }
+
+    /// Waits before retrying a database call that failed transiently; `false`
+    /// on shutdown.
+    async fn hold(&self, err: &sqlx::Error, delays: &mut impl Iterator<Item = Duration>) -> bool {
+        let cap = RetryPolicy::DATABASE_WAIT.max_delay;
+        db::hold(&self.pool, err, delays, cap, &self.shutdown).await
     }
 }
 
@@ -147,6 +158,7 @@ impl Handler for Mailer {
             }
         };
         let busy_since = Instant::now();
+        let mut delays = RetryPolicy::DATABASE_WAIT.backoff();
         loop {
             match after_claim(id, outbox::claim(&self.pool, id).await) {
                 AfterClaim::Send(email) => return self.send(email).await,
@@ -161,8 +173,8 @@ impl Handler for Mailer {
                     }
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
-                AfterClaim::WaitForDatabase => {
-                    if !db::wait_for_database(&self.pool, &self.shutdown).await {
+                AfterClaim::Hold(err) => {
+                    if !self.hold(&err, &mut delays).await {
                         return Verdict::Retry;
                     }
                 }
@@ -184,8 +196,8 @@ enum AfterClaim {
     Settle(Verdict),
     /// Another mailer holds the lease.
     Busy,
-    /// The claim failed: wait for the database, then claim again.
-    WaitForDatabase,
+    /// The claim failed transiently: hold the message, then claim again.
+    Hold(sqlx::Error),
 }
 
 /// The decision table for a claim (counting and logging the skips).
@@ -206,10 +218,14 @@ fn after_claim(id: Uuid, claim: Result<Claim, sqlx::Error>) -> AfterClaim {
             format!("outbox row {id} does not exist"),
         )),
         Ok(Claim::Busy) => AfterClaim::Busy,
-        Err(err) => {
-            tracing::warn!(outbox_id = %id, %err, "claiming the outbox row failed; waiting for the database");
-            AfterClaim::WaitForDatabase
+        Err(err) if db::is_transient(&err) => {
+            tracing::warn!(outbox_id = %id, %err, "claiming the outbox row failed; holding the message and retrying");
+            AfterClaim::Hold(err)
         }
+        Err(err) => AfterClaim::Settle(Verdict::dead_letter(
+            "database",
+            format!("claiming outbox row {id} failed: {err}"),
+        )),
     }
 }
 

@@ -7,11 +7,14 @@
 //! Delivery: decode → process (one transaction) → `Ack` after commit.
 //! Duplicates are acked and counted. Permanent failures become
 //! `DeadLetter` (published to `P.dead` with the reason, then acked).
-//! Transient database failures are retried by [`RetryPolicy::DELIVERY`]
-//! while the message stays unacked; while Postgres is unreachable the
-//! delivery pauses (no delivery attempts burnt); contention that outlasts
-//! the retries becomes `Retry` (requeue). A panic requeues the message, so
-//! the quorum queue's delivery limit dead-letters a crash loop.
+//! Transient database failures never settle a delivery: it is held
+//! (unacked) and retried by [`RetryPolicy::DELIVERY`], then at its capped
+//! delay, and while Postgres is unreachable it waits for it — for as long as
+//! it takes, so database trouble never counts toward the queue's delivery
+//! limit; holding every prefetched delivery pauses consumption. Only
+//! shutdown gives a held delivery back (`Retry`, requeue). A panic requeues
+//! the message, so the quorum queue's delivery limit dead-letters a crash
+//! loop.
 
 use std::sync::Arc;
 
@@ -81,12 +84,16 @@ impl<E: Effect> Worker<E> {
         .await;
     }
 
-    /// Processes a decoded event, retrying transient database errors, until
-    /// it has a verdict.
+    /// Processes a decoded event until it has a verdict. Transient database
+    /// errors never settle it: the delivery is held (unacked) and retried —
+    /// by the policy's backoff, then at its capped delay, or once Postgres
+    /// answers again — for as long as the trouble lasts, so they never count
+    /// toward the queue's delivery limit. Only shutdown gives it back.
     async fn process(&self, decoded: &Decoded) -> Verdict {
         let gateway = decoded.event.provider.as_str();
         let event_id = &decoded.event.event_id;
         let mut backoff = self.retry.backoff();
+        let mut tries: u32 = 0;
         loop {
             let err = match processor::process(&self.pool, &self.effect, decoded).await {
                 Ok(processed) => {
@@ -95,27 +102,34 @@ impl<E: Effect> Worker<E> {
                 }
                 Err(err) => err,
             };
-            let step = next_step(err);
-            if !matches!(step, Step::Settle(_)) {
-                metrics::counter!("oncehook_worker_retries_total", "gateway" => gateway)
-                    .increment(1);
-            }
-            match step {
+            let err = match next_step(err) {
                 Step::Settle(verdict) => return verdict,
                 Step::PauseForDatabase(err) => {
-                    tracing::warn!(gateway, %event_id, %err, "database unreachable; pausing this delivery until it is back");
-                    if !db::wait_for_database(&self.pool, &self.shutdown).await {
-                        return Verdict::Retry;
-                    }
+                    tracing::warn!(gateway, %event_id, %err, "database unreachable; holding this delivery until it is back");
+                    err
                 }
                 Step::Backoff(err) => {
-                    let Some(delay) = backoff.next() else {
-                        tracing::warn!(gateway, %event_id, %err, "still failing after retries; requeueing");
-                        return Verdict::Retry;
-                    };
-                    tracing::warn!(gateway, %event_id, %err, retry_in_ms = delay.as_millis() as u64, "transient database error; retrying");
-                    tokio::time::sleep(delay).await;
+                    tries = tries.saturating_add(1);
+                    if self.retry.max_attempts == Some(tries) {
+                        tracing::warn!(gateway, %event_id, %err, "still failing after retries; holding the delivery and retrying at the capped delay");
+                    } else {
+                        tracing::warn!(gateway, %event_id, %err, "transient database error; retrying");
+                    }
+                    err
                 }
+            };
+            metrics::counter!("oncehook_worker_retries_total", "gateway" => gateway).increment(1);
+            if !db::hold(
+                &self.pool,
+                &err,
+                &mut backoff,
+                self.retry.max_delay,
+                &self.shutdown,
+            )
+            .await
+            {
+                tracing::info!(gateway, %event_id, "stopping; requeueing the held delivery");
+                return Verdict::Retry;
             }
         }
     }
@@ -180,9 +194,10 @@ impl<E: Effect> Handler for Worker<E> {
 enum Step {
     /// Settled: the message gets this verdict.
     Settle(Verdict),
-    /// Postgres is unreachable: wait for it, then try again (no attempt burnt).
+    /// Postgres is unreachable: wait for it, then try again.
     PauseForDatabase(sqlx::Error),
-    /// Contention or a passing fault: back off and try again, within the budget.
+    /// Contention or a passing fault: back off (by the policy, then at its
+    /// capped delay) and try again.
     Backoff(sqlx::Error),
 }
 

@@ -1,5 +1,5 @@
 //! Session supervision of the consuming binaries (worker, mailer): wait for
-//! Postgres, connect to the broker with backoff, declare the topology, open
+//! Postgres and for a schema at least as new as the binary, connect to the broker with backoff, declare the topology, open
 //! a confirm channel for dead letters (and for the caller's session tasks,
 //! e.g. the worker's outbox relay), consume until the connection breaks or
 //! shutdown, stop the session tasks, close up and start over. Readiness is
@@ -85,7 +85,9 @@ pub async fn run_sessions<H: Handler>(
     mut tasks: impl SessionTasks,
 ) {
     while !shutdown.is_triggered() {
-        if !db::wait_for_database(pool, shutdown).await {
+        if !db::wait_for_database(pool, shutdown).await
+            || !db::wait_for_schema(pool, shutdown).await
+        {
             break;
         }
         let Some(conn) = amqp::connect_with_backoff(

@@ -12,6 +12,7 @@
 //! - [`outbox`]: `email_outbox`, written with the effect, sent by the mailer.
 //! - [`retention`]: trimming `processed_webhooks` (the worker's schedule and
 //!   `oncehookctl retention`).
+//! - [`schema`]: `_sqlx_migrations`, which migrations are applied.
 //! - [`ping`]: whether the database answers at all.
 
 pub mod dedup;
@@ -19,6 +20,7 @@ pub mod ledger;
 pub mod outbox;
 pub mod parking;
 pub mod retention;
+pub mod schema;
 
 /// Whether the database answers (`SELECT 1`).
 pub async fn ping(pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {

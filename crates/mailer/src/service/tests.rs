@@ -67,8 +67,13 @@ fn claims_map_to_verdicts() {
     assert!(matches!(after_claim(id, Ok(Claim::Busy)), AfterClaim::Busy));
     assert!(matches!(
         after_claim(id, Err(sqlx::Error::PoolTimedOut)),
-        AfterClaim::WaitForDatabase
+        AfterClaim::Hold(_)
     ));
+    // A database error no retry fixes dead-letters instead of spinning.
+    match after_claim(id, Err(sqlx::Error::RowNotFound)) {
+        AfterClaim::Settle(Verdict::DeadLetter { kind, .. }) => assert_eq!(kind, "database"),
+        other => panic!("{other:?}"),
+    }
     let email = Email {
         outbox_id: id,
         to: "a@example.com".into(),

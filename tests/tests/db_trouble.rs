@@ -1,0 +1,327 @@
+//! Database trouble holds work; it never dead-letters it. Each test makes
+//! the trouble happen for real against a worker whose delivery limit and
+//! retry budget are tiny (`ONCEHOOK_DELIVERY_LIMIT=2`,
+//! `ONCEHOOK_MAX_ATTEMPTS=2`), so a worker that requeued on transient
+//! errors would dead-letter the event within seconds: lock timeouts, real
+//! deadlocks (40P01), a role out of connections (53300), a long table lock,
+//! and a schema the worker is newer than. Each ends with the event applied
+//! once and the dead-letter queue empty. (A Postgres restart lives in
+//! `chaos.rs`, which serialises the scenarios that restart services.)
+
+use std::time::Duration;
+
+use oncehook_common::db::MIGRATOR;
+use oncehook_e2e::{TestEnv, broker, eventually, shop};
+use oncehook_gateways::Gateway;
+use sqlx::{Connection, PgConnection};
+
+const WAIT: Duration = Duration::from_secs(40);
+/// A fresh environment whose binaries all get the settings that make a
+/// requeueing worker dead-letter quickly (the queue is declared with them).
+async fn tight_env() -> TestEnv {
+    let mut env = TestEnv::new().await;
+    env.set_env("ONCEHOOK_DELIVERY_LIMIT", "2");
+    env.set_env("ONCEHOOK_MAX_ATTEMPTS", "2");
+    env
+}
+
+/// Order `order_ref` for 2 x MUG (stock 10), 500.00 INR.
+async fn seed(env: &TestEnv, order_ref: &str) {
+    shop::product(&env.pool, "MUG", 10).await;
+    shop::order(&env.pool, order_ref, 50_000, "INR", &[("MUG", 2)]).await;
+}
+
+/// Posts a payment.captured for `order_ref` through ingest.
+async fn post_payment(env: &TestEnv, url: &str, order_ref: &str) {
+    let spec = env.spec(
+        order_ref,
+        &format!("pay_{order_ref}"),
+        &format!("evt_{order_ref}"),
+        50_000,
+    );
+    let delivery = env.sign(Gateway::Razorpay, "payment.captured", &spec);
+    let (status, body) = env.post(url, "razorpay", &delivery).await;
+    assert_eq!(status, 200, "{body}");
+}
+
+async fn dead_depth(env: &TestEnv) -> Option<u32> {
+    broker::depth(&format!("{}.dead", env.prefix)).await
+}
+
+/// The event was applied exactly once and nothing was dead-lettered.
+async fn assert_applied_once(env: &TestEnv, order_ref: &str) {
+    eventually(&format!("order {order_ref} paid"), WAIT, || async {
+        (shop::order_status(&env.pool, order_ref).await == "paid").then_some(())
+    })
+    .await;
+    env.wait_events_drained().await;
+    assert_eq!(shop::stock(&env.pool, "MUG").await, 8, "stock moved once");
+    assert_eq!(shop::payments(&env.pool, order_ref).await.len(), 1);
+    let webhooks = shop::webhooks(&env.pool, order_ref).await;
+    assert_eq!(webhooks.len(), 1, "{webhooks:?}");
+    assert_eq!(webhooks[0].1, "applied", "{webhooks:?}");
+    assert_eq!(dead_depth(env).await, Some(0), "nothing dead-lettered");
+}
+
+/// Holds `LOCK TABLE products IN ACCESS EXCLUSIVE MODE` for `hold` while a
+/// payment for a MUG order waits, with the worker connected by `url`.
+/// Returns the worker's log.
+async fn table_lock_scenario(url_suffix: &str, hold: Duration) -> String {
+    let mut env = tight_env().await;
+    seed(&env, "o_lock").await;
+    let (_ingest, url) = env.start_ingest().await;
+    let worker_url = format!("{}{url_suffix}", env.database_url);
+    let extra = [("ONCEHOOK_DATABASE_URL", worker_url.as_str())];
+    let worker = env.start_consumer("oncehook-worker", &extra).await;
+
+    let mut locker = PgConnection::connect(&env.database_url)
+        .await
+        .expect("connect");
+    let mut tx = locker.begin().await.expect("begin");
+    sqlx::query("LOCK TABLE products IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *tx)
+        .await
+        .expect("lock products");
+    post_payment(&env, &url, "o_lock").await;
+    tokio::time::sleep(hold).await;
+    let dead_while_locked = dead_depth(&env).await;
+    tx.rollback().await.expect("release the lock");
+    assert_eq!(
+        dead_while_locked,
+        Some(0),
+        "nothing dead-lettered while locked"
+    );
+    assert_applied_once(&env, "o_lock").await;
+    worker.log_text()
+}
+
+#[tokio::test]
+async fn a_table_lock_held_for_20s_holds_the_event() {
+    table_lock_scenario("", Duration::from_secs(20)).await;
+}
+
+/// With `lock_timeout` every attempt fails (55P03) while the lock is held:
+/// many times the retry budget and the delivery limit.
+#[tokio::test]
+async fn lock_timeouts_for_20s_hold_the_event() {
+    let log = table_lock_scenario(
+        "?options=-c%20lock_timeout%3D200ms",
+        Duration::from_secs(20),
+    )
+    .await;
+    assert!(
+        log.contains("still failing after retries"),
+        "the lock timeouts outlasted the retry budget (a requeueing worker would have dead-lettered)"
+    );
+}
+
+/// Real deadlocks: the test locks the MUG row, waits until the worker (which
+/// locks the order first) waits for it, then locks the order row inside a
+/// savepoint; Postgres aborts the worker's transaction (40P01). Rolling back
+/// to the savepoint frees the order for the worker's next try, and the
+/// cycle repeats, six deadlocks in all.
+#[tokio::test]
+async fn repeated_deadlocks_hold_the_event() {
+    let mut env = tight_env().await;
+    seed(&env, "o_dead").await;
+    let (_ingest, url) = env.start_ingest().await;
+    let worker = env.start_worker().await;
+
+    let mut locker = PgConnection::connect(&env.database_url)
+        .await
+        .expect("connect");
+    let mut tx = locker.begin().await.expect("begin");
+    sqlx::query("SELECT 1 AS one FROM products WHERE sku = 'MUG' FOR UPDATE")
+        .execute(&mut *tx)
+        .await
+        .expect("lock MUG");
+    post_payment(&env, &url, "o_dead").await;
+    let mut deadlocks = 0;
+    let started = std::time::Instant::now();
+    while deadlocks < 6 && started.elapsed() < Duration::from_secs(60) {
+        eventually("the worker waits for the MUG row", WAIT, || async {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            )
+            .fetch_one(&env.pool)
+            .await
+            .expect("pg_stat_activity");
+            (waiting > 0).then_some(())
+        })
+        .await;
+        sqlx::query("SAVEPOINT s")
+            .execute(&mut *tx)
+            .await
+            .expect("savepoint");
+        let ours = sqlx::query("SELECT 1 AS one FROM orders WHERE order_ref = 'o_dead' FOR UPDATE")
+            .execute(&mut *tx)
+            .await;
+        // Ok: the worker was the deadlock's victim. Err: we were (rare).
+        if ours.is_ok() {
+            deadlocks += 1;
+        }
+        sqlx::query("ROLLBACK TO SAVEPOINT s")
+            .execute(&mut *tx)
+            .await
+            .expect("rollback to savepoint");
+    }
+    let dead_meanwhile = dead_depth(&env).await;
+    tx.rollback().await.expect("release MUG");
+    assert_eq!(deadlocks, 6, "the worker lost six deadlocks");
+    assert_eq!(dead_meanwhile, Some(0), "nothing dead-lettered meanwhile");
+    assert_applied_once(&env, "o_dead").await;
+    assert!(
+        worker.log_text().contains("still failing after retries"),
+        "the deadlocks outlasted the retry budget"
+    );
+}
+
+/// 53300: the worker's role may open two connections; the test ends the
+/// worker's sessions and takes both slots for 20 s.
+#[tokio::test]
+async fn a_role_out_of_connections_holds_the_event() {
+    let mut env = tight_env().await;
+    seed(&env, "o_conn").await;
+    let role = format!("oncehook_lim_{}", env.id);
+    for sql in [
+        format!("CREATE ROLE {role} LOGIN CONNECTION LIMIT 2"),
+        format!("GRANT ALL ON ALL TABLES IN SCHEMA public TO {role}"),
+        format!("GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role}"),
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&env.pool)
+            .await
+            .expect("role setup");
+    }
+    let role_url = env
+        .database_url
+        .replacen("postgres@", &format!("{role}@"), 1);
+    let (_ingest, url) = env.start_ingest().await;
+    let extra = [("ONCEHOOK_DATABASE_URL", role_url.as_str())];
+    let mut worker = env.start_consumer("oncehook-worker", &extra).await;
+
+    let held = take_every_slot(&env, &role, &role_url).await;
+    post_payment(&env, &url, "o_conn").await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let dead_meanwhile = dead_depth(&env).await;
+    let pending = shop::order_status(&env.pool, "o_conn").await;
+    for conn in held {
+        let _ = conn.close().await;
+    }
+    assert_eq!(pending, "pending", "nothing applied without a connection");
+    assert_eq!(dead_meanwhile, Some(0), "nothing dead-lettered meanwhile");
+    assert_applied_once(&env, "o_conn").await;
+    worker.kill();
+    for sql in [format!("DROP OWNED BY {role}"), format!("DROP ROLE {role}")] {
+        let _ = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&env.pool)
+            .await;
+    }
+}
+
+/// Ends the role's sessions and opens its two connections from here.
+async fn take_every_slot(env: &TestEnv, role: &str, role_url: &str) -> Vec<PgConnection> {
+    eventually(
+        "both of the role's slots held by the test",
+        WAIT,
+        || async {
+            let _ = sqlx::query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1",
+            )
+            .bind(role)
+            .execute(&env.pool)
+            .await;
+            let mut held = Vec::new();
+            for _ in 0..2 {
+                if let Ok(conn) = PgConnection::connect(role_url).await {
+                    held.push(conn);
+                }
+            }
+            (held.len() == 2).then_some(held)
+        },
+    )
+    .await
+}
+
+/// A worker started against an empty database does not consume: `/readyz`
+/// stays 503, the event waits in the queue, nothing is dead-lettered. Once
+/// the database is migrated (and the shop seeded, in the same transaction)
+/// the worker consumes and applies it.
+#[tokio::test]
+async fn a_worker_waits_for_its_schema() {
+    let mut env = tight_env().await;
+    let empty = format!("{}_empty", env.db_name);
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{empty}\"")))
+        .execute(&env.pool)
+        .await
+        .expect("create the empty database");
+    let empty_url = env.database_url.replace(&env.db_name, &empty);
+    let (_ingest, url) = env.start_ingest().await;
+    let metrics = format!("127.0.0.1:{}", oncehook_e2e::free_port());
+    let extra = [
+        ("ONCEHOOK_DATABASE_URL", empty_url.as_str()),
+        ("ONCEHOOK_METRICS_ADDR", metrics.as_str()),
+    ];
+    let mut worker = env.spawn("oncehook-worker", &extra, &[]);
+    let readyz = format!("http://{metrics}/readyz");
+    let status = || async {
+        env.http
+            .get(&readyz)
+            .send()
+            .await
+            .map(|r| r.status().as_u16())
+            .ok()
+    };
+    eventually("the metrics listener answers", WAIT, || async {
+        status().await.is_some().then_some(())
+    })
+    .await;
+    post_payment(&env, &url, "o_schema").await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(status().await, Some(503), "not ready without a schema");
+    let queue = format!("{}.events", env.prefix);
+    assert_eq!(broker::depth(&queue).await, Some(1), "the event waits");
+    assert_eq!(dead_depth(&env).await, Some(0), "nothing dead-lettered");
+    assert!(
+        worker.log_text().contains("older than this binary"),
+        "the worker says why it waits"
+    );
+
+    let mut conn = PgConnection::connect(&empty_url).await.expect("connect");
+    let mut tx = conn.begin().await.expect("begin");
+    MIGRATOR.run(&mut *tx).await.expect("migrate");
+    sqlx::query("INSERT INTO products (sku, name, stock) VALUES ('MUG', 'MUG', 10)")
+        .execute(&mut *tx)
+        .await
+        .expect("product");
+    sqlx::query(
+        "WITH o AS (INSERT INTO orders (order_ref, customer_email, amount_minor, currency)
+                    VALUES ('o_schema', 'o@example.com', 50000, 'INR') RETURNING id)
+         INSERT INTO order_items (order_id, sku, qty) SELECT id, 'MUG', 2 FROM o",
+    )
+    .execute(&mut *tx)
+    .await
+    .expect("order");
+    tx.commit().await.expect("commit");
+
+    eventually("ready once migrated", WAIT, || async {
+        (status().await == Some(200)).then_some(())
+    })
+    .await;
+    env.wait_events_drained().await;
+    let status_after: String =
+        sqlx::query_scalar("SELECT status FROM orders WHERE order_ref = 'o_schema'")
+            .fetch_one(&mut conn)
+            .await
+            .expect("order status");
+    assert_eq!(status_after, "paid");
+    assert_eq!(dead_depth(&env).await, Some(0), "nothing dead-lettered");
+    worker.kill();
+    let _ = conn.close().await;
+    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP DATABASE IF EXISTS \"{empty}\" WITH (FORCE)"
+    )))
+    .execute(&env.pool)
+    .await;
+}
