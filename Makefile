@@ -5,7 +5,7 @@ export ONCEHOOK_CONFIG ?= $(CURDIR)/deploy/local/oncehook.toml
 export ONCEHOOK_MAIL_DIR ?= $(CURDIR)/var/mail
 CTL := target/debug/oncehookctl
 
-.PHONY: run test lint services build demo bench chaos confluence fmt clean
+.PHONY: run test lint services tools alerts-test build demo bench chaos confluence fmt clean
 
 ## run: start Postgres + RabbitMQ if needed, migrate, seed demo data, run ingest + worker + mailer
 run: services build
@@ -13,10 +13,16 @@ run: services build
 	$(CTL) demo seed
 	deploy/local/run.sh
 
-## test: unit, property and end-to-end tests against real Postgres and RabbitMQ
-test: services
+## test: unit, property and end-to-end tests against real Postgres and RabbitMQ, then the alert rules' tests
+test: services tools
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace
+	$(MAKE) alerts-test
+
+## alerts-test: check the alert rules and run their unit tests (promtool, from Debian's prometheus package)
+alerts-test: tools
+	promtool check rules deploy/observability/alerts.yaml
+	promtool test rules deploy/observability/alerts.test.yaml
 
 ## lint: formatting and clippy, warnings are errors
 lint:
@@ -28,6 +34,9 @@ fmt:
 
 services:
 	@bash deploy/local/services.sh
+
+tools:
+	@bash deploy/local/tools.sh
 
 build:
 	$(CARGO) build --workspace --bins

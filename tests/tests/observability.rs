@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 const RUNBOOK: &str = "docs/operations.md";
 const DASHBOARD: &str = "deploy/observability/grafana-dashboard.json";
 const ALERTS: &str = "deploy/observability/alerts.yaml";
+const ALERT_TESTS: &str = "deploy/observability/alerts.test.yaml";
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -410,4 +411,27 @@ fn helpers_behave() {
         metric_macro_names(code).into_iter().collect::<Vec<_>>(),
         ["oncehook_x_total"]
     );
+}
+
+#[test]
+fn every_alert_is_in_the_runbook_table_and_has_a_promtool_test() {
+    let runbook = read(RUNBOOK);
+    let tests = read(ALERT_TESTS);
+    let mut problems = Vec::new();
+    let names: Vec<String> = read(ALERTS)
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert:").map(unquote))
+        .collect();
+    assert!(names.len() >= 12, "{ALERTS}: only {names:?}");
+    for name in &names {
+        if !runbook.contains(&format!("| `{name}` |")) {
+            problems.push(format!(
+                "alert {name} is missing from the Alerts table of {RUNBOOK}"
+            ));
+        }
+        if !tests.contains(&format!("alertname: {name}\n")) {
+            problems.push(format!("alert {name} has no test in {ALERT_TESTS}"));
+        }
+    }
+    fail_if_any(problems);
 }

@@ -16,6 +16,7 @@ pub mod db;
 pub mod email;
 pub mod envelope;
 pub mod health;
+pub mod peek_lock;
 pub mod redact;
 pub mod retry;
 pub mod shutdown;

@@ -127,6 +127,19 @@ pub async fn confirm(question: String) -> anyhow::Result<bool> {
     Ok(answer.trim() == "yes")
 }
 
+/// Asks a person to confirm `action` (e.g. "delete every processed_webhooks
+/// row"): `Ok(true)` only for "yes"; refuses outright when stdin is not a
+/// terminal, naming `--yes`, so a script never does it by accident.
+pub async fn approve(action: &str) -> anyhow::Result<bool> {
+    use std::io::IsTerminal as _;
+    if !std::io::stdin().is_terminal() {
+        anyhow::bail!(
+            "refusing to {action} without confirmation: stdin is not a terminal; pass --yes"
+        );
+    }
+    confirm(format!("Type 'yes' to {action}: ")).await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

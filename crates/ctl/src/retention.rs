@@ -1,79 +1,104 @@
 //! `oncehookctl retention`: delete (or, with `--dry-run`, count)
-//! `processed_webhooks` rows older than N days, with the same SQL the
-//! worker's schedule runs ([`oncehook_common::store::retention`]).
+//! `processed_webhooks` rows older than N days and `email_outbox` rows sent
+//! or failed more than N days ago, with the same SQL the worker's schedule
+//! runs ([`oncehook_common::store::retention`]). `--days 0` (everything)
+//! asks first, and without a terminal needs `--yes`.
 
 use std::fmt;
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use clap::Args;
-use oncehook_common::store::retention;
+use oncehook_common::config::RETENTION_DAYS;
+use oncehook_common::store::retention::{self, Counts};
 use oncehook_common::{Config, db};
 use serde::Serialize;
 
-use crate::output::Report;
+use crate::output::{Report, approve};
 
 #[derive(Args)]
 pub struct RetentionArgs {
-    /// Keep this many days (default: ONCEHOOK_RETENTION_DAYS or 90).
-    #[arg(long)]
+    /// Keep this many days, 0..=3650 (default: ONCEHOOK_RETENTION_DAYS or 90); 0 deletes everything.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=i64::from(*RETENTION_DAYS.end())))]
     pub days: Option<u32>,
     /// Only count what would be deleted.
     #[arg(long)]
     pub dry_run: bool,
+    /// Do not ask before `--days 0` (required for it when stdin is not a terminal).
+    #[arg(long)]
+    pub yes: bool,
 }
 
-/// How many rows went (or would go).
+/// How many rows went (or would go): the total and per table.
 #[derive(Serialize)]
 #[serde(untagged)]
 pub enum RetentionReport {
     DryRun {
         dry_run: bool,
         days: u32,
-        would_delete: i64,
+        would_delete: u64,
+        #[serde(flatten)]
+        tables: Counts,
     },
     Deleted {
         dry_run: bool,
         days: u32,
         deleted: u64,
+        #[serde(flatten)]
+        tables: Counts,
     },
 }
 
 pub async fn run(settings: &Config, args: RetentionArgs) -> anyhow::Result<RetentionReport> {
     let days = args.days.unwrap_or(settings.worker.retention_days);
+    if days == 0
+        && !args.dry_run
+        && !args.yes
+        && !approve("delete every processed_webhooks row and every sent or failed email_outbox row (--days 0)")
+            .await?
+    {
+        bail!("nothing deleted");
+    }
     let pool = db::connect(settings.database.url.expose(), 2, 3)
         .await
         .context("connecting to the database")?;
-    let report = if args.dry_run {
-        RetentionReport::DryRun {
-            dry_run: true,
-            days,
-            would_delete: retention::count_older(&pool, days).await?,
-        }
+    let result = if args.dry_run {
+        retention::count_older(&pool, days)
+            .await
+            .map(|tables| RetentionReport::DryRun {
+                dry_run: true,
+                days,
+                would_delete: total(tables),
+                tables,
+            })
     } else {
-        RetentionReport::Deleted {
-            dry_run: false,
-            days,
-            deleted: retention::delete_older(&pool, days).await?,
-        }
+        retention::delete_older(&pool, days)
+            .await
+            .map(|tables| RetentionReport::Deleted {
+                dry_run: false,
+                days,
+                deleted: total(tables),
+                tables,
+            })
     };
     pool.close().await;
-    Ok(report)
+    Ok(result?)
+}
+
+fn total(c: Counts) -> u64 {
+    c.processed_webhooks + c.email_outbox
 }
 
 impl fmt::Display for RetentionReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RetentionReport::DryRun {
-                days, would_delete, ..
-            } => write!(
-                f,
-                "{would_delete} processed_webhooks row(s) older than {days} days would be deleted"
-            ),
-            RetentionReport::Deleted { days, deleted, .. } => write!(
-                f,
-                "deleted {deleted} processed_webhooks row(s) older than {days} days"
-            ),
-        }
+        let (verb, days, t) = match self {
+            RetentionReport::DryRun { days, tables, .. } => ("would delete", days, tables),
+            RetentionReport::Deleted { days, tables, .. } => ("deleted", days, tables),
+        };
+        write!(
+            f,
+            "{verb} {} processed_webhooks row(s) older than {days} days and {} email_outbox row(s) sent or failed more than {days} days ago",
+            t.processed_webhooks, t.email_outbox
+        )
     }
 }
 

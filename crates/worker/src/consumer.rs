@@ -18,7 +18,7 @@
 
 use std::sync::Arc;
 
-use lapin::Channel;
+use lapin::{Channel, Connection};
 use oncehook_common::consume::session::{self, ConsumerSpec, SessionTasks};
 use oncehook_common::consume::{Handler, Message, Verdict};
 use oncehook_common::health::Readiness;
@@ -217,7 +217,8 @@ fn rejected(Rejection { kind, message }: Rejection) -> Verdict {
 }
 
 /// The worker's session tasks: the outbox relay and the parked-event
-/// sweeper, both publishing over the session's confirm channel.
+/// sweeper, both publishing over the session's confirm channel (the relay's
+/// queue gauges open channels of their own on the session's connection).
 struct WorkerTasks {
     pool: PgPool,
     topology: Topology,
@@ -226,9 +227,15 @@ struct WorkerTasks {
 }
 
 impl SessionTasks for WorkerTasks {
-    fn start(&mut self, channel: &Channel, stop: &Shutdown) -> Vec<JoinHandle<()>> {
+    fn start(
+        &mut self,
+        conn: &Arc<Connection>,
+        channel: &Channel,
+        stop: &Shutdown,
+    ) -> Vec<JoinHandle<()>> {
         let relay = tokio::spawn(relay::run(
             self.pool.clone(),
+            conn.clone(),
             channel.clone(),
             self.topology.clone(),
             self.settings.broker.publish_timeout,

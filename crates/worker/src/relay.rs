@@ -2,18 +2,20 @@
 //! with confirms and marks them published. Safe in every worker copy: rows
 //! are claimed with `FOR UPDATE SKIP LOCKED`. A crash between publish and
 //! mark publishes a row twice; the mailer's `sent_at` check absorbs that.
+//! Every few seconds the relay also sets the queue-depth gauges, each
+//! passive declare on a channel of its own (never the confirm channel).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lapin::Channel;
 use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
-use oncehook_common::Topology;
-use oncehook_common::amqp::{self, PublishError};
+use lapin::{Channel, Connection};
+use oncehook_common::amqp::{self, PublishError, short};
 use oncehook_common::email::EmailMessage;
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::outbox;
+use oncehook_common::{Topology, peek_lock};
 use sqlx::PgPool;
 use tokio::sync::Notify;
 
@@ -28,10 +30,12 @@ pub enum RelayError {
     Publish { count: usize, source: PublishError },
 }
 
-/// Publishes batches until `stop` fires or the channel dies. `wakeup` lets
-/// the consumer nudge the relay right after a commit that wrote an email.
+/// Publishes batches on `ch` until `stop` fires or the channel dies.
+/// `wakeup` lets the consumer nudge the relay right after a commit that
+/// wrote an email; `conn` opens the gauges' own channels.
 pub async fn run(
     pool: PgPool,
+    conn: Arc<Connection>,
     ch: Channel,
     topology: Topology,
     timeout: Duration,
@@ -53,7 +57,7 @@ pub async fn run(
         if last_gauges.elapsed() > Duration::from_secs(5) {
             last_gauges = Instant::now();
             update_gauges(&pool).await;
-            queue_gauges(&ch, &topology).await;
+            queue_gauges(&conn, &topology).await;
         }
         tokio::select! {
             () = wakeup.notified() => {}
@@ -103,26 +107,54 @@ pub async fn publish_batch(
     Ok(ids.len())
 }
 
-/// Depth and consumer count of every queue (passive declares: no side effects).
-async fn queue_gauges(ch: &Channel, topology: &Topology) {
-    for queue in [topology.events(), topology.emails(), topology.dead()] {
-        let declared = ch
-            .queue_declare(
-                queue.as_str().into(),
-                QueueDeclareOptions {
-                    passive: true,
-                    ..QueueDeclareOptions::default()
-                },
-                FieldTable::default(),
-            )
-            .await;
-        if let Ok(q) = declared {
+/// Depth and consumer count of every queue. The dead-letter queue is read
+/// under the peek lock ([`peek_lock`]): while an operator peeks, its letters
+/// are unacked and a passive declare would count 0, so the gauges keep their
+/// last value until the peek is over.
+async fn queue_gauges(conn: &Connection, topology: &Topology) {
+    for queue in [topology.events(), topology.emails()] {
+        set_queue_gauges(conn, queue).await;
+    }
+    match peek_lock::try_lock(conn, topology).await {
+        Ok(Some(lock)) => {
+            set_queue_gauges(conn, topology.dead()).await;
+            lock.release().await;
+        }
+        Ok(None) => tracing::debug!("dead letters are being peeked; their gauges wait"),
+        Err(err) => tracing::debug!(%err, "dead-letter peek lock unavailable"),
+    }
+}
+
+async fn set_queue_gauges(conn: &Connection, queue: String) {
+    match passive_declare(conn, &queue).await {
+        Ok(q) => {
             metrics::gauge!("oncehook_queue_messages", "queue" => queue.clone())
                 .set(f64::from(q.message_count()));
             metrics::gauge!("oncehook_queue_consumers", "queue" => queue)
                 .set(f64::from(q.consumer_count()));
         }
+        Err(err) => tracing::debug!(%err, queue, "queue depth unavailable"),
     }
+}
+
+/// A passive declare (no side effects) on a throwaway channel: a missing
+/// queue closes the channel it is declared on.
+pub async fn passive_declare(conn: &Connection, queue: &str) -> lapin::Result<lapin::Queue> {
+    let ch = conn.create_channel().await?;
+    let declared = ch
+        .queue_declare(
+            short(queue),
+            QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await;
+    if ch.status().connected() {
+        let _ = ch.close(200, "gauges done".into()).await;
+    }
+    declared
 }
 
 async fn update_gauges(pool: &PgPool) {

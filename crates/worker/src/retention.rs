@@ -1,4 +1,5 @@
-//! Scheduled retention of the dedup table. The SQL lives in
+//! Scheduled retention of the dedup table and of sent or failed outbox rows
+//! (customer addresses). The SQL lives in
 //! [`oncehook_common::store::retention`] (shared with `oncehookctl
 //! retention`); this module only runs it every so often, in one worker at a
 //! time.
@@ -17,7 +18,12 @@ pub async fn run_scheduled(pool: PgPool, days: u32, every: Duration, shutdown: S
             () = shutdown.wait() => return,
         }
         match retention::delete_older_locked(&pool, days).await {
-            Ok(Some(n)) => tracing::info!(deleted = n, days, "retention pass done"),
+            Ok(Some(n)) => tracing::info!(
+                processed_webhooks = n.processed_webhooks,
+                email_outbox = n.email_outbox,
+                days,
+                "retention pass done"
+            ),
             Ok(None) => tracing::debug!("retention already running in another worker"),
             Err(err) => tracing::warn!(%err, "retention pass failed; will try next time"),
         }

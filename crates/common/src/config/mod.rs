@@ -188,7 +188,7 @@ impl Config {
                     ENV_MAX_ATTEMPTS,
                     raw.worker.retry.max_attempts,
                 )?),
-                retention_days: raw.worker.retention.days,
+                retention_days: retention_days(raw.worker.retention.days)?,
                 retention_interval: Duration::from_secs(raw.worker.retention.interval_secs),
                 unlinked_ttl: parse_duration(ENV_UNLINKED_TTL, &raw.worker.unlinked_ttl)?,
                 fault_panic_order_ref: raw.worker.fault_panic_order_ref.filter(|r| !r.is_empty()),
@@ -315,6 +315,23 @@ fn at_least_one<T: PartialOrd + From<u8> + std::fmt::Display>(
     Ok(value)
 }
 
+/// The retention windows configuration and `oncehookctl retention --days`
+/// accept: at least a day (0 would delete every dedup row on each pass), at
+/// most ten years.
+pub const RETENTION_DAYS: std::ops::RangeInclusive<u32> = 1..=3650;
+
+fn retention_days(days: u32) -> Result<u32, ConfigError> {
+    if !RETENTION_DAYS.contains(&days) {
+        let (lo, hi) = (RETENTION_DAYS.start(), RETENTION_DAYS.end());
+        return Err(invalid(
+            ENV_RETENTION_DAYS,
+            &days.to_string(),
+            &format!("must be within {lo}..={hi} days"),
+        ));
+    }
+    Ok(days)
+}
+
 fn parse_addr(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
     value
         .parse()
@@ -352,6 +369,18 @@ mod tests {
         let mut env = HashMap::new();
         env.insert(ENV_CONFIG.to_owned(), path.display().to_string());
         (path, env)
+    }
+
+    #[test]
+    fn retention_days_are_bounded() {
+        for bad in ["0", "3651", "4294967295"] {
+            let env = HashMap::from([(ENV_RETENTION_DAYS.to_owned(), bad.to_owned())]);
+            let err = Config::from_env_map(&env).expect_err(bad).to_string();
+            assert!(err.contains(ENV_RETENTION_DAYS), "{bad}: {err}");
+        }
+        let env = HashMap::from([(ENV_RETENTION_DAYS.to_owned(), "3650".to_owned())]);
+        let ok = Config::from_env_map(&env).expect("3650 days");
+        assert_eq!(ok.worker.retention_days, 3650);
     }
 
     #[test]

@@ -62,15 +62,26 @@ impl ConsumerSpec {
     }
 }
 
-/// Tasks that live as long as one broker session (given its confirm channel
-/// and a stop signal that fires when the session ends).
+/// Tasks that live as long as one broker session (given the connection, for
+/// channels of their own, its confirm channel and a stop signal that fires
+/// when the session ends).
 pub trait SessionTasks: Send {
-    fn start(&mut self, channel: &Channel, stop: &Shutdown) -> Vec<JoinHandle<()>>;
+    fn start(
+        &mut self,
+        conn: &Arc<Connection>,
+        channel: &Channel,
+        stop: &Shutdown,
+    ) -> Vec<JoinHandle<()>>;
 }
 
 /// No session tasks.
 impl SessionTasks for () {
-    fn start(&mut self, _channel: &Channel, _stop: &Shutdown) -> Vec<JoinHandle<()>> {
+    fn start(
+        &mut self,
+        _conn: &Arc<Connection>,
+        _channel: &Channel,
+        _stop: &Shutdown,
+    ) -> Vec<JoinHandle<()>> {
         Vec::new()
     }
 }
@@ -100,6 +111,7 @@ pub async fn run_sessions<H: Handler>(
         else {
             break;
         };
+        let conn = Arc::new(conn);
         let result = session(
             spec,
             &conn,
@@ -121,7 +133,7 @@ pub async fn run_sessions<H: Handler>(
 /// One session on `conn`: topology, dead-letter channel, session tasks, consume.
 async fn session<H: Handler>(
     spec: &ConsumerSpec,
-    conn: &Connection,
+    conn: &Arc<Connection>,
     handler: Arc<H>,
     readiness: &Readiness,
     shutdown: &Shutdown,
@@ -130,7 +142,7 @@ async fn session<H: Handler>(
     let pub_ch = amqp::confirm_channel(conn).await?;
     spec.topology.declare(&pub_ch, spec.delivery_limit).await?;
     let stop = Shutdown::new();
-    let running = tasks.start(&pub_ch, &stop);
+    let running = tasks.start(conn, &pub_ch, &stop);
     let sink = Arc::new(BrokerDeadLetters {
         channel: pub_ch.clone(),
         exchange: spec.topology.dead(),

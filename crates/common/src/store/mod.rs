@@ -10,8 +10,8 @@
 //!   order ledger records: `payments`, `refunds`, `payment_links`.
 //! - [`parking`]: `parked_events`, events waiting for their payment's link.
 //! - [`outbox`]: `email_outbox`, written with the effect, sent by the mailer.
-//! - [`retention`]: trimming `processed_webhooks` (the worker's schedule and
-//!   `oncehookctl retention`).
+//! - [`retention`]: trimming `processed_webhooks` and sent or failed
+//!   `email_outbox` rows (the worker's schedule and `oncehookctl retention`).
 //! - [`schema`]: `_sqlx_migrations`, which migrations are applied.
 //! - [`ping`]: whether the database answers at all.
 

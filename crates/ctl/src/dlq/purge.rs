@@ -140,7 +140,7 @@ async fn ack_chosen(
             }
         }
     }
-    peek.release().await;
+    peek.release(conn, purged.len()).await;
     match ack_error {
         Some(err) => Err(anyhow::Error::new(err).context(format!(
             "purging stopped after {} dead letter(s)",

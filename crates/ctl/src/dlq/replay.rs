@@ -117,6 +117,7 @@ pub async fn run(
             "say what to replay: IDs from `oncehookctl dlq list`, --all, --gateway G, --error-kind K or --since D (try --dry-run first)"
         );
     }
+    refuse_unconfirmed_all(&args)?;
     let now = OffsetDateTime::now_utc();
     let selected = |l: &Letter| {
         if ids.is_empty() {
@@ -132,26 +133,47 @@ pub async fn run(
         truncated: peek.truncated,
     };
     let not_found = not_found(&ids, &chosen);
-    let report = if args.dry_run {
-        ReplayReport::DryRun(DryRun::of(&chosen, not_found, context))
+    let (report, acked) = if args.dry_run {
+        (
+            ReplayReport::DryRun(DryRun::of(&chosen, not_found, context)),
+            0,
+        )
     } else if ids.is_empty() && !approved(&args, chosen.len(), &context.queue).await? {
-        ReplayReport::Aborted(Aborted {
+        let aborted = Aborted {
             replayed: 0,
             failed: 0,
             aborted: true,
-        })
+        };
+        (ReplayReport::Aborted(aborted), 0)
     } else {
         let results = Republisher::new(settings, conn, topology)
             .replay_all(&peek.channel, &chosen, out)
             .await;
-        ReplayReport::Done(Done::of(results, not_found, context))
+        let acked = results.iter().filter(|r| r.error.is_none()).count();
+        (
+            ReplayReport::Done(Done::of(results, not_found, context)),
+            acked,
+        )
     };
     drop(chosen);
-    peek.release().await;
+    peek.release(conn, acked).await;
     Ok(report)
 }
 
-/// Asks on a terminal before replaying by filter or `--all`.
+/// `--all` without a filter replays the whole queue: without a terminal to
+/// ask on, it needs `--yes` (refused before anything is peeked).
+fn refuse_unconfirmed_all(args: &ReplayArgs) -> anyhow::Result<()> {
+    let everything = args.all && args.filter.is_empty() && !args.dry_run;
+    if everything && !args.yes && !std::io::stdin().is_terminal() {
+        bail!(
+            "refusing to replay every dead letter without confirmation: stdin is not a terminal; pass --yes (or narrow it with --gateway, --error-kind or --since)"
+        );
+    }
+    Ok(())
+}
+
+/// Asks on a terminal before replaying by filter or `--all` (without one,
+/// a filtered replay goes ahead; see [`refuse_unconfirmed_all`]).
 async fn approved(args: &ReplayArgs, n: usize, queue: &str) -> anyhow::Result<bool> {
     if n == 0 || args.yes || !std::io::stdin().is_terminal() {
         return Ok(true);

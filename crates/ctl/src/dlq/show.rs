@@ -66,7 +66,7 @@ pub async fn run(conn: &Connection, topology: &Topology, id: &str) -> anyhow::Re
     let wanted = id.trim().to_ascii_lowercase();
     let (letters, _) = broker::peek(conn, topology, |l| l.facts.id == wanted)
         .await?
-        .release()
+        .release(conn, 0)
         .await;
     let copies = letters.iter().filter(|l| l.facts.id == wanted).count();
     let Some(letter) = letters.into_iter().find(|l| l.facts.id == wanted) else {

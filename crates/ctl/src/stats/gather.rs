@@ -82,6 +82,11 @@ pub async fn broker_stats(settings: &Config, topology: &Topology) -> anyhow::Res
         }
         let dead = if queues.last().is_some_and(|q| q.info.is_some()) {
             let (letters, truncated) = broker::look(&conn, topology).await?;
+            // The depth read before the look misses letters another peek
+            // held then; the look waited for them.
+            if let Some((ready, _)) = queues.last_mut().and_then(|q| q.info.as_mut()) {
+                *ready = (*ready).max(u32::try_from(letters.len()).unwrap_or(u32::MAX));
+            }
             let mut d = DeadStats {
                 depth: letters.len(),
                 truncated,
