@@ -707,3 +707,68 @@ async fn every_binary_stops_on_sigterm_even_after_its_log_reader_went_away() {
         assert_eq!(status.code(), Some(0), "{bin} exits 0");
     }
 }
+
+#[tokio::test]
+async fn a_worker_keeps_to_its_database_connection_budget() {
+    let mut env = TestEnv::new().await;
+    shop::product(&env.pool, "sku_budget", 100).await;
+    for n in 0..20 {
+        shop::order(
+            &env.pool,
+            &format!("order_b{n}"),
+            50_000,
+            "INR",
+            &[("sku_budget", 1)],
+        )
+        .await;
+    }
+    let (_ingest, url) = env.start_ingest().await;
+    // The worker's connections are told apart by their application name.
+    let worker_url = format!("{}?application_name=oncehook_budget", env.database_url);
+    let _worker = env
+        .start_consumer(
+            "oncehook-worker",
+            &[
+                ("ONCEHOOK_DATABASE_URL", worker_url.as_str()),
+                ("ONCEHOOK_DATABASE_MAX_CONNECTIONS", "2"),
+            ],
+        )
+        .await;
+    for n in 0..20 {
+        let spec = env.spec(
+            &format!("order_b{n}"),
+            &format!("pay_b{n}"),
+            &format!("evt_b{n}"),
+            50_000,
+        );
+        let (status, body) = env
+            .post(
+                &url,
+                "razorpay",
+                &env.sign(Gateway::Razorpay, "payment.captured", &spec),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let mut most = 0;
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let open: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'oncehook_budget'",
+        )
+        .fetch_one(&env.pool)
+        .await
+        .expect("pg_stat_activity");
+        most = most.max(open);
+        let paid = env
+            .count("SELECT count(*) FROM orders WHERE status = 'paid'")
+            .await;
+        if paid == 20 || std::time::Instant::now() > deadline {
+            assert_eq!(paid, 20, "every order paid");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(most >= 1, "the worker's connections were seen");
+    assert!(most <= 2, "at most the budget of 2 connections, saw {most}");
+}

@@ -19,11 +19,10 @@ async fn main() -> anyhow::Result<()> {
         settings.mail.smtp_url.as_ref().map(|u| u.expose()),
         settings.mail.dir.clone(),
     )?;
-    let pool = db::lazy_pool(
-        settings.database.url.expose(),
-        u32::from(settings.mail.prefetch) + 2,
-    )
-    .context("database URL")?;
+    let pool_size = settings
+        .database
+        .pool_size(u32::from(settings.mail.prefetch) + 2);
+    let pool = db::lazy_pool(settings.database.url.expose(), pool_size).context("database URL")?;
     tracing::info!(transport = %transport.describe(), prefix = %settings.broker.prefix, "oncehook-mailer starting");
     let mailer = Mailer::new(pool.clone(), transport, settings.clone(), shutdown.clone());
     if let Some(addr) = settings.telemetry.metrics_addr {

@@ -17,11 +17,19 @@ async fn main() -> anyhow::Result<()> {
     telemetry::init_logging(&settings.telemetry, "oncehook-worker");
     let metrics = telemetry::init_metrics().map_err(anyhow::Error::msg)?;
     let shutdown = Shutdown::on_signals();
-    let pool = db::lazy_pool(
-        settings.database.url.expose(),
-        u32::from(settings.worker.prefetch) + 4,
-    )
-    .context("database URL")?;
+    // One connection per delivery in flight, plus the relay, the sweeper,
+    // retention and the gauges — unless the budget says otherwise.
+    let pool_size = settings
+        .database
+        .pool_size(u32::from(settings.worker.prefetch) + 4);
+    if pool_size < u32::from(settings.worker.prefetch) + 2 {
+        tracing::warn!(
+            pool_size,
+            prefetch = settings.worker.prefetch,
+            "the database connection budget is below the prefetch: deliveries will wait for connections"
+        );
+    }
+    let pool = db::lazy_pool(settings.database.url.expose(), pool_size).context("database URL")?;
     let worker = Worker::new(
         pool.clone(),
         CommerceEffect,

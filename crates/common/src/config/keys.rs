@@ -47,6 +47,7 @@ const fn key(
 /// The file named by this variable is read under the environment.
 pub const ENV_CONFIG: &str = "ONCEHOOK_CONFIG";
 pub const ENV_DATABASE_URL: &str = "ONCEHOOK_DATABASE_URL";
+pub const ENV_DATABASE_MAX_CONNECTIONS: &str = "ONCEHOOK_DATABASE_MAX_CONNECTIONS";
 pub const ENV_AMQP_URL: &str = "ONCEHOOK_AMQP_URL";
 pub const ENV_AMQP_PREFIX: &str = "ONCEHOOK_AMQP_PREFIX";
 pub const ENV_INGEST_ADDR: &str = "ONCEHOOK_INGEST_ADDR";
@@ -77,6 +78,13 @@ pub const KEYS: &[Key] = &[
         Some("database_url"),
         Text,
         true,
+    ),
+    key(
+        ENV_DATABASE_MAX_CONNECTIONS,
+        &["database.max_connections"],
+        None,
+        Number,
+        false,
     ),
     key(ENV_AMQP_URL, &["broker.url"], Some("amqp_url"), Text, true),
     key(

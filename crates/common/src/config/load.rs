@@ -42,6 +42,7 @@ pub(crate) struct RawBroker {
 #[serde(deny_unknown_fields, default)]
 pub(crate) struct RawDatabase {
     pub url: String,
+    pub max_connections: Option<u32>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -113,6 +114,7 @@ impl Default for RawDatabase {
     fn default() -> Self {
         RawDatabase {
             url: "postgres://postgres@127.0.0.1:5432/oncehook".into(),
+            max_connections: None,
         }
     }
 }

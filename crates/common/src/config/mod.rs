@@ -73,6 +73,17 @@ pub struct BrokerConfig {
 #[derive(Debug, Clone)]
 pub struct DatabaseConfig {
     pub url: Secret,
+    /// The most connections this process opens (`max_connections`); unset,
+    /// each binary sizes its pool from its prefetch. Every process counts
+    /// against Postgres' own `max_connections` (docs/operations.md).
+    pub max_connections: Option<u32>,
+}
+
+impl DatabaseConfig {
+    /// The pool size: the configured budget, else `default`.
+    pub fn pool_size(&self, default: u32) -> u32 {
+        self.max_connections.unwrap_or(default)
+    }
 }
 
 /// `[telemetry]`: logs and the metrics/health listener.
@@ -160,6 +171,11 @@ impl Config {
                     raw.database.url,
                     &["postgres://", "postgresql://"],
                 )?,
+                max_connections: raw
+                    .database
+                    .max_connections
+                    .map(|n| at_least(ENV_DATABASE_MAX_CONNECTIONS, n, 2))
+                    .transpose()?,
             },
             telemetry: TelemetryConfig {
                 log: raw.telemetry.log,
@@ -301,6 +317,17 @@ fn url(key: &str, value: String, schemes: &[&str]) -> Result<Secret, ConfigError
 fn non_empty(key: &str, value: String) -> Result<String, ConfigError> {
     if value.trim().is_empty() {
         return Err(invalid(key, &value, "must not be empty"));
+    }
+    Ok(value)
+}
+
+fn at_least(key: &str, value: u32, min: u32) -> Result<u32, ConfigError> {
+    if value < min {
+        return Err(invalid(
+            key,
+            &value.to_string(),
+            &format!("must be at least {min}"),
+        ));
     }
     Ok(value)
 }
@@ -609,5 +636,21 @@ secrets = ["${NEW}", "${OLD}"]
         assert_eq!((c.worker.prefetch, c.mail.prefetch), (16, 4));
         let _ = std::fs::remove_file(path);
         assert!(format!("{c:?}").contains("[redacted]"));
+    }
+
+    #[test]
+    fn the_connection_budget_is_read_and_bounded() {
+        let mut env = HashMap::new();
+        let c = Config::from_env_map(&env).expect("defaults");
+        assert_eq!(c.database.max_connections, None);
+        assert_eq!(c.database.pool_size(20), 20, "unset: the binary's own size");
+        env.insert(ENV_DATABASE_MAX_CONNECTIONS.to_owned(), "3".to_owned());
+        let c = Config::from_env_map(&env).expect("budget");
+        assert_eq!(c.database.pool_size(20), 3);
+        env.insert(ENV_DATABASE_MAX_CONNECTIONS.to_owned(), "1".to_owned());
+        let text = Config::from_env_map(&env)
+            .expect_err("too small")
+            .to_string();
+        assert!(text.contains(ENV_DATABASE_MAX_CONNECTIONS), "{text}");
     }
 }
