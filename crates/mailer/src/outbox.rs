@@ -1,8 +1,8 @@
 //! The mailer's view of `email_outbox` (the table and its SQL belong to
-//! `oncehook_common::store::outbox`): claim a row with a short lease (no
-//! transaction held across the send) and tell why a claim failed, mark it
-//! sent, record a failed attempt, or mark it failed for good. A row with
-//! `sent_at` is never sent again.
+//! `oncehook_common::store::outbox`, which the mailer calls directly to mark
+//! a row sent or failed): claim a row with a short lease (no transaction
+//! held across the send) and tell why a claim failed. A row with `sent_at`
+//! is never sent again.
 
 use std::time::Duration;
 
@@ -45,20 +45,4 @@ pub async fn claim(pool: &PgPool, id: Uuid) -> Result<Claim, sqlx::Error> {
         Some(s) if s.failed => Claim::AlreadyFailed,
         Some(_) => Claim::Busy,
     })
-}
-
-pub async fn mark_sent(pool: &PgPool, id: Uuid) -> Result<(), sqlx::Error> {
-    outbox::mark_sent(pool, id).await
-}
-
-pub async fn record_attempt_failure(
-    pool: &PgPool,
-    id: Uuid,
-    error: &str,
-) -> Result<(), sqlx::Error> {
-    outbox::record_attempt_failure(pool, id, error, LEASE).await
-}
-
-pub async fn mark_failed(pool: &PgPool, id: Uuid, error: &str) -> Result<(), sqlx::Error> {
-    outbox::mark_failed(pool, id, error).await
 }

@@ -19,6 +19,7 @@ use oncehook_common::consume::{Handler, Message, Verdict};
 use oncehook_common::email::EmailMessage;
 use oncehook_common::health::Readiness;
 use oncehook_common::shutdown::Shutdown;
+use oncehook_common::store::outbox as store;
 use oncehook_common::{MailerSettings, RetryPolicy, Topology, db};
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -104,14 +105,14 @@ impl Mailer {
                 backoff.next()
             };
             let Some(delay) = next else {
-                if let Err(db_err) = outbox::mark_failed(&self.pool, id, &error).await {
+                if let Err(db_err) = store::mark_failed(&self.pool, id, &error).await {
                     tracing::error!(outbox_id = %id, %db_err, "could not mark the email failed");
                 }
                 metrics::counter!("oncehook_mailer_emails_total", "outcome" => "failed")
                     .increment(1);
                 return Verdict::dead_letter("smtp_failed", error);
             };
-            let _ = outbox::record_attempt_failure(&self.pool, id, &error).await;
+            let _ = store::record_attempt_failure(&self.pool, id, &error, outbox::LEASE).await;
             if self.shutdown.is_triggered() {
                 // Stopping: leave the row for the next mailer.
                 return Verdict::Retry;
@@ -129,7 +130,7 @@ impl Mailer {
     /// (acking without marking would make a redelivery send it again).
     async fn mark_sent(&self, id: Uuid) {
         let mut delays = RetryPolicy::DATABASE_WAIT.backoff();
-        while let Err(err) = outbox::mark_sent(&self.pool, id).await {
+        while let Err(err) = store::mark_sent(&self.pool, id).await {
             tracing::warn!(outbox_id = %id, %err, "email sent but not yet marked; retrying");
             if !self.hold(&err, &mut delays).await {
                 return;

@@ -57,22 +57,17 @@ pub async fn delete_older(pool: &PgPool, days: u32) -> Result<Counts, sqlx::Erro
     })
 }
 
-/// `processed_webhooks` batch by batch (by `ctid`: the table has no
-/// single-column key to batch on).
-async fn delete_webhooks(pool: &PgPool, days: u32) -> Result<u64, sqlx::Error> {
+/// Runs `batch` (one `DELETE … LIMIT BATCH`) until a batch deletes fewer
+/// than `BATCH` rows, pausing between batches so retention never holds
+/// locks for long; returns how many rows went.
+async fn in_batches<F, Fut>(mut batch: F) -> Result<u64, sqlx::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<u64, sqlx::Error>>,
+{
     let mut total = 0;
     loop {
-        let deleted = sqlx::query!(
-            "DELETE FROM processed_webhooks WHERE ctid = ANY(ARRAY(
-                 SELECT ctid FROM processed_webhooks
-                 WHERE processed_at < now() - make_interval(days => $1)
-                 LIMIT $2))",
-            days_param(days),
-            BATCH
-        )
-        .execute(pool)
-        .await?
-        .rows_affected();
+        let deleted = batch().await?;
         total += deleted;
         if deleted < BATCH as u64 {
             return Ok(total);
@@ -81,12 +76,30 @@ async fn delete_webhooks(pool: &PgPool, days: u32) -> Result<u64, sqlx::Error> {
     }
 }
 
+/// `processed_webhooks` batch by batch (by `ctid`: the table has no
+/// single-column key to batch on).
+async fn delete_webhooks(pool: &PgPool, days: u32) -> Result<u64, sqlx::Error> {
+    in_batches(|| async {
+        let done = sqlx::query!(
+            "DELETE FROM processed_webhooks WHERE ctid = ANY(ARRAY(
+                 SELECT ctid FROM processed_webhooks
+                 WHERE processed_at < now() - make_interval(days => $1)
+                 LIMIT $2))",
+            days_param(days),
+            BATCH
+        )
+        .execute(pool)
+        .await?;
+        Ok(done.rows_affected())
+    })
+    .await
+}
+
 /// `email_outbox` rows sent (or given up on) before the horizon, batch by
 /// batch; a row neither sent nor failed is never deleted.
 async fn delete_emails(pool: &PgPool, days: u32) -> Result<u64, sqlx::Error> {
-    let mut total = 0;
-    loop {
-        let deleted = sqlx::query!(
+    in_batches(|| async {
+        let done = sqlx::query!(
             "DELETE FROM email_outbox WHERE id = ANY(ARRAY(
                  SELECT id FROM email_outbox
                  WHERE coalesce(sent_at, failed_at) < now() - make_interval(days => $1)
@@ -95,14 +108,10 @@ async fn delete_emails(pool: &PgPool, days: u32) -> Result<u64, sqlx::Error> {
             BATCH
         )
         .execute(pool)
-        .await?
-        .rows_affected();
-        total += deleted;
-        if deleted < BATCH as u64 {
-            return Ok(total);
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        .await?;
+        Ok(done.rows_affected())
+    })
+    .await
 }
 
 /// [`delete_older`] under an advisory lock: `None` when another process

@@ -30,35 +30,13 @@ pub(super) async fn write_confirmation(
         body.push_str(&format!("  {} x {}\n", item.qty, item.sku));
     }
     body.push_str("\nWe will let you know when it ships.\n");
-    write_email(
-        conn,
-        order.id,
-        "confirmation",
-        &format!("order:{}:confirmation", order.id),
-        &order.customer_email,
-        &format!("Order {} confirmed", order.order_ref),
-        &body,
-    )
-    .await
-}
-
-/// Writes an email into the outbox (once per `dedup_key`).
-async fn write_email(
-    conn: &mut PgConnection,
-    order_id: i64,
-    kind: &str,
-    dedup_key: &str,
-    to: &str,
-    subject: &str,
-    body: &str,
-) -> Result<bool, sqlx::Error> {
     let email = NewEmail {
-        order_id,
-        kind,
-        dedup_key,
-        to,
-        subject,
-        body,
+        order_id: order.id,
+        kind: "confirmation",
+        dedup_key: &format!("order:{}:confirmation", order.id),
+        to: &order.customer_email,
+        subject: &format!("Order {} confirmed", order.order_ref),
+        body: &body,
     };
     outbox::write(conn, email).await
 }
@@ -85,16 +63,15 @@ pub(super) async fn write_refund_email(
             order.order_ref
         )
     };
-    write_email(
-        conn,
-        order.id,
-        "refund",
-        &format!("refund:{}:{refund_id}", event.provider),
-        &order.customer_email,
-        &format!("Refund for order {}", order.order_ref),
-        &body,
-    )
-    .await
+    let email = NewEmail {
+        order_id: order.id,
+        kind: "refund",
+        dedup_key: &format!("refund:{}:{refund_id}", event.provider),
+        to: &order.customer_email,
+        subject: &format!("Refund for order {}", order.order_ref),
+        body: &body,
+    };
+    outbox::write(conn, email).await
 }
 
 #[cfg(test)]
