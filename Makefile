@@ -75,8 +75,10 @@ demo: build
 SQLX_DB := oncehook_sqlx_prepare
 sqlx-prepare: services
 	psql -h 127.0.0.1 -U postgres -qc 'DROP DATABASE IF EXISTS $(SQLX_DB)' -c 'CREATE DATABASE $(SQLX_DB)'
-	$(CARGO) build -p oncehook-ctl
-	ONCEHOOK_DATABASE_URL=postgres://postgres@127.0.0.1:5432/$(SQLX_DB) $(CTL) migrate
+	# The migrations straight from their files (a binary would embed the old
+	# set), plus sqlx's bookkeeping table, which store::schema reads.
+	for f in migrations/*.sql; do psql -h 127.0.0.1 -U postgres -d $(SQLX_DB) -q -v ON_ERROR_STOP=1 -f "$$f" || exit 1; done
+	psql -h 127.0.0.1 -U postgres -d $(SQLX_DB) -qc 'CREATE TABLE _sqlx_migrations (version bigint PRIMARY KEY, description text NOT NULL, installed_on timestamptz NOT NULL DEFAULT now(), success boolean NOT NULL, checksum bytea NOT NULL, execution_time bigint NOT NULL)'
 	rm -rf .sqlx && mkdir -p .sqlx
 	find crates -name '*.rs' -exec touch {} +
 	SQLX_OFFLINE=false DATABASE_URL=postgres://postgres@127.0.0.1:5432/$(SQLX_DB) SQLX_OFFLINE_DIR=$(CURDIR)/.sqlx \

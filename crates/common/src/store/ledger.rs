@@ -106,14 +106,11 @@ pub async fn record_attempt(
                RETURNING provider, payment_id, amount_minor, currency, status)
            SELECT EXISTS (SELECT 1 FROM link) AS "linked!", EXISTS (SELECT 1 FROM fact) AS "recorded!",
                   COALESCE((SELECT jsonb_agg(f) FROM (
-                      SELECT true AS capture, provider, payment_id, amount_minor, currency, flag, false AS cumulative
-                      FROM payments WHERE order_id = $3 AND status = 'captured'
+                      SELECT capture, provider, payment_id, amount_minor, currency, flag, cumulative
+                      FROM order_facts WHERE order_id = $3
                       UNION ALL
                       SELECT true, provider, payment_id, amount_minor, currency, NULL, false
-                      FROM fact WHERE status = 'captured'
-                      UNION ALL
-                      SELECT false, provider, payment_id, amount_minor, currency, NULL, cumulative
-                      FROM refunds WHERE order_id = $3) f), '[]'::jsonb) AS "facts!: Json<Vec<FactRow>>""#,
+                      FROM fact WHERE status = 'captured') f), '[]'::jsonb) AS "facts!: Json<Vec<FactRow>>""#,
         a.provider,
         a.payment_id,
         a.order_id,
@@ -164,11 +161,8 @@ pub async fn record_refund(
                RETURNING provider, payment_id, amount_minor, currency, cumulative)
            SELECT EXISTS (SELECT 1 FROM link) AS "linked!", EXISTS (SELECT 1 FROM fact) AS "recorded!",
                   COALESCE((SELECT jsonb_agg(f) FROM (
-                      SELECT true AS capture, provider, payment_id, amount_minor, currency, flag, false AS cumulative
-                      FROM payments WHERE order_id = $3 AND status = 'captured'
-                      UNION ALL
-                      SELECT false, provider, payment_id, amount_minor, currency, NULL, cumulative
-                      FROM refunds WHERE order_id = $3
+                      SELECT capture, provider, payment_id, amount_minor, currency, flag, cumulative
+                      FROM order_facts WHERE order_id = $3
                       UNION ALL
                       SELECT false, provider, payment_id, amount_minor, currency, NULL, cumulative
                       FROM fact) f), '[]'::jsonb) AS "facts!: Json<Vec<FactRow>>""#,
@@ -229,13 +223,10 @@ pub struct FactRow {
 pub async fn facts(conn: &mut PgConnection, order_id: i64) -> Result<Vec<FactRow>, sqlx::Error> {
     sqlx::query_as!(
         FactRow,
-        r#"SELECT true AS "capture!", provider AS "provider!", payment_id AS "payment_id?",
+        r#"SELECT capture AS "capture!", provider AS "provider!", payment_id AS "payment_id?",
                   amount_minor AS "amount_minor?", currency AS "currency?", flag AS "flag?",
-                  false AS "cumulative!"
-           FROM payments WHERE order_id = $1 AND status = 'captured'
-           UNION ALL
-           SELECT false, provider, payment_id, amount_minor, currency, NULL, cumulative
-           FROM refunds WHERE order_id = $1"#,
+                  cumulative AS "cumulative!"
+           FROM order_facts WHERE order_id = $1"#,
         order_id
     )
     .fetch_all(conn)
