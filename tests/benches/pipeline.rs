@@ -279,7 +279,7 @@ struct HttpPhase {
 
 async fn http_phase(knobs: &Knobs) -> HttpPhase {
     let mut env = TestEnv::new().await;
-    let (_ingest, base) = env.start_ingest().await;
+    let (ingest_proc, base) = env.start_ingest().await;
     let http = http_client(knobs.concurrency);
     let warmup = Duration::from_secs(1);
     let cap = 2_000_000;
@@ -324,7 +324,7 @@ async fn http_phase(knobs: &Knobs) -> HttpPhase {
     };
 
     // Where ingest's time goes, from its own histograms (warm-up included).
-    let metrics = [format!("{base}/metrics")];
+    let metrics = [format!("{}/metrics", ingest_proc.metrics_url())];
     let ingest_request =
         histogram_percentiles(&env, &metrics, "oncehook_ingest_request_duration_seconds").await;
     let ingest_publish =

@@ -144,21 +144,39 @@ impl TestEnv {
     }
 
     /// Starts a binary with the environment plus `extra`; output goes to a log in the test folder.
+    /// A service binary gets a metrics listener on a free loopback port
+    /// unless `extra` names one (the per-binary defaults would collide
+    /// between tests running in parallel); [`Proc::metrics`] says where.
     pub fn spawn(&mut self, bin: &str, extra: &[(&str, &str)], args: &[&str]) -> Proc {
+        const SERVICES: [&str; 3] = ["oncehook-ingest", "oncehook-worker", "oncehook-mailer"];
         let mut envs = self.envs();
         for (k, v) in extra {
             envs.retain(|(ek, _)| ek != k);
             envs.push(((*k).to_owned(), (*v).to_owned()));
         }
+        let mut metrics = None;
+        if SERVICES.contains(&bin) {
+            match envs.iter().find(|(k, _)| k == "ONCEHOOK_METRICS_ADDR") {
+                Some((_, v)) if v == "off" => {}
+                Some((_, v)) => metrics = Some(format!("http://{v}")),
+                None => {
+                    let addr = format!("127.0.0.1:{}", crate::free_port());
+                    metrics = Some(format!("http://{addr}"));
+                    envs.push(("ONCEHOOK_METRICS_ADDR".to_owned(), addr));
+                }
+            }
+        }
         self.spawned += 1;
         let log = self.dir.join(format!("{:02}-{bin}.log", self.spawned));
-        Proc::spawn(bin, log, &envs, args)
+        let mut proc = Proc::spawn(bin, log, &envs, args);
+        proc.metrics = metrics;
+        proc
     }
 
     /// Starts ingest on a free port and waits until it is ready; returns it and its base URL.
     pub async fn start_ingest(&mut self) -> (Proc, String) {
         let (proc, url) = self.spawn_ingest(&[]);
-        self.wait_ready(&url, "/readyz").await;
+        self.wait_ready(proc.metrics_url(), "/readyz").await;
         (proc, url)
     }
 
@@ -186,13 +204,10 @@ impl TestEnv {
         self.start_consumer("oncehook-mailer", &[]).await
     }
 
-    /// Starts a consuming binary with a metrics listener and waits for `/readyz`.
+    /// Starts a consuming binary and waits for its `/readyz`.
     pub async fn start_consumer(&mut self, bin: &str, extra: &[(&str, &str)]) -> Proc {
-        let addr = format!("127.0.0.1:{}", crate::free_port());
-        let mut all = vec![("ONCEHOOK_METRICS_ADDR", addr.as_str())];
-        all.extend_from_slice(extra);
-        let proc = self.spawn(bin, &all, &[]);
-        self.wait_ready(&format!("http://{addr}"), "/readyz").await;
+        let proc = self.spawn(bin, extra, &[]);
+        self.wait_ready(proc.metrics_url(), "/readyz").await;
         proc
     }
 
@@ -464,11 +479,8 @@ impl TestEnv {
         bin: &str,
         extra: &[(&str, &str)],
     ) -> (Proc, String) {
-        let addr = format!("127.0.0.1:{}", crate::free_port());
-        let mut all = vec![("ONCEHOOK_METRICS_ADDR", addr.as_str())];
-        all.extend_from_slice(extra);
-        let proc = self.spawn(bin, &all, &[]);
-        let base = format!("http://{addr}");
+        let proc = self.spawn(bin, extra, &[]);
+        let base = proc.metrics_url().to_owned();
         self.wait_ready(&base, "/readyz").await;
         (proc, base)
     }

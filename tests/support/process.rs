@@ -31,6 +31,8 @@ pub fn bin(name: &str) -> PathBuf {
 pub struct Proc {
     pub name: String,
     pub log: PathBuf,
+    /// Base URL of its metrics listener (`/metrics`, `/healthz`, `/readyz`), if it has one.
+    pub metrics: Option<String>,
     child: Child,
 }
 
@@ -50,8 +52,16 @@ impl Proc {
         Proc {
             name: name.to_owned(),
             log,
+            metrics: None,
             child,
         }
+    }
+
+    /// Base URL of the metrics listener; panics if the process was started without one.
+    pub fn metrics_url(&self) -> &str {
+        self.metrics
+            .as_deref()
+            .unwrap_or_else(|| panic!("{} was started with its metrics listener off", self.name))
     }
 
     pub fn pid(&self) -> u32 {

@@ -37,7 +37,7 @@ struct Stack {
 async fn stack(env: &mut TestEnv, workers: usize) -> Stack {
     let addr = format!("127.0.0.1:{}", oncehook_e2e::free_port());
     let (ingest, url) = env.spawn_ingest_at(&addr, &[]);
-    env.wait_ready(&url, "/readyz").await;
+    env.wait_ready(ingest.metrics_url(), "/readyz").await;
     let mut ws = Vec::new();
     for _ in 0..workers {
         ws.push(env.start_worker().await);
@@ -98,7 +98,7 @@ async fn chaos_restart_rabbitmq_during_load() {
     // While the broker is away ingest must refuse, not pretend.
     let ready = env
         .http
-        .get(format!("{}/readyz", s.url))
+        .get(format!("{}/readyz", s.ingest.metrics_url()))
         .send()
         .await
         .map(|r| r.status().as_u16());
@@ -110,7 +110,7 @@ async fn chaos_restart_rabbitmq_during_load() {
         "readyz is red while the broker is down"
     );
 
-    env.wait_ready(&s.url, "/readyz").await;
+    env.wait_ready(s.ingest.metrics_url(), "/readyz").await;
     let load = load.await.expect("load");
     assert_eq!(load.gave_up, 0, "every event was eventually accepted");
     assert!(
@@ -274,7 +274,7 @@ async fn chaos_sigterm_each_binary_mid_load() {
     );
     let (ingest, _) = env.spawn_ingest_at(&s.addr.clone(), &[]);
     s.ingest = ingest;
-    env.wait_ready(&s.url, "/readyz").await;
+    env.wait_ready(s.ingest.metrics_url(), "/readyz").await;
 
     tokio::time::sleep(step).await;
     s.workers[0].signal("TERM");

@@ -48,6 +48,7 @@ const fn key(
 pub const ENV_CONFIG: &str = "ONCEHOOK_CONFIG";
 pub const ENV_DATABASE_URL: &str = "ONCEHOOK_DATABASE_URL";
 pub const ENV_DATABASE_MAX_CONNECTIONS: &str = "ONCEHOOK_DATABASE_MAX_CONNECTIONS";
+pub const ENV_DATABASE_POOLER: &str = "ONCEHOOK_DATABASE_POOLER";
 pub const ENV_AMQP_URL: &str = "ONCEHOOK_AMQP_URL";
 pub const ENV_AMQP_PREFIX: &str = "ONCEHOOK_AMQP_PREFIX";
 pub const ENV_INGEST_ADDR: &str = "ONCEHOOK_INGEST_ADDR";
@@ -86,6 +87,7 @@ pub const KEYS: &[Key] = &[
         Number,
         false,
     ),
+    key(ENV_DATABASE_POOLER, &["database.pooler"], None, Text, false),
     key(ENV_AMQP_URL, &["broker.url"], Some("amqp_url"), Text, true),
     key(
         ENV_AMQP_PREFIX,

@@ -43,6 +43,7 @@ pub(crate) struct RawBroker {
 pub(crate) struct RawDatabase {
     pub url: String,
     pub max_connections: Option<u32>,
+    pub pooler: String,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -115,6 +116,7 @@ impl Default for RawDatabase {
         RawDatabase {
             url: "postgres://postgres@127.0.0.1:5432/oncehook".into(),
             max_connections: None,
+            pooler: "none".into(),
         }
     }
 }

@@ -16,7 +16,7 @@ mod secret;
 mod sources;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -77,6 +77,37 @@ pub struct DatabaseConfig {
     /// each binary sizes its pool from its prefetch. Every process counts
     /// against Postgres' own `max_connections` (docs/operations.md).
     pub max_connections: Option<u32>,
+    /// What sits between this process and Postgres.
+    pub pooler: Pooler,
+}
+
+/// A connection pooler in front of Postgres, which changes what a
+/// connection may rely on between transactions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pooler {
+    /// Straight to Postgres, or a pooler in session mode: prepared
+    /// statements are cached per connection.
+    None,
+    /// A pooler in transaction mode (PgBouncer `pool_mode = transaction`):
+    /// a server connection is ours only inside a transaction, so no
+    /// statement is cached, every statement runs inside a transaction, and
+    /// the pooler must drop prepared statements when it hands a server
+    /// connection on (docs/operations.md, "PgBouncer").
+    Transaction,
+}
+
+impl Pooler {
+    fn parse(value: &str) -> Result<Self, ConfigError> {
+        match value.trim() {
+            "" | "none" | "session" => Ok(Pooler::None),
+            "transaction" => Ok(Pooler::Transaction),
+            other => Err(invalid(
+                ENV_DATABASE_POOLER,
+                other,
+                "expected `none` (or `session`) or `transaction`",
+            )),
+        }
+    }
 }
 
 impl DatabaseConfig {
@@ -91,7 +122,54 @@ impl DatabaseConfig {
 pub struct TelemetryConfig {
     pub log: String,
     pub log_json: bool,
-    pub metrics_addr: Option<SocketAddr>,
+    pub metrics: MetricsListener,
+}
+
+/// Where a binary serves `/metrics`, `/healthz` and `/readyz`: never on the
+/// public ingest port. Unset means each binary's own loopback default (ports
+/// 9100, 9101, 9102 for ingest, worker, mailer, so the three share a host);
+/// `off` turns the listener off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsListener {
+    Default,
+    Off,
+    At(SocketAddr),
+}
+
+const fn loopback(port: u16) -> SocketAddr {
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)
+}
+
+/// Ingest's metrics/health listener when `ONCEHOOK_METRICS_ADDR` is unset.
+pub const INGEST_METRICS_ADDR: SocketAddr = loopback(9100);
+/// The worker's metrics/health listener when `ONCEHOOK_METRICS_ADDR` is unset.
+pub const WORKER_METRICS_ADDR: SocketAddr = loopback(9101);
+/// The mailer's metrics/health listener when `ONCEHOOK_METRICS_ADDR` is unset.
+pub const MAILER_METRICS_ADDR: SocketAddr = loopback(9102);
+
+impl MetricsListener {
+    /// The address to bind, given the binary's default; `None` when off.
+    pub fn resolve(self, default: SocketAddr) -> Option<SocketAddr> {
+        match self {
+            MetricsListener::Default => Some(default),
+            MetricsListener::Off => None,
+            MetricsListener::At(addr) => Some(addr),
+        }
+    }
+
+    fn parse(value: Option<&str>) -> Result<Self, ConfigError> {
+        match value.map(str::trim) {
+            None | Some("") => Ok(MetricsListener::Default),
+            Some("off") => Ok(MetricsListener::Off),
+            Some(other) => other.parse().map(MetricsListener::At).map_err(|e| {
+                invalid(
+                    ENV_METRICS_ADDR,
+                    other,
+                    &format!("expected `host:port` or `off`: {e}"),
+                )
+            }),
+        }
+    }
 }
 
 /// `[ingest]`: the webhook edge.
@@ -176,6 +254,7 @@ impl Config {
                     .max_connections
                     .map(|n| at_least(ENV_DATABASE_MAX_CONNECTIONS, n, 2))
                     .transpose()?,
+                pooler: Pooler::parse(&raw.database.pooler)?,
             },
             telemetry: TelemetryConfig {
                 log: raw.telemetry.log,
@@ -186,12 +265,7 @@ impl Config {
                         return Err(invalid(ENV_LOG_FORMAT, other, "expected `text` or `json`"));
                     }
                 },
-                metrics_addr: raw
-                    .telemetry
-                    .metrics_addr
-                    .filter(|a| !a.is_empty())
-                    .map(|a| parse_addr(ENV_METRICS_ADDR, &a))
-                    .transpose()?,
+                metrics: MetricsListener::parse(raw.telemetry.metrics_addr.as_deref())?,
             },
             ingest: IngestConfig {
                 addr: parse_addr(ENV_INGEST_ADDR, &raw.ingest.addr)?,
@@ -244,6 +318,7 @@ impl Config {
             });
         }
         Ok(IngestSettings {
+            metrics_addr: self.telemetry.metrics.resolve(INGEST_METRICS_ADDR),
             broker: self.broker,
             telemetry: self.telemetry,
             ingest: self.ingest,
@@ -253,6 +328,7 @@ impl Config {
     /// The sections `oncehook-worker` reads.
     pub fn into_worker(self) -> WorkerSettings {
         WorkerSettings {
+            metrics_addr: self.telemetry.metrics.resolve(WORKER_METRICS_ADDR),
             broker: self.broker,
             database: self.database,
             telemetry: self.telemetry,
@@ -263,6 +339,7 @@ impl Config {
     /// The sections `oncehook-mailer` reads.
     pub fn into_mailer(self) -> MailerSettings {
         MailerSettings {
+            metrics_addr: self.telemetry.metrics.resolve(MAILER_METRICS_ADDR),
             broker: self.broker,
             database: self.database,
             telemetry: self.telemetry,
@@ -274,6 +351,8 @@ impl Config {
 /// What `oncehook-ingest` is given: it never sees the database or mail settings.
 #[derive(Debug, Clone)]
 pub struct IngestSettings {
+    /// The metrics/health listener, resolved against this binary's default.
+    pub metrics_addr: Option<SocketAddr>,
     pub broker: BrokerConfig,
     pub telemetry: TelemetryConfig,
     pub ingest: IngestConfig,
@@ -282,6 +361,8 @@ pub struct IngestSettings {
 /// What `oncehook-worker` is given.
 #[derive(Debug, Clone)]
 pub struct WorkerSettings {
+    /// The metrics/health listener, resolved against this binary's default.
+    pub metrics_addr: Option<SocketAddr>,
     pub broker: BrokerConfig,
     pub database: DatabaseConfig,
     pub telemetry: TelemetryConfig,
@@ -291,6 +372,8 @@ pub struct WorkerSettings {
 /// What `oncehook-mailer` is given.
 #[derive(Debug, Clone)]
 pub struct MailerSettings {
+    /// The metrics/health listener, resolved against this binary's default.
+    pub metrics_addr: Option<SocketAddr>,
     pub broker: BrokerConfig,
     pub database: DatabaseConfig,
     pub telemetry: TelemetryConfig,
@@ -408,6 +491,42 @@ mod tests {
         let env = HashMap::from([(ENV_RETENTION_DAYS.to_owned(), "3650".to_owned())]);
         let ok = Config::from_env_map(&env).expect("3650 days");
         assert_eq!(ok.worker.retention_days, 3650);
+    }
+
+    #[test]
+    fn metrics_listener_defaults_per_binary_and_can_be_moved_or_off() {
+        let none = Config::from_env_map(&HashMap::new()).expect("defaults");
+        let addrs = [
+            none.clone().into_worker().metrics_addr,
+            none.clone().into_mailer().metrics_addr,
+            none.telemetry.metrics.resolve(INGEST_METRICS_ADDR),
+        ];
+        assert_eq!(
+            addrs,
+            [
+                Some(WORKER_METRICS_ADDR),
+                Some(MAILER_METRICS_ADDR),
+                Some(INGEST_METRICS_ADDR)
+            ]
+        );
+        assert!(addrs.iter().flatten().all(|a| a.ip().is_loopback()));
+        assert_ne!(WORKER_METRICS_ADDR.port(), MAILER_METRICS_ADDR.port());
+        assert_ne!(INGEST_METRICS_ADDR.port(), WORKER_METRICS_ADDR.port());
+
+        let at = |v: &str| {
+            let env = HashMap::from([(ENV_METRICS_ADDR.to_owned(), v.to_owned())]);
+            Config::from_env_map(&env).map(|c| c.into_worker().metrics_addr)
+        };
+        assert_eq!(at("off").expect("off"), None);
+        assert_eq!(
+            at("0.0.0.0:9300").expect("explicit"),
+            Some("0.0.0.0:9300".parse().expect("addr"))
+        );
+        let err = at("localhost").expect_err("not an address").to_string();
+        assert!(
+            err.contains(ENV_METRICS_ADDR) && err.contains("off"),
+            "{err}"
+        );
     }
 
     #[test]
