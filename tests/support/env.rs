@@ -57,10 +57,26 @@ pub struct TestEnv {
     pub http: reqwest::Client,
     extra_env: Vec<(String, String)>,
     spawned: usize,
+    /// PgBouncer in front of the database, when the run asks for one
+    /// (`ONCEHOOK_TEST_POOLER=pgbouncer`): the service binaries go through
+    /// it; the test's own pool and `oncehookctl` go straight to Postgres.
+    pooler: Option<crate::pgbouncer::PgBouncer>,
 }
 
 impl TestEnv {
+    /// A fresh environment; the service binaries go through PgBouncer when
+    /// the run asks for it (`ONCEHOOK_TEST_POOLER=pgbouncer`).
     pub async fn new() -> TestEnv {
+        TestEnv::build(crate::pgbouncer::wanted()).await
+    }
+
+    /// A fresh environment whose service binaries always go through a
+    /// PgBouncer in transaction mode.
+    pub async fn through_pgbouncer() -> TestEnv {
+        TestEnv::build(true).await
+    }
+
+    async fn build(pgbouncer: bool) -> TestEnv {
         let id = uuid::Uuid::new_v4().simple().to_string()[..10].to_owned();
         let db_name = format!("oncehook_t_{id}");
         let admin_url =
@@ -98,7 +114,12 @@ impl TestEnv {
         std::fs::create_dir_all(&mail_dir).expect("create test folder");
         let config_path = dir.join("oncehook.toml");
         std::fs::write(&config_path, config_toml()).expect("write test config");
+        let pooler = pgbouncer.then(|| {
+            let (host, port) = postgres_host_port(&database_url);
+            crate::pgbouncer::PgBouncer::start(&dir, &host, port)
+        });
         TestEnv {
+            pooler,
             prefix: format!("t_{id}"),
             id,
             db_name,
@@ -120,6 +141,34 @@ impl TestEnv {
     pub fn set_env(&mut self, key: &str, value: &str) {
         self.extra_env.retain(|(k, _)| k != key);
         self.extra_env.push((key.to_owned(), value.to_owned()));
+    }
+
+    /// PgBouncer's counters for this test's database (`SHOW STATS` on its
+    /// admin console): total transactions and queries it passed on; `None`
+    /// without a PgBouncer.
+    pub fn pooler_counts(&self) -> Option<(u64, u64)> {
+        self.pooler.as_ref().map(|p| p.counts(&self.db_name))
+    }
+
+    /// The environment of the service binaries: [`TestEnv::envs`], through
+    /// PgBouncer when the run asks for it.
+    fn service_envs(&self) -> Vec<(String, String)> {
+        let mut envs = self.envs();
+        if let Some(pooler) = &self.pooler {
+            let (host, port) = postgres_host_port(&self.database_url);
+            let url = self.database_url.replacen(
+                &format!("{host}:{port}"),
+                &format!("127.0.0.1:{}", pooler.port),
+                1,
+            );
+            envs.retain(|(k, _)| k != "ONCEHOOK_DATABASE_URL" && k != "ONCEHOOK_DATABASE_POOLER");
+            envs.push(("ONCEHOOK_DATABASE_URL".to_owned(), url));
+            envs.push((
+                "ONCEHOOK_DATABASE_POOLER".to_owned(),
+                "transaction".to_owned(),
+            ));
+        }
+        envs
     }
 
     /// The environment every binary gets.
@@ -149,7 +198,11 @@ impl TestEnv {
     /// between tests running in parallel); [`Proc::metrics`] says where.
     pub fn spawn(&mut self, bin: &str, extra: &[(&str, &str)], args: &[&str]) -> Proc {
         const SERVICES: [&str; 3] = ["oncehook-ingest", "oncehook-worker", "oncehook-mailer"];
-        let mut envs = self.envs();
+        let mut envs = if SERVICES.contains(&bin) {
+            self.service_envs()
+        } else {
+            self.envs()
+        };
         for (k, v) in extra {
             envs.retain(|(ek, _)| ek != k);
             envs.push(((*k).to_owned(), (*v).to_owned()));
@@ -483,5 +536,16 @@ impl TestEnv {
         let base = proc.metrics_url().to_owned();
         self.wait_ready(&base, "/readyz").await;
         (proc, base)
+    }
+}
+
+/// `host` and `port` of a `postgres://user@host:port/db` URL (5432 when absent).
+fn postgres_host_port(url: &str) -> (String, u16) {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    match hostport.rsplit_once(':') {
+        Some((host, port)) => (host.to_owned(), port.parse().unwrap_or(5432)),
+        None => (hostport.to_owned(), 5432),
     }
 }

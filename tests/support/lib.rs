@@ -11,6 +11,7 @@ pub mod chaos;
 pub mod env;
 pub mod ledger_gen;
 pub mod ledger_model;
+pub mod pgbouncer;
 pub mod process;
 pub mod shop;
 pub mod smtp;

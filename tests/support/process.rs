@@ -38,9 +38,20 @@ pub struct Proc {
 
 impl Proc {
     pub fn spawn(name: &str, log: PathBuf, envs: &[(String, String)], args: &[&str]) -> Proc {
+        Proc::spawn_program(&bin(name).display().to_string(), name, log, envs, args)
+    }
+
+    /// Starts any program (a helper such as PgBouncer) the same way.
+    pub fn spawn_program(
+        program: &str,
+        name: &str,
+        log: PathBuf,
+        envs: &[(String, String)],
+        args: &[&str],
+    ) -> Proc {
         let file = std::fs::File::create(&log).expect("create log file");
         let err = file.try_clone().expect("clone log handle");
-        let mut cmd = Command::new(bin(name));
+        let mut cmd = Command::new(program);
         cmd.args(args)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
