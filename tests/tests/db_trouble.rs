@@ -244,12 +244,13 @@ async fn take_every_slot(env: &TestEnv, role: &str, role_url: &str) -> Vec<PgCon
     .await
 }
 
-/// A worker started against an empty database does not consume: `/readyz`
-/// stays 503, the event waits in the queue, nothing is dead-lettered. Once
-/// the database is migrated (and the shop seeded, in the same transaction)
-/// the worker consumes and applies it.
+/// A worker and a mailer started against an empty database do not consume:
+/// `/readyz` stays 503, the event waits in the queue, nothing is
+/// dead-lettered. Once the database is migrated (and the shop seeded, in the
+/// same transaction) the worker consumes and applies it and the mailer
+/// sends its email.
 #[tokio::test]
-async fn a_worker_waits_for_its_schema() {
+async fn a_worker_and_a_mailer_wait_for_their_schema() {
     let mut env = tight_env().await;
     let empty = format!("{}_empty", env.db_name);
     sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{empty}\"")))
@@ -264,15 +265,18 @@ async fn a_worker_waits_for_its_schema() {
         ("ONCEHOOK_METRICS_ADDR", metrics.as_str()),
     ];
     let mut worker = env.spawn("oncehook-worker", &extra, &[]);
+    let mut mailer = env.spawn(
+        "oncehook-mailer",
+        &[("ONCEHOOK_DATABASE_URL", empty_url.as_str())],
+        &[],
+    );
+    let mailer_readyz = format!("{}/readyz", mailer.metrics_url());
     let readyz = format!("http://{metrics}/readyz");
-    let status = || async {
-        env.http
-            .get(&readyz)
-            .send()
-            .await
-            .map(|r| r.status().as_u16())
-            .ok()
+    let get = |u: String| {
+        let http = env.http.clone();
+        async move { http.get(u).send().await.map(|r| r.status().as_u16()).ok() }
     };
+    let status = || get(readyz.clone());
     eventually("the metrics listener answers", WAIT, || async {
         status().await.is_some().then_some(())
     })
@@ -280,12 +284,22 @@ async fn a_worker_waits_for_its_schema() {
     post_payment(&env, &url, "o_schema").await;
     tokio::time::sleep(Duration::from_secs(6)).await;
     assert_eq!(status().await, Some(503), "not ready without a schema");
+    assert_eq!(
+        get(mailer_readyz.clone()).await,
+        Some(503),
+        "the mailer is not ready without a schema either"
+    );
     let queue = format!("{}.events", env.prefix);
     assert_eq!(broker::depth(&queue).await, Some(1), "the event waits");
     assert_eq!(dead_depth(&env).await, Some(0), "nothing dead-lettered");
     assert!(
         worker.log_text().contains("older than this binary"),
         "the worker says why it waits"
+    );
+    assert!(
+        mailer.log_text().contains("older than this binary"),
+        "the mailer says why it waits: {}",
+        mailer.log_text()
     );
 
     let mut conn = PgConnection::connect(&empty_url).await.expect("connect");
@@ -324,8 +338,15 @@ async fn a_worker_waits_for_its_schema() {
         (status.as_deref() == Some("paid")).then_some(())
     })
     .await;
+    eventually("the mailer ready and the email sent", WAIT, || async {
+        let ready = get(mailer_readyz.clone()).await == Some(200);
+        (ready && !env.mail_files().is_empty()).then_some(())
+    })
+    .await;
+    assert_eq!(env.mail_files().len(), 1, "one email");
     assert_eq!(dead_depth(&env).await, Some(0), "nothing dead-lettered");
     worker.kill();
+    mailer.kill();
     let _ = conn.close().await;
     let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
         "DROP DATABASE IF EXISTS \"{empty}\" WITH (FORCE)"
