@@ -115,6 +115,44 @@ async fn lock_timeouts_for_20s_hold_the_event() {
     );
 }
 
+/// SIGTERM while a delivery is held through database trouble (every attempt
+/// hits `lock_timeout`): the worker stops promptly with exit 0 and gives the
+/// delivery back; the next worker applies it once the trouble is over, and
+/// nothing is dead-lettered.
+#[tokio::test]
+async fn sigterm_during_a_held_delivery_leaves_it_for_the_next_worker() {
+    let mut env = tight_env().await;
+    seed(&env, "o_term").await;
+    let (_ingest, url) = env.start_ingest().await;
+    let worker_url = format!("{}?options=-c%20lock_timeout%3D200ms", env.database_url);
+    let extra = [("ONCEHOOK_DATABASE_URL", worker_url.as_str())];
+    let mut worker = env.start_consumer("oncehook-worker", &extra).await;
+
+    let mut locker = PgConnection::connect(&env.database_url)
+        .await
+        .expect("connect");
+    let mut tx = locker.begin().await.expect("begin");
+    sqlx::query("LOCK TABLE products IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *tx)
+        .await
+        .expect("lock products");
+    post_payment(&env, &url, "o_term").await;
+    eventually("the worker holds the delivery", WAIT, || async {
+        worker.log_text().contains("lock timeout").then_some(())
+    })
+    .await;
+    worker.signal("TERM");
+    let exit = worker.wait_exit(Duration::from_secs(30));
+    let pending = shop::order_status(&env.pool, "o_term").await;
+    tx.rollback().await.expect("release the lock");
+    assert_eq!(exit, Some(0), "the holding worker stops on SIGTERM");
+    assert_eq!(pending, "pending", "nothing applied while locked");
+    assert_eq!(dead_depth(&env).await, Some(0), "nothing dead-lettered");
+
+    let _next = env.start_consumer("oncehook-worker", &extra).await;
+    assert_applied_once(&env, "o_term").await;
+}
+
 /// Real deadlocks: the test locks the MUG row, waits until the worker (which
 /// locks the order first) waits for it, then locks the order row inside a
 /// savepoint; Postgres aborts the worker's transaction (40P01). Rolling back
