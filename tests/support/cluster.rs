@@ -119,6 +119,12 @@ impl Cluster {
         .await;
     }
 
+    /// A guard that starts every stopped node again if the test panics
+    /// while a node is down (the next run's [`Cluster::ensure`] would too).
+    pub fn restart_on_panic(&self) -> RestartOnPanic {
+        RestartOnPanic
+    }
+
     /// Leader and members of `queue`, asked of the first node that answers.
     pub async fn queue_nodes(&self, queue: &str) -> Option<QueueNodes> {
         let nodes = self.nodes.clone();
@@ -172,5 +178,17 @@ impl Cluster {
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
         None
+    }
+}
+
+/// See [`Cluster::restart_on_panic`].
+pub struct RestartOnPanic;
+
+impl Drop for RestartOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("cluster: the test failed; starting any stopped node again");
+            let _ = std::panic::catch_unwind(|| run_script(&["start"], Duration::from_secs(300)));
+        }
     }
 }

@@ -323,6 +323,7 @@ async fn chaos_cluster_node_loss() {
         );
         return;
     };
+    let _restart = cluster.restart_on_panic();
     let mut env = TestEnv::new().await;
     env.use_broker(&cluster.urls);
     let plan = chaos::plan(&env, orders(), "cluster").await;
@@ -370,6 +371,15 @@ async fn chaos_cluster_node_loss() {
 
     let load = load.await.expect("load");
     assert_eq!(load.gave_up, 0, "every event was eventually accepted");
+    let procs = [&s.ingest, &s.mailer].into_iter().chain(&s.workers);
+    let connects: usize = procs
+        .map(|p| p.log_text().matches("connected to RabbitMQ node").count())
+        .sum();
+    notes.push(format!(
+        "{} non-200 answers (retried by the clients); {} reconnections, each to the next node",
+        load.non_200_answers,
+        connects.saturating_sub(2 + s.workers.len())
+    ));
     let report = chaos::settle_and_check(
         &env,
         "cluster: stop the leader, then a follower",
