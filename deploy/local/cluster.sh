@@ -115,6 +115,7 @@ join() { # name
   local name=$1
   [ "$name" = "$SEED" ] && return 0
   member_of_seed "$name" && return 0
+  running "$SEED" || die "$(node "$SEED") is not running: start it first (cluster.sh start)"
   say "joining $(node "$name") to $(node "$SEED")"
   local log
   log="$(dir "$name")/log/cluster.log"
@@ -142,9 +143,6 @@ start() {
   done
   # Started together: a clustered node waits for its peers' tables while booting.
   for name in $(selected "${1:-}"); do await "$name"; done
-  if [ -z "${1:-}" ] || [ "$1" != "$SEED" ]; then
-    running "$SEED" || die "$(node "$SEED") is not running: start it first (cluster.sh start)"
-  fi
   for name in $(selected "${1:-}"); do join "$name"; done
   say "up: $(urls)"
 }
