@@ -90,4 +90,5 @@ sqlx-prepare: services
 
 clean:
 	$(CARGO) clean
+	@if [ -d var/cluster ]; then bash deploy/local/cluster.sh stop; fi
 	rm -rf var

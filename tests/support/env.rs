@@ -40,7 +40,6 @@ impl Secrets {
 }
 
 const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
-const AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 
 /// One test's isolated environment. Dropping it drops the database, deletes
 /// the queues and exchanges and removes the folder (kept, with the logs
@@ -55,6 +54,9 @@ pub struct TestEnv {
     pub config_path: PathBuf,
     pub pool: PgPool,
     pub http: reqwest::Client,
+    /// The broker the binaries and the helpers use: the system node, or a
+    /// cluster's URL list ([`TestEnv::use_broker`]).
+    pub amqp_urls: String,
     extra_env: Vec<(String, String)>,
     spawned: usize,
     /// PgBouncer in front of the database, when the run asks for one
@@ -132,9 +134,16 @@ impl TestEnv {
                 .timeout(Duration::from_secs(15))
                 .build()
                 .expect("http client"),
+            amqp_urls: crate::broker::AMQP_URL.to_owned(),
             extra_env: Vec::new(),
             spawned: 0,
         }
+    }
+
+    /// Uses the broker at `urls` (one URL or a cluster's comma-separated
+    /// list) for every binary started afterwards and for the helpers.
+    pub fn use_broker(&mut self, urls: &str) {
+        self.amqp_urls = urls.to_owned();
     }
 
     /// Adds an environment variable for every binary started afterwards.
@@ -176,7 +185,7 @@ impl TestEnv {
         let mut envs: Vec<(String, String)> = [
             ("ONCEHOOK_CONFIG", self.config_path.display().to_string()),
             ("ONCEHOOK_DATABASE_URL", self.database_url.clone()),
-            ("ONCEHOOK_AMQP_URL", AMQP_URL.to_owned()),
+            ("ONCEHOOK_AMQP_URL", self.amqp_urls.clone()),
             ("ONCEHOOK_AMQP_PREFIX", self.prefix.clone()),
             ("ONCEHOOK_MAIL_DIR", self.mail_dir.display().to_string()),
             ("ONCEHOOK_LOG", "info".to_owned()),
@@ -284,7 +293,7 @@ impl TestEnv {
     pub async fn wait_events_drained(&self) {
         let queue = format!("{}.events", self.prefix);
         crate::eventually("events queue drained", Duration::from_secs(30), || async {
-            (crate::broker::depth(&queue).await == Some(0)).then_some(())
+            (crate::broker::depth_on(&self.amqp_urls, &queue).await == Some(0)).then_some(())
         })
         .await;
     }
@@ -429,6 +438,7 @@ impl Drop for TestEnv {
         }
         let db_name = self.db_name.clone();
         let prefix = self.prefix.clone();
+        let amqp_urls = self.amqp_urls.clone();
         // Cleanup needs async I/O; run it on a runtime of its own. The test's
         // pool belongs to the test's (now blocked) runtime: leave it alone,
         // `WITH (FORCE)` ends its sessions.
@@ -454,7 +464,7 @@ impl Drop for TestEnv {
                     .execute(&admin)
                     .await;
                 }
-                crate::broker::delete_topology(&prefix).await;
+                crate::broker::delete_topology_on(&amqp_urls, &prefix).await;
             });
         })
         .join();

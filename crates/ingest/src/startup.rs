@@ -39,9 +39,9 @@ impl Application {
     ) -> std::io::Result<Self> {
         let shutdown = Shutdown::new();
         let publisher = Publisher::start(
-            settings.broker.url.clone(),
+            settings.broker.nodes.clone(),
             Topology::new(settings.broker.prefix.clone()),
-            settings.broker.delivery_limit,
+            settings.broker.queue_settings(),
             settings.broker.publish_timeout,
             shutdown.clone(),
         );

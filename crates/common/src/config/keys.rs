@@ -61,6 +61,7 @@ pub const ENV_LOG_FORMAT: &str = "ONCEHOOK_LOG_FORMAT";
 pub const ENV_BODY_LIMIT: &str = "ONCEHOOK_BODY_LIMIT_BYTES";
 pub const ENV_PUBLISH_TIMEOUT_MS: &str = "ONCEHOOK_PUBLISH_TIMEOUT_MS";
 pub const ENV_DELIVERY_LIMIT: &str = "ONCEHOOK_DELIVERY_LIMIT";
+pub const ENV_QUORUM_INITIAL_GROUP_SIZE: &str = "ONCEHOOK_QUORUM_INITIAL_GROUP_SIZE";
 pub const ENV_PREFETCH: &str = "ONCEHOOK_PREFETCH";
 pub const ENV_RETENTION_DAYS: &str = "ONCEHOOK_RETENTION_DAYS";
 pub const ENV_MAX_ATTEMPTS: &str = "ONCEHOOK_MAX_ATTEMPTS";
@@ -107,6 +108,13 @@ pub const KEYS: &[Key] = &[
         ENV_DELIVERY_LIMIT,
         &["broker.delivery_limit"],
         Some("delivery_limit"),
+        Number,
+        false,
+    ),
+    key(
+        ENV_QUORUM_INITIAL_GROUP_SIZE,
+        &["broker.quorum_initial_group_size"],
+        None,
         Number,
         false,
     ),

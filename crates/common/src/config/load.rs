@@ -36,6 +36,7 @@ pub(crate) struct RawBroker {
     pub prefix: String,
     pub publish_timeout_ms: u64,
     pub delivery_limit: u32,
+    pub quorum_initial_group_size: u32,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -107,6 +108,7 @@ impl Default for RawBroker {
             prefix: "oncehook".into(),
             publish_timeout_ms: 3_000,
             delivery_limit: 5,
+            quorum_initial_group_size: 3,
         }
     }
 }

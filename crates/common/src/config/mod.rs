@@ -22,7 +22,9 @@ use std::time::Duration;
 
 pub use keys::*;
 
+use crate::broker_nodes::BrokerNodes;
 use crate::retry::RetryPolicy;
+use crate::topology::QueueSettings;
 pub use secret::Secret;
 pub use sources::{DEFAULT_TOLERANCE_SECS, MAX_TOLERANCE_SECS, SourceConfig};
 
@@ -60,13 +62,27 @@ pub enum ConfigError {
 /// `[broker]`: RabbitMQ.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
-    /// The AMQP URL (may carry a password).
-    pub url: Secret,
+    /// The node (or the cluster's nodes) to connect to, from the AMQP URL
+    /// list; the URLs may carry a password and are never printed.
+    pub nodes: BrokerNodes,
     /// Prefix of every exchange and queue name.
     pub prefix: String,
     pub publish_timeout: Duration,
     /// `x-delivery-limit` of the quorum queues (set explicitly: brokers before 4.0 have none).
     pub delivery_limit: u32,
+    /// `x-quorum-initial-group-size`: replicas of each queue when it is
+    /// created (the broker caps it at the number of cluster nodes).
+    pub quorum_initial_group_size: u32,
+}
+
+impl BrokerConfig {
+    /// The arguments the topology declares its queues with.
+    pub fn queue_settings(&self) -> QueueSettings {
+        QueueSettings {
+            delivery_limit: self.delivery_limit,
+            initial_group_size: self.quorum_initial_group_size,
+        }
+    }
 }
 
 /// `[database]`: Postgres.
@@ -238,10 +254,20 @@ impl Config {
         sources::check_unique(&sources)?;
         Ok(Config {
             broker: BrokerConfig {
-                url: url(ENV_AMQP_URL, raw.broker.url, &["amqp://", "amqps://"])?,
+                nodes: BrokerNodes::parse(&raw.broker.url).map_err(|reason| {
+                    ConfigError::Invalid {
+                        key: ENV_AMQP_URL.to_owned(),
+                        value: "[redacted]".to_owned(),
+                        reason,
+                    }
+                })?,
                 prefix: non_empty(ENV_AMQP_PREFIX, raw.broker.prefix)?,
                 publish_timeout: Duration::from_millis(raw.broker.publish_timeout_ms),
                 delivery_limit: raw.broker.delivery_limit,
+                quorum_initial_group_size: at_least_one(
+                    ENV_QUORUM_INITIAL_GROUP_SIZE,
+                    raw.broker.quorum_initial_group_size,
+                )?,
             },
             database: DatabaseConfig {
                 url: url(
@@ -721,10 +747,51 @@ secrets = ["${NEW}", "${OLD}"]
         );
         let config = Config::from_env_map(&env).expect("valid");
         assert_eq!(
-            config.broker.url.expose(),
+            config.broker.nodes.all()[0].url().expose(),
             "amqp://user:p@ss@broker:5672/%2f"
         );
         assert!(!format!("{config:?}").contains("p@ss"));
+    }
+
+    #[test]
+    fn the_broker_url_may_list_the_nodes_of_a_cluster() {
+        let mut env = HashMap::from([(
+            ENV_AMQP_URL.to_owned(),
+            "amqp://app:s3cret@rabbit-0:5672/%2f,amqp://app:s3cret@rabbit-1:5672/%2f,amqp://app:s3cret@rabbit-2:5672/%2f".to_owned(),
+        )]);
+        let c = Config::from_env_map(&env).expect("three nodes");
+        assert_eq!(c.broker.nodes.len(), 3);
+        assert_eq!(
+            c.broker.nodes.labels(),
+            "rabbit-0:5672, rabbit-1:5672, rabbit-2:5672"
+        );
+        assert_eq!(c.broker.quorum_initial_group_size, 3, "default");
+        assert!(!format!("{c:?}").contains("s3cret"));
+
+        // A bad entry is named (position and variable), its text is not.
+        env.insert(
+            ENV_AMQP_URL.to_owned(),
+            "amqp://app:s3cret@rabbit-0:5672/%2f,amqp//app:s3cret@rabbit-1:5672".to_owned(),
+        );
+        let text = Config::from_env_map(&env)
+            .expect_err("bad second entry")
+            .to_string();
+        assert!(
+            text.contains(ENV_AMQP_URL) && text.contains("entry 2 of 2"),
+            "{text}"
+        );
+        assert!(!text.contains("s3cret") && !text.contains("app"), "{text}");
+    }
+
+    #[test]
+    fn the_quorum_group_size_is_read_and_at_least_one() {
+        let (path, env) = write("[broker]\nquorum_initial_group_size = 5\n");
+        let c = Config::from_env_map(&env).expect("file");
+        assert_eq!(c.broker.queue_settings().initial_group_size, 5);
+        let _ = std::fs::remove_file(path);
+        let env = HashMap::from([(ENV_QUORUM_INITIAL_GROUP_SIZE.to_owned(), "0".to_owned())]);
+        let text = Config::from_env_map(&env).expect_err("zero").to_string();
+        assert!(text.contains(ENV_QUORUM_INITIAL_GROUP_SIZE), "{text}");
     }
 
     #[test]
