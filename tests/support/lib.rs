@@ -8,6 +8,7 @@
 
 pub mod broker;
 pub mod chaos;
+pub mod console;
 pub mod env;
 pub mod ledger_gen;
 pub mod ledger_model;
