@@ -16,6 +16,7 @@ pub mod pgbouncer;
 pub mod process;
 pub mod shop;
 pub mod smtp;
+pub mod webdriver;
 
 pub use env::{Secrets, TestEnv};
 pub use process::Proc;

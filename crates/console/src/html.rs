@@ -170,9 +170,17 @@ pub fn rows(items: &[Value]) -> Markup {
     }
 }
 
-/// `oldest_failed_at` → "oldest failed at".
-pub fn label(key: &str) -> String {
-    key.replace('_', " ")
+/// A key as shown: verbatim, since a key may be data (a gateway, an error
+/// kind) and field names are the `--json` words.
+pub fn label(key: &str) -> &str {
+    key
+}
+
+/// Labelled values in the given order, as a two-column table.
+pub fn fields(rows: &[(&str, Value)]) -> Markup {
+    html! {
+        table.facts { tbody { @for (k, v) in rows { tr { th scope="row" { (k) } td { (value(v)) } } } } }
+    }
 }
 
 /// A JSON document pretty-printed in a `<pre>`.

@@ -209,15 +209,28 @@ pub async fn detail(
         }
     };
     let s = &report.summary;
-    let facts = serde_json::json!({
-        "gateway": s.facts.gateway, "source": s.facts.source, "event": s.facts.event_id,
-        "type": s.facts.event_type, "kind": s.facts.kind, "error": s.facts.error,
-        "failed_at": s.failed_at, "attempts": s.facts.attempts,
-        "dead_lettered_by": s.facts.dead_lettered_by, "origin": s.facts.origin,
-        "routing_key": s.facts.routing_key, "message_id": s.message_id,
-        "receipt": s.receipt_id, "replays": s.facts.replays, "identical_copies": report.copies,
-        "body_bytes": s.body_bytes,
-    });
+    let text = |v: Option<&String>| v.map_or(Value::Null, |v| Value::String(v.clone()));
+    let facts: Vec<(&str, Value)> = vec![
+        ("gateway", Value::String(s.facts.gateway.clone())),
+        ("source", text(s.facts.source.as_ref())),
+        ("event", text(s.facts.event_id.as_ref())),
+        ("type", text(s.facts.event_type.as_ref())),
+        ("kind", Value::String(s.facts.kind.clone())),
+        ("error", Value::String(s.facts.error.clone())),
+        ("failed at", text(s.failed_at.as_ref())),
+        (
+            "attempts",
+            s.facts.attempts.map_or(Value::Null, Value::from),
+        ),
+        ("dead-lettered by", Value::from(s.facts.dead_lettered_by)),
+        ("origin", text(s.facts.origin.as_ref())),
+        ("routing key", text(s.facts.routing_key.as_ref())),
+        ("message id", text(s.message_id.as_ref())),
+        ("receipt", text(s.receipt_id.as_ref())),
+        ("replays", Value::from(s.facts.replays)),
+        ("identical copies", Value::from(report.copies)),
+        ("body bytes", Value::from(s.body_bytes)),
+    ];
     let amqp_headers: Vec<(String, String)> = mask::headers(
         s.headers
             .iter()
@@ -258,7 +271,7 @@ pub async fn detail(
             }
             p.hint { "Fix the cause first (e.g. create the missing order), then replay: the letter is republished with a confirm and only then removed from the dead-letter queue." }
         }
-        section { h2 { "What failed" } (html::value(&facts)) }
+        section { h2 { "What failed" } (html::fields(&facts)) }
         section { h2 { "Message headers" } (pairs_table(&amqp_headers)) }
         @if let Some(h) = &gateway_headers { section { h2 { "Gateway request headers" } (pairs_table(h)) } }
         section {
