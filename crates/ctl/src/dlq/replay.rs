@@ -444,7 +444,7 @@ impl Report for ReplayReport {
         let mut lines = not_found_lines(not_found, &context.queue);
         if context.truncated {
             lines.push(format!(
-                "warning: only the first {PEEK_LIMIT} dead letters were read; run the replay again for the rest"
+                "warning: not every dead letter was read (at most {PEEK_LIMIT} at a time); run the replay again for the rest"
             ));
         }
         if let ReplayReport::Done(d) = self {
