@@ -7,7 +7,7 @@ CTL := target/debug/oncehookctl
 
 .PHONY: run test lint services tools alerts-test build demo bench chaos confluence fmt clean
 
-## run: start Postgres + RabbitMQ if needed, migrate, seed demo data, run ingest + worker + mailer
+## run: start Postgres + RabbitMQ if needed, migrate, seed demo data, run ingest + worker + mailer + console
 run: services build
 	$(CTL) migrate
 	$(CTL) demo seed

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Runs ingest, worker and mailer together in the foreground with one log
+# Runs ingest, worker, mailer and the operators' console together in the foreground with one log
 # stream (each line prefixed with its process). Ctrl-C (or SIGTERM) stops all
-# three gracefully. Expects the binaries built in target/debug (make run does it).
+# of them gracefully. Expects the binaries built in target/debug (make run does it).
 set -uo pipefail
 
 BIN="${BIN:-target/debug}"
@@ -33,6 +33,8 @@ trap stop INT TERM
 start ingest
 start worker
 start mailer
-echo "[run] ingest on http://${ONCEHOOK_INGEST_ADDR:-127.0.0.1:8080} (metrics: ingest 127.0.0.1:9100, worker 9101, mailer 9102); mail goes to ${ONCEHOOK_SMTP_URL:-${ONCEHOOK_MAIL_DIR:-./var/mail}}. Ctrl-C stops everything."
+start console
+echo "[run] ingest on http://${ONCEHOOK_INGEST_ADDR:-127.0.0.1:8080} (metrics: ingest 127.0.0.1:9100, worker 9101, mailer 9102); mail goes to ${ONCEHOOK_SMTP_URL:-${ONCEHOOK_MAIL_DIR:-./var/mail}}."
+echo "[run] console on http://${ONCEHOOK_CONSOLE_ADDR:-127.0.0.1:8081} (demo operator: demo / demo-operator). Ctrl-C stops everything."
 wait
 rm -rf "$piddir"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Makes sure the command-line tools `make test` needs beyond cargo are
 # installed: promtool (Debian's `prometheus` package), which unit-tests the
-# alert rules in deploy/observability/, and PgBouncer, which the pipeline's
-# tests run through once (transaction mode). Installs with apt on Debian/Ubuntu,
+# alert rules in deploy/observability/, PgBouncer, which the pipeline's
+# tests run through once (transaction mode), and chromium with chromedriver,
+# which drive the operators' console in tests/tests/console_browser.rs. Installs with apt on Debian/Ubuntu,
 # the way services.sh installs PostgreSQL. Idempotent; says what it did.
 set -euo pipefail
 
@@ -37,4 +38,13 @@ else
   }
   # The package starts a system instance on 6432; the tests start their own.
   as_root service pgbouncer stop >/dev/null 2>&1 || true
+fi
+
+if command -v chromedriver >/dev/null 2>&1 && { command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; }; then
+  say "chromium and chromedriver are installed ($(chromedriver --version 2>&1 | head -n 1))"
+else
+  apt_install chromium chromium-driver || {
+    say "could not install chromium: install Debian's chromium and chromium-driver packages, then retry"
+    exit 1
+  }
 fi

@@ -9,6 +9,7 @@
 pub mod broker;
 pub mod chaos;
 pub mod cluster;
+pub mod console;
 pub mod env;
 pub mod ledger_gen;
 pub mod ledger_model;
@@ -16,6 +17,7 @@ pub mod pgbouncer;
 pub mod process;
 pub mod shop;
 pub mod smtp;
+pub mod webdriver;
 
 pub use env::{Secrets, TestEnv};
 pub use process::Proc;

@@ -1,7 +1,7 @@
 //! One reader of the dead-letter queue at a time.
 //!
-//! `oncehookctl dlq` looks at dead letters by taking them all with
-//! `basic.get` and handing them back; while it holds them unacked, another
+//! `oncehookctl dlq` (and the console) look at dead letters by consuming
+//! them all unacked and handing them back; while one holds them, another
 //! `dlq list` would see none and a passive declare would count 0 (RabbitMQ's
 //! `message_count` is messages *ready*, not the unacked ones). So every
 //! reader of the queue's contents or depth first takes this lock: an

@@ -1,9 +1,10 @@
 //! Broker access for the tool: one bounded connection attempt, queue depths
 //! and consumers, and peeking at the dead-letter queue.
 //!
-//! Peeking never loses or reorders messages: a channel takes every message
-//! with `basic.get` (manual ack), the tool looks at them, and closing the
-//! channel without acking hands them all back to the queue in their order.
+//! Peeking never loses or reorders messages: a channel consumes every
+//! message (manual ack, a prefetch window instead of one `basic.get` round
+//! trip per message), the tool looks at them, and closing the channel
+//! without acking hands them all back to the queue in their order.
 //!
 //! Peeks take turns ([`oncehook_common::peek_lock`]): while one holds the
 //! dead letters unacked, another operator's `dlq list` (or `stats`, or the
@@ -13,7 +14,11 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use lapin::options::{BasicGetOptions, QueueDeclareOptions, QueuePurgeOptions};
+use futures_lite::StreamExt as _;
+use lapin::options::{
+    BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions,
+    QueuePurgeOptions,
+};
 use lapin::types::FieldTable;
 use lapin::{Channel, Connection};
 use oncehook_common::amqp::{self, short};
@@ -22,12 +27,15 @@ use oncehook_common::{Config, Topology};
 
 use crate::dlq::letter::Letter;
 
-/// Never hold more than this many messages in one peek.
-pub const PEEK_LIMIT: usize = 100_000;
+/// Never hold more than this many messages in one peek (the largest
+/// prefetch window a consumer can ask for: every one stays unacked).
+pub const PEEK_LIMIT: usize = u16::MAX as usize;
 /// How long to wait for the broker to accept a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long to wait for another peek to hand the dead letters back.
 const LOCK_WAIT: Duration = Duration::from_secs(60);
+/// A peek stops when the next dead letter takes longer than this to arrive.
+const DELIVERY_WAIT: Duration = Duration::from_secs(5);
 /// How long to wait for handed-back letters to be counted in the queue again.
 const RETURN_WAIT: Duration = Duration::from_secs(5);
 
@@ -89,7 +97,7 @@ pub async fn purge_queue(conn: &Connection, queue: &str) -> anyhow::Result<u32> 
 pub struct Peek {
     pub channel: Channel,
     pub letters: Vec<Letter>,
-    /// The peek stopped at [`PEEK_LIMIT`].
+    /// Fewer were read than the queue held ([`PEEK_LIMIT`], or a letter slow to arrive).
     pub truncated: bool,
     lock: PeekLock,
     queue: String,
@@ -137,7 +145,7 @@ async fn lock_peeks(conn: &Connection, topology: &Topology) -> anyhow::Result<Pe
     }
 }
 
-/// Every message of the dead-letter queue, taken with `basic.get` and held
+/// Every message of the dead-letter queue (up to [`PEEK_LIMIT`]), consumed and held
 /// unacked on the returned channel (closing it hands them all back in
 /// order). Bodies are kept only where `keep_body` says so.
 pub async fn peek(
@@ -154,28 +162,46 @@ pub async fn peek(
     }
     let lock = lock_peeks(conn, topology).await?;
     let channel = conn.create_channel().await.context("opening a channel")?;
-    let mut letters = Vec::new();
-    let mut truncated = false;
-    loop {
-        if letters.len() >= PEEK_LIMIT {
-            truncated = true;
-            break;
-        }
-        let got = channel
-            .basic_get(short(&queue), BasicGetOptions { no_ack: false })
+    // How many are there now (nobody else holds any: we have the lock).
+    let ready = queue_info(conn, &queue)
+        .await?
+        .map_or(0, |(n, _)| n as usize);
+    let wanted = ready.min(PEEK_LIMIT);
+    let mut letters = Vec::with_capacity(wanted);
+    if wanted > 0 {
+        // A consumer whose prefetch window holds them all streams them in
+        // queue order, without one round trip per message as `basic.get`
+        // needs (none is acked, so the window must fit every one).
+        let window = u16::try_from(wanted).unwrap_or(u16::MAX);
+        channel
+            .basic_qos(window, BasicQosOptions { global: false })
+            .await
+            .context("setting the peek's prefetch")?;
+        let mut consumer = channel
+            .basic_consume(
+                short(&queue),
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
             .await
             .with_context(|| format!("reading {queue}"))?;
-        let Some(msg) = got else { break };
-        let remaining = msg.message_count;
-        let mut letter = Letter::from_delivery(msg.delivery, topology);
-        if !keep_body(&letter) {
-            letter.forget_body();
+        while letters.len() < wanted {
+            let next = tokio::time::timeout(DELIVERY_WAIT, consumer.next()).await;
+            let Ok(Some(got)) = next else { break };
+            let delivery = got.with_context(|| format!("reading {queue}"))?;
+            let mut letter = Letter::from_delivery(delivery, topology);
+            if !keep_body(&letter) {
+                letter.forget_body();
+            }
+            letters.push(letter);
         }
-        letters.push(letter);
-        if remaining == 0 {
-            break;
-        }
+        // No more deliveries: what already arrived stays held, unacked.
+        let _ = channel
+            .basic_cancel(consumer.tag(), BasicCancelOptions::default())
+            .await;
     }
+    let truncated = ready > letters.len();
     Ok(Peek {
         channel,
         letters,

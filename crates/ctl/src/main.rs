@@ -1,24 +1,15 @@
 //! `oncehookctl`: the operators' and integrators' tool. Human-readable output
 //! by default, `--json` for scripts. Each verb lives in its own module and
 //! returns a report (`Serialize + Display`); [`output::Output::finish`] is
-//! the one place that prints it.
-
-mod broker;
-mod demo;
-mod dlq;
-mod migrate;
-mod output;
-mod retention;
-mod send;
-mod stats;
-mod timefmt;
-mod trace;
+//! the one place that prints it. The verbs themselves are the library
+//! (`src/lib.rs`), shared with the operators' console.
 
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use oncehook_common::Config;
+use oncehook_ctl::{demo, dlq, migrate, output, password, retention, send, stats, trace};
 
 #[derive(Parser)]
 #[command(
@@ -59,6 +50,8 @@ enum Command {
     Retention(retention::RetentionArgs),
     /// Queue depths, consumers, dead letters, outbox backlog, outcomes per gateway.
     Stats(stats::StatsArgs),
+    /// Hash a console password (read from stdin) into a `[[console.user]]` entry.
+    ConsoleUser(password::ConsoleUserArgs),
 }
 
 #[tokio::main]
@@ -82,8 +75,12 @@ async fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let settings = Config::load().context("reading configuration")?;
     let out = output::Output { json: cli.json };
+    if let Command::ConsoleUser(args) = cli.command {
+        // Needs no configuration: it prints a line for the configuration.
+        return Ok(out.finish(&password::console_user(args)?));
+    }
+    let settings = Config::load().context("reading configuration")?;
     Ok(match cli.command {
         Command::Migrate => out.finish(&migrate::run(&settings).await?),
         Command::Demo { command } => out.finish(&demo::run(&settings, command).await?),
@@ -92,5 +89,6 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Trace { command } => out.finish(&trace::run(&settings, command).await?),
         Command::Retention(args) => out.finish(&retention::run(&settings, args).await?),
         Command::Stats(args) => out.finish(&stats::run(&settings, args).await?),
+        Command::ConsoleUser(_) => ExitCode::SUCCESS,
     })
 }

@@ -98,7 +98,7 @@ pub async fn run(settings: &Config, command: TraceCommand) -> anyhow::Result<Tra
     report
 }
 
-async fn trace_event(
+pub async fn trace_event(
     conn: &mut PgConnection,
     provider: String,
     event_id: String,
@@ -125,7 +125,7 @@ async fn trace_event(
     })))
 }
 
-async fn trace_order(conn: &mut PgConnection, order_ref: &str) -> anyhow::Result<TraceReport> {
+pub async fn trace_order(conn: &mut PgConnection, order_ref: &str) -> anyhow::Result<TraceReport> {
     if let Some(story) = order_story(conn, order_ref).await? {
         return Ok(TraceReport::Order(Box::new(story)));
     }

@@ -67,6 +67,10 @@ pub const ENV_RETENTION_DAYS: &str = "ONCEHOOK_RETENTION_DAYS";
 pub const ENV_MAX_ATTEMPTS: &str = "ONCEHOOK_MAX_ATTEMPTS";
 pub const ENV_RETENTION_INTERVAL_SECS: &str = "ONCEHOOK_RETENTION_INTERVAL_SECS";
 pub const ENV_UNLINKED_TTL: &str = "ONCEHOOK_UNLINKED_TTL";
+pub const ENV_CONSOLE_ADDR: &str = "ONCEHOOK_CONSOLE_ADDR";
+pub const ENV_CONSOLE_SESSION_KEY: &str = "ONCEHOOK_CONSOLE_SESSION_KEY";
+pub const ENV_CONSOLE_SESSION_TTL: &str = "ONCEHOOK_CONSOLE_SESSION_TTL";
+pub const ENV_CONSOLE_SECURE_COOKIES: &str = "ONCEHOOK_CONSOLE_SECURE_COOKIES";
 /// Fault injection for the chaos suite: the worker panics on events for this order.
 pub const ENV_FAULT_PANIC_ORDER_REF: &str = "ONCEHOOK_FAULT_PANIC_ORDER_REF";
 
@@ -204,6 +208,28 @@ pub const KEYS: &[Key] = &[
         false,
     ),
     key(ENV_MAIL_DIR, &["mail.dir"], Some("mail_dir"), Text, false),
+    key(ENV_CONSOLE_ADDR, &["console.addr"], None, Text, false),
+    key(
+        ENV_CONSOLE_SESSION_KEY,
+        &["console.session_key"],
+        None,
+        Text,
+        true,
+    ),
+    key(
+        ENV_CONSOLE_SESSION_TTL,
+        &["console.session_ttl"],
+        None,
+        Text,
+        false,
+    ),
+    key(
+        ENV_CONSOLE_SECURE_COOKIES,
+        &["console.secure_cookies"],
+        None,
+        Text,
+        false,
+    ),
 ];
 
 /// The key a dotted path belongs to.

@@ -25,6 +25,7 @@ pub(crate) struct RawConfig {
     pub ingest: RawIngest,
     pub worker: RawWorker,
     pub mail: RawMail,
+    pub console: RawConsole,
     /// `[[source]]` stays a top-level table (the documented layout).
     pub source: Vec<FileSource>,
 }
@@ -99,6 +100,38 @@ pub(crate) struct RawMail {
     pub dir: PathBuf,
     pub prefetch: u16,
     pub retry: RawRetry,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawConsole {
+    pub addr: String,
+    pub session_key: Option<String>,
+    pub session_ttl: String,
+    /// `true`/`false` (text, so the environment can set it).
+    pub secure_cookies: String,
+    /// `[[console.user]]`
+    pub user: Vec<RawConsoleUser>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawConsoleUser {
+    pub name: String,
+    pub role: String,
+    pub password_hash: String,
+}
+
+impl Default for RawConsole {
+    fn default() -> Self {
+        RawConsole {
+            addr: "127.0.0.1:8081".into(),
+            session_key: None,
+            session_ttl: "8h".into(),
+            secure_cookies: "true".into(),
+            user: Vec::new(),
+        }
+    }
 }
 
 impl Default for RawBroker {

@@ -1,7 +1,8 @@
 //! Configuration, in sections per concern: `[broker]`, `[database]`,
 //! `[telemetry]`, `[ingest]` (address, limits, `[[source]]`s), `[worker]`
 //! (prefetch, retry, retention, parking) and `[mail]` (SMTP, sender, folder,
-//! retry). Defaults, then the TOML file named by `ONCEHOOK_CONFIG`, then
+//! retry), `[console]` (the operators' console: address, session, users).
+//! Defaults, then the TOML file named by `ONCEHOOK_CONFIG`, then
 //! `ONCEHOOK_*` variables (env wins), layered with figment (`load.rs`);
 //! every key and variable is listed once (`keys.rs`). Secrets and URLs are
 //! [`Secret`]s: `Debug` and error messages never print them.
@@ -225,6 +226,56 @@ pub struct MailConfig {
     pub retry: RetryPolicy,
 }
 
+/// `[console]`: the operators' web console (`oncehook-console`).
+#[derive(Debug, Clone)]
+pub struct ConsoleConfig {
+    /// Its own listener, never the public ingest port.
+    pub addr: SocketAddr,
+    /// The key sessions are signed with; `None` → a random key per start.
+    pub session_key: Option<Secret>,
+    /// How long a session lasts after login.
+    pub session_ttl: Duration,
+    /// Whether session cookies carry `Secure` (off only for plain local http).
+    pub secure_cookies: bool,
+    /// `[[console.user]]`: who may log in.
+    pub users: Vec<ConsoleUser>,
+}
+
+/// One console account.
+#[derive(Debug, Clone)]
+pub struct ConsoleUser {
+    pub name: String,
+    pub role: ConsoleRole,
+    /// An argon2 PHC string (`oncehookctl console-user NAME` prints one).
+    pub password_hash: Secret,
+}
+
+/// What a console account may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ConsoleRole {
+    /// Reads every page.
+    Viewer,
+    /// Also replays and purges dead letters.
+    Operator,
+}
+
+impl ConsoleRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConsoleRole::Viewer => "viewer",
+            ConsoleRole::Operator => "operator",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<ConsoleRole> {
+        match value.trim() {
+            "viewer" => Some(ConsoleRole::Viewer),
+            "operator" => Some(ConsoleRole::Operator),
+            _ => None,
+        }
+    }
+}
+
 /// Every section, validated.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -234,6 +285,7 @@ pub struct Config {
     pub ingest: IngestConfig,
     pub worker: WorkerConfig,
     pub mail: MailConfig,
+    pub console: ConsoleConfig,
 }
 
 impl Config {
@@ -252,7 +304,9 @@ impl Config {
             .map(|s| sources::resolve(s, env))
             .collect::<Result<Vec<_>, _>>()?;
         sources::check_unique(&sources)?;
+        let console = console(raw.console)?;
         Ok(Config {
+            console,
             broker: BrokerConfig {
                 nodes: BrokerNodes::parse(&raw.broker.url).map_err(|reason| {
                     ConfigError::Invalid {
@@ -466,6 +520,64 @@ fn retention_days(days: u32) -> Result<u32, ConfigError> {
         ));
     }
     Ok(days)
+}
+
+fn console(raw: load::RawConsole) -> Result<ConsoleConfig, ConfigError> {
+    let mut users: Vec<ConsoleUser> = Vec::with_capacity(raw.user.len());
+    for u in raw.user {
+        let name = u.name.trim().to_owned();
+        let bad = |reason: &str| ConfigError::Invalid {
+            key: format!("console.user {name:?}"),
+            value: String::new(),
+            reason: reason.to_owned(),
+        };
+        if name.is_empty() {
+            return Err(bad("a console user needs a name"));
+        }
+        if users.iter().any(|x| x.name == name) {
+            return Err(bad("configured twice"));
+        }
+        let role = ConsoleRole::parse(&u.role)
+            .ok_or_else(|| bad("role must be `viewer` or `operator`"))?;
+        if !u.password_hash.starts_with("$argon2") {
+            return Err(bad(
+                "password_hash must be an argon2 hash (`oncehookctl console-user NAME` prints one)",
+            ));
+        }
+        users.push(ConsoleUser {
+            name,
+            role,
+            password_hash: Secret::new(u.password_hash),
+        });
+    }
+    let secure_cookies = match raw.secure_cookies.trim() {
+        "true" | "yes" | "on" | "1" => true,
+        "false" | "no" | "off" | "0" => false,
+        other => {
+            return Err(invalid(
+                ENV_CONSOLE_SECURE_COOKIES,
+                other,
+                "expected `true` or `false`",
+            ));
+        }
+    };
+    let session_key = match raw.session_key.filter(|k| !k.is_empty()) {
+        Some(k) if k.len() < 32 => {
+            return Err(ConfigError::Invalid {
+                key: ENV_CONSOLE_SESSION_KEY.into(),
+                value: "[redacted]".into(),
+                reason: "must be at least 32 characters".into(),
+            });
+        }
+        other => other.map(Secret::new),
+    };
+    Ok(ConsoleConfig {
+        addr: parse_addr(ENV_CONSOLE_ADDR, &raw.addr)?,
+        session_key,
+        session_ttl: parse_duration(ENV_CONSOLE_SESSION_TTL, &raw.session_ttl)?,
+        secure_cookies,
+        users,
+    })
 }
 
 fn parse_addr(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {

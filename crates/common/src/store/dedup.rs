@@ -201,3 +201,39 @@ pub async fn outcomes_within(
     .fetch_all(conn)
     .await
 }
+
+/// Which processed deliveries [`recent`] lists.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RecentFilter<'a> {
+    pub provider: Option<&'a str>,
+    pub source: Option<&'a str>,
+    pub outcome: Option<&'a str>,
+}
+
+/// Processed deliveries, newest first: one page of `limit` after skipping
+/// `offset` (walks `processed_webhooks_processed_at` backwards).
+pub async fn recent(
+    conn: &mut PgConnection,
+    filter: RecentFilter<'_>,
+    limit: i64,
+    offset: i64,
+) -> Result<Vec<WebhookRow>, sqlx::Error> {
+    sqlx::query_as!(
+        WebhookRow,
+        "SELECT provider, event_id, event_type, order_ref, payment_id, source, receipt_id,
+                outcome, detail, deliveries, received_at, processed_at, last_seen_at
+         FROM processed_webhooks
+         WHERE ($1::text IS NULL OR provider = $1)
+           AND ($2::text IS NULL OR source = $2)
+           AND ($3::text IS NULL OR outcome = $3)
+         ORDER BY processed_at DESC, source, event_id
+         LIMIT $4 OFFSET $5",
+        filter.provider,
+        filter.source,
+        filter.outcome,
+        limit,
+        offset
+    )
+    .fetch_all(conn)
+    .await
+}

@@ -383,3 +383,20 @@ pub async fn insert_order_item(
     .await?;
     Ok(())
 }
+
+/// The reference of the order a payment belongs to (by a recorded attempt
+/// or a link), for any provider; `None` when no order is known for it.
+pub async fn order_ref_of_payment(
+    conn: &mut PgConnection,
+    payment_id: &str,
+) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar!(
+        "SELECT order_ref FROM orders WHERE id IN (
+             SELECT order_id FROM payments WHERE payment_id = $1
+             UNION SELECT order_id FROM payment_links WHERE payment_id = $1)
+         ORDER BY id LIMIT 1",
+        payment_id
+    )
+    .fetch_optional(conn)
+    .await
+}

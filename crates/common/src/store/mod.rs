@@ -12,9 +12,11 @@
 //! - [`outbox`]: `email_outbox`, written with the effect, sent by the mailer.
 //! - [`retention`]: trimming `processed_webhooks` and sent or failed
 //!   `email_outbox` rows (the worker's schedule and `oncehookctl retention`).
+//! - [`audit`]: `console_audit`, what operators did through the console.
 //! - [`schema`]: `_sqlx_migrations`, which migrations are applied.
 //! - [`ping`]: whether the database answers at all.
 
+pub mod audit;
 pub mod dedup;
 pub mod ledger;
 pub mod outbox;

@@ -9,10 +9,11 @@
 //! act on every copy.
 
 pub mod letter;
-mod list;
-mod purge;
-mod replay;
-mod show;
+pub mod list;
+pub mod mask;
+pub mod purge;
+pub mod replay;
+pub mod show;
 
 use std::collections::BTreeSet;
 use std::process::ExitCode;
@@ -51,6 +52,9 @@ pub struct Filter {
     /// Only dead letters of this gateway (`razorpay`, …, or `email`).
     #[arg(long)]
     pub gateway: Option<String>,
+    /// Only dead letters from this source (the `{source}` of `/webhooks/{source}`).
+    #[arg(long)]
+    pub source: Option<String>,
     /// Only dead letters of this kind (`unknown_order`, `unparseable`, `delivery_limit`, …).
     #[arg(long = "error-kind")]
     pub error_kind: Option<String>,
@@ -60,15 +64,22 @@ pub struct Filter {
 }
 
 impl Filter {
-    fn is_empty(&self) -> bool {
-        self.gateway.is_none() && self.error_kind.is_none() && self.since.is_none()
+    pub fn is_empty(&self) -> bool {
+        self.gateway.is_none()
+            && self.source.is_none()
+            && self.error_kind.is_none()
+            && self.since.is_none()
     }
 
-    fn matches(&self, letter: &Letter, now: OffsetDateTime) -> bool {
+    pub fn matches(&self, letter: &Letter, now: OffsetDateTime) -> bool {
         let same = |want: &Option<String>, have: &str| {
             want.as_ref().is_none_or(|w| have.eq_ignore_ascii_case(w))
         };
         same(&self.gateway, &letter.facts.gateway)
+            && self
+                .source
+                .as_ref()
+                .is_none_or(|want| letter.facts.source.as_deref() == Some(want.as_str()))
             && same(&self.error_kind, &letter.facts.kind)
             && self.since.is_none_or(|window| within(letter, window, now))
     }

@@ -32,7 +32,7 @@ const LIST_EACH_UP_TO: usize = 50;
 #[derive(Args)]
 pub struct ReplayArgs {
     /// IDs from `dlq list`.
-    #[arg(conflicts_with_all = ["all", "gateway", "error_kind", "since"])]
+    #[arg(conflicts_with_all = ["all", "gateway", "source", "error_kind", "since"])]
     pub ids: Vec<String>,
     /// Every dead letter (narrowed by --gateway / --error-kind / --since if given).
     #[arg(long)]
@@ -114,7 +114,7 @@ pub async fn run(
     let ids = normalise_ids(&args.ids);
     if ids.is_empty() && !args.all && args.filter.is_empty() {
         bail!(
-            "say what to replay: IDs from `oncehookctl dlq list`, --all, --gateway G, --error-kind K or --since D (try --dry-run first)"
+            "say what to replay: IDs from `oncehookctl dlq list`, --all, --gateway G, --source S, --error-kind K or --since D (try --dry-run first)"
         );
     }
     refuse_unconfirmed_all(&args)?;
@@ -166,7 +166,7 @@ fn refuse_unconfirmed_all(args: &ReplayArgs) -> anyhow::Result<()> {
     let everything = args.all && args.filter.is_empty() && !args.dry_run;
     if everything && !args.yes && !std::io::stdin().is_terminal() {
         bail!(
-            "refusing to replay every dead letter without confirmation: stdin is not a terminal; pass --yes (or narrow it with --gateway, --error-kind or --since)"
+            "refusing to replay every dead letter without confirmation: stdin is not a terminal; pass --yes (or narrow it with --gateway, --source, --error-kind or --since)"
         );
     }
     Ok(())
@@ -444,7 +444,7 @@ impl Report for ReplayReport {
         let mut lines = not_found_lines(not_found, &context.queue);
         if context.truncated {
             lines.push(format!(
-                "warning: only the first {PEEK_LIMIT} dead letters were read; run the replay again for the rest"
+                "warning: not every dead letter was read (at most {PEEK_LIMIT} at a time); run the replay again for the rest"
             ));
         }
         if let ReplayReport::Done(d) = self {

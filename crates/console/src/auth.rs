@@ -1,0 +1,302 @@
+//! Who may do what: the login and logout endpoints, and the checks every
+//! page and action passes through.
+//!
+//! - A page needs a live session ([`page`]); without one the browser is
+//!   sent to `/login`.
+//! - An action (every state change is a POST) needs a live session, a
+//!   same-origin request, the session's CSRF token and the right role
+//!   ([`action`]); anything else is 403.
+//! - Logins are throttled per account and per address (`throttle.rs`) and
+//!   checked against the configured argon2 hashes.
+
+use std::time::Duration;
+
+use actix_web::http::header;
+use actix_web::{HttpRequest, HttpResponse, web};
+use maud::html;
+use oncehook_common::config::ConsoleRole;
+use oncehook_ctl::password;
+
+use crate::form::Pairs;
+use crate::html::{self, Page};
+use crate::session::{COOKIE, Session};
+use crate::state::State;
+
+/// The person behind a request.
+pub struct Who {
+    pub session: Session,
+    pub role: ConsoleRole,
+    /// The session's CSRF token, for the forms of the page.
+    pub csrf: String,
+}
+
+impl Who {
+    pub fn may_act(&self) -> bool {
+        self.role == ConsoleRole::Operator
+    }
+}
+
+/// The session cookie's value, if the request carries one.
+fn cookie(req: &HttpRequest) -> Option<String> {
+    req.headers()
+        .get_all(header::COOKIE)
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == COOKIE)
+        .map(|(_, value)| value.to_owned())
+}
+
+/// The request's live session and its user's current role.
+pub fn who(req: &HttpRequest, state: &State) -> Option<Who> {
+    let session = state.sessions.check(&cookie(req)?)?;
+    let role = state.role_of(&session.user)?;
+    let csrf = state.sessions.csrf_token(&session);
+    Some(Who {
+        session,
+        role,
+        csrf,
+    })
+}
+
+/// A page: the session, or a redirect to the login page.
+/// (The refusal is boxed: an `HttpResponse` is large.)
+pub fn page(req: &HttpRequest, state: &State) -> Result<Who, Box<HttpResponse>> {
+    who(req, state).ok_or_else(|| Box::new(to_login(req)))
+}
+
+fn to_login(req: &HttpRequest) -> HttpResponse {
+    let next = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or("/");
+    let target = format!(
+        "/login?next={}",
+        url::form_urlencoded::byte_serialize(next.as_bytes()).collect::<String>()
+    );
+    HttpResponse::SeeOther()
+        .insert_header((header::LOCATION, target))
+        .finish()
+}
+
+/// An action: a live session, a same-origin POST, the session's CSRF token
+/// (form field `csrf`) and at least the role `need`.
+pub fn action(
+    req: &HttpRequest,
+    state: &State,
+    form: &Pairs,
+    need: ConsoleRole,
+) -> Result<Who, Box<HttpResponse>> {
+    let who = page(req, state)?;
+    if !same_origin(req) {
+        return Err(Box::new(forbidden(
+            Some(&who),
+            "This request came from another site.",
+        )));
+    }
+    let token = form.get("csrf").unwrap_or_default();
+    if !state.sessions.csrf_ok(&who.session, &token) {
+        return Err(Box::new(forbidden(
+            Some(&who),
+            "The form's security token is missing or wrong (an old tab?). Reload the page and try again.",
+        )));
+    }
+    if who.role < need {
+        return Err(Box::new(forbidden(
+            Some(&who),
+            "Your role (viewer) reads every page; replaying and purging dead letters needs the operator role.",
+        )));
+    }
+    Ok(who)
+}
+
+/// A browser's POST names its origin; it must be this console.
+fn same_origin(req: &HttpRequest) -> bool {
+    let Some(origin) = req.headers().get(header::ORIGIN) else {
+        return true;
+    };
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default();
+    let origin = origin.to_str().unwrap_or_default();
+    let origin_host = origin.split_once("://").map(|(_, rest)| rest).unwrap_or("");
+    !host.is_empty() && origin_host == host
+}
+
+pub fn forbidden(who: Option<&Who>, why: &str) -> HttpResponse {
+    html::respond(
+        actix_web::http::StatusCode::FORBIDDEN,
+        Page::new("Forbidden", who).body(html! {
+            h1 { "Forbidden" }
+            p.error { (why) }
+        }),
+    )
+}
+
+/// Where to go after logging in: a path of this console only.
+fn safe_next(next: Option<String>) -> String {
+    match next {
+        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n,
+        _ => "/".to_owned(),
+    }
+}
+
+/// `GET /login`
+pub async fn login_page(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
+    if who(&req, &state).is_some() {
+        return redirect("/");
+    }
+    let q = Pairs::parse(req.query_string().as_bytes());
+    login_form(
+        actix_web::http::StatusCode::OK,
+        &q.get("next").unwrap_or_default(),
+        None,
+    )
+}
+
+fn login_form(
+    status: actix_web::http::StatusCode,
+    next: &str,
+    message: Option<&str>,
+) -> HttpResponse {
+    html::respond(
+        status,
+        Page::new("Log in", None).body(html! {
+            h1 { "oncehook console" }
+            @if let Some(m) = message { p.error role="alert" { (m) } }
+            form.login method="post" action="/login" {
+                input type="hidden" name="next" value=(next);
+                label { "Name" input name="user" autocomplete="username" required autofocus; }
+                label { "Password" input name="password" type="password" autocomplete="current-password" required; }
+                button type="submit" { "Log in" }
+            }
+        }),
+    )
+}
+
+/// `POST /login`
+pub async fn login(req: HttpRequest, state: web::Data<State>, body: web::Bytes) -> HttpResponse {
+    if !same_origin(&req) {
+        return forbidden(None, "This request came from another site.");
+    }
+    let form = Pairs::parse(&body);
+    let name = form.get("user").unwrap_or_default();
+    let password = form.raw("password").unwrap_or_default();
+    let next = safe_next(form.get("next"));
+    let addr = req
+        .peer_addr()
+        .map(|a| a.ip().to_string())
+        .unwrap_or_default();
+    let keys = [format!("user:{name}"), format!("addr:{addr}")];
+    if let Some(wait) = keys
+        .iter()
+        .filter_map(|k| state.throttle.retry_after(k))
+        .max()
+    {
+        tracing::warn!(user = %name, %addr, "console login refused: too many failures");
+        return throttled(&next, wait);
+    }
+    let hash = state
+        .user(&name)
+        .map(|u| u.password_hash.expose().to_owned());
+    // Unknown names cost the same as wrong passwords.
+    let known = hash.is_some();
+    let hash = hash.unwrap_or_else(|| state.decoy_hash.clone());
+    let ok = web::block(move || password::verify(&password, &hash))
+        .await
+        .unwrap_or(false)
+        && known;
+    if !ok {
+        for k in &keys {
+            state.throttle.fail(k);
+        }
+        tracing::warn!(user = %name, %addr, "console login failed");
+        return login_form(
+            actix_web::http::StatusCode::UNAUTHORIZED,
+            &next,
+            Some("Wrong name or password."),
+        );
+    }
+    state.throttle.clear(&keys[0]);
+    let (_, value) = state.sessions.open(&name);
+    tracing::info!(user = %name, %addr, "console login");
+    HttpResponse::SeeOther()
+        .insert_header((header::LOCATION, next))
+        .insert_header((
+            header::SET_COOKIE,
+            session_cookie(&state, &value, state.sessions.ttl()),
+        ))
+        .finish()
+}
+
+fn throttled(next: &str, wait: Duration) -> HttpResponse {
+    let secs = wait.as_secs().max(1);
+    let mut resp = login_form(
+        actix_web::http::StatusCode::TOO_MANY_REQUESTS,
+        next,
+        Some(&format!(
+            "Too many failed logins. Try again in {} minute(s).",
+            secs.div_ceil(60)
+        )),
+    );
+    if let Ok(v) = header::HeaderValue::from_str(&secs.to_string()) {
+        resp.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    resp
+}
+
+/// `POST /logout`: ends the session (its cookie is refused from now on).
+pub async fn logout(req: HttpRequest, state: web::Data<State>, body: web::Bytes) -> HttpResponse {
+    let form = Pairs::parse(&body);
+    let who = match action(&req, &state, &form, ConsoleRole::Viewer) {
+        Ok(w) => w,
+        Err(resp) => return *resp,
+    };
+    state.sessions.close(&who.session.id);
+    tracing::info!(user = %who.session.user, "console logout");
+    HttpResponse::SeeOther()
+        .insert_header((header::LOCATION, "/login"))
+        .insert_header((
+            header::SET_COOKIE,
+            session_cookie(&state, "", Duration::ZERO),
+        ))
+        .finish()
+}
+
+fn session_cookie(state: &State, value: &str, max_age: Duration) -> String {
+    let secure = if state.settings.console.secure_cookies {
+        "; Secure"
+    } else {
+        ""
+    };
+    format!(
+        "{COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
+        max_age.as_secs()
+    )
+}
+
+pub fn redirect(to: &str) -> HttpResponse {
+    HttpResponse::SeeOther()
+        .insert_header((header::LOCATION, to.to_owned()))
+        .finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::safe_next;
+
+    #[test]
+    fn only_local_paths_are_followed_after_login() {
+        assert_eq!(
+            safe_next(Some("/letters?gateway=payu".into())),
+            "/letters?gateway=payu"
+        );
+        assert_eq!(safe_next(Some("//evil.example/".into())), "/");
+        assert_eq!(safe_next(Some("https://evil.example/".into())), "/");
+        assert_eq!(safe_next(Some("/\\evil".into())), "/");
+        assert_eq!(safe_next(None), "/");
+    }
+}

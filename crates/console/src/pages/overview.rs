@@ -1,0 +1,58 @@
+//! Overview: what `oncehookctl stats` prints — queues and consumers, dead
+//! letters by gateway and kind, the outbox backlog, outcomes per gateway —
+//! over a window (`?since=24h`).
+
+use std::time::Duration;
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use maud::html;
+use oncehook_ctl::stats::{self, StatsArgs};
+use oncehook_ctl::timefmt::parse_duration;
+
+use crate::auth;
+use crate::form::Pairs;
+use crate::html::{self, Page};
+use crate::state::State;
+
+/// The sections of the stats report, in the order `stats` prints them.
+const SECTIONS: [(&str, &str); 7] = [
+    ("queues", "Queues"),
+    ("dead_letters", "Dead letters"),
+    ("outbox", "Email outbox"),
+    ("ledger", "Ledger flags"),
+    ("gateways", "Outcomes per gateway"),
+    ("broker", "Broker"),
+    ("database", "Database"),
+];
+
+pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
+    let who = match auth::page(&req, &state) {
+        Ok(w) => w,
+        Err(r) => return *r,
+    };
+    let q = Pairs::parse(req.query_string().as_bytes());
+    let since_text = q.get("since").unwrap_or_else(|| "24h".to_owned());
+    let since = parse_duration(&since_text).unwrap_or(Duration::from_secs(86_400));
+    let report = match stats::run(&state.settings, StatsArgs { since }).await {
+        Ok(r) => r,
+        Err(e) => return html::failure(&who, "Overview", &e),
+    };
+    let doc = serde_json::to_value(&report).unwrap_or_default();
+    html::ok(Page::new("Overview", Some(&who)).body(html! {
+        h1 { "Overview" }
+        form.filters method="get" action="/" {
+            label { "Outcomes over the last " input name="since" value=(since_text) size="5"; }
+            button type="submit" { "Show" }
+        }
+        @for (key, title) in SECTIONS {
+            section id=(key) {
+                h2 { (title) }
+                (html::value(doc.get(key).unwrap_or(&serde_json::Value::Null)))
+            }
+        }
+        details {
+            summary { "As " code { "oncehookctl stats" } " prints it" }
+            pre { (report.to_string()) }
+        }
+    }))
+}

@@ -1,0 +1,109 @@
+//! Trace: what `oncehookctl trace order` prints, found by order ref,
+//! payment id or event id — the order, its items, every payment attempt,
+//! every webhook delivery that touched it, refunds and emails.
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use maud::{Markup, html};
+use oncehook_common::store::ledger;
+use oncehook_ctl::trace::{self, TraceReport};
+use serde_json::Value;
+
+use crate::auth;
+use crate::form::Pairs;
+use crate::html::{self, Page};
+use crate::state::State;
+
+/// The sections of an order's story, in the order `trace order` prints them.
+const SECTIONS: [(&str, &str); 6] = [
+    ("order", "Order"),
+    ("items", "Items"),
+    ("payments", "Payments"),
+    ("webhooks", "Webhook deliveries"),
+    ("refunds", "Refunds"),
+    ("emails", "Emails"),
+];
+
+pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
+    let who = match auth::page(&req, &state) {
+        Ok(w) => w,
+        Err(r) => return *r,
+    };
+    let q = Pairs::parse(req.query_string().as_bytes())
+        .get("q")
+        .unwrap_or_default();
+    let found = if q.is_empty() {
+        Ok(None)
+    } else {
+        find(&state, &q).await
+    };
+    let report = match found {
+        Ok(r) => r,
+        Err(e) => return html::failure(&who, "Trace", &e),
+    };
+    html::ok(Page::new("Trace", Some(&who)).body(html! {
+        h1 { "Trace" }
+        form.filters method="get" action="/trace" {
+            label { "Order ref, payment id or event id " input name="q" value=(q) required; }
+            button type="submit" { "Trace" }
+        }
+        @match &report {
+            None if q.is_empty() => {},
+            None => p.none { "No order, payment or processed event is known as " code { (q) } "." },
+            Some((how, report)) => {
+                p.found { (how) }
+                (story(report))
+            }
+        }
+    }))
+}
+
+/// The report for `q`, tried as an order ref, a payment id, then an event
+/// id of each gateway; with how it was found.
+async fn find(state: &State, q: &str) -> anyhow::Result<Option<(String, TraceReport)>> {
+    let mut conn = state.pool.acquire().await?;
+    if let r @ TraceReport::Order(_) = trace::trace_order(&mut conn, q).await? {
+        return Ok(Some((format!("Order {q}:"), r)));
+    }
+    if let Some(order_ref) = ledger::order_ref_of_payment(&mut conn, q).await?
+        && let r @ TraceReport::Order(_) = trace::trace_order(&mut conn, &order_ref).await?
+    {
+        return Ok(Some((
+            format!("Payment {q} belongs to order {order_ref}:"),
+            r,
+        )));
+    }
+    for gateway in oncehook_gateways::Gateway::ALL {
+        let provider = gateway.as_str().to_owned();
+        if let r @ TraceReport::Event(_) =
+            trace::trace_event(&mut conn, provider, q.to_owned()).await?
+        {
+            return Ok(Some((format!("{gateway} event {q}:"), r)));
+        }
+    }
+    Ok(None)
+}
+
+fn story(report: &TraceReport) -> Markup {
+    let doc = serde_json::to_value(report).unwrap_or_default();
+    let order_story = |doc: &Value| {
+        html! {
+            @for (key, title) in SECTIONS {
+                @if let Some(v) = doc.get(key) {
+                    section id=(key) { h2 { (title) } (html::value(v)) }
+                }
+            }
+        }
+    };
+    html! {
+        @if let Some(event) = doc.get("event") {
+            section id="event" { h2 { "Event" } (html::value(event)) }
+            @if let Some(order) = doc.get("order").filter(|o| !o.is_null()) { (order_story(order)) }
+        } @else {
+            (order_story(&doc))
+        }
+        details open {
+            summary { "As " code { "oncehookctl trace" } " prints it" }
+            pre { (report.to_string()) }
+        }
+    }
+}

@@ -1,0 +1,318 @@
+//! The operators' console over HTTP, through the real binary: every page
+//! needs a login; forged, expired and logged-out sessions are refused;
+//! wrong passwords are throttled; viewers cannot act; actions need the
+//! session's CSRF token; and an operator replays a dead letter produced
+//! through the real pipeline, which is written to the audit table.
+
+use std::time::Duration;
+
+use oncehook_e2e::console::{Console, OPERATOR, VIEWER};
+use oncehook_e2e::{TestEnv, broker, eventually, shop};
+use oncehook_gateways::Gateway;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn assert_security_headers(a: &oncehook_e2e::console::Answer) {
+    let csp = a.header("content-security-policy");
+    assert!(
+        csp.contains("default-src 'self'") && csp.contains("frame-ancestors 'none'"),
+        "{csp}"
+    );
+    assert!(!csp.contains("unsafe-inline"), "{csp}");
+    assert_eq!(a.header("x-frame-options"), "DENY");
+    assert_eq!(a.header("x-content-type-options"), "nosniff");
+    assert!(!a.header("referrer-policy").is_empty());
+}
+
+#[tokio::test]
+async fn every_page_needs_a_live_session() {
+    let mut env = TestEnv::new().await;
+    let console = Console::start(&mut env, &[]).await;
+
+    // No cookie: every page and action sends the browser to the login page.
+    for path in [
+        "/",
+        "/letters",
+        "/letters/0123456789ab",
+        "/events",
+        "/trace?q=x",
+        "/audit",
+    ] {
+        let a = console.get(path, None).await;
+        assert_eq!(a.status, 303, "{path}");
+        assert!(
+            a.header("location").starts_with("/login?next="),
+            "{path}: {}",
+            a.header("location")
+        );
+        assert_security_headers(&a);
+    }
+    let a = console
+        .post("/letters/replay", None, &[("ids", "x"), ("confirm", "yes")])
+        .await;
+    assert_eq!(a.status, 303);
+    let login = console.get("/login", None).await;
+    assert_eq!(login.status, 200);
+    assert_security_headers(&login);
+    assert!(!login.body.contains("<script>"), "no inline script");
+
+    // The session cookie: HttpOnly, SameSite=Strict, an expiry.
+    let a = console.try_login(VIEWER.0, VIEWER.1).await;
+    assert_eq!(a.status, 303, "{}", a.body);
+    let set = a.header("set-cookie");
+    for attr in ["HttpOnly", "SameSite=Strict", "Max-Age=", "Path=/"] {
+        assert!(set.contains(attr), "{attr} in {set}");
+    }
+    let cookie = set.split(';').next().unwrap_or_default().to_owned();
+    let page = console.get("/events", Some(&cookie)).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("Events") && page.body.contains(VIEWER.0));
+    assert_security_headers(&page);
+
+    // A forged cookie (another user's name under the same signature) is refused.
+    let (name, value) = cookie.split_once('=').expect("name=value");
+    let mut parts: Vec<String> = value.split('.').map(str::to_owned).collect();
+    parts[2] = "b2xnYQ".to_owned(); // "olga", base64url
+    let forged = format!("{name}={}", parts.join("."));
+    assert_eq!(console.get("/events", Some(&forged)).await.status, 303);
+    let garbage = format!("{name}=abc.def.ghi.jkl");
+    assert_eq!(console.get("/events", Some(&garbage)).await.status, 303);
+
+    // Logout (a POST with the CSRF token) ends the session for good.
+    let csrf = page.csrf();
+    let out = console
+        .post("/logout", Some(&cookie), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(out.status, 303);
+    assert_eq!(out.header("location"), "/login");
+    assert!(out.header("set-cookie").contains("Max-Age=0"));
+    assert_eq!(console.get("/events", Some(&cookie)).await.status, 303);
+
+    // An expired session is refused (a console whose sessions last 2 s).
+    let short = Console::start(&mut env, &[("ONCEHOOK_CONSOLE_SESSION_TTL", "2s")]).await;
+    let cookie = short.login(VIEWER).await;
+    assert_eq!(short.get("/events", Some(&cookie)).await.status, 200);
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert_eq!(short.get("/events", Some(&cookie)).await.status, 303);
+}
+
+#[tokio::test]
+async fn wrong_passwords_are_throttled_per_account_and_address() {
+    let mut env = TestEnv::new().await;
+    let console = Console::start(&mut env, &[]).await;
+    for i in 0..5 {
+        let a = console.try_login(OPERATOR.0, "not-the-password").await;
+        assert_eq!(a.status, 401, "attempt {i}");
+        assert!(a.body.contains("Wrong name or password"));
+        assert!(a.header("set-cookie").is_empty());
+    }
+    // The sixth try is refused before the password is looked at — even the right one.
+    for password in ["not-the-password", OPERATOR.1] {
+        let a = console.try_login(OPERATOR.0, password).await;
+        assert_eq!(a.status, 429, "{}", a.body);
+        let retry: u64 = a
+            .header("retry-after")
+            .parse()
+            .expect("Retry-After seconds");
+        assert!(retry > 0 && retry <= 15 * 60, "{retry}");
+        assert!(a.header("set-cookie").is_empty());
+    }
+    // The address is locked out too: another account from it waits as well.
+    let a = console.try_login(VIEWER.0, VIEWER.1).await;
+    assert_eq!(a.status, 429);
+}
+
+#[tokio::test]
+async fn actions_need_the_operator_role_and_the_sessions_csrf_token() {
+    let mut env = TestEnv::new().await;
+    let console = Console::start(&mut env, &[]).await;
+    let viewer = console.login(VIEWER).await;
+    let operator = console.login(OPERATOR).await;
+    let viewer_csrf = console.get("/audit", Some(&viewer)).await.csrf();
+    let operator_csrf = console.get("/audit", Some(&operator)).await.csrf();
+    assert_ne!(viewer_csrf, operator_csrf, "tokens are per session");
+
+    let replay = |csrf: &str| {
+        vec![
+            ("ids".to_owned(), "0123456789ab".to_owned()),
+            ("confirm".to_owned(), "yes".to_owned()),
+            ("csrf".to_owned(), csrf.to_owned()),
+        ]
+    };
+    let post = |cookie: String, form: Vec<(String, String)>, path: &'static str| {
+        let console = &console;
+        async move {
+            let form: Vec<(&str, &str)> =
+                form.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            console.post(path, Some(&cookie), &form).await
+        }
+    };
+    // A viewer may not replay or purge, even with a valid token.
+    for path in ["/letters/replay", "/letters/purge", "/letters/preview"] {
+        let a = post(viewer.clone(), replay(&viewer_csrf), path).await;
+        assert_eq!(a.status, 403, "{path}: {}", a.body);
+        assert!(a.body.contains("operator role"), "{}", a.body);
+    }
+    // An operator without the token, with a wrong one, or with another session's: 403.
+    let no_token = vec![
+        ("ids".to_owned(), "0123456789ab".to_owned()),
+        ("confirm".to_owned(), "yes".to_owned()),
+    ];
+    assert_eq!(
+        post(operator.clone(), no_token, "/letters/replay")
+            .await
+            .status,
+        403
+    );
+    assert_eq!(
+        post(operator.clone(), replay("00ff"), "/letters/replay")
+            .await
+            .status,
+        403
+    );
+    assert_eq!(
+        post(operator.clone(), replay(&viewer_csrf), "/letters/replay")
+            .await
+            .status,
+        403
+    );
+    // Logout needs the token too.
+    assert_eq!(post(operator.clone(), vec![], "/logout").await.status, 403);
+    assert_eq!(console.get("/audit", Some(&operator)).await.status, 200);
+    // Nothing reached the audit table.
+    assert_eq!(env.count("SELECT count(*) FROM console_audit").await, 0);
+}
+
+#[tokio::test]
+async fn an_operator_replays_a_dead_letter_from_the_pipeline_and_it_is_audited() {
+    let mut env = TestEnv::new().await;
+    let (_ingest, url) = env.start_ingest().await;
+    let _worker = env.start_worker().await;
+    let console = Console::start(&mut env, &[]).await;
+
+    // An authentic capture for an order that does not exist yet: dead-lettered.
+    let capture = env.sign(
+        Gateway::Razorpay,
+        "payment.captured",
+        &env.spec("order_console", "pay_C1", "evt_C1", 50_000),
+    );
+    let (status, body) = env.post(&url, "razorpay", &capture).await;
+    assert_eq!(status, 200, "{body}");
+    let dead = format!("{}.dead", env.prefix);
+    eventually("one dead letter", WAIT, || async {
+        (broker::depth(&dead).await == Some(1)).then_some(())
+    })
+    .await;
+
+    let cookie = console.login(OPERATOR).await;
+    let list = console
+        .get("/letters?gateway=razorpay", Some(&cookie))
+        .await;
+    assert_eq!(list.status, 200, "{}", list.body);
+    assert!(
+        list.body.contains("evt_C1") && list.body.contains("unknown_order"),
+        "{}",
+        list.body
+    );
+    let id = list
+        .body
+        .split("href=\"/letters/")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a link to the dead letter")
+        .to_owned();
+
+    // The detail page masks the gateway's signature.
+    let detail = console.get(&format!("/letters/{id}"), Some(&cookie)).await;
+    assert_eq!(detail.status, 200, "{}", detail.body);
+    let signature = capture
+        .headers
+        .get("x-razorpay-signature")
+        .expect("signed")
+        .to_owned();
+    assert!(!detail.body.contains(&signature), "the signature is masked");
+    assert!(detail.body.contains("masked"), "{}", detail.body);
+    assert!(detail.body.contains("order_console"));
+
+    // The bulk path counts first (a dry run) and changes nothing.
+    let csrf = detail.csrf();
+    let preview = console
+        .post(
+            "/letters/preview",
+            Some(&cookie),
+            &[
+                ("csrf", &csrf),
+                ("action", "replay"),
+                ("kind", "unknown_order"),
+            ],
+        )
+        .await;
+    assert_eq!(preview.status, 200, "{}", preview.body);
+    assert!(
+        preview.body.contains("Dry run") && preview.body.contains(&id),
+        "{}",
+        preview.body
+    );
+    assert_eq!(broker::depth(&dead).await, Some(1));
+    // Without the confirmation nothing happens.
+    let unconfirmed = console
+        .post(
+            "/letters/replay",
+            Some(&cookie),
+            &[("csrf", &csrf), ("ids", &id)],
+        )
+        .await;
+    assert_eq!(unconfirmed.status, 400);
+    assert_eq!(broker::depth(&dead).await, Some(1));
+
+    // Fix the cause, then replay it from the console.
+    shop::product(&env.pool, "SKU_console", 10).await;
+    shop::order(
+        &env.pool,
+        "order_console",
+        50_000,
+        "INR",
+        &[("SKU_console", 1)],
+    )
+    .await;
+    let done = console
+        .post(
+            "/letters/replay",
+            Some(&cookie),
+            &[("csrf", &csrf), ("ids", &id), ("confirm", "yes")],
+        )
+        .await;
+    assert_eq!(done.status, 200, "{}", done.body);
+    assert!(done.body.contains("replayed 1, failed 0"), "{}", done.body);
+    eventually("order_console paid", WAIT, || async {
+        (shop::order_status(&env.pool, "order_console").await == "paid").then_some(())
+    })
+    .await;
+    assert_eq!(broker::depth(&dead).await, Some(0));
+
+    // The audit row: who, what, which letter, the result.
+    let row: (String, String, Vec<String>, bool, String) =
+        sqlx::query_as("SELECT actor, action, letters, ok, result FROM console_audit")
+            .fetch_one(&env.pool)
+            .await
+            .expect("one audit row");
+    assert_eq!((row.0.as_str(), row.1.as_str()), (OPERATOR.0, "replay"));
+    assert_eq!(row.2, vec![id.clone()]);
+    assert!(row.3, "{row:?}");
+    assert!(row.4.contains("replayed 1"), "{}", row.4);
+    let audit = console.get("/audit", Some(&cookie)).await;
+    assert!(audit.body.contains(&id) && audit.body.contains(OPERATOR.0));
+
+    // The trace shows the order paid, found by order ref and by event id.
+    for q in ["order_console", "evt_C1", "pay_C1"] {
+        let t = console.get(&format!("/trace?q={q}"), Some(&cookie)).await;
+        assert_eq!(t.status, 200, "{}", t.body);
+        assert!(t.body.contains("paid"), "{q}: {}", t.body);
+    }
+    // The overview and the events page show it too.
+    let events = console.get("/events?outcome=applied", Some(&cookie)).await;
+    assert!(events.body.contains("evt_C1"), "{}", events.body);
+    let overview = console.get("/", Some(&cookie)).await;
+    assert_eq!(overview.status, 200, "{}", overview.body);
+    assert!(overview.body.contains("razorpay"), "{}", overview.body);
+}

@@ -1,0 +1,181 @@
+//! The operators' console in a real browser (Debian's headless chromium via
+//! chromedriver): log in, see a dead letter produced through the real
+//! pipeline, open it, fix the cause and replay it, see the order paid in its
+//! trace; a viewer sees the letters but no way to replay them; logout ends
+//! the session. Each page is screenshotted into
+//! `target/console-screenshots/` (and into `docs/console/` when
+//! `ONCEHOOK_UPDATE_SCREENSHOTS=1`, to refresh the guide's pictures).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use oncehook_e2e::console::{Console, OPERATOR, VIEWER};
+use oncehook_e2e::webdriver::Browser;
+use oncehook_e2e::{TestEnv, broker, eventually, shop};
+use oncehook_gateways::Gateway;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn shots() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut dirs = vec![root.join("target/console-screenshots")];
+    if std::env::var("ONCEHOOK_UPDATE_SCREENSHOTS").is_ok_and(|v| v == "1") {
+        dirs.push(root.join("docs/console"));
+    }
+    dirs
+}
+
+async fn shoot(browser: &Browser, name: &str) {
+    for dir in shots() {
+        browser.screenshot(&dir.join(format!("{name}.png"))).await;
+    }
+}
+
+async fn log_in(browser: &Browser, base: &str, (user, password): (&str, &str)) {
+    browser.goto(&format!("{base}/")).await;
+    assert!(
+        browser.url().await.contains("/login"),
+        "sent to the login page"
+    );
+    browser.type_into("input[name=user]", user).await;
+    browser.type_into("input[name=password]", password).await;
+    browser.click("form.login button").await;
+    browser.wait_for(&format!("{user} (")).await;
+    assert!(browser.source().await.contains("<h1>Overview</h1>"));
+}
+
+#[tokio::test]
+async fn an_operator_fixes_and_replays_a_dead_letter_in_the_browser() {
+    let mut env = TestEnv::new().await;
+    let (_ingest, url) = env.start_ingest().await;
+    let _worker = env.start_worker().await;
+    let console = Console::start(&mut env, &[]).await;
+    let base = console.base.clone();
+
+    // Two authentic captures for orders that do not exist yet.
+    for (order, payment, event) in [
+        ("order_browser", "pay_B1", "evt_B1"),
+        ("order_later", "pay_B2", "evt_B2"),
+    ] {
+        let d = env.sign(
+            Gateway::Razorpay,
+            "payment.captured",
+            &env.spec(order, payment, event, 50_000),
+        );
+        let (status, body) = env.post(&url, "razorpay", &d).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let dead = format!("{}.dead", env.prefix);
+    eventually("two dead letters", WAIT, || async {
+        (broker::depth(&dead).await == Some(2)).then_some(())
+    })
+    .await;
+
+    let browser = Browser::start(&env.dir).await;
+    browser.goto(&format!("{base}/letters")).await;
+    shoot(&browser, "login").await;
+    log_in(&browser, &base, OPERATOR).await;
+    shoot(&browser, "overview").await;
+
+    // The dead letters, then the one for order_browser.
+    browser.goto(&format!("{base}/letters")).await;
+    let list = browser.source().await;
+    assert!(
+        list.contains("evt_B1") && list.contains("unknown_order"),
+        "{list}"
+    );
+    shoot(&browser, "dead-letters").await;
+    let links = browser.all("table.letters tbody tr").await;
+    assert_eq!(links.len(), 2);
+    browser
+        .goto(&format!("{base}/letters?kind=unknown_order"))
+        .await;
+    let id = {
+        let page = browser.source().await;
+        let start = page.find("evt_B1").expect("evt_B1 listed");
+        let row_start =
+            page[..start].rfind("href=\"/letters/").expect("its link") + "href=\"/letters/".len();
+        page[row_start..]
+            .split('"')
+            .next()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    browser.click(&format!("a[href='/letters/{id}']")).await;
+    let detail = browser.wait_for("What failed").await;
+    assert!(
+        detail.contains("order_browser") && detail.contains("masked"),
+        "{detail}"
+    );
+    shoot(&browser, "dead-letter").await;
+
+    // Fix the cause, replay from the letter's page.
+    shop::product(&env.pool, "SKU_browser", 10).await;
+    shop::order(
+        &env.pool,
+        "order_browser",
+        50_000,
+        "INR",
+        &[("SKU_browser", 1)],
+    )
+    .await;
+    browser.click("div.actions button.replay").await;
+    let done = browser.wait_for("replayed").await;
+    assert!(done.contains("replayed 1, failed 0"), "{done}");
+    shoot(&browser, "replayed").await;
+    eventually("order_browser paid", WAIT, || async {
+        (shop::order_status(&env.pool, "order_browser").await == "paid").then_some(())
+    })
+    .await;
+
+    // Its trace says paid.
+    browser.goto(&format!("{base}/trace")).await;
+    browser.type_into("input[name=q]", "order_browser").await;
+    browser.click("form.filters button").await;
+    let trace = browser.wait_for("Order order_browser:").await;
+    assert!(
+        trace.contains("paid") && trace.contains("evt_B1"),
+        "{trace}"
+    );
+    shoot(&browser, "trace").await;
+    browser.goto(&format!("{base}/events")).await;
+    shoot(&browser, "events").await;
+    browser.goto(&format!("{base}/audit")).await;
+    let audit = browser.source().await;
+    assert!(audit.contains(&id) && audit.contains(OPERATOR.0), "{audit}");
+    shoot(&browser, "audit").await;
+
+    // Logout ends the session: the next page asks for a login again.
+    browser.click("form.logout button").await;
+    browser.wait_for("Log in").await;
+    browser.goto(&format!("{base}/letters")).await;
+    assert!(browser.url().await.contains("/login"), "logged out");
+
+    // A viewer reads the letters but is offered no replay or purge.
+    log_in(&browser, &base, VIEWER).await;
+    browser.goto(&format!("{base}/letters")).await;
+    let list = browser.source().await;
+    assert!(list.contains("evt_B2"), "{list}");
+    assert!(browser.all("div.bulk button").await.is_empty());
+    browser.click("table.letters a").await;
+    browser.wait_for("order_later").await;
+    assert!(
+        browser.all("button.replay").await.is_empty(),
+        "no replay for a viewer"
+    );
+    assert!(
+        browser.all("button.purge").await.is_empty(),
+        "no purge for a viewer"
+    );
+    shoot(&browser, "viewer-dead-letter").await;
+    browser.click("form.logout button").await;
+    browser.wait_for("Log in").await;
+    browser.goto(&format!("{base}/")).await;
+    assert!(browser.url().await.contains("/login"));
+    assert_eq!(
+        broker::depth(&dead).await,
+        Some(1),
+        "the viewer changed nothing"
+    );
+    browser.quit().await;
+}
