@@ -60,18 +60,22 @@ impl Application {
         let listener = TcpListener::bind(settings.ingest.addr)?;
         let addr = listener.local_addr()?;
         let app_state = state.clone();
-        let server = HttpServer::new(move || {
+        let mut server = HttpServer::new(move || {
             App::new()
                 .app_data(app_state.clone())
                 .configure(routes::configure)
-        })
-        .client_request_timeout(Duration::from_secs(5))
-        .client_disconnect_timeout(Duration::from_secs(2))
-        .shutdown_timeout(10)
-        // actix treats SIGINT as a forced stop; ours are all graceful (see
-        // `run_until_stopped`), so Ctrl-C drains like SIGTERM.
-        .disable_signals()
-        .listen(listener)?;
+        });
+        if let Some(workers) = settings.ingest.workers {
+            server = server.workers(usize::from(workers));
+        }
+        let server = server
+            .client_request_timeout(Duration::from_secs(5))
+            .client_disconnect_timeout(Duration::from_secs(2))
+            .shutdown_timeout(10)
+            // actix treats SIGINT as a forced stop; ours are all graceful (see
+            // `run_until_stopped`), so Ctrl-C drains like SIGTERM.
+            .disable_signals()
+            .listen(listener)?;
 
         // Metrics and health may also get a listener of their own (kept off the public port).
         let metrics_addr = match settings.telemetry.metrics_addr {
