@@ -671,6 +671,19 @@ secrets = ["${NEW}", "${OLD}"]
     }
 
     #[test]
+    fn ingest_workers_are_actix_default_unless_set() {
+        let c = Config::from_env_map(&HashMap::new()).expect("defaults");
+        assert_eq!(c.ingest.workers, None);
+        let (path, mut env) = write("[ingest]\nworkers = 3\n");
+        let c = Config::from_env_map(&env).expect("from the file");
+        assert_eq!(c.ingest.workers, Some(3));
+        env.insert(ENV_INGEST_WORKERS.to_owned(), "0".to_owned());
+        let text = Config::from_env_map(&env).expect_err("zero").to_string();
+        assert!(text.contains(ENV_INGEST_WORKERS), "{text}");
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
     fn the_connection_budget_is_read_and_bounded() {
         let mut env = HashMap::new();
         let c = Config::from_env_map(&env).expect("defaults");
