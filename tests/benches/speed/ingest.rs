@@ -10,12 +10,19 @@
 //!   own while the connection lives on a third, as actix's workers publish:
 //!   the cost of the hop between runtimes;
 //!
+//! * B + arguments — as B, to a quorum queue with one group of the events
+//!   queue's arguments at a time (delivery limit; reject-publish; the
+//!   at-least-once dead-lettering with its reject-publish; all of them
+//!   through the default exchange): which argument costs what;
+//!
 //! and ingest itself (signed POSTs, same concurrency) with 1, 2 and 4 actix
 //! workers. Each measurement gets a fresh environment (empty queues).
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use lapin::options::{QueueDeclareOptions, QueueDeleteOptions};
+use lapin::types::{AMQPValue, FieldTable};
 use oncehook_common::{Envelope, amqp};
 use oncehook_e2e::{TestEnv, free_port};
 use oncehook_gateways::sample::SignedDelivery;
@@ -36,6 +43,8 @@ pub struct IngestRun {
 }
 
 pub struct IngestProbe {
+    /// B with one group of the events queue's arguments at a time.
+    pub b_args: Vec<(&'static str, Stats)>,
     pub b: Stats,
     pub b_topology: Stats,
     pub b_hop: Stats,
@@ -96,12 +105,115 @@ pub async fn ingest_probe(knobs: &Knobs, peaks: &mut Peaks) -> IngestProbe {
     let b_hop = topology_ceiling(&env.prefix, &envelope, knobs, true).await;
     drop(env);
 
+    let mut b_args = Vec::new();
+    for (label, args) in argument_groups() {
+        let env = TestEnv::new().await;
+        eprintln!("bench: B  + {label}");
+        let stats = args_ceiling(&env.prefix, &envelope, knobs, args).await;
+        b_args.push((label, stats));
+        drop(env);
+    }
+
     IngestProbe {
+        b_args,
         b,
         b_topology,
         b_hop,
         runs,
     }
+}
+
+/// The events queue's arguments, a group at a time (as `Topology` declares them).
+fn argument_groups() -> Vec<(&'static str, Vec<(&'static str, AMQPValue)>)> {
+    let limit = || ("x-delivery-limit", AMQPValue::LongInt(5));
+    let overflow = || ("x-overflow", AMQPValue::LongString("reject-publish".into()));
+    let dlx = || {
+        [
+            (
+                "x-dead-letter-exchange",
+                AMQPValue::LongString("bench.dead".into()),
+            ),
+            (
+                "x-dead-letter-strategy",
+                AMQPValue::LongString("at-least-once".into()),
+            ),
+        ]
+    };
+    let mut all = vec![limit(), overflow()];
+    all.extend(dlx());
+    let mut dead_lettering = vec![overflow()];
+    dead_lettering.extend(dlx());
+    vec![
+        ("x-delivery-limit", vec![limit()]),
+        ("x-overflow=reject-publish", vec![overflow()]),
+        (
+            "at-least-once dead-lettering + reject-publish",
+            dead_lettering,
+        ),
+        ("all four (the events queue's), default exchange", all),
+    ]
+}
+
+/// Ceiling B against a quorum queue with `extra` arguments.
+async fn args_ceiling(
+    prefix: &str,
+    envelope: &Envelope,
+    knobs: &Knobs,
+    extra: Vec<(&'static str, AMQPValue)>,
+) -> Stats {
+    let queue = format!("{prefix}.bench-args");
+    let conn = lapin::Connection::connect(AMQP_URL, lapin::ConnectionProperties::default())
+        .await
+        .expect("connect to RabbitMQ");
+    let ch = amqp::confirm_channel(&conn).await.expect("confirm channel");
+    let mut args = FieldTable::default();
+    args.insert(
+        "x-queue-type".into(),
+        AMQPValue::LongString("quorum".into()),
+    );
+    args.insert("x-expires".into(), AMQPValue::LongInt(600_000));
+    for (k, v) in extra {
+        args.insert(k.into(), v);
+    }
+    ch.queue_declare(
+        queue.as_str().into(),
+        QueueDeclareOptions {
+            durable: true,
+            ..QueueDeclareOptions::default()
+        },
+        args,
+    )
+    .await
+    .expect("declare the queue");
+    let payload = Arc::new(envelope.to_bytes());
+    let props = envelope.properties();
+    let name = Arc::new(queue.clone());
+    let publisher = ch.clone();
+    let stats = closed_loop(
+        knobs.concurrency,
+        Duration::from_secs(1),
+        knobs.duration(),
+        2_000_000,
+        move |_| {
+            let (ch, payload, props, name) = (
+                publisher.clone(),
+                payload.clone(),
+                props.clone(),
+                name.clone(),
+            );
+            async move {
+                amqp::publish_confirmed(&ch, "", &name, &payload, props, Duration::from_secs(5))
+                    .await
+                    .is_ok()
+            }
+        },
+    )
+    .await;
+    let _ = ch
+        .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
+        .await;
+    let _ = conn.close(200, "bye".into()).await;
+    stats
 }
 
 /// Signed captured events posted by `knobs.concurrency` clients for the window.
@@ -221,6 +333,14 @@ pub fn report(probe: &IngestProbe, knobs: &Knobs, rows: &mut Vec<Row>, notes: &m
         &probe.b,
         "(ceiling)".to_owned(),
     ));
+    for (label, stats) in &probe.b_args {
+        rows.push(Row::new(
+            format!("B  + {label}, {c} publishers"),
+            "msg/s",
+            stats,
+            versus("B", stats, &probe.b),
+        ));
+    }
     rows.push(Row::new(
         format!("B′ publish+confirm, events exchange + queue, {c} publishers"),
         "msg/s",
