@@ -42,6 +42,8 @@ use oncehook_e2e::{Proc, TestEnv, broker, free_port, process};
 use oncehook_gateways::Gateway;
 use oncehook_gateways::sample::SignedDelivery;
 
+mod speed;
+
 /// Products in the bench catalogue; every order has one or two of them.
 const SKUS: i64 = 50;
 /// Orders each pgbench run may use (distinct per transaction until used up).
@@ -987,6 +989,11 @@ async fn main() {
     // Fail early and clearly if a binary is missing.
     let _ = process::bin("oncehook-ingest");
     let _ = process::bin("oncehook-worker");
+    if speed::only() {
+        let extra = speed::phases(&knobs).await;
+        print_and_write(&extra.rows, &extra.notes, &knobs);
+        return;
+    }
 
     let http = http_phase(&knobs).await;
     let cluster = cluster_phase(&knobs, &http).await;
@@ -1107,6 +1114,9 @@ async fn main() {
         rows.extend(cluster.rows);
         notes.extend(cluster.notes);
     }
+    let extra = speed::phases(&knobs).await;
+    rows.extend(extra.rows);
+    notes.extend(extra.notes);
     print_and_write(&rows, &notes, &knobs);
     eprintln!("bench: done in {:.0} s", started.elapsed().as_secs_f64());
 }

@@ -776,3 +776,75 @@ async fn a_worker_keeps_to_its_database_connection_budget() {
     assert!(most >= 1, "the worker's connections were seen");
     assert!(most <= 2, "at most the budget of 2 connections, saw {most}");
 }
+
+/// The mailer sends as many emails at once as its concurrency says — more
+/// than its prefetch would allow — on SMTP sessions it keeps and reuses,
+/// and every outbox row still leaves exactly once.
+#[tokio::test]
+async fn the_mailer_sends_concurrently_on_reused_smtp_sessions() {
+    const ORDERS: usize = 24;
+    let mut env = TestEnv::new().await;
+    shop::product(&env.pool, "MUG", 1_000).await;
+    for n in 0..ORDERS {
+        let order_ref = format!("order_m{n}");
+        shop::order(&env.pool, &order_ref, 50_000, "INR", &[("MUG", 1)]).await;
+    }
+    let smtp = SmtpSink::start_with_delay(Duration::from_millis(300)).await;
+    env.set_env("ONCEHOOK_SMTP_URL", &smtp.url());
+    let (_ingest, url) = env.start_ingest().await;
+    let _worker = env.start_worker().await;
+    for n in 0..ORDERS {
+        let spec = env.spec(
+            &format!("order_m{n}"),
+            &format!("pay_m{n}"),
+            &format!("evt_m{n}"),
+            50_000,
+        );
+        let delivery = env.sign(Gateway::Razorpay, "payment.captured", &spec);
+        assert_eq!(env.post(&url, "razorpay", &delivery).await.0, 200);
+    }
+    // Every email waits in the queue before the mailer starts, so it has
+    // enough work to fill all its slots at once.
+    let emails_queue = format!("{}.emails", env.prefix);
+    eventually("every email relayed to the queue", WAIT, || async {
+        let depth = broker::depth(&emails_queue).await?;
+        (depth as usize == ORDERS).then_some(())
+    })
+    .await;
+    let _mailer = env
+        .start_consumer(
+            "oncehook-mailer",
+            &[
+                ("ONCEHOOK_MAIL_CONCURRENCY", "4"),
+                ("ONCEHOOK_PREFETCH", "2"),
+            ],
+        )
+        .await;
+    for n in 0..ORDERS {
+        wait_emails_sent(&env, &format!("order_m{n}"), 1).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let messages = smtp.messages();
+    assert_eq!(messages.len(), ORDERS, "one email per order");
+    let mut ids: Vec<&str> = messages
+        .iter()
+        .filter_map(|m| {
+            m.lines()
+                .find(|l| l.to_ascii_lowercase().starts_with("message-id:"))
+        })
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), ORDERS, "every outbox row sent once: {ids:?}");
+    let peak = smtp.peak_sessions();
+    assert!(
+        (3..=4).contains(&peak),
+        "more sends at once than the prefetch of 2, never more than the concurrency of 4: {peak}"
+    );
+    assert!(
+        smtp.connections() <= 4,
+        "sessions are reused: {} connections for {ORDERS} emails",
+        smtp.connections()
+    );
+}

@@ -65,18 +65,22 @@ impl Application {
         })?;
         let addr = listener.local_addr()?;
         let app_state = state.clone();
-        let server = HttpServer::new(move || {
+        let mut server = HttpServer::new(move || {
             App::new()
                 .app_data(app_state.clone())
                 .configure(routes::configure)
-        })
-        .client_request_timeout(Duration::from_secs(5))
-        .client_disconnect_timeout(Duration::from_secs(2))
-        .shutdown_timeout(10)
-        // actix treats SIGINT as a forced stop; ours are all graceful (see
-        // `run_until_stopped`), so Ctrl-C drains like SIGTERM.
-        .disable_signals()
-        .listen(listener)?;
+        });
+        if let Some(workers) = settings.ingest.workers {
+            server = server.workers(usize::from(workers));
+        }
+        let server = server
+            .client_request_timeout(Duration::from_secs(5))
+            .client_disconnect_timeout(Duration::from_secs(2))
+            .shutdown_timeout(10)
+            // actix treats SIGINT as a forced stop; ours are all graceful (see
+            // `run_until_stopped`), so Ctrl-C drains like SIGTERM.
+            .disable_signals()
+            .listen(listener)?;
 
         // Metrics, liveness and readiness: a listener of their own, never the public port.
         let metrics_addr = match settings.metrics_addr {

@@ -1,8 +1,10 @@
 //! oncehook-mailer as a library: `transport` (SMTP or `.eml` files),
+//! `smtp` (pooled SMTP sessions, reused across sends),
 //! `outbox` (claim / mark sent / mark failed, never holding a lock across
 //! the send) and `service` (the handler: claim, send with retries, the verdict that
 //! `oncehook_common::consume` settles).
 
 pub mod outbox;
 pub mod service;
+pub mod smtp;
 pub mod transport;

@@ -18,12 +18,13 @@ async fn main() -> anyhow::Result<()> {
     let transport = Transport::from_settings(
         settings.mail.smtp_url.as_ref().map(|u| u.expose()),
         settings.mail.dir.clone(),
+        settings.mail.concurrency,
     )?;
     let pool_size = settings
         .database
         .pool_size(u32::from(settings.mail.prefetch) + 2);
     let pool = db::service_pool(&settings.database, pool_size).context("database URL")?;
-    tracing::info!(transport = %transport.describe(), prefix = %settings.broker.prefix, "oncehook-mailer starting");
+    tracing::info!(transport = %transport.describe(), concurrency = settings.mail.concurrency, prefix = %settings.broker.prefix, "oncehook-mailer starting");
     let mailer = Mailer::new(pool.clone(), transport, settings.clone(), shutdown.clone());
     if let Some(addr) = settings.metrics_addr {
         let bound = health::serve(addr, metrics, mailer.readiness.clone(), shutdown.clone())
@@ -33,7 +34,8 @@ async fn main() -> anyhow::Result<()> {
             })?;
         tracing::info!(addr = %bound, "metrics listener up");
     }
-    mailer.run().await;
+    mailer.clone().run().await;
+    mailer.transport.close().await;
     pool.close().await;
     tracing::info!("oncehook-mailer stopped");
     Ok(())

@@ -64,7 +64,8 @@ impl Mailer {
             self.settings.mail.prefetch,
             "oncehook-mailer",
             Topology::emails,
-        );
+        )
+        .with_concurrency(self.settings.mail.concurrency);
         session::run_sessions(
             &spec,
             self.clone(),

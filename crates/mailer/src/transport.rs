@@ -1,15 +1,21 @@
-//! Where emails go: SMTP via lettre when `ONCEHOOK_SMTP_URL` is set (plain
-//! `smtp://host:port`, for a local relay), else `.eml` files in
+//! Where emails go: SMTP when `ONCEHOOK_SMTP_URL` is set (plain
+//! `smtp://host:port`, for a local relay; lettre speaks the protocol on the
+//! pooled sessions of [`crate::smtp`]), else `.eml` files in
 //! `ONCEHOOK_MAIL_DIR`. Every email carries a stable `Message-ID` derived
 //! from its outbox id, so a resend after a crash is recognisably the same.
 
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use lettre::Message;
 use lettre::message::Mailbox;
 use lettre::message::header::ContentType;
-use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 use uuid::Uuid;
+
+use crate::smtp::SmtpPool;
+
+/// The longest one SMTP send may take, connecting included.
+pub const SMTP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One email to send.
 #[derive(Debug, Clone)]
@@ -56,15 +62,17 @@ pub struct TransportConfigError {
 
 /// The configured delivery mechanism.
 pub enum Transport {
-    Smtp(AsyncSmtpTransport<Tokio1Executor>),
+    Smtp(SmtpPool),
     Files(PathBuf),
 }
 
 impl Transport {
-    /// SMTP if `smtp_url` is set, else files under `mail_dir`.
+    /// SMTP if `smtp_url` is set (keeping up to `connections` sessions open
+    /// for reuse: one per concurrent send), else files under `mail_dir`.
     pub fn from_settings(
         smtp_url: Option<&str>,
         mail_dir: PathBuf,
+        connections: u16,
     ) -> Result<Self, TransportConfigError> {
         let Some(raw) = smtp_url else {
             return Ok(Transport::Files(mail_dir));
@@ -80,11 +88,13 @@ impl Transport {
             ));
         }
         let host = url.host_str().ok_or_else(|| err("missing host"))?;
-        let transport = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(host)
-            .port(url.port().unwrap_or(25))
-            .timeout(Some(Duration::from_secs(10)))
-            .build();
-        Ok(Transport::Smtp(transport))
+        let pool = SmtpPool::new(
+            host,
+            url.port().unwrap_or(25),
+            SMTP_TIMEOUT,
+            usize::from(connections),
+        );
+        Ok(Transport::Smtp(pool))
     }
 
     pub fn describe(&self) -> String {
@@ -94,18 +104,23 @@ impl Transport {
         }
     }
 
+    /// Closes the SMTP sessions kept open (at shutdown).
+    pub async fn close(&self) {
+        if let Transport::Smtp(pool) = self {
+            pool.close().await;
+        }
+    }
+
     pub async fn send(&self, from: &str, email: &Email) -> Result<(), SendError> {
         let message = build(from, email)?;
         match self {
-            Transport::Smtp(smtp) => {
-                smtp.send(message)
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| SendError::Smtp {
-                        permanent: e.is_permanent(),
-                        message: e.to_string(),
-                    })
-            }
+            Transport::Smtp(pool) => pool
+                .send(message.envelope(), &message.formatted())
+                .await
+                .map_err(|e| SendError::Smtp {
+                    permanent: e.is_permanent(),
+                    message: e.to_string(),
+                }),
             Transport::Files(dir) => write_file(dir, email.outbox_id, &message.formatted()).await,
         }
     }

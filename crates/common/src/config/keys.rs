@@ -52,10 +52,12 @@ pub const ENV_DATABASE_POOLER: &str = "ONCEHOOK_DATABASE_POOLER";
 pub const ENV_AMQP_URL: &str = "ONCEHOOK_AMQP_URL";
 pub const ENV_AMQP_PREFIX: &str = "ONCEHOOK_AMQP_PREFIX";
 pub const ENV_INGEST_ADDR: &str = "ONCEHOOK_INGEST_ADDR";
+pub const ENV_INGEST_WORKERS: &str = "ONCEHOOK_INGEST_WORKERS";
 pub const ENV_METRICS_ADDR: &str = "ONCEHOOK_METRICS_ADDR";
 pub const ENV_SMTP_URL: &str = "ONCEHOOK_SMTP_URL";
 pub const ENV_MAIL_DIR: &str = "ONCEHOOK_MAIL_DIR";
 pub const ENV_MAIL_FROM: &str = "ONCEHOOK_MAIL_FROM";
+pub const ENV_MAIL_CONCURRENCY: &str = "ONCEHOOK_MAIL_CONCURRENCY";
 pub const ENV_LOG: &str = "ONCEHOOK_LOG";
 pub const ENV_LOG_FORMAT: &str = "ONCEHOOK_LOG_FORMAT";
 pub const ENV_BODY_LIMIT: &str = "ONCEHOOK_BODY_LIMIT_BYTES";
@@ -144,6 +146,7 @@ pub const KEYS: &[Key] = &[
         Text,
         false,
     ),
+    key(ENV_INGEST_WORKERS, &["ingest.workers"], None, Number, false),
     key(
         ENV_BODY_LIMIT,
         &["ingest.limits.body_limit_bytes"],
@@ -228,6 +231,13 @@ pub const KEYS: &[Key] = &[
         &["console.secure_cookies"],
         None,
         Text,
+        false,
+    ),
+    key(
+        ENV_MAIL_CONCURRENCY,
+        &["mail.concurrency"],
+        None,
+        Number,
         false,
     ),
 ];

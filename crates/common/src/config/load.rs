@@ -60,6 +60,7 @@ pub(crate) struct RawTelemetry {
 #[serde(deny_unknown_fields, default)]
 pub(crate) struct RawIngest {
     pub addr: String,
+    pub workers: Option<u16>,
     pub limits: RawLimits,
 }
 
@@ -99,6 +100,7 @@ pub(crate) struct RawMail {
     pub from: String,
     pub dir: PathBuf,
     pub prefetch: u16,
+    pub concurrency: u16,
     pub retry: RawRetry,
 }
 
@@ -170,6 +172,7 @@ impl Default for RawIngest {
     fn default() -> Self {
         RawIngest {
             addr: "127.0.0.1:8080".into(),
+            workers: None,
             limits: RawLimits::default(),
         }
     }
@@ -217,6 +220,7 @@ impl Default for RawMail {
             from: "oncehook <orders@oncehook.local>".into(),
             dir: PathBuf::from("./var/mail"),
             prefetch: 16,
+            concurrency: 32,
             retry: RawRetry::default(),
         }
     }

@@ -1,8 +1,9 @@
 //! Configuration, in sections per concern: `[broker]`, `[database]`,
 //! `[telemetry]`, `[ingest]` (address, limits, `[[source]]`s), `[worker]`
 //! (prefetch, retry, retention, parking) and `[mail]` (SMTP, sender, folder,
-//! retry), `[console]` (the operators' console: address, session, users).
-//! Defaults, then the TOML file named by `ONCEHOOK_CONFIG`, then
+//! prefetch, send concurrency, retry), `[console]` (the operators' console:
+//! address, session, users). Defaults, then the TOML file named by
+//! `ONCEHOOK_CONFIG`, then
 //! `ONCEHOOK_*` variables (env wins), layered with figment (`load.rs`);
 //! every key and variable is listed once (`keys.rs`). Secrets and URLs are
 //! [`Secret`]s: `Debug` and error messages never print them.
@@ -193,6 +194,9 @@ impl MetricsListener {
 #[derive(Debug, Clone)]
 pub struct IngestConfig {
     pub addr: SocketAddr,
+    /// HTTP worker threads (`workers`, `ONCEHOOK_INGEST_WORKERS`); unset,
+    /// one per CPU (actix's default).
+    pub workers: Option<u16>,
     pub body_limit_bytes: usize,
     pub sources: Vec<SourceConfig>,
 }
@@ -220,7 +224,13 @@ pub struct MailConfig {
     pub smtp_url: Option<Secret>,
     pub from: String,
     pub dir: PathBuf,
+    /// Messages the broker hands the mailer ahead (its consumer prefetch),
+    /// raised to `concurrency` when lower: a send in flight holds its
+    /// message unacked until the row is marked sent.
     pub prefetch: u16,
+    /// Emails sent at once, each on a pooled SMTP connection of its own
+    /// (`concurrency`, `ONCEHOOK_MAIL_CONCURRENCY`).
+    pub concurrency: u16,
     /// Backoff between SMTP sends (`retry.max_attempts` before an email is
     /// marked failed and dead-lettered).
     pub retry: RetryPolicy,
@@ -349,6 +359,11 @@ impl Config {
             },
             ingest: IngestConfig {
                 addr: parse_addr(ENV_INGEST_ADDR, &raw.ingest.addr)?,
+                workers: raw
+                    .ingest
+                    .workers
+                    .map(|n| at_least_one(ENV_INGEST_WORKERS, n))
+                    .transpose()?,
                 body_limit_bytes: raw.ingest.limits.body_limit_bytes,
                 sources,
             },
@@ -373,6 +388,7 @@ impl Config {
                 from: non_empty(ENV_MAIL_FROM, raw.mail.from)?,
                 dir: raw.mail.dir,
                 prefetch: at_least_one(ENV_PREFETCH, raw.mail.prefetch)?,
+                concurrency: at_least_one(ENV_MAIL_CONCURRENCY, raw.mail.concurrency)?,
                 retry: RetryPolicy::EMAIL_SEND.with_max_attempts(at_least_one(
                     ENV_MAX_ATTEMPTS,
                     raw.mail.retry.max_attempts,
@@ -934,6 +950,36 @@ secrets = ["${NEW}", "${OLD}"]
         assert_eq!((c.worker.prefetch, c.mail.prefetch), (16, 4));
         let _ = std::fs::remove_file(path);
         assert!(format!("{c:?}").contains("[redacted]"));
+    }
+
+    #[test]
+    fn the_mail_concurrency_is_its_own_setting() {
+        let c = Config::from_env_map(&HashMap::new()).expect("defaults");
+        assert_eq!((c.mail.prefetch, c.mail.concurrency), (16, 32));
+        let (path, mut env) = write("[mail]\nconcurrency = 8\n");
+        let c = Config::from_env_map(&env).expect("from the file");
+        assert_eq!((c.mail.prefetch, c.mail.concurrency), (16, 8));
+        env.insert(ENV_MAIL_CONCURRENCY.to_owned(), "64".to_owned());
+        let c = Config::from_env_map(&env).expect("env wins");
+        assert_eq!(c.mail.concurrency, 64);
+        assert_eq!(c.worker.prefetch, 16, "the worker is not touched");
+        env.insert(ENV_MAIL_CONCURRENCY.to_owned(), "0".to_owned());
+        let text = Config::from_env_map(&env).expect_err("zero").to_string();
+        assert!(text.contains(ENV_MAIL_CONCURRENCY), "{text}");
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn ingest_workers_are_actix_default_unless_set() {
+        let c = Config::from_env_map(&HashMap::new()).expect("defaults");
+        assert_eq!(c.ingest.workers, None);
+        let (path, mut env) = write("[ingest]\nworkers = 3\n");
+        let c = Config::from_env_map(&env).expect("from the file");
+        assert_eq!(c.ingest.workers, Some(3));
+        env.insert(ENV_INGEST_WORKERS.to_owned(), "0".to_owned());
+        let text = Config::from_env_map(&env).expect_err("zero").to_string();
+        assert!(text.contains(ENV_INGEST_WORKERS), "{text}");
+        let _ = std::fs::remove_file(path);
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! The RabbitMQ side of the queue seam: `lapin`'s delivery as a
 //! [`Delivery`], the dead-letter exchange as a [`DeadLetterSink`], and
 //! [`consume`] — one queue with per-consumer prefetch, one task per delivery
-//! (so deliveries run concurrently up to the prefetch); on shutdown the
-//! consumer is cancelled and in-flight deliveries are drained.
+//! (so deliveries run concurrently up to a limit, the prefetch unless the
+//! binary sets its own); on shutdown the consumer is cancelled and in-flight
+//! deliveries are drained.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -88,13 +89,44 @@ impl DeadLetterSink for BrokerDeadLetters {
     }
 }
 
+/// How many deliveries one consumer takes from the broker and handles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    /// Messages the broker hands out ahead (`basic.qos`, per consumer).
+    pub prefetch: u16,
+    /// Deliveries handled at once; never more than `prefetch`, since each
+    /// delivery in flight holds its message unacked.
+    pub concurrency: u16,
+}
+
+impl Window {
+    /// Handles as many deliveries at once as it prefetches.
+    pub fn new(prefetch: u16) -> Window {
+        Window {
+            prefetch,
+            concurrency: prefetch,
+        }
+    }
+
+    /// At most `concurrency` deliveries at once; the prefetch is raised to
+    /// it when lower (each of them holds its message unacked).
+    pub fn with_concurrency(prefetch: u16, concurrency: u16) -> Window {
+        let concurrency = concurrency.max(1);
+        Window {
+            prefetch: prefetch.max(concurrency),
+            concurrency,
+        }
+    }
+}
+
 /// Consumes `queue` until the connection breaks (`Err`), the broker cancels
 /// the consumer, or `shutdown` fires (`Ok`). Each delivery is dispatched to
-/// `handler` in its own task and settled by its verdict.
+/// `handler` in its own task and settled by its verdict; at most
+/// `window.concurrency` run at once, the rest wait in the prefetch.
 pub async fn consume<H: Handler, S: DeadLetterSink>(
     conn: &Connection,
     queue: &str,
-    prefetch: u16,
+    window: Window,
     readiness: &Readiness,
     shutdown: &Shutdown,
     handler: Arc<H>,
@@ -102,7 +134,7 @@ pub async fn consume<H: Handler, S: DeadLetterSink>(
 ) -> lapin::Result<()> {
     let ch = conn.create_channel().await?;
     // Per-consumer prefetch: quorum queues reject global QoS.
-    ch.basic_qos(prefetch, BasicQosOptions { global: false })
+    ch.basic_qos(window.prefetch, BasicQosOptions { global: false })
         .await?;
     let mut consumer = ch
         .basic_consume(
@@ -113,7 +145,13 @@ pub async fn consume<H: Handler, S: DeadLetterSink>(
         )
         .await?;
     readiness.set(true);
-    tracing::info!(queue, prefetch, "consuming");
+    tracing::info!(
+        queue,
+        prefetch = window.prefetch,
+        concurrency = window.concurrency,
+        "consuming"
+    );
+    let limit = usize::from(window.concurrency.max(1));
 
     let mut in_flight = JoinSet::new();
     let mut result = Ok(());
@@ -121,7 +159,7 @@ pub async fn consume<H: Handler, S: DeadLetterSink>(
         tokio::select! {
             () = shutdown.wait() => break,
             Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
-            next = consumer.next() => match next {
+            next = consumer.next(), if in_flight.len() < limit => match next {
                 Some(Ok(delivery)) => {
                     in_flight.spawn(dispatch(handler.clone(), delivery, sink.clone()));
                 }
@@ -164,5 +202,39 @@ async fn drain(in_flight: &mut JoinSet<()>) {
             "in-flight deliveries did not finish in time; they will be redelivered"
         );
         in_flight.abort_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Window;
+
+    #[test]
+    fn the_window_never_handles_more_than_it_prefetches() {
+        assert_eq!(
+            Window::new(16),
+            Window {
+                prefetch: 16,
+                concurrency: 16
+            }
+        );
+        // Fewer at once than prefetched: the rest wait in the prefetch.
+        assert_eq!(
+            Window::with_concurrency(16, 4),
+            Window {
+                prefetch: 16,
+                concurrency: 4
+            }
+        );
+        // More at once than the prefetch: the prefetch is raised, since each
+        // delivery in flight holds its message unacked.
+        assert_eq!(
+            Window::with_concurrency(2, 32),
+            Window {
+                prefetch: 32,
+                concurrency: 32
+            }
+        );
+        assert_eq!(Window::with_concurrency(8, 0).concurrency, 1);
     }
 }

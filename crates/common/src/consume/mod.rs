@@ -6,7 +6,7 @@
 //!   connect to the broker with backoff, declare the topology, consume, and
 //!   start over when the connection breaks, until shutdown;
 //! * `broker`: the RabbitMQ side of the seam and consuming one queue with per-consumer prefetch, one task per
-//!   delivery, draining in-flight deliveries on shutdown;
+//!   delivery up to a concurrency limit ([`Window`]), draining in-flight deliveries on shutdown;
 //! * [`dispatch`] / [`settle`]: running the handler (a panic requeues and is
 //!   counted in `oncehook_handler_panics_total`) and carrying out its
 //!   verdict — ack, requeue, or dead-letter-then-ack (requeue if the dead
@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use futures_lite::FutureExt;
 
-pub use broker::{DRAIN_TIMEOUT, consume};
+pub use broker::{DRAIN_TIMEOUT, Window, consume};
 pub use queue::{DeadLetterSink, Delivery, Message, Published};
 
 /// What to do with a message once its handler is done with it.

@@ -13,7 +13,7 @@ use sqlx::PgPool;
 use tokio::task::JoinHandle;
 
 use super::Handler;
-use super::broker::{BrokerDeadLetters, consume};
+use super::broker::{BrokerDeadLetters, Window, consume};
 use crate::broker_nodes::BrokerNodes;
 use crate::config::BrokerConfig;
 use crate::health::Readiness;
@@ -35,7 +35,8 @@ pub struct ConsumerSpec {
     pub topology: Topology,
     /// The queue to consume (one of the topology's).
     pub queue: String,
-    pub prefetch: u16,
+    /// Prefetch and how many deliveries are handled at once.
+    pub window: Window,
     pub queues: QueueSettings,
     /// How long a dead-letter publish may wait for its confirm.
     pub publish_timeout: Duration,
@@ -44,7 +45,9 @@ pub struct ConsumerSpec {
 }
 
 impl ConsumerSpec {
-    /// The spec from the broker section; `queue` picks the queue from the topology.
+    /// The spec from the broker section; `queue` picks the queue from the
+    /// topology. Deliveries are handled as concurrently as they are
+    /// prefetched unless [`ConsumerSpec::with_concurrency`] says otherwise.
     pub fn new(
         broker: &BrokerConfig,
         prefetch: u16,
@@ -57,11 +60,18 @@ impl ConsumerSpec {
             nodes: broker.nodes.clone(),
             queue: queue(&topology),
             topology,
-            prefetch,
+            window: Window::new(prefetch),
             queues: broker.queue_settings(),
             publish_timeout: broker.publish_timeout,
             connect: RetryPolicy::BROKER_CONNECT,
         }
+    }
+
+    /// Handles at most `concurrency` deliveries at once (the prefetch is
+    /// raised to it when lower).
+    pub fn with_concurrency(mut self, concurrency: u16) -> Self {
+        self.window = Window::with_concurrency(self.window.prefetch, concurrency);
+        self
     }
 }
 
@@ -151,7 +161,7 @@ async fn session<H: Handler>(
     let result = consume(
         conn,
         &spec.queue,
-        spec.prefetch,
+        spec.window,
         readiness,
         shutdown,
         handler,

@@ -1,0 +1,58 @@
+//! The bench's throughput-issue rows, kept apart from the pipeline phases:
+//! ingest's publish cost split into broker, topology, runtime hop and
+//! ingest (`ingest`), the mailer against a real SMTP listener (`mailer`),
+//! the binaries' peak memory against their limits (`memory`), and the
+//! naive handler a user would otherwise write (`naive`).
+//!
+//! `ONCEHOOK_BENCH_ONLY=speed` runs only these phases (for iterating on
+//! them); `make bench` runs them after the pipeline's.
+
+mod ingest;
+mod mailer;
+mod memory;
+mod naive;
+
+use crate::{Knobs, Row};
+
+/// Rows and notes these phases add to the report.
+pub struct Extra {
+    pub rows: Vec<Row>,
+    pub notes: Vec<String>,
+}
+
+/// Whether only these phases should run.
+pub fn only() -> bool {
+    std::env::var("ONCEHOOK_BENCH_ONLY").is_ok_and(|v| v.trim() == "speed")
+}
+
+pub async fn phases(knobs: &Knobs) -> Extra {
+    let mut peaks = memory::Peaks::default();
+    let mut rows = Vec::new();
+    let mut notes = Vec::new();
+    let probe = ingest::ingest_probe(knobs, &mut peaks).await;
+    ingest::report(&probe, knobs, &mut rows, &mut notes);
+    let mail = mailer::mailer_phase(knobs, &mut peaks).await;
+    mailer::report(&mail, &mut rows, &mut notes);
+    let naive_runs = naive::naive_phase(knobs).await;
+    let ours = naive::Oncehook {
+        ack: probe
+            .runs
+            .iter()
+            .find(|r| r.workers == "2")
+            .map(|r| &r.stats),
+        applied: mail.runs.first().map(|r| r.worker.rate()),
+        mailed: mail
+            .runs
+            .iter()
+            .map(|r| (r.answer, r.mailer.rate()))
+            .collect(),
+    };
+    naive::report(&naive_runs, &ours, knobs, &mut rows, &mut notes);
+    rows.extend(peaks.rows());
+    notes.push(
+        "peak RSS is each process's VmHWM from /proc/<pid>/status, read just before it is stopped \
+         (the highest of its runs)"
+            .to_owned(),
+    );
+    Extra { rows, notes }
+}
