@@ -65,6 +65,8 @@ pub const ENV_RETENTION_DAYS: &str = "ONCEHOOK_RETENTION_DAYS";
 pub const ENV_MAX_ATTEMPTS: &str = "ONCEHOOK_MAX_ATTEMPTS";
 pub const ENV_RETENTION_INTERVAL_SECS: &str = "ONCEHOOK_RETENTION_INTERVAL_SECS";
 pub const ENV_UNLINKED_TTL: &str = "ONCEHOOK_UNLINKED_TTL";
+pub const ENV_WORKER_BATCH_SIZE: &str = "ONCEHOOK_WORKER_BATCH_SIZE";
+pub const ENV_WORKER_BATCH_LINGER_MS: &str = "ONCEHOOK_WORKER_BATCH_LINGER_MS";
 /// Fault injection for the chaos suite: the worker panics on events for this order.
 pub const ENV_FAULT_PANIC_ORDER_REF: &str = "ONCEHOOK_FAULT_PANIC_ORDER_REF";
 
@@ -170,6 +172,20 @@ pub const KEYS: &[Key] = &[
         &["worker.unlinked_ttl"],
         Some("unlinked_ttl"),
         Text,
+        false,
+    ),
+    key(
+        ENV_WORKER_BATCH_SIZE,
+        &["worker.batch.size"],
+        None,
+        Number,
+        false,
+    ),
+    key(
+        ENV_WORKER_BATCH_LINGER_MS,
+        &["worker.batch.linger_ms"],
+        None,
+        Number,
         false,
     ),
     key(
