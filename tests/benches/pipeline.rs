@@ -1070,7 +1070,7 @@ async fn sample_waits(pool: sqlx::PgPool, db: String, target: i64) -> String {
         for (what, n) in rows {
             *counts.entry(what).or_default() += n.max(0) as u64;
         }
-        if samples % 10 == 0 && count_processed_in(&pool).await >= target {
+        if samples.is_multiple_of(10) && count_processed_in(&pool).await >= target {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
