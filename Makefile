@@ -13,10 +13,12 @@ run: services build
 	$(CTL) demo seed
 	deploy/local/run.sh
 
-## test: unit, property and end-to-end tests against real Postgres and RabbitMQ, then the alert rules' tests
+## test: unit, property and end-to-end tests against real Postgres and RabbitMQ, the pipeline's
+## tests once more through a real PgBouncer in transaction mode, then the alert rules' tests
 test: services tools
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace
+	ONCEHOOK_TEST_POOLER=pgbouncer $(CARGO) test -p oncehook-e2e --test pipeline
 	$(MAKE) alerts-test
 
 ## alerts-test: check the alert rules and run their unit tests (promtool, from Debian's prometheus package)
@@ -88,4 +90,5 @@ sqlx-prepare: services
 
 clean:
 	$(CARGO) clean
+	@if [ -d var/cluster ]; then bash deploy/local/cluster.sh stop; fi
 	rm -rf var

@@ -33,6 +33,6 @@ trap stop INT TERM
 start ingest
 start worker
 start mailer
-echo "[run] ingest on http://${ONCEHOOK_INGEST_ADDR:-127.0.0.1:8080}; mail goes to ${ONCEHOOK_SMTP_URL:-${ONCEHOOK_MAIL_DIR:-./var/mail}}. Ctrl-C stops everything."
+echo "[run] ingest on http://${ONCEHOOK_INGEST_ADDR:-127.0.0.1:8080} (metrics: ingest 127.0.0.1:9100, worker 9101, mailer 9102); mail goes to ${ONCEHOOK_SMTP_URL:-${ONCEHOOK_MAIL_DIR:-./var/mail}}. Ctrl-C stops everything."
 wait
 rm -rf "$piddir"

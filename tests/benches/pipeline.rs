@@ -22,9 +22,14 @@
 //! Every environment is a fresh [`TestEnv`] (own database, own AMQP prefix),
 //! cleaned up afterwards. Timings never fail anything: a bench reports.
 //!
+//! * Optional, `ONCEHOOK_BENCH_CLUSTER=1`: ceiling B and ingest again on the
+//!   local three-node cluster (`deploy/local/cluster.sh`, started if down),
+//!   as ratios to the single-node figures of the same run.
+//!
 //! Knobs (environment): `ONCEHOOK_BENCH_SECS` (10), `ONCEHOOK_BENCH_CONCURRENCY`
 //! (16), `ONCEHOOK_BENCH_EVENTS` (3000), `ONCEHOOK_BENCH_PREFETCH` (16),
-//! `ONCEHOOK_BENCH_BATCH` (8; 1 skips the group-commit runs).
+//! `ONCEHOOK_BENCH_BATCH` (8; 1 skips the group-commit runs),
+//! `ONCEHOOK_BENCH_CLUSTER` (unset: no cluster section).
 //! Binaries come from `ONCEHOOK_BIN_DIR` (`make bench`: release).
 
 use std::future::Future;
@@ -37,6 +42,7 @@ use lapin::options::{BasicGetOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use oncehook_common::Envelope;
 use oncehook_common::amqp;
+use oncehook_e2e::cluster::Cluster;
 use oncehook_e2e::{Proc, TestEnv, broker, free_port, process};
 use oncehook_gateways::Gateway;
 use oncehook_gateways::sample::SignedDelivery;
@@ -286,7 +292,7 @@ struct HttpPhase {
 
 async fn http_phase(knobs: &Knobs) -> HttpPhase {
     let mut env = TestEnv::new().await;
-    let (_ingest, base) = env.start_ingest().await;
+    let (ingest_proc, base) = env.start_ingest().await;
     let http = http_client(knobs.concurrency);
     let warmup = Duration::from_secs(1);
     let cap = 2_000_000;
@@ -331,7 +337,7 @@ async fn http_phase(knobs: &Knobs) -> HttpPhase {
     };
 
     // Where ingest's time goes, from its own histograms (warm-up included).
-    let metrics = [format!("{base}/metrics")];
+    let metrics = [format!("{}/metrics", ingest_proc.metrics_url())];
     let ingest_request =
         histogram_percentiles(&env, &metrics, "oncehook_ingest_request_duration_seconds").await;
     let ingest_publish =
@@ -372,8 +378,14 @@ async fn sample_envelope(queue: &str) -> Envelope {
 /// Ceiling B: N tasks publishing the envelope on one confirm channel (as
 /// ingest does), each awaiting its confirm, into a throwaway quorum queue.
 async fn broker_ceiling(prefix: &str, envelope: &Envelope, knobs: &Knobs) -> Stats {
+    broker_ceiling_at(AMQP_URL, prefix, envelope, knobs).await
+}
+
+/// [`broker_ceiling`] through the broker node at `url` (the queue's leader
+/// is placed on that node; on a cluster it has a replica on every node).
+async fn broker_ceiling_at(url: &str, prefix: &str, envelope: &Envelope, knobs: &Knobs) -> Stats {
     let queue = format!("{prefix}.bench-ceiling");
-    let conn = lapin::Connection::connect(AMQP_URL, lapin::ConnectionProperties::default())
+    let conn = lapin::Connection::connect(url, lapin::ConnectionProperties::default())
         .await
         .expect("connect to RabbitMQ");
     let ch = amqp::confirm_channel(&conn).await.expect("confirm channel");
@@ -1247,6 +1259,7 @@ async fn main() {
     let _ = process::bin("oncehook-worker");
 
     let http = http_phase(&knobs).await;
+    let cluster = cluster_phase(&knobs, &http).await;
     let workers = worker_phase(&knobs).await;
     let pgbench = pgbench_phase(&knobs).await;
 
@@ -1395,6 +1408,115 @@ async fn main() {
         "client, services and load generator share the same machine; ratios, not absolute figures, are the result"
             .to_owned(),
     );
+    if let Some(cluster) = cluster {
+        rows.extend(cluster.rows);
+        notes.extend(cluster.notes);
+    }
     print_and_write(&rows, &notes, &knobs);
     eprintln!("bench: done in {:.0} s", started.elapsed().as_secs_f64());
+}
+
+// ---------------------------------------------------------------- cluster
+
+/// The rows and notes of the optional cluster section.
+struct ClusterPhase {
+    rows: Vec<Row>,
+    notes: Vec<String>,
+}
+
+/// With `ONCEHOOK_BENCH_CLUSTER=1`: ceiling B and ingest on the local
+/// three-node cluster, as ratios to the single-node figures of `single`.
+async fn cluster_phase(knobs: &Knobs, single: &HttpPhase) -> Option<ClusterPhase> {
+    if std::env::var("ONCEHOOK_BENCH_CLUSTER").ok().as_deref() != Some("1") {
+        return None;
+    }
+    eprintln!("bench: cluster: starting the local three-node cluster if it is down");
+    let Some(cluster) = Cluster::ensure().await else {
+        eprintln!("bench: cluster section skipped: rabbitmq-server is not installed");
+        return None;
+    };
+    let mut env = TestEnv::new().await;
+    env.use_broker(&cluster.urls);
+    let (_ingest, base) = env.start_ingest().await;
+    let c = knobs.concurrency;
+    eprintln!("bench: cluster: ingest POST /webhooks/razorpay, c={c}");
+    let http = http_client(c);
+    let deliveries: Arc<Vec<SignedDelivery>> =
+        Arc::new((0..1024).map(|n| captured(&env, n, "cluster")).collect());
+    let ingest = {
+        let (http, url) = (http.clone(), Arc::new(format!("{base}/webhooks/razorpay")));
+        closed_loop(
+            c,
+            Duration::from_secs(1),
+            knobs.duration(),
+            2_000_000,
+            move |i| {
+                let (http, url, deliveries) = (http.clone(), url.clone(), deliveries.clone());
+                async move { post(&http, &url, &deliveries[i % deliveries.len()]).await }
+            },
+        )
+        .await
+    };
+    let events = format!("{}.events", env.prefix);
+    let placement = cluster.queue_nodes(&events).await;
+
+    // The same envelope bytes as the single-node ceiling, through the first node.
+    let conn = broker::connect_on(&cluster.urls).await;
+    let ch = conn.create_channel().await.expect("channel");
+    let msg = ch
+        .basic_get(events.as_str().into(), BasicGetOptions { no_ack: false })
+        .await
+        .expect("basic.get")
+        .expect("the events queue holds the posted deliveries");
+    let sample = Envelope::from_bytes(&msg.delivery.data).expect("an oncehook envelope");
+    let _ = conn.close(200, "sampled".into()).await;
+    let first = cluster
+        .urls
+        .split(',')
+        .next()
+        .unwrap_or(AMQP_URL)
+        .to_owned();
+    eprintln!(
+        "bench: cluster: B  publish+confirm to a quorum queue with 3 replicas, {c} publishers"
+    );
+    let broker = broker_ceiling_at(&first, &env.prefix, &sample, knobs).await;
+
+    let rows = vec![
+        Row::new(
+            format!("B3 broker publish+confirm, 3-node cluster (3 replicas), {c} publishers"),
+            "msg/s",
+            &broker,
+            format!(
+                "ceiling on the cluster; {}",
+                versus("B (one node)", &broker, &single.broker)
+            ),
+        ),
+        Row::new(
+            format!("ingest POST on the 3-node cluster, c={c}"),
+            "req/s",
+            &ingest,
+            format!(
+                "{}; {}",
+                versus("ingest on one node", &ingest, &single.ingest),
+                versus("B3", &ingest, &broker)
+            ),
+        ),
+    ];
+    let mut notes = vec![format!(
+        "cluster: {} nodes on this same machine (replication costs CPU here, not network); B3's queue leader is on the node it publishes through",
+        cluster.nodes.len()
+    )];
+    if let Some(q) = placement {
+        notes.push(format!(
+            "cluster: ingest's events queue led by {}, replicas on {}",
+            q.leader,
+            q.members.join(", ")
+        ));
+    }
+    for (name, s) in [("cluster ingest", &ingest), ("B3", &broker)] {
+        if s.errors > 0 {
+            notes.push(format!("{name}: {} failed requests", s.errors));
+        }
+    }
+    Some(ClusterPhase { rows, notes })
 }

@@ -1,7 +1,10 @@
 //! RabbitMQ helpers for tests: queue depths, peeking at the dead-letter
-//! queue without consuming it, and deleting a test's topology.
+//! queue without consuming it, and deleting a test's topology — on the
+//! system broker, or (the `_on` variants) on the first reachable node of a
+//! comma-separated URL list such as the local cluster's.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use lapin::options::{
     BasicGetOptions, ExchangeDeleteOptions, QueueDeclareOptions, QueueDeleteOptions,
@@ -11,7 +14,8 @@ use lapin::{Connection, ConnectionProperties};
 use oncehook_common::Topology;
 use oncehook_common::amqp::header_string;
 
-const AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+/// The system broker, where every test's topology lives unless it says otherwise.
+pub const AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 
 pub async fn connect() -> Connection {
     Connection::connect(AMQP_URL, ConnectionProperties::default())
@@ -19,9 +23,33 @@ pub async fn connect() -> Connection {
         .expect("connect to RabbitMQ on 127.0.0.1:5672 (is it running? `make services`)")
 }
 
+/// The first node of the comma-separated `urls` that accepts a connection
+/// (each tried for at most 5 s).
+pub async fn try_connect_on(urls: &str) -> Option<Connection> {
+    for url in urls.split(',').map(str::trim) {
+        let attempt = Connection::connect(url, ConnectionProperties::default());
+        if let Ok(Ok(conn)) = tokio::time::timeout(Duration::from_secs(5), attempt).await {
+            return Some(conn);
+        }
+    }
+    None
+}
+
+/// Like [`connect`], on the first reachable node of `urls`.
+pub async fn connect_on(urls: &str) -> Connection {
+    try_connect_on(urls)
+        .await
+        .expect("connect to a RabbitMQ node of the test's URL list")
+}
+
 /// Messages ready in `queue` (`None` if the queue does not exist).
 pub async fn depth(queue: &str) -> Option<u32> {
-    let conn = connect().await;
+    depth_on(AMQP_URL, queue).await
+}
+
+/// [`depth`] on the first reachable node of `urls`.
+pub async fn depth_on(urls: &str, queue: &str) -> Option<u32> {
+    let conn = connect_on(urls).await;
     let ch = conn.create_channel().await.ok()?;
     let q = ch
         .queue_declare(
@@ -60,7 +88,12 @@ impl std::fmt::Debug for Dead {
 /// Reads every message of `queue` without acking (they return to the queue
 /// when the channel closes).
 pub async fn peek(queue: &str) -> Vec<Dead> {
-    let conn = connect().await;
+    peek_on(AMQP_URL, queue).await
+}
+
+/// [`peek`] on the first reachable node of `urls`.
+pub async fn peek_on(urls: &str, queue: &str) -> Vec<Dead> {
+    let conn = connect_on(urls).await;
     let ch = conn.create_channel().await.expect("channel");
     let mut out = Vec::new();
     while let Ok(Some(msg)) = ch
@@ -92,7 +125,12 @@ pub async fn peek(queue: &str) -> Vec<Dead> {
 
 /// Deletes the queues and exchanges of `prefix`.
 pub async fn delete_topology(prefix: &str) {
-    let Ok(conn) = Connection::connect(AMQP_URL, ConnectionProperties::default()).await else {
+    delete_topology_on(AMQP_URL, prefix).await;
+}
+
+/// [`delete_topology`] on the first reachable node of `urls`.
+pub async fn delete_topology_on(urls: &str, prefix: &str) {
+    let Some(conn) = try_connect_on(urls).await else {
         return;
     };
     let t = Topology::new(prefix);

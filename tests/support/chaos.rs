@@ -248,8 +248,8 @@ pub async fn settle_and_check(
         "queues drained and outbox sent",
         Duration::from_secs(90),
         || async {
-            let events = broker::depth(&events_q).await;
-            let emails = broker::depth(&emails_q).await;
+            let events = broker::depth_on(&env.amqp_urls, &events_q).await;
+            let emails = broker::depth_on(&env.amqp_urls, &emails_q).await;
             let pending = env
                 .count(
                     "SELECT count(*) FROM email_outbox WHERE sent_at IS NULL AND failed_at IS NULL",
@@ -270,7 +270,7 @@ pub async fn settle_and_check(
             .iter()
             .map(|r| (r.get("provider"), r.get("event_id")))
             .collect();
-    let dead_msgs = broker::peek(&format!("{}.dead", env.prefix)).await;
+    let dead_msgs = broker::peek_on(&env.amqp_urls, &format!("{}.dead", env.prefix)).await;
     let dead: BTreeSet<(String, String)> = dead_msgs
         .iter()
         .filter_map(|m| Envelope::from_bytes(&m.body).ok())

@@ -40,7 +40,6 @@ impl Secrets {
 }
 
 const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
-const AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 
 /// One test's isolated environment. Dropping it drops the database, deletes
 /// the queues and exchanges and removes the folder (kept, with the logs
@@ -55,12 +54,31 @@ pub struct TestEnv {
     pub config_path: PathBuf,
     pub pool: PgPool,
     pub http: reqwest::Client,
+    /// The broker the binaries and the helpers use: the system node, or a
+    /// cluster's URL list ([`TestEnv::use_broker`]).
+    pub amqp_urls: String,
     extra_env: Vec<(String, String)>,
     spawned: usize,
+    /// PgBouncer in front of the database, when the run asks for one
+    /// (`ONCEHOOK_TEST_POOLER=pgbouncer`): the service binaries go through
+    /// it; the test's own pool and `oncehookctl` go straight to Postgres.
+    pooler: Option<crate::pgbouncer::PgBouncer>,
 }
 
 impl TestEnv {
+    /// A fresh environment; the service binaries go through PgBouncer when
+    /// the run asks for it (`ONCEHOOK_TEST_POOLER=pgbouncer`).
     pub async fn new() -> TestEnv {
+        TestEnv::build(crate::pgbouncer::wanted()).await
+    }
+
+    /// A fresh environment whose service binaries always go through a
+    /// PgBouncer in transaction mode.
+    pub async fn through_pgbouncer() -> TestEnv {
+        TestEnv::build(true).await
+    }
+
+    async fn build(pgbouncer: bool) -> TestEnv {
         let id = uuid::Uuid::new_v4().simple().to_string()[..10].to_owned();
         let db_name = format!("oncehook_t_{id}");
         let admin_url =
@@ -98,7 +116,12 @@ impl TestEnv {
         std::fs::create_dir_all(&mail_dir).expect("create test folder");
         let config_path = dir.join("oncehook.toml");
         std::fs::write(&config_path, config_toml()).expect("write test config");
+        let pooler = pgbouncer.then(|| {
+            let (host, port) = postgres_host_port(&database_url);
+            crate::pgbouncer::PgBouncer::start(&dir, &host, port)
+        });
         TestEnv {
+            pooler,
             prefix: format!("t_{id}"),
             id,
             db_name,
@@ -111,9 +134,16 @@ impl TestEnv {
                 .timeout(Duration::from_secs(15))
                 .build()
                 .expect("http client"),
+            amqp_urls: crate::broker::AMQP_URL.to_owned(),
             extra_env: Vec::new(),
             spawned: 0,
         }
+    }
+
+    /// Uses the broker at `urls` (one URL or a cluster's comma-separated
+    /// list) for every binary started afterwards and for the helpers.
+    pub fn use_broker(&mut self, urls: &str) {
+        self.amqp_urls = urls.to_owned();
     }
 
     /// Adds an environment variable for every binary started afterwards.
@@ -122,12 +152,40 @@ impl TestEnv {
         self.extra_env.push((key.to_owned(), value.to_owned()));
     }
 
+    /// PgBouncer's counters for this test's database (`SHOW STATS` on its
+    /// admin console): total transactions and queries it passed on; `None`
+    /// without a PgBouncer.
+    pub fn pooler_counts(&self) -> Option<(u64, u64)> {
+        self.pooler.as_ref().map(|p| p.counts(&self.db_name))
+    }
+
+    /// The environment of the service binaries: [`TestEnv::envs`], through
+    /// PgBouncer when the run asks for it.
+    fn service_envs(&self) -> Vec<(String, String)> {
+        let mut envs = self.envs();
+        if let Some(pooler) = &self.pooler {
+            let (host, port) = postgres_host_port(&self.database_url);
+            let url = self.database_url.replacen(
+                &format!("{host}:{port}"),
+                &format!("127.0.0.1:{}", pooler.port),
+                1,
+            );
+            envs.retain(|(k, _)| k != "ONCEHOOK_DATABASE_URL" && k != "ONCEHOOK_DATABASE_POOLER");
+            envs.push(("ONCEHOOK_DATABASE_URL".to_owned(), url));
+            envs.push((
+                "ONCEHOOK_DATABASE_POOLER".to_owned(),
+                "transaction".to_owned(),
+            ));
+        }
+        envs
+    }
+
     /// The environment every binary gets.
     pub fn envs(&self) -> Vec<(String, String)> {
         let mut envs: Vec<(String, String)> = [
             ("ONCEHOOK_CONFIG", self.config_path.display().to_string()),
             ("ONCEHOOK_DATABASE_URL", self.database_url.clone()),
-            ("ONCEHOOK_AMQP_URL", AMQP_URL.to_owned()),
+            ("ONCEHOOK_AMQP_URL", self.amqp_urls.clone()),
             ("ONCEHOOK_AMQP_PREFIX", self.prefix.clone()),
             ("ONCEHOOK_MAIL_DIR", self.mail_dir.display().to_string()),
             ("ONCEHOOK_LOG", "info".to_owned()),
@@ -148,21 +206,43 @@ impl TestEnv {
     }
 
     /// Starts a binary with the environment plus `extra`; output goes to a log in the test folder.
+    /// A service binary gets a metrics listener on a free loopback port
+    /// unless `extra` names one (the per-binary defaults would collide
+    /// between tests running in parallel); [`Proc::metrics`] says where.
     pub fn spawn(&mut self, bin: &str, extra: &[(&str, &str)], args: &[&str]) -> Proc {
-        let mut envs = self.envs();
+        const SERVICES: [&str; 3] = ["oncehook-ingest", "oncehook-worker", "oncehook-mailer"];
+        let mut envs = if SERVICES.contains(&bin) {
+            self.service_envs()
+        } else {
+            self.envs()
+        };
         for (k, v) in extra {
             envs.retain(|(ek, _)| ek != k);
             envs.push(((*k).to_owned(), (*v).to_owned()));
         }
+        let mut metrics = None;
+        if SERVICES.contains(&bin) {
+            match envs.iter().find(|(k, _)| k == "ONCEHOOK_METRICS_ADDR") {
+                Some((_, v)) if v == "off" => {}
+                Some((_, v)) => metrics = Some(format!("http://{v}")),
+                None => {
+                    let addr = format!("127.0.0.1:{}", crate::free_port());
+                    metrics = Some(format!("http://{addr}"));
+                    envs.push(("ONCEHOOK_METRICS_ADDR".to_owned(), addr));
+                }
+            }
+        }
         self.spawned += 1;
         let log = self.dir.join(format!("{:02}-{bin}.log", self.spawned));
-        Proc::spawn(bin, log, &envs, args)
+        let mut proc = Proc::spawn(bin, log, &envs, args);
+        proc.metrics = metrics;
+        proc
     }
 
     /// Starts ingest on a free port and waits until it is ready; returns it and its base URL.
     pub async fn start_ingest(&mut self) -> (Proc, String) {
         let (proc, url) = self.spawn_ingest(&[]);
-        self.wait_ready(&url, "/readyz").await;
+        self.wait_ready(proc.metrics_url(), "/readyz").await;
         (proc, url)
     }
 
@@ -190,13 +270,10 @@ impl TestEnv {
         self.start_consumer("oncehook-mailer", &[]).await
     }
 
-    /// Starts a consuming binary with a metrics listener and waits for `/readyz`.
+    /// Starts a consuming binary and waits for its `/readyz`.
     pub async fn start_consumer(&mut self, bin: &str, extra: &[(&str, &str)]) -> Proc {
-        let addr = format!("127.0.0.1:{}", crate::free_port());
-        let mut all = vec![("ONCEHOOK_METRICS_ADDR", addr.as_str())];
-        all.extend_from_slice(extra);
-        let proc = self.spawn(bin, &all, &[]);
-        self.wait_ready(&format!("http://{addr}"), "/readyz").await;
+        let proc = self.spawn(bin, extra, &[]);
+        self.wait_ready(proc.metrics_url(), "/readyz").await;
         proc
     }
 
@@ -220,7 +297,7 @@ impl TestEnv {
     pub async fn wait_events_drained(&self) {
         let queue = format!("{}.events", self.prefix);
         crate::eventually("events queue drained", Duration::from_secs(30), || async {
-            (crate::broker::depth(&queue).await == Some(0)).then_some(())
+            (crate::broker::depth_on(&self.amqp_urls, &queue).await == Some(0)).then_some(())
         })
         .await;
     }
@@ -365,6 +442,7 @@ impl Drop for TestEnv {
         }
         let db_name = self.db_name.clone();
         let prefix = self.prefix.clone();
+        let amqp_urls = self.amqp_urls.clone();
         // Cleanup needs async I/O; run it on a runtime of its own. The test's
         // pool belongs to the test's (now blocked) runtime: leave it alone,
         // `WITH (FORCE)` ends its sessions.
@@ -390,7 +468,7 @@ impl Drop for TestEnv {
                     .execute(&admin)
                     .await;
                 }
-                crate::broker::delete_topology(&prefix).await;
+                crate::broker::delete_topology_on(&amqp_urls, &prefix).await;
             });
         })
         .join();
@@ -468,12 +546,20 @@ impl TestEnv {
         bin: &str,
         extra: &[(&str, &str)],
     ) -> (Proc, String) {
-        let addr = format!("127.0.0.1:{}", crate::free_port());
-        let mut all = vec![("ONCEHOOK_METRICS_ADDR", addr.as_str())];
-        all.extend_from_slice(extra);
-        let proc = self.spawn(bin, &all, &[]);
-        let base = format!("http://{addr}");
+        let proc = self.spawn(bin, extra, &[]);
+        let base = proc.metrics_url().to_owned();
         self.wait_ready(&base, "/readyz").await;
         (proc, base)
+    }
+}
+
+/// `host` and `port` of a `postgres://user@host:port/db` URL (5432 when absent).
+fn postgres_host_port(url: &str) -> (String, u16) {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    match hostport.rsplit_once(':') {
+        Some((host, port)) => (host.to_owned(), port.parse().unwrap_or(5432)),
+        None => (hostport.to_owned(), 5432),
     }
 }

@@ -8,9 +8,11 @@
 
 pub mod broker;
 pub mod chaos;
+pub mod cluster;
 pub mod env;
 pub mod ledger_gen;
 pub mod ledger_model;
+pub mod pgbouncer;
 pub mod process;
 pub mod shop;
 pub mod smtp;

@@ -31,14 +31,27 @@ pub fn bin(name: &str) -> PathBuf {
 pub struct Proc {
     pub name: String,
     pub log: PathBuf,
+    /// Base URL of its metrics listener (`/metrics`, `/healthz`, `/readyz`), if it has one.
+    pub metrics: Option<String>,
     child: Child,
 }
 
 impl Proc {
     pub fn spawn(name: &str, log: PathBuf, envs: &[(String, String)], args: &[&str]) -> Proc {
+        Proc::spawn_program(&bin(name).display().to_string(), name, log, envs, args)
+    }
+
+    /// Starts any program (a helper such as PgBouncer) the same way.
+    pub fn spawn_program(
+        program: &str,
+        name: &str,
+        log: PathBuf,
+        envs: &[(String, String)],
+        args: &[&str],
+    ) -> Proc {
         let file = std::fs::File::create(&log).expect("create log file");
         let err = file.try_clone().expect("clone log handle");
-        let mut cmd = Command::new(bin(name));
+        let mut cmd = Command::new(program);
         cmd.args(args)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -50,8 +63,16 @@ impl Proc {
         Proc {
             name: name.to_owned(),
             log,
+            metrics: None,
             child,
         }
+    }
+
+    /// Base URL of the metrics listener; panics if the process was started without one.
+    pub fn metrics_url(&self) -> &str {
+        self.metrics
+            .as_deref()
+            .unwrap_or_else(|| panic!("{} was started with its metrics listener off", self.name))
     }
 
     pub fn pid(&self) -> u32 {

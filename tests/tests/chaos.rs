@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use oncehook_e2e::chaos::{self, Plan, Report};
+use oncehook_e2e::cluster::Cluster;
 use oncehook_e2e::{Proc, SmtpSink, TestEnv, broker};
 
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -37,7 +38,7 @@ struct Stack {
 async fn stack(env: &mut TestEnv, workers: usize) -> Stack {
     let addr = format!("127.0.0.1:{}", oncehook_e2e::free_port());
     let (ingest, url) = env.spawn_ingest_at(&addr, &[]);
-    env.wait_ready(&url, "/readyz").await;
+    env.wait_ready(ingest.metrics_url(), "/readyz").await;
     let mut ws = Vec::new();
     for _ in 0..workers {
         ws.push(env.start_worker().await);
@@ -98,7 +99,7 @@ async fn chaos_restart_rabbitmq_during_load() {
     // While the broker is away ingest must refuse, not pretend.
     let ready = env
         .http
-        .get(format!("{}/readyz", s.url))
+        .get(format!("{}/readyz", s.ingest.metrics_url()))
         .send()
         .await
         .map(|r| r.status().as_u16());
@@ -110,7 +111,7 @@ async fn chaos_restart_rabbitmq_during_load() {
         "readyz is red while the broker is down"
     );
 
-    env.wait_ready(&s.url, "/readyz").await;
+    env.wait_ready(s.ingest.metrics_url(), "/readyz").await;
     let load = load.await.expect("load");
     assert_eq!(load.gave_up, 0, "every event was eventually accepted");
     assert!(
@@ -274,7 +275,7 @@ async fn chaos_sigterm_each_binary_mid_load() {
     );
     let (ingest, _) = env.spawn_ingest_at(&s.addr.clone(), &[]);
     s.ingest = ingest;
-    env.wait_ready(&s.url, "/readyz").await;
+    env.wait_ready(s.ingest.metrics_url(), "/readyz").await;
 
     tokio::time::sleep(step).await;
     s.workers[0].signal("TERM");
@@ -306,6 +307,94 @@ async fn chaos_sigterm_each_binary_mid_load() {
         )
         .await,
     );
+}
+
+/// A three-node cluster (`deploy/local/cluster.sh`, started here when it is
+/// not running) with ingest, two workers and the mailer given all three
+/// nodes: under load, the node that leads the events queue is stopped and
+/// started again, then a follower. Quorum queues keep every confirmed
+/// message; binaries on a stopped node reconnect to another one.
+#[tokio::test]
+async fn chaos_cluster_node_loss() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let Some(cluster) = Cluster::ensure().await else {
+        eprintln!(
+            "SKIPPED chaos_cluster_node_loss: rabbitmq-server is not installed (deploy/local/services.sh installs it)"
+        );
+        return;
+    };
+    let _restart = cluster.restart_on_panic();
+    let mut env = TestEnv::new().await;
+    env.use_broker(&cluster.urls);
+    let plan = chaos::plan(&env, orders(), "cluster").await;
+    let s = stack(&mut env, 2).await;
+    let events = format!("{}.events", env.prefix);
+    let queue = cluster
+        .queue_nodes(&events)
+        .await
+        .expect("the events queue on the cluster");
+    assert_eq!(
+        queue.members.len(),
+        cluster.nodes.len(),
+        "a replica of the events queue on every node: {queue:?}"
+    );
+    // The node restarts take ~10 s each: spread the load over all of them.
+    let spread = spread().max(Duration::from_secs(30));
+    let load = chaos::start_load(s.url.clone(), &plan, 6, spread);
+    let mut notes = Vec::new();
+
+    tokio::time::sleep(spread / 6).await;
+    let leader = queue.leader.clone();
+    cluster.stop_node(&leader).await;
+    let (new_leader, took) = cluster
+        .new_leader(&events, &leader, Duration::from_secs(30))
+        .await
+        .expect("a new leader elected among the other nodes");
+    notes.push(format!(
+        "leader {leader} stopped; {new_leader} led after {:.1} s",
+        took.as_secs_f64()
+    ));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cluster.start_node(&leader).await;
+
+    let now = cluster.queue_nodes(&events).await.expect("events queue");
+    let follower = now
+        .members
+        .iter()
+        .find(|m| **m != now.leader)
+        .cloned()
+        .expect("a follower");
+    cluster.stop_node(&follower).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    cluster.start_node(&follower).await;
+    notes.push(format!("follower {follower} stopped and started"));
+
+    let load = load.await.expect("load");
+    assert_eq!(load.gave_up, 0, "every event was eventually accepted");
+    let procs = [&s.ingest, &s.mailer].into_iter().chain(&s.workers);
+    let connects: usize = procs
+        .map(|p| p.log_text().matches("connected to RabbitMQ node").count())
+        .sum();
+    notes.push(format!(
+        "{} non-200 answers (retried by the clients); {} reconnections, each to the next node",
+        load.non_200_answers,
+        connects.saturating_sub(2 + s.workers.len())
+    ));
+    let report = chaos::settle_and_check(
+        &env,
+        "cluster: stop the leader, then a follower",
+        &plan,
+        &load,
+        &[],
+    )
+    .await;
+    let dead = broker::depth_on(&env.amqp_urls, &format!("{}.dead", env.prefix)).await;
+    drop(s);
+    for n in &notes {
+        println!("  cluster: {n}");
+    }
+    assert_eq!(dead, Some(0), "nothing dead-lettered");
+    finish(report);
 }
 
 /// Runs an operator command (through `sudo -n` when not root and the plain

@@ -115,6 +115,44 @@ async fn lock_timeouts_for_20s_hold_the_event() {
     );
 }
 
+/// SIGTERM while a delivery is held through database trouble (every attempt
+/// hits `lock_timeout`): the worker stops promptly with exit 0 and gives the
+/// delivery back; the next worker applies it once the trouble is over, and
+/// nothing is dead-lettered.
+#[tokio::test]
+async fn sigterm_during_a_held_delivery_leaves_it_for_the_next_worker() {
+    let mut env = tight_env().await;
+    seed(&env, "o_term").await;
+    let (_ingest, url) = env.start_ingest().await;
+    let worker_url = format!("{}?options=-c%20lock_timeout%3D200ms", env.database_url);
+    let extra = [("ONCEHOOK_DATABASE_URL", worker_url.as_str())];
+    let mut worker = env.start_consumer("oncehook-worker", &extra).await;
+
+    let mut locker = PgConnection::connect(&env.database_url)
+        .await
+        .expect("connect");
+    let mut tx = locker.begin().await.expect("begin");
+    sqlx::query("LOCK TABLE products IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *tx)
+        .await
+        .expect("lock products");
+    post_payment(&env, &url, "o_term").await;
+    eventually("the worker holds the delivery", WAIT, || async {
+        worker.log_text().contains("lock timeout").then_some(())
+    })
+    .await;
+    worker.signal("TERM");
+    let exit = worker.wait_exit(Duration::from_secs(30));
+    let pending = shop::order_status(&env.pool, "o_term").await;
+    tx.rollback().await.expect("release the lock");
+    assert_eq!(exit, Some(0), "the holding worker stops on SIGTERM");
+    assert_eq!(pending, "pending", "nothing applied while locked");
+    assert_eq!(dead_depth(&env).await, Some(0), "nothing dead-lettered");
+
+    let _next = env.start_consumer("oncehook-worker", &extra).await;
+    assert_applied_once(&env, "o_term").await;
+}
+
 /// Real deadlocks: the test locks the MUG row, waits until the worker (which
 /// locks the order first) waits for it, then locks the order row inside a
 /// savepoint; Postgres aborts the worker's transaction (40P01). Rolling back
@@ -244,12 +282,13 @@ async fn take_every_slot(env: &TestEnv, role: &str, role_url: &str) -> Vec<PgCon
     .await
 }
 
-/// A worker started against an empty database does not consume: `/readyz`
-/// stays 503, the event waits in the queue, nothing is dead-lettered. Once
-/// the database is migrated (and the shop seeded, in the same transaction)
-/// the worker consumes and applies it.
+/// A worker and a mailer started against an empty database do not consume:
+/// `/readyz` stays 503, the event waits in the queue, nothing is
+/// dead-lettered. Once the database is migrated (and the shop seeded, in the
+/// same transaction) the worker consumes and applies it and the mailer
+/// sends its email.
 #[tokio::test]
-async fn a_worker_waits_for_its_schema() {
+async fn a_worker_and_a_mailer_wait_for_their_schema() {
     let mut env = tight_env().await;
     let empty = format!("{}_empty", env.db_name);
     sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{empty}\"")))
@@ -264,15 +303,18 @@ async fn a_worker_waits_for_its_schema() {
         ("ONCEHOOK_METRICS_ADDR", metrics.as_str()),
     ];
     let mut worker = env.spawn("oncehook-worker", &extra, &[]);
+    let mut mailer = env.spawn(
+        "oncehook-mailer",
+        &[("ONCEHOOK_DATABASE_URL", empty_url.as_str())],
+        &[],
+    );
+    let mailer_readyz = format!("{}/readyz", mailer.metrics_url());
     let readyz = format!("http://{metrics}/readyz");
-    let status = || async {
-        env.http
-            .get(&readyz)
-            .send()
-            .await
-            .map(|r| r.status().as_u16())
-            .ok()
+    let get = |u: String| {
+        let http = env.http.clone();
+        async move { http.get(u).send().await.map(|r| r.status().as_u16()).ok() }
     };
+    let status = || get(readyz.clone());
     eventually("the metrics listener answers", WAIT, || async {
         status().await.is_some().then_some(())
     })
@@ -280,12 +322,22 @@ async fn a_worker_waits_for_its_schema() {
     post_payment(&env, &url, "o_schema").await;
     tokio::time::sleep(Duration::from_secs(6)).await;
     assert_eq!(status().await, Some(503), "not ready without a schema");
+    assert_eq!(
+        get(mailer_readyz.clone()).await,
+        Some(503),
+        "the mailer is not ready without a schema either"
+    );
     let queue = format!("{}.events", env.prefix);
     assert_eq!(broker::depth(&queue).await, Some(1), "the event waits");
     assert_eq!(dead_depth(&env).await, Some(0), "nothing dead-lettered");
     assert!(
         worker.log_text().contains("older than this binary"),
         "the worker says why it waits"
+    );
+    assert!(
+        mailer.log_text().contains("older than this binary"),
+        "the mailer says why it waits: {}",
+        mailer.log_text()
     );
 
     let mut conn = PgConnection::connect(&empty_url).await.expect("connect");
@@ -309,15 +361,30 @@ async fn a_worker_waits_for_its_schema() {
         (status().await == Some(200)).then_some(())
     })
     .await;
+    // "Drained" counts only ready messages: the delivery may still be in
+    // flight, so wait for what a user checks, the order paid.
     env.wait_events_drained().await;
-    let status_after: String =
-        sqlx::query_scalar("SELECT status FROM orders WHERE order_ref = 'o_schema'")
-            .fetch_one(&mut conn)
-            .await
-            .expect("order status");
-    assert_eq!(status_after, "paid");
+    eventually("order o_schema paid", WAIT, || async {
+        let mut c = PgConnection::connect(&empty_url).await.ok()?;
+        let status: Option<String> =
+            sqlx::query_scalar("SELECT status FROM orders WHERE order_ref = 'o_schema'")
+                .fetch_optional(&mut c)
+                .await
+                .ok()
+                .flatten();
+        let _ = c.close().await;
+        (status.as_deref() == Some("paid")).then_some(())
+    })
+    .await;
+    eventually("the mailer ready and the email sent", WAIT, || async {
+        let ready = get(mailer_readyz.clone()).await == Some(200);
+        (ready && !env.mail_files().is_empty()).then_some(())
+    })
+    .await;
+    assert_eq!(env.mail_files().len(), 1, "one email");
     assert_eq!(dead_depth(&env).await, Some(0), "nothing dead-lettered");
     worker.kill();
+    mailer.kill();
     let _ = conn.close().await;
     let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
         "DROP DATABASE IF EXISTS \"{empty}\" WITH (FORCE)"

@@ -949,7 +949,19 @@ async fn trace_shows_a_failed_and_a_successful_attempt_for_one_order() {
 async fn metrics_endpoints_expose_the_documented_metrics_after_traffic() {
     let mut env = TestEnv::new().await;
     seed(&env, "order_metrics").await;
-    let (_ingest, url) = env.start_ingest().await;
+    let (ingest, url) = env.start_ingest().await;
+    let ingest_metrics = ingest.metrics_url().to_owned();
+    // The public port keeps only the load balancer's check.
+    for (path, expected) in [("/healthz", 200), ("/metrics", 404), ("/readyz", 404)] {
+        let status = env
+            .http
+            .get(format!("{url}{path}"))
+            .send()
+            .await
+            .map(|r| r.status().as_u16())
+            .ok();
+        assert_eq!(status, Some(expected), "public {path}");
+    }
     let (_worker, worker_metrics) = env
         .start_consumer_with_metrics("oncehook-worker", &[])
         .await;
@@ -973,7 +985,7 @@ async fn metrics_endpoints_expose_the_documented_metrics_after_traffic() {
 
     for (base, names) in [
         (
-            url.as_str(),
+            ingest_metrics.as_str(),
             &[
                 "oncehook_ingest_requests_total",
                 "oncehook_ingest_request_duration_seconds_bucket",

@@ -327,15 +327,19 @@ async fn ingest_without_a_broker_answers_503_and_is_not_ready() {
     let dead_port = oncehook_e2e::free_port();
     let amqp = format!("amqp://guest:guest@127.0.0.1:{dead_port}/%2f");
     let (mut ingest, url) = env.spawn_ingest(&[("ONCEHOOK_AMQP_URL", amqp.as_str())]);
-    env.wait_ready(&url, "/healthz").await;
+    let metrics = ingest.metrics_url().to_owned();
+    env.wait_ready(&metrics, "/healthz").await;
 
-    let ready = env
-        .http
-        .get(format!("{url}/readyz"))
-        .send()
-        .await
-        .expect("readyz");
-    assert_eq!(ready.status().as_u16(), 503);
+    let status = |u: String| {
+        let http = env.http.clone();
+        async move { http.get(u).send().await.map(|r| r.status().as_u16()).ok() }
+    };
+    assert_eq!(status(format!("{metrics}/readyz")).await, Some(503));
+    // The public port: the load balancer's check says "not now"; metrics and
+    // readiness are not served there at all.
+    assert_eq!(status(format!("{url}/healthz")).await, Some(503));
+    assert_eq!(status(format!("{url}/readyz")).await, Some(404));
+    assert_eq!(status(format!("{url}/metrics")).await, Some(404));
     let spec = env.spec("order_6", "pay_F", "evt_F", 50_000);
     let d = env.sign(Gateway::Razorpay, "payment.captured", &spec);
     for _ in 0..3 {

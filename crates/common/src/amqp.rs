@@ -3,6 +3,9 @@
 //! ack), dead-lettering with the `x-oncehook-error*` headers, and reading
 //! headers back.
 //!
+//! Connecting goes to one node of the broker's list (`broker_nodes`) at a
+//! time, in rotation, so a binary whose node goes away reconnects to another.
+//!
 //! Recovery model: binaries do not rely on the client's transparent
 //! recovery. Each one runs a session loop — connect, declare the topology,
 //! work until the connection breaks, back off, reconnect — so after a broker
@@ -19,6 +22,7 @@ use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProper
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
+use crate::broker_nodes::BrokerNodes;
 use crate::retry::RetryPolicy;
 use crate::topology::{
     HEADER_ATTEMPTS, HEADER_DEAD_ID, HEADER_ERROR, HEADER_ERROR_KIND, HEADER_FAILED_AT,
@@ -48,22 +52,75 @@ pub enum PublishError {
     NotConnected,
 }
 
+/// How long one connection attempt to one node may take before the next
+/// node is tried (a node that went away may not even refuse the connection).
+pub const CONNECT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a connection attempt to one node failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("node {node}: {source}")]
+    Broker {
+        node: String,
+        #[source]
+        source: lapin::Error,
+    },
+    #[error("node {node}: no answer within {timeout:?}")]
+    Timeout { node: String, timeout: Duration },
+    #[error("no node of {nodes} accepted a connection: {errors}")]
+    NoNode { nodes: String, errors: String },
+}
+
 /// Opens one connection (no retry). `name` shows up in the broker's UI.
 pub async fn connect(url: &str, name: &str) -> lapin::Result<Connection> {
     let props = ConnectionProperties::default().with_connection_name(name.to_owned().into());
     Connection::connect(url, props).await
 }
 
+/// One attempt on the node the rotation gives, bounded by `timeout`.
+async fn connect_next(
+    nodes: &BrokerNodes,
+    name: &str,
+    timeout: Duration,
+) -> Result<Connection, ConnectError> {
+    let (index, node) = nodes.next();
+    let attempt = connect(node.url().expose(), name);
+    let conn = match tokio::time::timeout(timeout, attempt).await {
+        Ok(Ok(conn)) => conn,
+        Ok(Err(source)) => {
+            return Err(ConnectError::Broker {
+                node: node.label().to_owned(),
+                source,
+            });
+        }
+        Err(_) => {
+            return Err(ConnectError::Timeout {
+                node: node.label().to_owned(),
+                timeout,
+            });
+        }
+    };
+    tracing::info!(
+        node = node.label(),
+        "connected to RabbitMQ node {} of {}",
+        index + 1,
+        nodes.len()
+    );
+    Ok(conn)
+}
+
 /// Connects, retrying by `policy` (normally [`RetryPolicy::BROKER_CONNECT`]:
 /// forever) until it works (`None` if `give_up` resolves first, e.g. on
-/// shutdown, or the policy's attempts run out).
+/// shutdown, or the policy's attempts run out). Each attempt goes to the
+/// next node of the list (see [`BrokerNodes::next`]), so a connection lost
+/// with its node is made again on another one.
 pub async fn connect_with_backoff(
-    url: &str,
+    nodes: &BrokerNodes,
     name: &str,
     policy: &RetryPolicy,
     give_up: impl std::future::Future<Output = ()>,
 ) -> Option<Connection> {
-    let attempt = || async { connect(url, name).await };
+    let attempt = || connect_next(nodes, name, CONNECT_ATTEMPT_TIMEOUT);
     let retry = attempt
         .retry(policy.builder())
         .notify(|err, delay| {
@@ -73,6 +130,26 @@ pub async fn connect_with_backoff(
         conn = retry => conn.ok(),
         () = give_up => None,
     }
+}
+
+/// Tries each node once, in rotation order, each for at most `timeout`; the
+/// first connection wins. For one-shot tools (`oncehookctl`).
+pub async fn connect_any(
+    nodes: &BrokerNodes,
+    name: &str,
+    timeout: Duration,
+) -> Result<Connection, ConnectError> {
+    let mut errors = Vec::with_capacity(nodes.len());
+    for _ in 0..nodes.len() {
+        match connect_next(nodes, name, timeout).await {
+            Ok(conn) => return Ok(conn),
+            Err(err) => errors.push(err.to_string()),
+        }
+    }
+    Err(ConnectError::NoNode {
+        nodes: nodes.labels(),
+        errors: errors.join("; "),
+    })
 }
 
 /// A channel in publisher-confirm mode.

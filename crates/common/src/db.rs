@@ -10,8 +10,9 @@ use std::time::Duration;
 use backon::Retryable;
 use sqlx::PgPool;
 use sqlx::migrate::Migrator;
-use sqlx::postgres::PgPoolOptions;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
+use crate::config::{DatabaseConfig, Pooler};
 use crate::retry::RetryPolicy;
 
 /// The schema, embedded at build time from the workspace's `migrations/`.
@@ -23,6 +24,23 @@ pub fn lazy_pool(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error>
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(5))
         .connect_lazy(url)
+}
+
+/// The pool of a long-running binary, opened lazily: `max_connections`
+/// connections, through whatever [`Pooler`] the configuration names. Behind
+/// a transaction-mode pooler no prepared statement is cached (a server
+/// connection is ours only inside a transaction); the store runs every
+/// statement inside one.
+pub fn service_pool(db: &DatabaseConfig, max_connections: u32) -> Result<PgPool, sqlx::Error> {
+    let options: PgConnectOptions = db.url.expose().parse()?;
+    let options = match db.pooler {
+        Pooler::None => options,
+        Pooler::Transaction => options.statement_cache_capacity(0),
+    };
+    Ok(PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_lazy_with(options))
 }
 
 /// Opens a pool, retrying with backoff ([`RetryPolicy::DATABASE_CONNECT`])

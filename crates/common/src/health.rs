@@ -1,8 +1,9 @@
 //! Health and metrics, answered in one place: `/metrics` (Prometheus text),
 //! `/healthz` (process alive) and `/readyz` (connected to what it needs).
 //! [`answer`] decides every answer; [`serve`] is the small listener on
-//! `ONCEHOOK_METRICS_ADDR` for every binary, and ingest's public port hands
-//! the same three paths to [`answer`] too, so both ports answer alike.
+//! `ONCEHOOK_METRICS_ADDR` that every binary runs (loopback by default, a
+//! distinct port per binary). None of this is served on ingest's public
+//! port, which keeps only the load balancer's `/healthz`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

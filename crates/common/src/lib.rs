@@ -1,6 +1,7 @@
 //! Plumbing shared by every oncehook binary: configuration, the envelope that
 //! travels from ingest to the worker, the RabbitMQ topology and publishing
-//! with confirms, the consume loop that owns every delivery (`consume`:
+//! with confirms (to one node or, failing over, to a cluster's nodes:
+//! `broker_nodes`), the consume loop that owns every delivery (`consume`:
 //! handlers return a verdict, the loop settles it), the one `RetryPolicy`
 //! every backoff reads, telemetry (logs and metrics), graceful shutdown and —
 //! with the `db` feature — the Postgres pool, migrations, the consumers'
@@ -9,6 +10,7 @@
 //! Ingest builds this crate without `db`: it never touches Postgres.
 
 pub mod amqp;
+pub mod broker_nodes;
 pub mod config;
 pub mod consume;
 #[cfg(feature = "db")]

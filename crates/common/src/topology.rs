@@ -4,10 +4,31 @@
 //! With prefix `P`: exchange `P.events` (topic) → quorum queue `P.events`;
 //! exchange `P.emails` (direct) → quorum queue `P.emails`; both dead-letter
 //! at-least-once into exchange `P.dead` (fanout) → quorum queue `P.dead`.
+//! Every queue asks for a replica on each node of a cluster
+//! (`x-quorum-initial-group-size`).
+//!
+//! Upgrades: a queue declared by an older version has no group size, and
+//! RabbitMQ refuses a redeclaration whose arguments differ
+//! (`PRECONDITION_FAILED`). The group size only matters when a queue is
+//! created, so such a queue is declared again without it (every other
+//! argument still checked), and an existing deployment keeps starting.
 
 use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{Channel, ExchangeKind};
+use lapin::{Channel, Connection, ExchangeKind};
+
+/// The queue argument that asks for a replica on each of N nodes.
+pub const ARG_QUORUM_INITIAL_GROUP_SIZE: &str = "x-quorum-initial-group-size";
+
+/// The arguments the topology's quorum queues are declared with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueSettings {
+    /// `x-delivery-limit` of the work queues.
+    pub delivery_limit: u32,
+    /// `x-quorum-initial-group-size` of every queue: replicas at creation
+    /// (the broker caps it at the number of nodes, so 3 works on one node).
+    pub initial_group_size: u32,
+}
 
 /// Stable id of a dead letter (what `oncehookctl dlq show|replay|purge` take).
 pub const HEADER_DEAD_ID: &str = "x-oncehook-dead-id";
@@ -67,9 +88,26 @@ impl Topology {
         "email"
     }
 
-    /// Declares all exchanges, queues and bindings. Idempotent; fails if an
-    /// existing queue was declared with different arguments.
-    pub async fn declare(&self, ch: &Channel, delivery_limit: u32) -> lapin::Result<()> {
+    /// Declares all exchanges, queues and bindings, on a channel of its own
+    /// (a refused declaration closes its channel). Idempotent; fails if an
+    /// existing queue was declared with different arguments — except for
+    /// the replica count, which only applies at creation (see the module
+    /// documentation).
+    pub async fn declare(&self, conn: &Connection, queues: &QueueSettings) -> lapin::Result<()> {
+        let ch = conn.create_channel().await?;
+        let result = self.declare_on(conn, &ch, queues).await;
+        if ch.status().connected() {
+            let _ = ch.close(200, "topology declared".into()).await;
+        }
+        result
+    }
+
+    async fn declare_on(
+        &self,
+        conn: &Connection,
+        ch: &Channel,
+        queues: &QueueSettings,
+    ) -> lapin::Result<()> {
         let durable = ExchangeDeclareOptions {
             durable: true,
             ..ExchangeDeclareOptions::default()
@@ -97,24 +135,13 @@ impl Topology {
         )
         .await?;
 
-        let queue = QueueDeclareOptions {
-            durable: true,
-            ..QueueDeclareOptions::default()
-        };
-        ch.queue_declare(
-            events.as_str().into(),
-            queue,
-            self.work_queue_args(delivery_limit),
-        )
-        .await?;
-        ch.queue_declare(
-            emails.as_str().into(),
-            queue,
-            self.work_queue_args(delivery_limit),
-        )
-        .await?;
-        ch.queue_declare(dead.as_str().into(), queue, dead_queue_args())
-            .await?;
+        for (queue, args) in [
+            (&events, self.work_queue_args(queues.delivery_limit)),
+            (&emails, self.work_queue_args(queues.delivery_limit)),
+            (&dead, dead_queue_args()),
+        ] {
+            declare_quorum_queue(conn, queue, args, queues.initial_group_size).await?;
+        }
 
         let bind = QueueBindOptions::default();
         ch.queue_bind(
@@ -166,6 +193,74 @@ impl Topology {
         );
         args
     }
+}
+
+/// Declares one quorum queue with `args` plus the group size, each attempt
+/// on a channel of its own. A queue that exists without a group size (made
+/// by an older version) is declared with `args` alone, so its other
+/// arguments are still checked; one made with another group size is only
+/// checked to exist.
+async fn declare_quorum_queue(
+    conn: &Connection,
+    queue: &str,
+    args: FieldTable,
+    group_size: u32,
+) -> lapin::Result<()> {
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..QueueDeclareOptions::default()
+    };
+    let mut sized = args.clone();
+    sized.insert(
+        ARG_QUORUM_INITIAL_GROUP_SIZE.into(),
+        AMQPValue::LongInt(i32::try_from(group_size).unwrap_or(i32::MAX)),
+    );
+    match declare_queue(conn, queue, durable, sized).await {
+        Err(err) if names_group_size(&err) => {}
+        other => return other,
+    }
+    match declare_queue(conn, queue, durable, args).await {
+        Ok(()) => {
+            tracing::info!(
+                queue,
+                "queue exists from before {ARG_QUORUM_INITIAL_GROUP_SIZE} was set: kept as it is (its replicas: rabbitmq-queues quorum_status; add some with rabbitmq-queues grow)"
+            );
+            Ok(())
+        }
+        Err(err) if names_group_size(&err) => {
+            let passive = QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            };
+            declare_queue(conn, queue, passive, FieldTable::default()).await?;
+            tracing::warn!(
+                queue,
+                group_size,
+                "queue exists with another {ARG_QUORUM_INITIAL_GROUP_SIZE}: kept as it is (it applies only when a queue is created)"
+            );
+            Ok(())
+        }
+        Err(err) => Err(err),
+    }
+}
+
+/// One queue declaration on a fresh channel, closed afterwards.
+async fn declare_queue(
+    conn: &Connection,
+    queue: &str,
+    options: QueueDeclareOptions,
+    args: FieldTable,
+) -> lapin::Result<()> {
+    let ch = conn.create_channel().await?;
+    ch.queue_declare(queue.into(), options, args).await?;
+    let _ = ch.close(200, "queue declared".into()).await;
+    Ok(())
+}
+
+/// A `PRECONDITION_FAILED` about the group size argument.
+fn names_group_size(err: &lapin::Error) -> bool {
+    let text = err.to_string();
+    text.contains(ARG_QUORUM_INITIAL_GROUP_SIZE)
 }
 
 /// The DLQ has no dead-letter exchange of its own, so a delivery limit there

@@ -18,7 +18,6 @@ use lapin::types::FieldTable;
 use lapin::{Channel, Connection};
 use oncehook_common::amqp::{self, short};
 use oncehook_common::peek_lock::{self, PeekLock};
-use oncehook_common::redact::redact;
 use oncehook_common::{Config, Topology};
 
 use crate::dlq::letter::Letter;
@@ -32,21 +31,12 @@ const LOCK_WAIT: Duration = Duration::from_secs(60);
 /// How long to wait for handed-back letters to be counted in the queue again.
 const RETURN_WAIT: Duration = Duration::from_secs(5);
 
-/// Connects to the broker (one attempt, bounded in time).
+/// Connects to the broker: one attempt per node (a cluster's nodes in
+/// turn), each bounded in time.
 pub async fn connect(settings: &Config) -> anyhow::Result<Connection> {
-    let url = redact(settings.broker.url.expose());
-    match tokio::time::timeout(
-        CONNECT_TIMEOUT,
-        amqp::connect(settings.broker.url.expose(), "oncehookctl"),
-    )
-    .await
-    {
-        Ok(Ok(conn)) => Ok(conn),
-        Ok(Err(err)) => {
-            Err(anyhow::Error::new(err).context(format!("connecting to RabbitMQ at {url}")))
-        }
-        Err(_) => bail!("connecting to RabbitMQ at {url}: no answer within {CONNECT_TIMEOUT:?}"),
-    }
+    amqp::connect_any(&settings.broker.nodes, "oncehookctl", CONNECT_TIMEOUT)
+        .await
+        .context("connecting to RabbitMQ")
 }
 
 /// Closes the connection (best effort).

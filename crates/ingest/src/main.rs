@@ -16,7 +16,14 @@ async fn main() -> anyhow::Result<()> {
     let app = Application::build(settings, metrics)
         .await
         .context("starting ingest")?;
-    tracing::info!(addr = %app.addr(), "oncehook-ingest listening");
+    match app.metrics_addr() {
+        Some(metrics) => {
+            tracing::info!(addr = %app.addr(), %metrics, "oncehook-ingest listening")
+        }
+        None => {
+            tracing::info!(addr = %app.addr(), "oncehook-ingest listening (metrics listener off)")
+        }
+    }
     app.run_until_stopped().await.context("ingest server")?;
     tracing::info!("oncehook-ingest stopped");
     Ok(())

@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use lapin::Channel;
 use oncehook_common::amqp::{self, PublishError};
-use oncehook_common::config::Secret;
+use oncehook_common::broker_nodes::BrokerNodes;
 use oncehook_common::health::Readiness;
 use oncehook_common::shutdown::Shutdown;
+use oncehook_common::topology::QueueSettings;
 use oncehook_common::{Envelope, RetryPolicy, Topology};
 use tokio::sync::{Notify, RwLock};
 
@@ -34,9 +35,9 @@ impl Publisher {
     /// Starts the session loop in the background; the first connection may
     /// still be pending when this returns.
     pub fn start(
-        amqp_url: Secret,
+        nodes: BrokerNodes,
         topology: Topology,
-        delivery_limit: u32,
+        queues: QueueSettings,
         timeout: Duration,
         shutdown: Shutdown,
     ) -> Self {
@@ -50,14 +51,14 @@ impl Publisher {
         });
         let this = Publisher { inner };
         let session = this.clone();
-        tokio::spawn(async move { session.run(amqp_url, delivery_limit, shutdown).await });
+        tokio::spawn(async move { session.run(nodes, queues, shutdown).await });
         this
     }
 
-    async fn run(self, amqp_url: Secret, delivery_limit: u32, shutdown: Shutdown) {
+    async fn run(self, nodes: BrokerNodes, queues: QueueSettings, shutdown: Shutdown) {
         while !shutdown.is_triggered() {
             let Some(conn) = amqp::connect_with_backoff(
-                amqp_url.expose(),
+                &nodes,
                 "oncehook-ingest",
                 &self.inner.connect,
                 shutdown.wait(),
@@ -67,8 +68,8 @@ impl Publisher {
                 break;
             };
             let setup = async {
+                self.inner.topology.declare(&conn, &queues).await?;
                 let ch = amqp::confirm_channel(&conn).await?;
-                self.inner.topology.declare(&ch, delivery_limit).await?;
                 Ok::<_, lapin::Error>(ch)
             };
             match setup.await {

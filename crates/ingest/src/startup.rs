@@ -39,9 +39,9 @@ impl Application {
     ) -> std::io::Result<Self> {
         let shutdown = Shutdown::new();
         let publisher = Publisher::start(
-            settings.broker.url.clone(),
+            settings.broker.nodes.clone(),
             Topology::new(settings.broker.prefix.clone()),
-            settings.broker.delivery_limit,
+            settings.broker.queue_settings(),
             settings.broker.publish_timeout,
             shutdown.clone(),
         );
@@ -57,7 +57,12 @@ impl Application {
             metrics,
         });
 
-        let listener = TcpListener::bind(settings.ingest.addr)?;
+        let listener = TcpListener::bind(settings.ingest.addr).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("binding the webhook listener {}: {e}", settings.ingest.addr),
+            )
+        })?;
         let addr = listener.local_addr()?;
         let app_state = state.clone();
         let server = HttpServer::new(move || {
@@ -73,8 +78,8 @@ impl Application {
         .disable_signals()
         .listen(listener)?;
 
-        // Metrics and health may also get a listener of their own (kept off the public port).
-        let metrics_addr = match settings.telemetry.metrics_addr {
+        // Metrics, liveness and readiness: a listener of their own, never the public port.
+        let metrics_addr = match settings.metrics_addr {
             Some(maddr) => Some(
                 health::serve(
                     maddr,
@@ -82,7 +87,15 @@ impl Application {
                     state.publisher.readiness(),
                     shutdown.clone(),
                 )
-                .await?,
+                .await
+                .map_err(|e| {
+                    std::io::Error::new(
+                        e.kind(),
+                        format!(
+                            "binding the metrics listener {maddr}: {e} (set ONCEHOOK_METRICS_ADDR to another address, or `off`)"
+                        ),
+                    )
+                })?,
             ),
             None => None,
         };

@@ -22,13 +22,15 @@ async fn main() -> anyhow::Result<()> {
     let pool_size = settings
         .database
         .pool_size(u32::from(settings.mail.prefetch) + 2);
-    let pool = db::lazy_pool(settings.database.url.expose(), pool_size).context("database URL")?;
+    let pool = db::service_pool(&settings.database, pool_size).context("database URL")?;
     tracing::info!(transport = %transport.describe(), prefix = %settings.broker.prefix, "oncehook-mailer starting");
     let mailer = Mailer::new(pool.clone(), transport, settings.clone(), shutdown.clone());
-    if let Some(addr) = settings.telemetry.metrics_addr {
+    if let Some(addr) = settings.metrics_addr {
         let bound = health::serve(addr, metrics, mailer.readiness.clone(), shutdown.clone())
             .await
-            .with_context(|| format!("binding metrics listener {addr}"))?;
+            .with_context(|| {
+                format!("binding the metrics listener {addr} (set ONCEHOOK_METRICS_ADDR to another address, or `off`)")
+            })?;
         tracing::info!(addr = %bound, "metrics listener up");
     }
     mailer.run().await;

@@ -29,17 +29,19 @@ async fn main() -> anyhow::Result<()> {
             "the database connection budget is below the prefetch: deliveries will wait for connections"
         );
     }
-    let pool = db::lazy_pool(settings.database.url.expose(), pool_size).context("database URL")?;
+    let pool = db::service_pool(&settings.database, pool_size).context("database URL")?;
     let worker = Worker::new(
         pool.clone(),
         CommerceEffect,
         settings.clone(),
         shutdown.clone(),
     );
-    if let Some(addr) = settings.telemetry.metrics_addr {
+    if let Some(addr) = settings.metrics_addr {
         let bound = health::serve(addr, metrics, worker.readiness.clone(), shutdown.clone())
             .await
-            .with_context(|| format!("binding metrics listener {addr}"))?;
+            .with_context(|| {
+                format!("binding the metrics listener {addr} (set ONCEHOOK_METRICS_ADDR to another address, or `off`)")
+            })?;
         tracing::info!(addr = %bound, "metrics listener up");
     }
     let retention = tokio::spawn(retention::run_scheduled(

@@ -84,8 +84,10 @@ pub async fn sweep(
 
 /// Parked events, for the gauge.
 pub async fn count(pool: &PgPool) -> Result<i64, sqlx::Error> {
-    let mut conn = pool.acquire().await?;
-    parking::count(&mut conn).await
+    let mut tx = pool.begin().await?;
+    let n = parking::count(&mut tx).await?;
+    tx.commit().await?;
+    Ok(n)
 }
 
 /// Sweeps expired parked events until `stop` fires or the channel dies.

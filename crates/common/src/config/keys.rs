@@ -48,6 +48,7 @@ const fn key(
 pub const ENV_CONFIG: &str = "ONCEHOOK_CONFIG";
 pub const ENV_DATABASE_URL: &str = "ONCEHOOK_DATABASE_URL";
 pub const ENV_DATABASE_MAX_CONNECTIONS: &str = "ONCEHOOK_DATABASE_MAX_CONNECTIONS";
+pub const ENV_DATABASE_POOLER: &str = "ONCEHOOK_DATABASE_POOLER";
 pub const ENV_AMQP_URL: &str = "ONCEHOOK_AMQP_URL";
 pub const ENV_AMQP_PREFIX: &str = "ONCEHOOK_AMQP_PREFIX";
 pub const ENV_INGEST_ADDR: &str = "ONCEHOOK_INGEST_ADDR";
@@ -60,6 +61,7 @@ pub const ENV_LOG_FORMAT: &str = "ONCEHOOK_LOG_FORMAT";
 pub const ENV_BODY_LIMIT: &str = "ONCEHOOK_BODY_LIMIT_BYTES";
 pub const ENV_PUBLISH_TIMEOUT_MS: &str = "ONCEHOOK_PUBLISH_TIMEOUT_MS";
 pub const ENV_DELIVERY_LIMIT: &str = "ONCEHOOK_DELIVERY_LIMIT";
+pub const ENV_QUORUM_INITIAL_GROUP_SIZE: &str = "ONCEHOOK_QUORUM_INITIAL_GROUP_SIZE";
 pub const ENV_PREFETCH: &str = "ONCEHOOK_PREFETCH";
 pub const ENV_RETENTION_DAYS: &str = "ONCEHOOK_RETENTION_DAYS";
 pub const ENV_MAX_ATTEMPTS: &str = "ONCEHOOK_MAX_ATTEMPTS";
@@ -88,6 +90,7 @@ pub const KEYS: &[Key] = &[
         Number,
         false,
     ),
+    key(ENV_DATABASE_POOLER, &["database.pooler"], None, Text, false),
     key(ENV_AMQP_URL, &["broker.url"], Some("amqp_url"), Text, true),
     key(
         ENV_AMQP_PREFIX,
@@ -107,6 +110,13 @@ pub const KEYS: &[Key] = &[
         ENV_DELIVERY_LIMIT,
         &["broker.delivery_limit"],
         Some("delivery_limit"),
+        Number,
+        false,
+    ),
+    key(
+        ENV_QUORUM_INITIAL_GROUP_SIZE,
+        &["broker.quorum_initial_group_size"],
+        None,
         Number,
         false,
     ),

@@ -36,6 +36,7 @@ pub(crate) struct RawBroker {
     pub prefix: String,
     pub publish_timeout_ms: u64,
     pub delivery_limit: u32,
+    pub quorum_initial_group_size: u32,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -43,6 +44,7 @@ pub(crate) struct RawBroker {
 pub(crate) struct RawDatabase {
     pub url: String,
     pub max_connections: Option<u32>,
+    pub pooler: String,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -114,6 +116,7 @@ impl Default for RawBroker {
             prefix: "oncehook".into(),
             publish_timeout_ms: 3_000,
             delivery_limit: 5,
+            quorum_initial_group_size: 3,
         }
     }
 }
@@ -123,6 +126,7 @@ impl Default for RawDatabase {
         RawDatabase {
             url: "postgres://postgres@127.0.0.1:5432/oncehook".into(),
             max_connections: None,
+            pooler: "none".into(),
         }
     }
 }

@@ -16,13 +16,15 @@ mod secret;
 mod sources;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
 pub use keys::*;
 
+use crate::broker_nodes::BrokerNodes;
 use crate::retry::RetryPolicy;
+use crate::topology::QueueSettings;
 pub use secret::Secret;
 pub use sources::{DEFAULT_TOLERANCE_SECS, MAX_TOLERANCE_SECS, SourceConfig};
 
@@ -60,13 +62,27 @@ pub enum ConfigError {
 /// `[broker]`: RabbitMQ.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
-    /// The AMQP URL (may carry a password).
-    pub url: Secret,
+    /// The node (or the cluster's nodes) to connect to, from the AMQP URL
+    /// list; the URLs may carry a password and are never printed.
+    pub nodes: BrokerNodes,
     /// Prefix of every exchange and queue name.
     pub prefix: String,
     pub publish_timeout: Duration,
     /// `x-delivery-limit` of the quorum queues (set explicitly: brokers before 4.0 have none).
     pub delivery_limit: u32,
+    /// `x-quorum-initial-group-size`: replicas of each queue when it is
+    /// created (the broker caps it at the number of cluster nodes).
+    pub quorum_initial_group_size: u32,
+}
+
+impl BrokerConfig {
+    /// The arguments the topology declares its queues with.
+    pub fn queue_settings(&self) -> QueueSettings {
+        QueueSettings {
+            delivery_limit: self.delivery_limit,
+            initial_group_size: self.quorum_initial_group_size,
+        }
+    }
 }
 
 /// `[database]`: Postgres.
@@ -77,6 +93,37 @@ pub struct DatabaseConfig {
     /// each binary sizes its pool from its prefetch. Every process counts
     /// against Postgres' own `max_connections` (docs/operations.md).
     pub max_connections: Option<u32>,
+    /// What sits between this process and Postgres.
+    pub pooler: Pooler,
+}
+
+/// A connection pooler in front of Postgres, which changes what a
+/// connection may rely on between transactions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pooler {
+    /// Straight to Postgres, or a pooler in session mode: prepared
+    /// statements are cached per connection.
+    None,
+    /// A pooler in transaction mode (PgBouncer `pool_mode = transaction`):
+    /// a server connection is ours only inside a transaction, so no
+    /// statement is cached, every statement runs inside a transaction, and
+    /// the pooler must drop prepared statements when it hands a server
+    /// connection on (docs/operations.md, "PgBouncer").
+    Transaction,
+}
+
+impl Pooler {
+    fn parse(value: &str) -> Result<Self, ConfigError> {
+        match value.trim() {
+            "" | "none" | "session" => Ok(Pooler::None),
+            "transaction" => Ok(Pooler::Transaction),
+            other => Err(invalid(
+                ENV_DATABASE_POOLER,
+                other,
+                "expected `none` (or `session`) or `transaction`",
+            )),
+        }
+    }
 }
 
 impl DatabaseConfig {
@@ -91,7 +138,54 @@ impl DatabaseConfig {
 pub struct TelemetryConfig {
     pub log: String,
     pub log_json: bool,
-    pub metrics_addr: Option<SocketAddr>,
+    pub metrics: MetricsListener,
+}
+
+/// Where a binary serves `/metrics`, `/healthz` and `/readyz`: never on the
+/// public ingest port. Unset means each binary's own loopback default (ports
+/// 9100, 9101, 9102 for ingest, worker, mailer, so the three share a host);
+/// `off` turns the listener off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsListener {
+    Default,
+    Off,
+    At(SocketAddr),
+}
+
+const fn loopback(port: u16) -> SocketAddr {
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)
+}
+
+/// Ingest's metrics/health listener when `ONCEHOOK_METRICS_ADDR` is unset.
+pub const INGEST_METRICS_ADDR: SocketAddr = loopback(9100);
+/// The worker's metrics/health listener when `ONCEHOOK_METRICS_ADDR` is unset.
+pub const WORKER_METRICS_ADDR: SocketAddr = loopback(9101);
+/// The mailer's metrics/health listener when `ONCEHOOK_METRICS_ADDR` is unset.
+pub const MAILER_METRICS_ADDR: SocketAddr = loopback(9102);
+
+impl MetricsListener {
+    /// The address to bind, given the binary's default; `None` when off.
+    pub fn resolve(self, default: SocketAddr) -> Option<SocketAddr> {
+        match self {
+            MetricsListener::Default => Some(default),
+            MetricsListener::Off => None,
+            MetricsListener::At(addr) => Some(addr),
+        }
+    }
+
+    fn parse(value: Option<&str>) -> Result<Self, ConfigError> {
+        match value.map(str::trim) {
+            None | Some("") => Ok(MetricsListener::Default),
+            Some("off") => Ok(MetricsListener::Off),
+            Some(other) => other.parse().map(MetricsListener::At).map_err(|e| {
+                invalid(
+                    ENV_METRICS_ADDR,
+                    other,
+                    &format!("expected `host:port` or `off`: {e}"),
+                )
+            }),
+        }
+    }
 }
 
 /// `[ingest]`: the webhook edge.
@@ -165,10 +259,20 @@ impl Config {
         sources::check_unique(&sources)?;
         Ok(Config {
             broker: BrokerConfig {
-                url: url(ENV_AMQP_URL, raw.broker.url, &["amqp://", "amqps://"])?,
+                nodes: BrokerNodes::parse(&raw.broker.url).map_err(|reason| {
+                    ConfigError::Invalid {
+                        key: ENV_AMQP_URL.to_owned(),
+                        value: "[redacted]".to_owned(),
+                        reason,
+                    }
+                })?,
                 prefix: non_empty(ENV_AMQP_PREFIX, raw.broker.prefix)?,
                 publish_timeout: Duration::from_millis(raw.broker.publish_timeout_ms),
                 delivery_limit: raw.broker.delivery_limit,
+                quorum_initial_group_size: at_least_one(
+                    ENV_QUORUM_INITIAL_GROUP_SIZE,
+                    raw.broker.quorum_initial_group_size,
+                )?,
             },
             database: DatabaseConfig {
                 url: url(
@@ -181,6 +285,7 @@ impl Config {
                     .max_connections
                     .map(|n| at_least(ENV_DATABASE_MAX_CONNECTIONS, n, 2))
                     .transpose()?,
+                pooler: Pooler::parse(&raw.database.pooler)?,
             },
             telemetry: TelemetryConfig {
                 log: raw.telemetry.log,
@@ -191,12 +296,7 @@ impl Config {
                         return Err(invalid(ENV_LOG_FORMAT, other, "expected `text` or `json`"));
                     }
                 },
-                metrics_addr: raw
-                    .telemetry
-                    .metrics_addr
-                    .filter(|a| !a.is_empty())
-                    .map(|a| parse_addr(ENV_METRICS_ADDR, &a))
-                    .transpose()?,
+                metrics: MetricsListener::parse(raw.telemetry.metrics_addr.as_deref())?,
             },
             ingest: IngestConfig {
                 addr: parse_addr(ENV_INGEST_ADDR, &raw.ingest.addr)?,
@@ -251,6 +351,7 @@ impl Config {
             });
         }
         Ok(IngestSettings {
+            metrics_addr: self.telemetry.metrics.resolve(INGEST_METRICS_ADDR),
             broker: self.broker,
             telemetry: self.telemetry,
             ingest: self.ingest,
@@ -260,6 +361,7 @@ impl Config {
     /// The sections `oncehook-worker` reads.
     pub fn into_worker(self) -> WorkerSettings {
         WorkerSettings {
+            metrics_addr: self.telemetry.metrics.resolve(WORKER_METRICS_ADDR),
             broker: self.broker,
             database: self.database,
             telemetry: self.telemetry,
@@ -270,6 +372,7 @@ impl Config {
     /// The sections `oncehook-mailer` reads.
     pub fn into_mailer(self) -> MailerSettings {
         MailerSettings {
+            metrics_addr: self.telemetry.metrics.resolve(MAILER_METRICS_ADDR),
             broker: self.broker,
             database: self.database,
             telemetry: self.telemetry,
@@ -281,6 +384,8 @@ impl Config {
 /// What `oncehook-ingest` is given: it never sees the database or mail settings.
 #[derive(Debug, Clone)]
 pub struct IngestSettings {
+    /// The metrics/health listener, resolved against this binary's default.
+    pub metrics_addr: Option<SocketAddr>,
     pub broker: BrokerConfig,
     pub telemetry: TelemetryConfig,
     pub ingest: IngestConfig,
@@ -289,6 +394,8 @@ pub struct IngestSettings {
 /// What `oncehook-worker` is given.
 #[derive(Debug, Clone)]
 pub struct WorkerSettings {
+    /// The metrics/health listener, resolved against this binary's default.
+    pub metrics_addr: Option<SocketAddr>,
     pub broker: BrokerConfig,
     pub database: DatabaseConfig,
     pub telemetry: TelemetryConfig,
@@ -298,6 +405,8 @@ pub struct WorkerSettings {
 /// What `oncehook-mailer` is given.
 #[derive(Debug, Clone)]
 pub struct MailerSettings {
+    /// The metrics/health listener, resolved against this binary's default.
+    pub metrics_addr: Option<SocketAddr>,
     pub broker: BrokerConfig,
     pub database: DatabaseConfig,
     pub telemetry: TelemetryConfig,
@@ -469,6 +578,42 @@ mod tests {
         assert_eq!(
             (eight.worker.batch_size, eight.worker.batch_linger),
             (8, Duration::ZERO)
+        );
+    }
+
+    #[test]
+    fn metrics_listener_defaults_per_binary_and_can_be_moved_or_off() {
+        let none = Config::from_env_map(&HashMap::new()).expect("defaults");
+        let addrs = [
+            none.clone().into_worker().metrics_addr,
+            none.clone().into_mailer().metrics_addr,
+            none.telemetry.metrics.resolve(INGEST_METRICS_ADDR),
+        ];
+        assert_eq!(
+            addrs,
+            [
+                Some(WORKER_METRICS_ADDR),
+                Some(MAILER_METRICS_ADDR),
+                Some(INGEST_METRICS_ADDR)
+            ]
+        );
+        assert!(addrs.iter().flatten().all(|a| a.ip().is_loopback()));
+        assert_ne!(WORKER_METRICS_ADDR.port(), MAILER_METRICS_ADDR.port());
+        assert_ne!(INGEST_METRICS_ADDR.port(), WORKER_METRICS_ADDR.port());
+
+        let at = |v: &str| {
+            let env = HashMap::from([(ENV_METRICS_ADDR.to_owned(), v.to_owned())]);
+            Config::from_env_map(&env).map(|c| c.into_worker().metrics_addr)
+        };
+        assert_eq!(at("off").expect("off"), None);
+        assert_eq!(
+            at("0.0.0.0:9300").expect("explicit"),
+            Some("0.0.0.0:9300".parse().expect("addr"))
+        );
+        let err = at("localhost").expect_err("not an address").to_string();
+        assert!(
+            err.contains(ENV_METRICS_ADDR) && err.contains("off"),
+            "{err}"
         );
     }
 
@@ -664,10 +809,51 @@ secrets = ["${NEW}", "${OLD}"]
         );
         let config = Config::from_env_map(&env).expect("valid");
         assert_eq!(
-            config.broker.url.expose(),
+            config.broker.nodes.all()[0].url().expose(),
             "amqp://user:p@ss@broker:5672/%2f"
         );
         assert!(!format!("{config:?}").contains("p@ss"));
+    }
+
+    #[test]
+    fn the_broker_url_may_list_the_nodes_of_a_cluster() {
+        let mut env = HashMap::from([(
+            ENV_AMQP_URL.to_owned(),
+            "amqp://app:s3cret@rabbit-0:5672/%2f,amqp://app:s3cret@rabbit-1:5672/%2f,amqp://app:s3cret@rabbit-2:5672/%2f".to_owned(),
+        )]);
+        let c = Config::from_env_map(&env).expect("three nodes");
+        assert_eq!(c.broker.nodes.len(), 3);
+        assert_eq!(
+            c.broker.nodes.labels(),
+            "rabbit-0:5672, rabbit-1:5672, rabbit-2:5672"
+        );
+        assert_eq!(c.broker.quorum_initial_group_size, 3, "default");
+        assert!(!format!("{c:?}").contains("s3cret"));
+
+        // A bad entry is named (position and variable), its text is not.
+        env.insert(
+            ENV_AMQP_URL.to_owned(),
+            "amqp://app:s3cret@rabbit-0:5672/%2f,amqp//app:s3cret@rabbit-1:5672".to_owned(),
+        );
+        let text = Config::from_env_map(&env)
+            .expect_err("bad second entry")
+            .to_string();
+        assert!(
+            text.contains(ENV_AMQP_URL) && text.contains("entry 2 of 2"),
+            "{text}"
+        );
+        assert!(!text.contains("s3cret") && !text.contains("app"), "{text}");
+    }
+
+    #[test]
+    fn the_quorum_group_size_is_read_and_at_least_one() {
+        let (path, env) = write("[broker]\nquorum_initial_group_size = 5\n");
+        let c = Config::from_env_map(&env).expect("file");
+        assert_eq!(c.broker.queue_settings().initial_group_size, 5);
+        let _ = std::fs::remove_file(path);
+        let env = HashMap::from([(ENV_QUORUM_INITIAL_GROUP_SIZE.to_owned(), "0".to_owned())]);
+        let text = Config::from_env_map(&env).expect_err("zero").to_string();
+        assert!(text.contains(ENV_QUORUM_INITIAL_GROUP_SIZE), "{text}");
     }
 
     #[test]

@@ -14,10 +14,12 @@ use tokio::task::JoinHandle;
 
 use super::Handler;
 use super::broker::{BrokerDeadLetters, consume};
-use crate::config::{BrokerConfig, Secret};
+use crate::broker_nodes::BrokerNodes;
+use crate::config::BrokerConfig;
 use crate::health::Readiness;
 use crate::retry::RetryPolicy;
 use crate::shutdown::Shutdown;
+use crate::topology::QueueSettings;
 use crate::{Topology, amqp, db};
 
 /// The pause before reconnecting after a session ended in an error.
@@ -28,12 +30,13 @@ const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
 pub struct ConsumerSpec {
     /// The connection name shown in the broker's UI (`oncehook-worker`, …).
     pub name: &'static str,
-    pub amqp_url: Secret,
+    /// The broker's node(s); each (re)connection goes to the next one.
+    pub nodes: BrokerNodes,
     pub topology: Topology,
     /// The queue to consume (one of the topology's).
     pub queue: String,
     pub prefetch: u16,
-    pub delivery_limit: u32,
+    pub queues: QueueSettings,
     /// How long a dead-letter publish may wait for its confirm.
     pub publish_timeout: Duration,
     /// How to retry connecting to the broker.
@@ -51,11 +54,11 @@ impl ConsumerSpec {
         let topology = Topology::new(broker.prefix.clone());
         ConsumerSpec {
             name,
-            amqp_url: broker.url.clone(),
+            nodes: broker.nodes.clone(),
             queue: queue(&topology),
             topology,
             prefetch,
-            delivery_limit: broker.delivery_limit,
+            queues: broker.queue_settings(),
             publish_timeout: broker.publish_timeout,
             connect: RetryPolicy::BROKER_CONNECT,
         }
@@ -101,13 +104,9 @@ pub async fn run_sessions<H: Handler>(
         {
             break;
         }
-        let Some(conn) = amqp::connect_with_backoff(
-            spec.amqp_url.expose(),
-            spec.name,
-            &spec.connect,
-            shutdown.wait(),
-        )
-        .await
+        let Some(conn) =
+            amqp::connect_with_backoff(&spec.nodes, spec.name, &spec.connect, shutdown.wait())
+                .await
         else {
             break;
         };
@@ -139,8 +138,8 @@ async fn session<H: Handler>(
     shutdown: &Shutdown,
     tasks: &mut impl SessionTasks,
 ) -> lapin::Result<()> {
+    spec.topology.declare(conn, &spec.queues).await?;
     let pub_ch = amqp::confirm_channel(conn).await?;
-    spec.topology.declare(&pub_ch, spec.delivery_limit).await?;
     let stop = Shutdown::new();
     let running = tasks.start(conn, &pub_ch, &stop);
     let sink = Arc::new(BrokerDeadLetters {

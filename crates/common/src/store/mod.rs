@@ -22,10 +22,13 @@ pub mod parking;
 pub mod retention;
 pub mod schema;
 
-/// Whether the database answers (`SELECT 1`).
+/// Whether the database answers (`SELECT 1`, in a transaction like every
+/// statement a pool runs: a transaction-mode pooler needs that).
 pub async fn ping(pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin().await?;
     sqlx::query_scalar!("SELECT 1 AS one")
-        .fetch_one(pool)
+        .fetch_one(&mut *tx)
         .await?;
+    tx.commit().await?;
     Ok(())
 }

@@ -3,12 +3,14 @@
 //! published by the worker's relay and sent by the mailer, which claims a
 //! row with a short lease (no transaction is held across the SMTP call) and
 //! marks it sent or failed. `dedup_key` makes "one confirmation per order" a
-//! constraint; a row with `sent_at` is never sent again.
+//! constraint; a row with `sent_at` is never sent again. The functions that
+//! take the pool run their statement in a transaction of their own, which a
+//! transaction-mode pooler needs (`config::Pooler`).
 
 use std::time::Duration;
 
 use serde::Serialize;
-use sqlx::{PgConnection, PgExecutor};
+use sqlx::{PgConnection, PgPool};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -108,14 +110,16 @@ pub struct Backlog {
     pub oldest_age_secs: f64,
 }
 
-pub async fn backlog<'e>(db: impl PgExecutor<'e>) -> Result<Backlog, sqlx::Error> {
+pub async fn backlog(pool: &PgPool) -> Result<Backlog, sqlx::Error> {
+    let mut tx = pool.begin().await?;
     let row = sqlx::query!(
         r#"SELECT count(*) AS "rows!",
                   COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8 AS "oldest!"
            FROM email_outbox WHERE sent_at IS NULL AND failed_at IS NULL"#
     )
-    .fetch_one(db)
+    .fetch_one(&mut *tx)
     .await?;
+    tx.commit().await?;
     Ok(Backlog {
         rows: row.rows,
         oldest_age_secs: row.oldest,
@@ -132,12 +136,13 @@ pub struct Claimed {
 
 /// The mailer: takes a lease of `lease` on a row that is neither sent, nor
 /// failed, nor leased by another mailer.
-pub async fn claim<'e>(
-    db: impl PgExecutor<'e>,
+pub async fn claim(
+    pool: &PgPool,
     id: Uuid,
     lease: Duration,
 ) -> Result<Option<Claimed>, sqlx::Error> {
-    sqlx::query_as!(
+    let mut tx = pool.begin().await?;
+    let result = sqlx::query_as!(
         Claimed,
         "UPDATE email_outbox SET claimed_until = now() + make_interval(secs => $2)
          WHERE id = $1 AND sent_at IS NULL AND failed_at IS NULL
@@ -146,8 +151,10 @@ pub async fn claim<'e>(
         id,
         lease.as_secs_f64()
     )
-    .fetch_optional(db)
-    .await
+    .fetch_optional(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(result)
 }
 
 /// Whether a row was sent or given up on; `None` if there is no such row.
@@ -157,38 +164,41 @@ pub struct SendState {
     pub failed: bool,
 }
 
-pub async fn send_state<'e>(
-    db: impl PgExecutor<'e>,
-    id: Uuid,
-) -> Result<Option<SendState>, sqlx::Error> {
-    sqlx::query_as!(
+pub async fn send_state(pool: &PgPool, id: Uuid) -> Result<Option<SendState>, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let result = sqlx::query_as!(
         SendState,
         r#"SELECT sent_at IS NOT NULL AS "sent!", failed_at IS NOT NULL AS "failed!"
            FROM email_outbox WHERE id = $1"#,
         id
     )
-    .fetch_optional(db)
-    .await
+    .fetch_optional(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(result)
 }
 
 /// The mailer: sent (counted as an attempt); never sent again.
-pub async fn mark_sent<'e>(db: impl PgExecutor<'e>, id: Uuid) -> Result<(), sqlx::Error> {
+pub async fn mark_sent(pool: &PgPool, id: Uuid) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin().await?;
     sqlx::query!(
         "UPDATE email_outbox SET sent_at = now(), claimed_until = NULL, attempts = attempts + 1 WHERE id = $1",
         id
     )
-    .execute(db)
+    .execute(&mut *tx)
     .await?;
+    tx.commit().await?;
     Ok(())
 }
 
 /// The mailer: a send failed; the lease is renewed while it retries.
-pub async fn record_attempt_failure<'e>(
-    db: impl PgExecutor<'e>,
+pub async fn record_attempt_failure(
+    pool: &PgPool,
     id: Uuid,
     error: &str,
     lease: Duration,
 ) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin().await?;
     sqlx::query!(
         "UPDATE email_outbox SET attempts = attempts + 1, last_error = $2,
                 claimed_until = now() + make_interval(secs => $3)
@@ -197,24 +207,23 @@ pub async fn record_attempt_failure<'e>(
         error,
         lease.as_secs_f64()
     )
-    .execute(db)
+    .execute(&mut *tx)
     .await?;
+    tx.commit().await?;
     Ok(())
 }
 
 /// The mailer: given up on (the message goes to the dead-letter queue).
-pub async fn mark_failed<'e>(
-    db: impl PgExecutor<'e>,
-    id: Uuid,
-    error: &str,
-) -> Result<(), sqlx::Error> {
+pub async fn mark_failed(pool: &PgPool, id: Uuid, error: &str) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin().await?;
     sqlx::query!(
         "UPDATE email_outbox SET failed_at = now(), last_error = $2, claimed_until = NULL, attempts = attempts + 1 WHERE id = $1",
         id,
         error
     )
-    .execute(db)
+    .execute(&mut *tx)
     .await?;
+    tx.commit().await?;
     Ok(())
 }
 

@@ -2,13 +2,14 @@
 //! `email_outbox` rows that were sent or failed more than N days ago (they
 //! hold customer addresses; unsent rows are never touched), in small batches
 //! (short transactions, no long locks). Used by `oncehookctl retention` and
-//! by the worker on a schedule; an advisory lock keeps scheduled runs in
-//! several worker copies from overlapping.
+//! by the worker on a schedule; a transaction-scoped advisory lock keeps
+//! scheduled runs in several worker copies from overlapping. Every
+//! statement runs in a transaction (safe behind a transaction-mode pooler).
 
 use std::time::Duration;
 
 use serde::Serialize;
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 const BATCH: i64 = 5_000;
 /// Advisory lock key for scheduled retention ("oncehook" in ASCII, truncated).
@@ -23,20 +24,22 @@ pub struct Counts {
 
 /// Rows that retention would delete.
 pub async fn count_older(pool: &PgPool, days: u32) -> Result<Counts, sqlx::Error> {
+    let mut tx = pool.begin().await?;
     let webhooks = sqlx::query_scalar!(
         r#"SELECT count(*) AS "n!" FROM processed_webhooks
            WHERE processed_at < now() - make_interval(days => $1)"#,
         days_param(days)
     )
-    .fetch_one(pool)
+    .fetch_one(&mut *tx)
     .await?;
     let emails = sqlx::query_scalar!(
         r#"SELECT count(*) AS "n!" FROM email_outbox
            WHERE coalesce(sent_at, failed_at) < now() - make_interval(days => $1)"#,
         days_param(days)
     )
-    .fetch_one(pool)
+    .fetch_one(&mut *tx)
     .await?;
+    tx.commit().await?;
     Ok(Counts {
         processed_webhooks: u64::try_from(webhooks).unwrap_or(0),
         email_outbox: u64::try_from(emails).unwrap_or(0),
@@ -51,82 +54,98 @@ fn days_param(days: u32) -> i32 {
 
 /// Deletes rows of both tables older than `days`, batch by batch. Returns how many.
 pub async fn delete_older(pool: &PgPool, days: u32) -> Result<Counts, sqlx::Error> {
-    Ok(Counts {
-        processed_webhooks: delete_webhooks(pool, days).await?,
-        email_outbox: delete_emails(pool, days).await?,
-    })
+    let counts = in_batches(pool, days, Lock::None).await?;
+    Ok(counts.unwrap_or_default())
 }
 
-/// Runs `batch` (one `DELETE … LIMIT BATCH`) until a batch deletes fewer
-/// than `BATCH` rows, pausing between batches so retention never holds
-/// locks for long; returns how many rows went.
-async fn in_batches<F, Fut>(mut batch: F) -> Result<u64, sqlx::Error>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<u64, sqlx::Error>>,
-{
-    let mut total = 0;
-    loop {
-        let deleted = batch().await?;
-        total += deleted;
-        if deleted < BATCH as u64 {
-            return Ok(total);
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-/// `processed_webhooks` batch by batch (by `ctid`: the table has no
-/// single-column key to batch on).
-async fn delete_webhooks(pool: &PgPool, days: u32) -> Result<u64, sqlx::Error> {
-    in_batches(|| async {
-        let done = sqlx::query!(
-            "DELETE FROM processed_webhooks WHERE ctid = ANY(ARRAY(
-                 SELECT ctid FROM processed_webhooks
-                 WHERE processed_at < now() - make_interval(days => $1)
-                 LIMIT $2))",
-            days_param(days),
-            BATCH
-        )
-        .execute(pool)
-        .await?;
-        Ok(done.rows_affected())
-    })
-    .await
-}
-
-/// `email_outbox` rows sent (or given up on) before the horizon, batch by
-/// batch; a row neither sent nor failed is never deleted.
-async fn delete_emails(pool: &PgPool, days: u32) -> Result<u64, sqlx::Error> {
-    in_batches(|| async {
-        let done = sqlx::query!(
-            "DELETE FROM email_outbox WHERE id = ANY(ARRAY(
-                 SELECT id FROM email_outbox
-                 WHERE coalesce(sent_at, failed_at) < now() - make_interval(days => $1)
-                 LIMIT $2))",
-            days_param(days),
-            BATCH
-        )
-        .execute(pool)
-        .await?;
-        Ok(done.rows_affected())
-    })
-    .await
-}
-
-/// [`delete_older`] under an advisory lock: `None` when another process
-/// holds it (a retention pass is already running elsewhere).
+/// [`delete_older`] under an advisory lock, taken by every batch's
+/// transaction: `None` when another process holds it as the pass starts (a
+/// retention pass is already running elsewhere); a pass that finds it taken
+/// later stops there and leaves the rest to the other. Transaction-scoped,
+/// so it also holds behind a transaction-mode pooler.
 pub async fn delete_older_locked(pool: &PgPool, days: u32) -> Result<Option<Counts>, sqlx::Error> {
-    let mut conn = pool.acquire().await?;
-    let locked = sqlx::query_scalar!(r#"SELECT pg_try_advisory_lock($1) AS "ok!""#, LOCK_KEY)
-        .fetch_one(&mut *conn)
-        .await?;
-    if !locked {
-        return Ok(None);
+    in_batches(pool, days, Lock::Advisory).await
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lock {
+    None,
+    Advisory,
+}
+
+#[derive(Clone, Copy)]
+enum Table {
+    ProcessedWebhooks,
+    EmailOutbox,
+}
+
+/// Deletes `DELETE … LIMIT BATCH` batches, each in a short transaction of
+/// its own, table by table, until a batch deletes fewer than `BATCH` rows,
+/// pausing between batches so retention never holds locks for long.
+/// `None` only when `lock` is advisory and the first batch could not take it.
+async fn in_batches(pool: &PgPool, days: u32, lock: Lock) -> Result<Option<Counts>, sqlx::Error> {
+    let mut counts = Counts::default();
+    let mut first = true;
+    for table in [Table::ProcessedWebhooks, Table::EmailOutbox] {
+        loop {
+            let mut tx = pool.begin().await?;
+            if lock == Lock::Advisory && !try_lock(&mut tx).await? {
+                return Ok((!first).then_some(counts));
+            }
+            first = false;
+            let deleted = match table {
+                Table::ProcessedWebhooks => delete_webhooks(&mut tx, days).await?,
+                Table::EmailOutbox => delete_emails(&mut tx, days).await?,
+            };
+            tx.commit().await?;
+            match table {
+                Table::ProcessedWebhooks => counts.processed_webhooks += deleted,
+                Table::EmailOutbox => counts.email_outbox += deleted,
+            }
+            if deleted < BATCH as u64 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
-    let result = delete_older(pool, days).await;
-    sqlx::query_scalar!("SELECT pg_advisory_unlock($1)", LOCK_KEY)
-        .fetch_one(&mut *conn)
-        .await?;
-    result.map(Some)
+    Ok(Some(counts))
+}
+
+/// The retention lock, for the rest of this transaction; false if another holds it.
+async fn try_lock(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar!(r#"SELECT pg_try_advisory_xact_lock($1) AS "ok!""#, LOCK_KEY)
+        .fetch_one(conn)
+        .await
+}
+
+/// One batch of `processed_webhooks` (by `ctid`: the table has no
+/// single-column key to batch on).
+async fn delete_webhooks(conn: &mut PgConnection, days: u32) -> Result<u64, sqlx::Error> {
+    let done = sqlx::query!(
+        "DELETE FROM processed_webhooks WHERE ctid = ANY(ARRAY(
+             SELECT ctid FROM processed_webhooks
+             WHERE processed_at < now() - make_interval(days => $1)
+             LIMIT $2))",
+        days_param(days),
+        BATCH
+    )
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// One batch of `email_outbox` rows sent (or given up on) before the
+/// horizon; a row neither sent nor failed is never deleted.
+async fn delete_emails(conn: &mut PgConnection, days: u32) -> Result<u64, sqlx::Error> {
+    let done = sqlx::query!(
+        "DELETE FROM email_outbox WHERE id = ANY(ARRAY(
+             SELECT id FROM email_outbox
+             WHERE coalesce(sent_at, failed_at) < now() - make_interval(days => $1)
+             LIMIT $2))",
+        days_param(days),
+        BATCH
+    )
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
 }

@@ -1,4 +1,6 @@
-//! HTTP routes of ingest: the webhook endpoint and the operational ones.
+//! HTTP routes of ingest's public port: the webhook endpoint and the load
+//! balancer's `/healthz`; nothing else (metrics and readiness are served on
+//! the metrics listener, see `oncehook_common::health`).
 
 mod health;
 mod webhooks;
@@ -22,8 +24,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             })),
     )
     .route("/healthz", web::get().to(health::answer))
-    .route("/readyz", web::get().to(health::answer))
-    .route("/metrics", web::get().to(health::answer))
     .default_service(web::to(|| async {
         json_error(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
     }));

@@ -1,0 +1,202 @@
+//! The broker as a list of nodes, and queues that outlive an upgrade, on the
+//! system broker (nothing here stops a node; the cluster chaos scenario is
+//! in chaos.rs):
+//!
+//! * every binary given a URL list with an unreachable node connects to the
+//!   reachable one, and logs the node without credentials;
+//! * queues declared by an older version (without
+//!   `x-quorum-initial-group-size`), or with another group size, keep
+//!   working: RabbitMQ would refuse the changed arguments with
+//!   `PRECONDITION_FAILED`, and the binaries must keep starting.
+
+use std::time::Duration;
+
+use lapin::options::QueueDeclareOptions;
+use lapin::types::{AMQPValue, FieldTable};
+use oncehook_common::Topology;
+use oncehook_e2e::{TestEnv, broker, eventually, shop};
+use oncehook_gateways::Gateway;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Pays `order_ref` through ingest at `url` and waits until the order is
+/// paid and its email sent.
+async fn pay_one(env: &TestEnv, url: &str, order_ref: &str) {
+    shop::product(&env.pool, "MUG", 10).await;
+    shop::order(&env.pool, order_ref, 50_000, "INR", &[("MUG", 1)]).await;
+    let spec = env.spec(
+        order_ref,
+        &format!("pay_{order_ref}"),
+        &format!("evt_{order_ref}"),
+        50_000,
+    );
+    let delivery = env.sign(Gateway::Razorpay, "payment.captured", &spec);
+    let (status, body) = env.post(url, "razorpay", &delivery).await;
+    assert_eq!(status, 200, "{body}");
+    eventually(&format!("{order_ref} paid and mailed"), WAIT, || async {
+        let paid = shop::order_status(&env.pool, order_ref).await == "paid";
+        let emails = shop::emails(&env.pool, order_ref).await;
+        (paid && emails.len() == 1 && emails.iter().all(|(_, sent)| *sent)).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_list_with_an_unreachable_node_connects_to_the_reachable_one() {
+    let mut env = TestEnv::new().await;
+    let dead = format!(
+        "amqp://guest:guest@127.0.0.1:{}/%2f",
+        oncehook_e2e::free_port()
+    );
+    env.use_broker(&format!("{dead},{}", broker::AMQP_URL));
+    let (ingest, url) = env.start_ingest().await;
+    let worker = env.start_worker().await;
+    let mailer = env.start_mailer().await;
+    pay_one(&env, &url, "order_nodes_1").await;
+
+    let (code, out, err) = env.ctl(&["stats"]).await;
+    assert_eq!(
+        code, 0,
+        "oncehookctl stats with a dead node listed: {out}{err}"
+    );
+
+    for proc in [&ingest, &worker, &mailer] {
+        let log = proc.log_text();
+        assert!(
+            log.contains("connected to RabbitMQ node") && log.contains("127.0.0.1:5672"),
+            "{} names the node it connected to:\n{log}",
+            proc.name
+        );
+        assert!(
+            !log.contains("guest:guest"),
+            "{} logs no credentials:\n{log}",
+            proc.name
+        );
+    }
+}
+
+/// The arguments the work queues had before the group size was added.
+fn old_work_queue_args(prefix: &str, delivery_limit: i32) -> FieldTable {
+    let mut args = FieldTable::default();
+    args.insert(
+        "x-queue-type".into(),
+        AMQPValue::LongString("quorum".into()),
+    );
+    args.insert(
+        "x-delivery-limit".into(),
+        AMQPValue::LongInt(delivery_limit),
+    );
+    args.insert(
+        "x-dead-letter-exchange".into(),
+        AMQPValue::LongString(format!("{prefix}.dead").into()),
+    );
+    args.insert(
+        "x-dead-letter-strategy".into(),
+        AMQPValue::LongString("at-least-once".into()),
+    );
+    args.insert(
+        "x-overflow".into(),
+        AMQPValue::LongString("reject-publish".into()),
+    );
+    args
+}
+
+fn old_dead_queue_args() -> FieldTable {
+    let mut args = FieldTable::default();
+    args.insert(
+        "x-queue-type".into(),
+        AMQPValue::LongString("quorum".into()),
+    );
+    args.insert("x-delivery-limit".into(), AMQPValue::LongInt(1_000_000_000));
+    args
+}
+
+/// Declares the queues as an older version did (`extra` added to each).
+async fn declare_old_queues(prefix: &str, extra: Option<(&str, AMQPValue)>) {
+    let conn = broker::connect().await;
+    let ch = conn.create_channel().await.expect("channel");
+    let t = Topology::new(prefix);
+    for (queue, mut args) in [
+        (t.events(), old_work_queue_args(prefix, 5)),
+        (t.emails(), old_work_queue_args(prefix, 5)),
+        (t.dead(), old_dead_queue_args()),
+    ] {
+        if let Some((k, v)) = &extra {
+            args.insert((*k).into(), v.clone());
+        }
+        ch.queue_declare(
+            queue.as_str().into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..QueueDeclareOptions::default()
+            },
+            args,
+        )
+        .await
+        .expect("declare as the old version did");
+    }
+    let _ = conn.close(200, "bye".into()).await;
+}
+
+#[tokio::test]
+async fn queues_declared_before_the_group_size_keep_working() {
+    let mut env = TestEnv::new().await;
+    declare_old_queues(&env.prefix, None).await;
+    let (_ingest, url) = env.start_ingest().await;
+    let _worker = env.start_worker().await;
+    let _mailer = env.start_mailer().await;
+    pay_one(&env, &url, "order_upgrade_1").await;
+    let (code, out, err) = env.ctl(&["stats"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+}
+
+#[tokio::test]
+async fn queues_declared_with_another_group_size_keep_working() {
+    let mut env = TestEnv::new().await;
+    declare_old_queues(
+        &env.prefix,
+        Some(("x-quorum-initial-group-size", AMQPValue::LongInt(1))),
+    )
+    .await;
+    let (_ingest, url) = env.start_ingest().await;
+    let _worker = env.start_worker().await;
+    let _mailer = env.start_mailer().await;
+    pay_one(&env, &url, "order_upgrade_2").await;
+}
+
+#[tokio::test]
+async fn a_changed_delivery_limit_is_still_refused() {
+    let mut env = TestEnv::new().await;
+    declare_old_queues(&env.prefix, None).await;
+    // The queues say 5; this worker is configured with 7.
+    let addr = format!("127.0.0.1:{}", oncehook_e2e::free_port());
+    let mut worker = env.spawn(
+        "oncehook-worker",
+        &[
+            ("ONCEHOOK_DELIVERY_LIMIT", "7"),
+            ("ONCEHOOK_METRICS_ADDR", addr.as_str()),
+        ],
+        &[],
+    );
+    eventually(
+        "the worker reports the inequivalent delivery limit",
+        WAIT,
+        || async {
+            let log = worker.log_text();
+            (log.contains("PRECONDITION_FAILED") && log.contains("x-delivery-limit")).then_some(())
+        },
+    )
+    .await;
+    let ready = env
+        .http
+        .get(format!("http://{addr}/readyz"))
+        .send()
+        .await
+        .map(|r| r.status().as_u16());
+    assert_eq!(
+        ready.ok(),
+        Some(503),
+        "not ready with the wrong queue arguments"
+    );
+    worker.kill();
+}

@@ -1,0 +1,95 @@
+//! The pipeline behind a real PgBouncer in transaction mode (Debian's
+//! package): with `ONCEHOOK_DATABASE_POOLER=transaction` the worker and the
+//! mailer keep every promise through it, and PgBouncer's own counters show
+//! the traffic went through it. Without the setting the same PgBouncer
+//! breaks them, which is why the setting exists. (`make test` also runs all
+//! of tests/tests/pipeline.rs through PgBouncer.)
+
+use std::time::Duration;
+
+use oncehook_e2e::{TestEnv, eventually, shop};
+use oncehook_gateways::Gateway;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+async fn seed(env: &TestEnv, orders: &[&str]) {
+    shop::product(&env.pool, "MUG", 100).await;
+    for order_ref in orders {
+        shop::order(&env.pool, order_ref, 50_000, "INR", &[("MUG", 1)]).await;
+    }
+}
+
+#[tokio::test]
+async fn the_pipeline_runs_through_pgbouncer_in_transaction_mode() {
+    let mut env = TestEnv::through_pgbouncer().await;
+    let orders: Vec<String> = (0..12).map(|i| format!("order_pool_{i}")).collect();
+    let refs: Vec<&str> = orders.iter().map(String::as_str).collect();
+    seed(&env, &refs).await;
+    let (_ingest, url) = env.start_ingest().await;
+    let _w1 = env.start_worker().await;
+    let _w2 = env.start_worker().await;
+    let _mailer = env.start_mailer().await;
+
+    for (i, order_ref) in refs.iter().enumerate() {
+        let spec = env.spec(
+            order_ref,
+            &format!("pay_P{i}"),
+            &format!("evt_P{i}"),
+            50_000,
+        );
+        let d = env.sign(Gateway::Razorpay, "payment.captured", &spec);
+        // Every event twice: the dedup record works through the pooler too.
+        for _ in 0..2 {
+            let (status, body) = env.post(&url, "razorpay", &d).await;
+            assert_eq!(status, 200, "{body}");
+        }
+    }
+    for order_ref in &refs {
+        eventually(&format!("{order_ref} paid, email sent"), WAIT, || async {
+            let paid = shop::order_status(&env.pool, order_ref).await == "paid";
+            let emails = shop::emails(&env.pool, order_ref).await;
+            (paid && emails.len() == 1 && emails[0].1).then_some(())
+        })
+        .await;
+    }
+    env.wait_events_drained().await;
+    assert_eq!(shop::stock(&env.pool, "MUG").await, 100 - refs.len() as i32);
+    assert_eq!(env.mail_files().len(), refs.len(), "one email per order");
+
+    let (xacts, queries) = env.pooler_counts().expect("a pgbouncer");
+    assert!(
+        xacts >= refs.len() as u64 * 2 && queries > xacts,
+        "the binaries' transactions went through PgBouncer: {xacts} transactions, {queries} queries"
+    );
+}
+
+#[tokio::test]
+async fn without_the_pooler_setting_pgbouncer_breaks_prepared_statements() {
+    let mut env = TestEnv::through_pgbouncer().await;
+    seed(&env, &["order_nopool"]).await;
+    let (_ingest, url) = env.start_ingest().await;
+    // The worker told it talks to Postgres directly: statements are cached
+    // per connection, and PgBouncer drops them between transactions, so
+    // the second use of any statement fails (the relay's outbox query, one
+    // of the first to run twice).
+    let worker = env.spawn(
+        "oncehook-worker",
+        &[("ONCEHOOK_DATABASE_POOLER", "none")],
+        &[],
+    );
+    let spec = env.spec("order_nopool", "pay_N", "evt_N", 50_000);
+    let d = env.sign(Gateway::Razorpay, "payment.captured", &spec);
+    let (status, body) = env.post(&url, "razorpay", &d).await;
+    assert_eq!(status, 200, "{body}");
+    eventually(
+        "the worker reports the missing prepared statement",
+        WAIT,
+        || async {
+            worker
+                .log_text()
+                .contains("prepared statement")
+                .then_some(())
+        },
+    )
+    .await;
+}
