@@ -13,7 +13,11 @@
 //! * Measured: ingest `POST /webhooks/razorpay` with signed deliveries at the
 //!   same concurrency as A; workers (1, then 2) draining K captured events
 //!   for K distinct pending orders that were loaded through ingest while no
-//!   worker ran.
+//!   worker ran, each once with one transaction per delivery (batch 1) and
+//!   once with group commit (`ONCEHOOK_BENCH_BATCH` deliveries per
+//!   transaction). Around every worker run and every pgbench run the CPU
+//!   time of all `postgres` processes is sampled, so PostgreSQL's CPU per
+//!   event (per transaction for pgbench) is reported next to throughput.
 //!
 //! Every environment is a fresh [`TestEnv`] (own database, own AMQP prefix),
 //! cleaned up afterwards. Timings never fail anything: a bench reports.
@@ -24,6 +28,7 @@
 //!
 //! Knobs (environment): `ONCEHOOK_BENCH_SECS` (10), `ONCEHOOK_BENCH_CONCURRENCY`
 //! (16), `ONCEHOOK_BENCH_EVENTS` (3000), `ONCEHOOK_BENCH_PREFETCH` (16),
+//! `ONCEHOOK_BENCH_BATCH` (8; 1 skips the group-commit runs),
 //! `ONCEHOOK_BENCH_CLUSTER` (unset: no cluster section).
 //! Binaries come from `ONCEHOOK_BIN_DIR` (`make bench`: release).
 
@@ -57,6 +62,7 @@ struct Knobs {
     concurrency: usize,
     events: usize,
     prefetch: usize,
+    batch: usize,
 }
 
 impl Knobs {
@@ -73,6 +79,7 @@ impl Knobs {
             concurrency: num("ONCEHOOK_BENCH_CONCURRENCY", 16, 1, 256),
             events: num("ONCEHOOK_BENCH_EVENTS", 3000, 10, 100_000),
             prefetch: num("ONCEHOOK_BENCH_PREFETCH", 16, 1, 256),
+            batch: num("ONCEHOOK_BENCH_BATCH", 8, 1, 256),
         }
     }
 
@@ -446,22 +453,44 @@ async fn broker_ceiling_at(url: &str, prefix: &str, envelope: &Envelope, knobs: 
 
 struct WorkerRun {
     workers: usize,
+    /// Deliveries per transaction (`[worker] batch.size`).
+    batch: usize,
     events: usize,
     stats: Stats,
     applied: i64,
     dead: u32,
+    /// PostgreSQL CPU time over the run: the whole server, and the
+    /// backends serving the run's database alone.
+    pg_cpu: Option<Duration>,
+    backends_cpu: Option<Duration>,
+    /// What the workers' backends were doing, sampled (`pg_stat_activity`).
+    waits: String,
+}
+
+/// The worker runs: 1 and 2 workers, each without and with group commit.
+fn worker_rounds(knobs: &Knobs) -> Vec<(usize, usize)> {
+    let batches: &[usize] = if knobs.batch > 1 {
+        &[1, knobs.batch]
+    } else {
+        &[1]
+    };
+    [1usize, 2]
+        .into_iter()
+        .flat_map(|w| batches.iter().map(move |b| (w, *b)))
+        .collect()
 }
 
 async fn worker_phase(knobs: &Knobs) -> Vec<WorkerRun> {
     let mut env = TestEnv::new().await;
     let k = knobs.events;
-    seed_shop(&env, true, 1, 2 * k as i64).await;
+    let rounds = worker_rounds(knobs);
+    seed_shop(&env, true, 1, (rounds.len() * k) as i64).await;
     let (mut ingest, base) = env.start_ingest().await;
     let mut runs = Vec::new();
-    for (round, workers) in [1usize, 2].into_iter().enumerate() {
+    for (round, (workers, batch)) in rounds.into_iter().enumerate() {
         let first = round * k + 1;
         eprintln!("bench: loading {k} captured events through ingest (no worker running)");
-        let tag = format!("w{workers}");
+        let tag = format!("w{workers}b{batch}");
         preload(&env, &base, first, k, knobs.concurrency, &tag).await;
         let queue = format!("{}.events", env.prefix);
         let depth = wait_for(Duration::from_secs(20), || async {
@@ -472,10 +501,18 @@ async fn worker_phase(knobs: &Knobs) -> Vec<WorkerRun> {
             eprintln!("bench: warning: the events queue does not hold {k} messages");
         }
         let done_before = count_processed(&env).await;
-        eprintln!("bench: {workers} worker(s) draining {k} events");
+        eprintln!("bench: {workers} worker(s), batch {batch}, draining {k} events");
         let mut procs = Vec::new();
         let mut metrics = Vec::new();
         let prefetch = knobs.prefetch.to_string();
+        let batch_size = batch.to_string();
+        let cpu_before = postgres_cpu();
+        let backends_before = backend_cpu(&env.pool, &env.db_name).await;
+        let sampler = tokio::spawn(sample_waits(
+            env.pool.clone(),
+            env.db_name.clone(),
+            done_before + k as i64,
+        ));
         for _ in 0..workers {
             let addr = format!("127.0.0.1:{}", free_port());
             procs.push(env.spawn(
@@ -483,12 +520,19 @@ async fn worker_phase(knobs: &Knobs) -> Vec<WorkerRun> {
                 &[
                     ("ONCEHOOK_METRICS_ADDR", addr.as_str()),
                     ("ONCEHOOK_PREFETCH", prefetch.as_str()),
+                    ("ONCEHOOK_WORKER_BATCH_SIZE", batch_size.as_str()),
                 ],
                 &[],
             ));
             metrics.push(format!("http://{addr}/metrics"));
         }
         let stats = drain_rate(&env, done_before, done_before + k as i64).await;
+        let pg_cpu = cpu_since(cpu_before);
+        let backends_cpu = backend_cpu_since(&env.pool, &env.db_name, backends_before).await;
+        let waits = match tokio::time::timeout(Duration::from_secs(5), sampler).await {
+            Ok(Ok(waits)) => waits,
+            _ => "not sampled".to_owned(),
+        };
         let transaction = histogram_percentiles(
             &env,
             &metrics,
@@ -502,7 +546,7 @@ async fn worker_phase(knobs: &Knobs) -> Vec<WorkerRun> {
         let applied: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM processed_webhooks WHERE outcome = 'applied' AND event_id LIKE $1",
         )
-        .bind(format!("evt_w{workers}\\_%"))
+        .bind(format!("evt_{tag}\\_%"))
         .fetch_one(&env.pool)
         .await
         .unwrap_or(-1);
@@ -512,10 +556,14 @@ async fn worker_phase(knobs: &Knobs) -> Vec<WorkerRun> {
         stop_all(procs);
         runs.push(WorkerRun {
             workers,
+            batch,
             events: k,
             stats,
             applied,
             dead,
+            pg_cpu,
+            backends_cpu,
+            waits,
         });
     }
     ingest.signal("TERM");
@@ -717,9 +765,16 @@ where
 // ---------------------------------------------------------------- phase 3
 
 struct PgbenchRun {
+    /// Workers whose concurrency this run matches.
+    workers: usize,
     clients: usize,
     stats: Stats,
     failed: u64,
+    /// PostgreSQL CPU time over the run (whole server).
+    pg_cpu: Option<Duration>,
+    /// CPU of pgbench's backends over `backends_window` of the run.
+    backends_cpu: Option<Duration>,
+    backends_window: Duration,
 }
 
 async fn pgbench_phase(knobs: &Knobs) -> Vec<PgbenchRun> {
@@ -751,11 +806,24 @@ async fn pgbench_phase(knobs: &Knobs) -> Vec<PgbenchRun> {
             .stdin(std::process::Stdio::null())
             .kill_on_drop(true);
         let limit = knobs.duration() + Duration::from_secs(60);
-        let out = match tokio::time::timeout(limit, cmd.output()).await {
+        let cpu_before = postgres_cpu();
+        let started = Instant::now();
+        // pgbench's backends exit with it: their CPU is read shortly before.
+        let sample_at = knobs.duration().saturating_sub(Duration::from_millis(700));
+        let sample = async {
+            tokio::time::sleep(sample_at).await;
+            let cpu = backend_cpu(&env.pool, &env.db_name).await;
+            (cpu.map(|c| c.values().sum::<u64>()), started.elapsed())
+        };
+        let (out, (backend_ticks, backends_window)) =
+            tokio::join!(tokio::time::timeout(limit, cmd.output()), sample);
+        let backends_cpu = backend_ticks.and_then(ticks_to_duration);
+        let out = match out {
             Ok(Ok(out)) => out,
             Ok(Err(e)) => panic!("run pgbench (is it installed? it ships with PostgreSQL): {e}"),
             Err(_) => panic!("pgbench did not finish within {limit:?}"),
         };
+        let pg_cpu = cpu_since(cpu_before);
         let stdout = String::from_utf8_lossy(&out.stdout);
         if !out.status.success() {
             eprintln!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
@@ -778,6 +846,10 @@ async fn pgbench_phase(knobs: &Knobs) -> Vec<PgbenchRun> {
         // The rate is pgbench's own tps; the window makes `rate()` return it.
         let window = Duration::from_secs(knobs.secs);
         runs.push(PgbenchRun {
+            workers,
+            pg_cpu,
+            backends_cpu,
+            backends_window,
             clients,
             stats: Stats {
                 ok: (tps * window.as_secs_f64()).round() as u64,
@@ -965,6 +1037,204 @@ fn print_and_write(rows: &[Row], notes: &[String], knobs: &Knobs) {
     }
 }
 
+/// The row of one worker run, against the pgbench run of its concurrency.
+fn worker_row(run: &WorkerRun, pg: &PgbenchRun, prefetch: usize) -> Row {
+    Row::new(
+        format!(
+            "worker ×{} (prefetch {}, batch {}), {} events",
+            run.workers, prefetch, run.batch, run.events
+        ),
+        "events/s",
+        &run.stats,
+        format!(
+            "vs C: {} throughput, p50 {}, p99 {}",
+            ratio(run.stats.rate(), pg.stats.rate()),
+            lat_ratio(run.stats.p50(), pg.stats.p50()),
+            lat_ratio(run.stats.p99(), pg.stats.p99())
+        ),
+    )
+}
+
+/// Samples every 10 ms, until `processed_webhooks` holds `target` rows (or
+/// the phase times out), what the workers' backends in database `db` are
+/// doing: running (no wait event), waiting for a lock, for the client, …
+/// Returns the shares, largest first, and the mean number of active ones.
+async fn sample_waits(pool: sqlx::PgPool, db: String, target: i64) -> String {
+    let mut counts: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut samples = 0u64;
+    let deadline = Instant::now() + PHASE_TIMEOUT;
+    for _ in 0..(PHASE_TIMEOUT.as_millis() / 10) {
+        if Instant::now() > deadline {
+            break;
+        }
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT CASE WHEN state = 'idle' THEN 'idle'
+                         WHEN wait_event IS NULL THEN 'running'
+                         ELSE wait_event_type || ':' || wait_event END, count(*)
+             FROM pg_stat_activity
+             WHERE datname = $1 AND pid <> pg_backend_pid() AND backend_type = 'client backend'
+               AND application_name NOT LIKE 'pgbench%'
+             GROUP BY 1",
+        )
+        .bind(&db)
+        .fetch_all(&pool)
+        .await
+        .unwrap_or_default();
+        samples += 1;
+        for (what, n) in rows {
+            *counts.entry(what).or_default() += n.max(0) as u64;
+        }
+        if samples.is_multiple_of(10) && count_processed_in(&pool).await >= target {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let busy: u64 = counts
+        .iter()
+        .filter(|(k, _)| k.as_str() != "idle")
+        .map(|(_, n)| n)
+        .sum();
+    if samples == 0 || busy == 0 {
+        return "no active backend seen".to_owned();
+    }
+    let mut shares: Vec<(&String, &u64)> = counts
+        .iter()
+        .filter(|(k, _)| k.as_str() != "idle")
+        .collect();
+    shares.sort_by(|a, b| b.1.cmp(a.1));
+    let parts: Vec<String> = shares
+        .iter()
+        .take(5)
+        .map(|(k, n)| format!("{k} {:.0}%", **n as f64 * 100.0 / busy as f64))
+        .collect();
+    format!(
+        "{:.1} active on average; {}",
+        busy as f64 / samples as f64,
+        parts.join(", ")
+    )
+}
+
+async fn count_processed_in(pool: &sqlx::PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM processed_webhooks")
+        .fetch_one(pool)
+        .await
+        .unwrap_or(0)
+}
+
+/// CPU time (user + system) of every `postgres` process so far, read from
+/// `/proc/<pid>/stat`, including the exited backends the postmaster reaped
+/// (its `cutime`/`cstime`). `None` where `/proc` is not readable. Counts
+/// every database of the server: other load on it is included.
+fn postgres_cpu() -> Option<Duration> {
+    let ticks_per_sec = clock_ticks()?;
+    let mut ticks: u64 = 0;
+    let mut seen = 0usize;
+    for entry in std::fs::read_dir("/proc").ok()?.flatten().take(1_000_000) {
+        let name = entry.file_name();
+        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        if &stat[open + 1..close] != "postgres" {
+            continue;
+        }
+        // After the command: state, ppid, …; utime, stime, cutime, cstime
+        // are the 12th to 15th fields.
+        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        for f in fields.iter().skip(11).take(4) {
+            ticks += f.parse::<u64>().unwrap_or(0);
+        }
+        seen += 1;
+    }
+    (seen > 0).then(|| Duration::from_secs_f64(ticks as f64 / ticks_per_sec))
+}
+
+/// The kernel's clock ticks per second (`getconf CLK_TCK`; almost always 100).
+fn clock_ticks() -> Option<f64> {
+    let out = std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|t| *t > 0.0)
+}
+
+/// CPU ticks (user + system) so far of each client backend serving
+/// database `db`, by pid (`pg_stat_activity` and `/proc/<pid>/stat`).
+async fn backend_cpu(
+    pool: &sqlx::PgPool,
+    db: &str,
+) -> Option<std::collections::BTreeMap<i32, u64>> {
+    let pids: Vec<i32> = sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend'",
+    )
+    .bind(db)
+    .fetch_all(pool)
+    .await
+    .ok()?;
+    let mut out = std::collections::BTreeMap::new();
+    for pid in pids {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some(close) = stat.rfind(')') else {
+            continue;
+        };
+        let ticks: u64 = stat[close + 1..]
+            .split_whitespace()
+            .skip(11)
+            .take(2)
+            .map(|f| f.parse::<u64>().unwrap_or(0))
+            .sum();
+        out.insert(pid, ticks);
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// CPU the backends of `db` used since `before` (backends that started
+/// since count from zero; backends that exited meanwhile are missed).
+async fn backend_cpu_since(
+    pool: &sqlx::PgPool,
+    db: &str,
+    before: Option<std::collections::BTreeMap<i32, u64>>,
+) -> Option<Duration> {
+    let now = backend_cpu(pool, db).await?;
+    let before = before.unwrap_or_default();
+    let ticks: u64 = now
+        .iter()
+        .map(|(pid, t)| t.saturating_sub(before.get(pid).copied().unwrap_or(0)))
+        .sum();
+    ticks_to_duration(ticks)
+}
+
+fn ticks_to_duration(ticks: u64) -> Option<Duration> {
+    Some(Duration::from_secs_f64(ticks as f64 / clock_ticks()?))
+}
+
+fn cpu_since(before: Option<Duration>) -> Option<Duration> {
+    Some(postgres_cpu()?.saturating_sub(before?))
+}
+
+/// "1.23 ms per event, 1.8 cores busy".
+fn cpu_per(cpu: Option<Duration>, n: u64, window: Duration, what: &str) -> String {
+    match cpu {
+        Some(cpu) if n > 0 => format!(
+            "{:.2} ms per {what}, {:.1} cores busy",
+            cpu.as_secs_f64() * 1000.0 / n as f64,
+            cpu.as_secs_f64() / window.as_secs_f64().max(0.001)
+        ),
+        _ => "not measured (no readable postgres process in /proc)".to_owned(),
+    }
+}
+
 fn binaries_profile() -> &'static str {
     let dir = process::bin_dir();
     match dir.file_name().and_then(|n| n.to_str()) {
@@ -1051,32 +1321,44 @@ async fn main() {
         ),
     ));
     let mut notes = Vec::new();
-    for (run, pg) in workers.iter().zip(&pgbench) {
+    for pg in &pgbench {
         rows.push(Row::new(
             format!("C  pgbench worker transaction, {} clients", pg.clients),
             "tps",
             &pg.stats,
             "(ceiling)".to_owned(),
         ));
-        rows.push(Row::new(
-            format!(
-                "worker ×{} (prefetch {}), {} events",
-                run.workers, knobs.prefetch, run.events
-            ),
-            "events/s",
-            &run.stats,
-            format!(
-                "vs C: {} throughput, p50 {}, p99 {}",
-                ratio(run.stats.rate(), pg.stats.rate()),
-                lat_ratio(run.stats.p50(), pg.stats.p50()),
-                lat_ratio(run.stats.p99(), pg.stats.p99())
-            ),
+        let sampled = (pg.stats.rate() * pg.backends_window.as_secs_f64()) as u64;
+        notes.push(format!(
+            "PostgreSQL CPU, C with {} clients: its backends {}; whole server {}",
+            pg.clients,
+            cpu_per(pg.backends_cpu, sampled, pg.backends_window, "transaction"),
+            cpu_per(pg.pg_cpu, pg.stats.ok, pg.stats.window, "transaction")
         ));
-        if run.applied != run.events as i64 || run.dead > 0 {
+        for run in workers.iter().filter(|r| r.workers == pg.workers) {
+            rows.push(worker_row(run, pg, knobs.prefetch));
             notes.push(format!(
-                "worker ×{}: {} of {} events applied, {} dead-lettered",
-                run.workers, run.applied, run.events, run.dead
+                "PostgreSQL CPU, worker ×{} batch {}: its backends {}; whole server {}",
+                run.workers,
+                run.batch,
+                cpu_per(
+                    run.backends_cpu,
+                    run.events as u64,
+                    run.stats.window,
+                    "event"
+                ),
+                cpu_per(run.pg_cpu, run.events as u64, run.stats.window, "event")
             ));
+            notes.push(format!(
+                "worker ×{} batch {}: backends sampled in pg_stat_activity: {}",
+                run.workers, run.batch, run.waits
+            ));
+            if run.applied != run.events as i64 || run.dead > 0 {
+                notes.push(format!(
+                    "worker ×{} batch {}: {} of {} events applied, {} dead-lettered",
+                    run.workers, run.batch, run.applied, run.events, run.dead
+                ));
+            }
         }
         if pg.failed > 0 {
             notes.push(format!(
@@ -1085,10 +1367,33 @@ async fn main() {
             ));
         }
     }
-    if let (Some(one), Some(two)) = (workers.first(), workers.get(1)) {
+    for batch in workers.iter().map(|r| r.batch).filter(|b| *b > 1).take(1) {
+        let rate = |w: usize, b: usize| {
+            workers
+                .iter()
+                .find(|r| r.workers == w && r.batch == b)
+                .map_or(0.0, |r| r.stats.rate())
+        };
         notes.push(format!(
-            "worker scaling 1 → 2 processes on this machine: {} events/s",
-            ratio(two.stats.rate(), one.stats.rate())
+            "group commit (batch {batch} vs 1): {} events/s with one worker, {} with two",
+            ratio(rate(1, batch), rate(1, 1)),
+            ratio(rate(2, batch), rate(2, 1))
+        ));
+    }
+    for batch in workers
+        .iter()
+        .map(|r| r.batch)
+        .collect::<std::collections::BTreeSet<_>>()
+    {
+        let rate = |w: usize| {
+            workers
+                .iter()
+                .find(|r| r.workers == w && r.batch == batch)
+                .map_or(0.0, |r| r.stats.rate())
+        };
+        notes.push(format!(
+            "worker scaling 1 → 2 processes on this machine, batch {batch}: {} events/s",
+            ratio(rate(2), rate(1))
         ));
     }
     for (name, s) in [

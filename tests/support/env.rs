@@ -194,6 +194,10 @@ impl TestEnv {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
         .collect();
+        // Runs the suite with group commit: `ONCEHOOK_TEST_WORKER_BATCH_SIZE=8`.
+        if let Ok(size) = std::env::var("ONCEHOOK_TEST_WORKER_BATCH_SIZE") {
+            envs.push(("ONCEHOOK_WORKER_BATCH_SIZE".to_owned(), size));
+        }
         for (k, v) in &self.extra_env {
             envs.retain(|(ek, _)| ek != k);
             envs.push((k.clone(), v.clone()));

@@ -4,7 +4,8 @@
 //! delivery by the verdict returned here; this module adds the worker's
 //! session tasks (outbox relay, parked-event sweeper).
 //!
-//! Delivery: decode → process (one transaction) → `Ack` after commit.
+//! Delivery: decode → process (one transaction, or a share of a batch's
+//! transaction: see `batch`) → `Ack` after commit.
 //! Duplicates are acked and counted. Permanent failures become
 //! `DeadLetter` (published to `P.dead` with the reason, then acked).
 //! Transient database failures never settle a delivery: it is held
@@ -28,6 +29,7 @@ use sqlx::PgPool;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use crate::batch::{Batcher, Reply};
 use crate::effect::Effect;
 use crate::processor::{self, Decoded, ProcessError, Processed, Rejection};
 use crate::relay;
@@ -43,11 +45,20 @@ pub struct Worker<E: Effect> {
     pub retry: RetryPolicy,
     shutdown: Shutdown,
     relay_wakeup: Arc<Notify>,
+    /// Group commit, when `[worker] batch.size` is above 1.
+    batcher: Option<Batcher>,
 }
 
 impl<E: Effect> Worker<E> {
     pub fn new(pool: PgPool, effect: E, settings: WorkerSettings, shutdown: Shutdown) -> Arc<Self> {
+        let batcher = (settings.worker.batch_size > 1).then(|| {
+            Batcher::new(
+                usize::from(settings.worker.batch_size),
+                settings.worker.batch_linger,
+            )
+        });
         Arc::new(Worker {
+            batcher,
             pool,
             effect,
             topology: Topology::new(settings.broker.prefix.clone()),
@@ -175,7 +186,20 @@ impl<E: Effect> Handler for Worker<E> {
         {
             panic!("fault injection: configured to panic on order {bad}");
         }
-        self.process(&decoded).await
+        let Some(batcher) = &self.batcher else {
+            return self.process(&decoded).await;
+        };
+        let decoded = Arc::new(decoded);
+        match batcher
+            .submit(&self.pool, &self.effect, decoded.clone())
+            .await
+        {
+            Reply::Done(processed) => {
+                self.record(&decoded, &processed);
+                Verdict::Ack
+            }
+            Reply::Alone => self.process(&decoded).await,
+        }
     }
 
     fn dead_lettered(&self, message: &dyn Message, kind: &str, error: &str) {

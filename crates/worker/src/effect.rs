@@ -72,9 +72,37 @@ impl EffectError {
 /// use `conn` (never commit, never do I/O outside the database) so the whole
 /// thing commits or rolls back with the dedup row.
 pub trait Effect: Send + Sync + 'static {
+    /// Work an event may leave for the end of a batch (group commit), so
+    /// that hot rows are locked only for the batch's last statements.
+    type Deferred: Default + Send;
+
     fn apply<'a>(
         &'a self,
         conn: &'a mut PgConnection,
         event: &'a NormalizedEvent,
     ) -> impl Future<Output = Result<Applied, EffectError>> + Send + 'a;
+
+    /// [`Effect::apply`] inside a batch: the effect may leave part of its
+    /// work in `deferred`, done by [`Effect::finish_batch`] in the same
+    /// transaction after the batch's last event. By default nothing is
+    /// deferred.
+    fn apply_batched<'a>(
+        &'a self,
+        conn: &'a mut PgConnection,
+        event: &'a NormalizedEvent,
+        deferred: &'a mut Self::Deferred,
+    ) -> impl Future<Output = Result<Applied, EffectError>> + Send + 'a {
+        let _ = deferred;
+        self.apply(conn, event)
+    }
+
+    /// Does a batch's deferred work, last in its transaction.
+    fn finish_batch<'a>(
+        &'a self,
+        conn: &'a mut PgConnection,
+        deferred: Self::Deferred,
+    ) -> impl Future<Output = Result<(), EffectError>> + Send + 'a {
+        let _ = (conn, deferred);
+        async { Ok(()) }
+    }
 }

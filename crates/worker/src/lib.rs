@@ -4,9 +4,13 @@
 //! (one transaction: `dedup` insert-first, then the `effect`; events not
 //! linked to an order yet wait in `parking`) → `relay`
 //! (publishes committed outbox emails). `retention` trims the dedup table.
+//! With `[worker] batch.size` above 1, `batch` groups several deliveries
+//! into one transaction (group commit) before falling back to `processor`'s
+//! one transaction per delivery.
 //! `commerce` is the built-in effect every test exercises: the order ledger,
 //! whose state function is the pure `ledger`.
 
+pub mod batch;
 pub mod commerce;
 pub mod consumer;
 pub mod dedup;

@@ -12,12 +12,12 @@ use oncehook_common::Envelope;
 use oncehook_common::db::is_transient;
 use oncehook_common::envelope::EnvelopeError;
 use oncehook_gateways::NormalizedEvent;
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 use oncehook_common::store::{dedup as dedup_store, parking as parking_store};
 
 use crate::dedup::{self, DeliveryKey};
-use crate::effect::{Effect, EffectError, Outcome};
+use crate::effect::{Applied, Effect, EffectError, Outcome};
 
 /// A message the worker understood.
 #[derive(Debug)]
@@ -54,6 +54,15 @@ pub enum ProcessError {
     /// The database failed in a way a retry may fix.
     #[error("transient database error: {0}")]
     Transient(sqlx::Error),
+}
+
+impl From<EffectError> for ProcessError {
+    fn from(err: EffectError) -> Self {
+        match err {
+            EffectError::Permanent { kind, message } => Rejection { kind, message }.into(),
+            EffectError::Database(err) => err.into(),
+        }
+    }
 }
 
 impl From<sqlx::Error> for ProcessError {
@@ -115,6 +124,20 @@ pub fn decode(data: &[u8], message_id: &str) -> Result<Decoded, Rejection> {
     })
 }
 
+/// The delivery's claim row (what `processed_webhooks` records about it).
+pub fn claim_of(decoded: &Decoded) -> dedup_store::Claim<'_> {
+    let event = &decoded.event;
+    dedup_store::Claim {
+        key: &decoded.key,
+        provider: event.provider.as_str(),
+        event_type: &event.event_type,
+        order_ref: event.order_ref.as_deref(),
+        payment_id: event.payment_id.as_deref(),
+        receipt_id: decoded.envelope.receipt_id,
+        received_at: decoded.envelope.received_at,
+    }
+}
+
 /// Runs dedup + effect in one transaction and commits.
 pub async fn process<E: Effect>(
     pool: &PgPool,
@@ -123,40 +146,20 @@ pub async fn process<E: Effect>(
 ) -> Result<Processed, ProcessError> {
     let started = Instant::now();
     let mut tx = pool.begin().await?;
-    let event = &decoded.event;
-    let claim = dedup_store::Claim {
-        key: &decoded.key,
-        provider: event.provider.as_str(),
-        event_type: &event.event_type,
-        order_ref: event.order_ref.as_deref(),
-        payment_id: event.payment_id.as_deref(),
-        receipt_id: decoded.envelope.receipt_id,
-        received_at: decoded.envelope.received_at,
-    };
-    if !dedup_store::claim(&mut tx, claim).await? {
+    if !dedup_store::claim(&mut tx, claim_of(decoded)).await? {
         tx.commit().await?;
         return Ok(Processed::Duplicate);
     }
-    let applied = match effect.apply(&mut tx, &decoded.event).await {
+    let applied = match apply_claimed(&mut tx, effect, decoded, None).await {
         Ok(applied) => applied,
-        Err(EffectError::Permanent { kind, message }) => {
-            // Dropping the transaction rolls back the claim too, so a replay
-            // after the cause is fixed is processed, not absorbed.
+        Err(err @ ProcessError::Permanent(_)) => {
+            // Rolling back undoes the claim too, so a replay after the
+            // cause is fixed is processed, not absorbed.
             tx.rollback().await?;
-            return Err(Rejection { kind, message }.into());
+            return Err(err);
         }
-        Err(EffectError::Database(err)) => return Err(err.into()),
+        Err(err) => return Err(err),
     };
-    if applied.outcome == Outcome::Parked {
-        let parked = parking_store::Parked {
-            key: decoded.key.clone(),
-            provider: event.provider.as_str().to_owned(),
-            payment_id: event.payment_id.clone().unwrap_or_default(),
-            routing_key: decoded.envelope.routing_key(),
-            envelope: decoded.envelope.to_bytes(),
-        };
-        parking_store::park(&mut tx, &parked).await?;
-    }
     dedup_store::finish(
         &mut tx,
         &decoded.key,
@@ -171,6 +174,35 @@ pub async fn process<E: Effect>(
         outcome: applied.outcome,
         detail: applied.detail,
     })
+}
+
+/// Applies the effect of a delivery claimed in `conn`'s transaction and
+/// parks it if its order is not known yet; the outcome is not recorded
+/// (the caller does, alone or with a batch's). Inside a batch, `deferred`
+/// collects what the effect leaves for the end of the batch.
+pub async fn apply_claimed<E: Effect>(
+    conn: &mut PgConnection,
+    effect: &E,
+    decoded: &Decoded,
+    deferred: Option<&mut E::Deferred>,
+) -> Result<Applied, ProcessError> {
+    let event = &decoded.event;
+    let applied = match deferred {
+        Some(deferred) => effect.apply_batched(conn, event, deferred).await,
+        None => effect.apply(conn, event).await,
+    };
+    let applied = applied.map_err(ProcessError::from)?;
+    if applied.outcome == Outcome::Parked {
+        let parked = parking_store::Parked {
+            key: decoded.key.clone(),
+            provider: event.provider.as_str().to_owned(),
+            payment_id: event.payment_id.clone().unwrap_or_default(),
+            routing_key: decoded.envelope.routing_key(),
+            envelope: decoded.envelope.to_bytes(),
+        };
+        parking_store::park(conn, &parked).await?;
+    }
+    Ok(applied)
 }
 
 #[cfg(test)]

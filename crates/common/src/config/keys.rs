@@ -73,6 +73,8 @@ pub const ENV_CONSOLE_ADDR: &str = "ONCEHOOK_CONSOLE_ADDR";
 pub const ENV_CONSOLE_SESSION_KEY: &str = "ONCEHOOK_CONSOLE_SESSION_KEY";
 pub const ENV_CONSOLE_SESSION_TTL: &str = "ONCEHOOK_CONSOLE_SESSION_TTL";
 pub const ENV_CONSOLE_SECURE_COOKIES: &str = "ONCEHOOK_CONSOLE_SECURE_COOKIES";
+pub const ENV_WORKER_BATCH_SIZE: &str = "ONCEHOOK_WORKER_BATCH_SIZE";
+pub const ENV_WORKER_BATCH_LINGER_MS: &str = "ONCEHOOK_WORKER_BATCH_LINGER_MS";
 /// Fault injection for the chaos suite: the worker panics on events for this order.
 pub const ENV_FAULT_PANIC_ORDER_REF: &str = "ONCEHOOK_FAULT_PANIC_ORDER_REF";
 
@@ -187,6 +189,20 @@ pub const KEYS: &[Key] = &[
         &["worker.unlinked_ttl"],
         Some("unlinked_ttl"),
         Text,
+        false,
+    ),
+    key(
+        ENV_WORKER_BATCH_SIZE,
+        &["worker.batch.size"],
+        None,
+        Number,
+        false,
+    ),
+    key(
+        ENV_WORKER_BATCH_LINGER_MS,
+        &["worker.batch.linger_ms"],
+        None,
+        Number,
         false,
     ),
     key(

@@ -89,8 +89,16 @@ pub(crate) struct RawWorker {
     pub prefetch: u16,
     pub retry: RawRetry,
     pub retention: RawRetention,
+    pub batch: RawBatch,
     pub unlinked_ttl: String,
     pub fault_panic_order_ref: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawBatch {
+    pub size: u16,
+    pub linger_ms: u64,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -207,8 +215,18 @@ impl Default for RawWorker {
             prefetch: 16,
             retry: RawRetry::default(),
             retention: RawRetention::default(),
+            batch: RawBatch::default(),
             unlinked_ttl: "1h".into(),
             fault_panic_order_ref: None,
+        }
+    }
+}
+
+impl Default for RawBatch {
+    fn default() -> Self {
+        RawBatch {
+            size: 1,
+            linger_ms: 2,
         }
     }
 }

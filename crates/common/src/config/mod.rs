@@ -210,6 +210,11 @@ pub struct WorkerConfig {
     pub retry: RetryPolicy,
     pub retention_days: u32,
     pub retention_interval: Duration,
+    /// Group commit: up to this many prefetched deliveries share one
+    /// transaction (1 = one transaction per delivery).
+    pub batch_size: u16,
+    /// How long a batch that is not full waits for more deliveries.
+    pub batch_linger: Duration,
     /// How long an event whose payment is not linked to an order yet stays
     /// parked before it is dead-lettered as `unknown_order`.
     pub unlinked_ttl: Duration,
@@ -375,6 +380,8 @@ impl Config {
                 )?),
                 retention_days: retention_days(raw.worker.retention.days)?,
                 retention_interval: Duration::from_secs(raw.worker.retention.interval_secs),
+                batch_size: batch_size(raw.worker.batch.size)?,
+                batch_linger: batch_linger(raw.worker.batch.linger_ms)?,
                 unlinked_ttl: parse_duration(ENV_UNLINKED_TTL, &raw.worker.unlinked_ttl)?,
                 fault_panic_order_ref: raw.worker.fault_panic_order_ref.filter(|r| !r.is_empty()),
             },
@@ -596,6 +603,36 @@ fn console(raw: load::RawConsole) -> Result<ConsoleConfig, ConfigError> {
     })
 }
 
+/// Group commit bounds: a batch of 1 is one transaction per delivery; more
+/// than 256 deliveries would hold their locks for too long.
+pub const BATCH_SIZE: std::ops::RangeInclusive<u16> = 1..=256;
+/// A batch waits at most a second for more deliveries.
+pub const BATCH_LINGER_MS: std::ops::RangeInclusive<u64> = 0..=1000;
+
+fn batch_size(size: u16) -> Result<u16, ConfigError> {
+    if !BATCH_SIZE.contains(&size) {
+        let (lo, hi) = (BATCH_SIZE.start(), BATCH_SIZE.end());
+        return Err(invalid(
+            ENV_WORKER_BATCH_SIZE,
+            &size.to_string(),
+            &format!("must be within {lo}..={hi}"),
+        ));
+    }
+    Ok(size)
+}
+
+fn batch_linger(ms: u64) -> Result<Duration, ConfigError> {
+    if !BATCH_LINGER_MS.contains(&ms) {
+        let (lo, hi) = (BATCH_LINGER_MS.start(), BATCH_LINGER_MS.end());
+        return Err(invalid(
+            ENV_WORKER_BATCH_LINGER_MS,
+            &ms.to_string(),
+            &format!("must be within {lo}..={hi} ms"),
+        ));
+    }
+    Ok(Duration::from_millis(ms))
+}
+
 fn parse_addr(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
     value
         .parse()
@@ -645,6 +682,31 @@ mod tests {
         let env = HashMap::from([(ENV_RETENTION_DAYS.to_owned(), "3650".to_owned())]);
         let ok = Config::from_env_map(&env).expect("3650 days");
         assert_eq!(ok.worker.retention_days, 3650);
+    }
+
+    #[test]
+    fn batches_are_bounded_and_default_to_one_delivery() {
+        let d = Config::from_env_map(&HashMap::new()).expect("defaults");
+        assert_eq!(d.worker.batch_size, 1);
+        assert_eq!(d.worker.batch_linger, Duration::from_millis(2));
+        for (key, bad) in [
+            (ENV_WORKER_BATCH_SIZE, "0"),
+            (ENV_WORKER_BATCH_SIZE, "257"),
+            (ENV_WORKER_BATCH_LINGER_MS, "1001"),
+        ] {
+            let env = HashMap::from([(key.to_owned(), bad.to_owned())]);
+            let err = Config::from_env_map(&env).expect_err(bad).to_string();
+            assert!(err.contains(key), "{bad}: {err}");
+        }
+        let env = HashMap::from([
+            (ENV_WORKER_BATCH_SIZE.to_owned(), "8".to_owned()),
+            (ENV_WORKER_BATCH_LINGER_MS.to_owned(), "0".to_owned()),
+        ]);
+        let eight = Config::from_env_map(&env).expect("batch of eight");
+        assert_eq!(
+            (eight.worker.batch_size, eight.worker.batch_linger),
+            (8, Duration::ZERO)
+        );
     }
 
     #[test]

@@ -15,7 +15,7 @@ use uuid::Uuid;
 /// never share a namespace), the gateway's event id, and a digest of the
 /// signed body (an unsigned event-id header cannot make another body a
 /// duplicate).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct DeliveryKey {
     pub source: String,
     pub event_id: String,
@@ -55,6 +55,88 @@ pub async fn claim(conn: &mut PgConnection, c: Claim<'_>) -> Result<bool, sqlx::
     )
     .fetch_one(conn)
     .await
+}
+
+/// Claims several deliveries in one statement (group commit); returns the
+/// keys that were newly inserted, the others being duplicates (their
+/// sightings are counted). The keys must be distinct; they are inserted in
+/// key order, so concurrent batches wait for each other's claims in one
+/// order.
+pub async fn claim_many(
+    conn: &mut PgConnection,
+    claims: &[Claim<'_>],
+) -> Result<Vec<DeliveryKey>, sqlx::Error> {
+    let mut sorted: Vec<&Claim<'_>> = claims.iter().collect();
+    sorted.sort_by(|a, b| {
+        (&a.key.source, &a.key.event_id, &a.key.body_sha256).cmp(&(
+            &b.key.source,
+            &b.key.event_id,
+            &b.key.body_sha256,
+        ))
+    });
+    let col = |f: fn(&Claim<'_>) -> String| sorted.iter().map(|c| f(c)).collect::<Vec<_>>();
+    let opt = |f: fn(&Claim<'_>) -> Option<String>| sorted.iter().map(|c| f(c)).collect::<Vec<_>>();
+    let rows = sqlx::query!(
+        r#"INSERT INTO processed_webhooks
+               (source, event_id, body_sha256, provider, event_type, order_ref, receipt_id, outcome, received_at, payment_id)
+           SELECT c.source, c.event_id, c.body_sha256, c.provider, c.event_type, c.order_ref, c.receipt_id,
+                  'applied', c.received_at, c.payment_id
+           FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                       $7::uuid[], $8::timestamptz[], $9::text[]) WITH ORDINALITY
+                AS c(source, event_id, body_sha256, provider, event_type, order_ref, receipt_id, received_at, payment_id, n)
+           ORDER BY c.n
+           ON CONFLICT (source, event_id, body_sha256) DO UPDATE
+               SET deliveries = processed_webhooks.deliveries + 1, last_seen_at = now()
+           RETURNING source, event_id, body_sha256, (xmax = 0) AS "inserted!""#,
+        &col(|c| c.key.source.clone()),
+        &col(|c| c.key.event_id.clone()),
+        &col(|c| c.key.body_sha256.clone()),
+        &col(|c| c.provider.to_owned()),
+        &col(|c| c.event_type.to_owned()),
+        &opt(|c| c.order_ref.map(str::to_owned)) as &[Option<String>],
+        &sorted.iter().map(|c| c.receipt_id).collect::<Vec<_>>(),
+        &sorted.iter().map(|c| c.received_at).collect::<Vec<_>>(),
+        &opt(|c| c.payment_id.map(str::to_owned)) as &[Option<String>],
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .filter(|r| r.inserted)
+        .map(|r| DeliveryKey {
+            source: r.source,
+            event_id: r.event_id,
+            body_sha256: r.body_sha256,
+        })
+        .collect())
+}
+
+/// A claimed delivery's outcome, recorded with others in one statement.
+#[derive(Debug, Clone, Copy)]
+pub struct Finish<'a> {
+    pub key: &'a DeliveryKey,
+    pub outcome: &'a str,
+    pub detail: &'a str,
+}
+
+/// Records the outcomes of several claimed deliveries (same transaction)
+/// in one statement.
+pub async fn finish_many(conn: &mut PgConnection, done: &[Finish<'_>]) -> Result<(), sqlx::Error> {
+    let col = |f: fn(&Finish<'_>) -> String| done.iter().map(f).collect::<Vec<_>>();
+    sqlx::query!(
+        "UPDATE processed_webhooks p SET outcome = f.outcome, detail = f.detail, processed_at = now()
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
+              AS f(source, event_id, body_sha256, outcome, detail)
+         WHERE p.source = f.source AND p.event_id = f.event_id AND p.body_sha256 = f.body_sha256",
+        &col(|f| f.key.source.clone()),
+        &col(|f| f.key.event_id.clone()),
+        &col(|f| f.key.body_sha256.clone()),
+        &col(|f| f.outcome.to_owned()),
+        &col(|f| f.detail.to_owned()),
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
 }
 
 /// Records the outcome of a claimed delivery (same transaction).

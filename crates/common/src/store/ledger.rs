@@ -7,6 +7,9 @@
 
 use sqlx::PgConnection;
 use sqlx::types::Json;
+use uuid::Uuid;
+
+use super::outbox::NewEmail;
 
 mod reads;
 pub use reads::{
@@ -41,6 +44,89 @@ pub async fn lock_order(
     )
     .fetch_optional(conn)
     .await
+}
+
+/// Locks, for a batch of events (group commit), the orders with these
+/// references, in id order, so that batches sharing orders wait for each
+/// other instead of deadlocking. Their products are locked only at the end
+/// of the batch ([`lock_stock`]), in sku order. Returns how many orders
+/// were locked.
+pub async fn lock_orders(
+    conn: &mut PgConnection,
+    order_refs: &[String],
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"WITH o AS MATERIALIZED (
+               SELECT id FROM orders WHERE order_ref = ANY($1::text[])
+               ORDER BY id FOR UPDATE)
+           SELECT count(*) AS "orders!" FROM o"#,
+        order_refs
+    )
+    .fetch_one(conn)
+    .await
+}
+
+/// One item of an order whose stock moves at the end of a batch, with its
+/// product's stock before the batch moved any.
+#[derive(Debug, Clone)]
+pub struct ItemToMove {
+    pub order_id: i64,
+    pub sku: String,
+    pub qty: i32,
+    pub stock: i32,
+}
+
+/// Locks the products of these orders in sku order (one lock order for
+/// every batch and every single delivery) and returns the orders' items
+/// with their products' current stock.
+pub async fn lock_stock(
+    conn: &mut PgConnection,
+    order_ids: &[i64],
+) -> Result<Vec<ItemToMove>, sqlx::Error> {
+    sqlx::query_as!(
+        ItemToMove,
+        r#"WITH locked AS MATERIALIZED (
+               SELECT p.sku, p.stock FROM products p
+               WHERE p.sku IN (SELECT sku FROM order_items WHERE order_id = ANY($1::bigint[]))
+               ORDER BY p.sku FOR UPDATE)
+           SELECT i.order_id AS "order_id!", i.sku AS "sku!", i.qty AS "qty!", l.stock AS "stock!"
+           FROM order_items i JOIN locked l ON l.sku = i.sku
+           WHERE i.order_id = ANY($1::bigint[])
+           ORDER BY i.order_id, i.sku"#,
+        order_ids
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// Takes `qty[i]` off the stock of `sku[i]` (products locked by
+/// [`lock_stock`]), one statement for a whole batch.
+pub async fn take_stock(
+    conn: &mut PgConnection,
+    skus: &[String],
+    qtys: &[i32],
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "UPDATE products p SET stock = p.stock - t.qty
+         FROM unnest($1::text[], $2::int[]) AS t(sku, qty)
+         WHERE p.sku = t.sku",
+        skus,
+        qtys
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Marks orders whose stock movement left a product below zero.
+pub async fn mark_oversold(conn: &mut PgConnection, order_ids: &[i64]) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "UPDATE orders SET oversold = true WHERE id = ANY($1::bigint[])",
+        order_ids
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
 }
 
 /// Locks the order a payment is linked to.
@@ -266,26 +352,43 @@ pub struct OrderState<'a> {
     pub oversold: bool,
 }
 
-/// Writes the order's state; `paid_at` is set when it is first paid.
+/// Writes the order's state; `paid_at` is set when it is first paid. With
+/// `email` (the confirmation when the order is first paid), the email goes
+/// into `email_outbox` in the same statement (one round trip; a second
+/// write with the same `dedup_key` is a no-op, as in [`super::outbox::write`]).
 pub async fn write_order(
     conn: &mut PgConnection,
     order_id: i64,
     s: OrderState<'_>,
+    email: Option<NewEmail<'_>>,
 ) -> Result<(), sqlx::Error> {
     sqlx::query!(
-        "UPDATE orders SET status = $2, refunded_minor = $3, paid_by = $4,
-             paid_at = CASE WHEN $4::text IS NULL THEN NULL ELSE COALESCE(paid_at, now()) END,
-             stock_applied = stock_applied OR $5,
-             oversold = oversold OR $6
-         WHERE id = $1",
+        r#"WITH o AS (
+               UPDATE orders SET status = $2, refunded_minor = $3, paid_by = $4,
+                   paid_at = CASE WHEN $4::text IS NULL THEN NULL ELSE COALESCE(paid_at, now()) END,
+                   stock_applied = stock_applied OR $5,
+                   oversold = oversold OR $6
+               WHERE id = $1 RETURNING id),
+           e AS (
+               INSERT INTO email_outbox (id, order_id, kind, dedup_key, to_addr, subject, body)
+               SELECT $7, o.id, $8, $9, $10, $11, $12 FROM o WHERE $9::text IS NOT NULL
+               ON CONFLICT (dedup_key) DO NOTHING
+               RETURNING id)
+           SELECT (SELECT count(*) FROM o) AS "orders!", (SELECT count(*) FROM e) AS "emails!""#,
         order_id,
         s.status,
         s.refunded_minor,
         s.paid_by,
         s.stock_moved,
-        s.oversold
+        s.oversold,
+        Uuid::new_v4(),
+        email.map(|e| e.kind),
+        email.map(|e| e.dedup_key),
+        email.map(|e| e.to),
+        email.map(|e| e.subject),
+        email.map(|e| e.body),
     )
-    .execute(conn)
+    .fetch_one(conn)
     .await?;
     Ok(())
 }

@@ -46,6 +46,37 @@ pub async fn write(conn: &mut PgConnection, e: NewEmail<'_>) -> Result<bool, sql
     Ok(row.is_some())
 }
 
+/// Writes several emails in one statement (a batch's confirmations); rows
+/// whose `dedup_key` exists are skipped. Returns how many were written.
+pub async fn write_many(
+    conn: &mut PgConnection,
+    emails: &[NewEmail<'_>],
+) -> Result<u64, sqlx::Error> {
+    let ids: Vec<Uuid> = emails.iter().map(|_| Uuid::new_v4()).collect();
+    let order_ids: Vec<i64> = emails.iter().map(|e| e.order_id).collect();
+    let text = |f: for<'e> fn(&'e NewEmail<'_>) -> &'e str| {
+        emails
+            .iter()
+            .map(|e| f(e).to_owned())
+            .collect::<Vec<String>>()
+    };
+    let done = sqlx::query!(
+        "INSERT INTO email_outbox (id, order_id, kind, dedup_key, to_addr, subject, body)
+         SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
+         ON CONFLICT (dedup_key) DO NOTHING",
+        &ids,
+        &order_ids,
+        &text(|e| e.kind),
+        &text(|e| e.dedup_key),
+        &text(|e| e.to),
+        &text(|e| e.subject),
+        &text(|e| e.body),
+    )
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
 /// The relay: locks up to `limit` unpublished rows, oldest first, skipping
 /// rows another relay holds.
 pub async fn lock_unpublished(

@@ -16,29 +16,47 @@ pub fn money(minor: i64, currency: &str) -> String {
     )
 }
 
-pub(super) async fn write_confirmation(
-    conn: &mut PgConnection,
-    order: &Order,
-    items: &[StockMove],
-) -> Result<bool, sqlx::Error> {
-    let mut body = format!(
-        "Thank you for your order {}.\n\nWe received your payment of {}.\n\nItems:\n",
-        order.order_ref,
-        money(order.amount_minor, &order.currency)
-    );
-    for item in items {
-        body.push_str(&format!("  {} x {}\n", item.qty, item.sku));
+/// The order's confirmation (one per order: its `dedup_key`), listing the
+/// items whose stock moved.
+pub(super) struct Confirmation {
+    order_id: i64,
+    dedup_key: String,
+    to: String,
+    subject: String,
+    body: String,
+}
+
+impl Confirmation {
+    pub(super) fn new(order: &Order, items: &[StockMove]) -> Self {
+        let mut body = format!(
+            "Thank you for your order {}.\n\nWe received your payment of {}.\n\nItems:\n",
+            order.order_ref,
+            money(order.amount_minor, &order.currency)
+        );
+        for item in items {
+            body.push_str(&format!("  {} x {}\n", item.qty, item.sku));
+        }
+        body.push_str("\nWe will let you know when it ships.\n");
+        Confirmation {
+            order_id: order.id,
+            dedup_key: format!("order:{}:confirmation", order.id),
+            to: order.customer_email.clone(),
+            subject: format!("Order {} confirmed", order.order_ref),
+            body,
+        }
     }
-    body.push_str("\nWe will let you know when it ships.\n");
-    let email = NewEmail {
-        order_id: order.id,
-        kind: "confirmation",
-        dedup_key: &format!("order:{}:confirmation", order.id),
-        to: &order.customer_email,
-        subject: &format!("Order {} confirmed", order.order_ref),
-        body: &body,
-    };
-    outbox::write(conn, email).await
+
+    /// The outbox row to write.
+    pub(super) fn email(&self) -> NewEmail<'_> {
+        NewEmail {
+            order_id: self.order_id,
+            kind: "confirmation",
+            dedup_key: &self.dedup_key,
+            to: &self.to,
+            subject: &self.subject,
+            body: &self.body,
+        }
+    }
 }
 
 /// One refund email per refund fact, whatever the order's state.

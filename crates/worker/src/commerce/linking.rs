@@ -10,7 +10,7 @@ use oncehook_gateways::NormalizedEvent;
 use sqlx::PgConnection;
 
 use super::emails::write_refund_email;
-use super::settle::settle;
+use super::settle::{StockMoves, settle};
 use super::{Fact, fact_of, record};
 use crate::effect::{Applied, EffectError, Outcome};
 use crate::processor;
@@ -21,6 +21,7 @@ use crate::processor;
 pub(super) async fn link_only(
     conn: &mut PgConnection,
     event: &NormalizedEvent,
+    defer: Option<&mut StockMoves>,
 ) -> Result<Applied, EffectError> {
     let ignored = || {
         Ok(Applied::new(
@@ -50,7 +51,7 @@ pub(super) async fn link_only(
     if adopted == 0 {
         return ignored();
     }
-    let state = settle(conn, &order, None).await?;
+    let state = settle(conn, &order, None, defer).await?;
     Ok(Applied::new(
         Outcome::Applied,
         format!(

@@ -25,6 +25,7 @@ use sqlx::PgConnection;
 pub use emails::money;
 use emails::write_refund_email;
 use linking::{adopt, link_only};
+pub use settle::StockMoves;
 use settle::settle;
 
 use crate::effect::{Applied, Effect, EffectError, Outcome};
@@ -57,63 +58,95 @@ enum Located {
 }
 
 impl Effect for CommerceEffect {
+    /// Orders first paid in a batch: their stock moves (and their
+    /// confirmation is written) at the end of the batch.
+    type Deferred = StockMoves;
+
     async fn apply(
         &self,
         conn: &mut PgConnection,
         event: &NormalizedEvent,
     ) -> Result<Applied, EffectError> {
-        let fact = match fact_of(event)? {
-            Some(fact) => fact,
-            None => return link_only(conn, event).await,
-        };
-        let order = match locate(conn, event).await? {
-            Located::Order(order) => order,
-            Located::Unlinked => {
-                return Ok(Applied::new(
-                    Outcome::Parked,
-                    format!(
-                        "payment {} is not linked to an order yet; parked until an event links it",
-                        event.payment_id.as_deref().unwrap_or("-")
-                    ),
-                ));
-            }
-        };
-        let recorded = record(conn, event, &fact, &order).await?;
-        let adopted = match (&event.payment_id, recorded.linked) {
-            (Some(payment_id), true) => adopt(conn, event, payment_id, &order).await?,
-            _ => 0,
-        };
-        if !recorded.recorded && adopted == 0 {
+        apply(conn, event, None).await
+    }
+
+    async fn apply_batched(
+        &self,
+        conn: &mut PgConnection,
+        event: &NormalizedEvent,
+        deferred: &mut StockMoves,
+    ) -> Result<Applied, EffectError> {
+        apply(conn, event, Some(deferred)).await
+    }
+
+    async fn finish_batch(
+        &self,
+        conn: &mut PgConnection,
+        deferred: StockMoves,
+    ) -> Result<(), EffectError> {
+        deferred.apply(conn).await?;
+        Ok(())
+    }
+}
+
+/// Applies an event; with `defer` (inside a batch), an order's first stock
+/// movement and its confirmation are left for the end of the batch.
+async fn apply(
+    conn: &mut PgConnection,
+    event: &NormalizedEvent,
+    defer: Option<&mut StockMoves>,
+) -> Result<Applied, EffectError> {
+    let fact = match fact_of(event)? {
+        Some(fact) => fact,
+        None => return link_only(conn, event, defer).await,
+    };
+    let order = match locate(conn, event).await? {
+        Located::Order(order) => order,
+        Located::Unlinked => {
             return Ok(Applied::new(
-                Outcome::Ignored,
-                format!("{} was already recorded", describe_fact(&fact)),
-            ));
-        }
-        if adopted == 0
-            && let Fact::Attempt {
-                status: status @ ("failed" | "authorized"),
-                payment_id,
-            } = fact
-        {
-            // Failed and authorized attempts never change the order.
-            return Ok(Applied::new(
-                Outcome::Applied,
+                Outcome::Parked,
                 format!(
-                    "{status} attempt {payment_id} recorded; order {} stays {}",
-                    order.order_ref, order.status
+                    "payment {} is not linked to an order yet; parked until an event links it",
+                    event.payment_id.as_deref().unwrap_or("-")
                 ),
             ));
         }
-        // Parked facts applied in this transaction are not in `recorded.facts`.
-        let known = (adopted == 0).then_some(recorded.facts);
-        let state = settle(conn, &order, known).await?;
-        if recorded.recorded
-            && let Fact::Refund { refund_id, amount } = fact
-        {
-            write_refund_email(conn, event, &order, refund_id, amount).await?;
-        }
-        Ok(outcome_of(event, &fact, &order, &state, adopted))
+    };
+    let recorded = record(conn, event, &fact, &order).await?;
+    let adopted = match (&event.payment_id, recorded.linked) {
+        (Some(payment_id), true) => adopt(conn, event, payment_id, &order).await?,
+        _ => 0,
+    };
+    if !recorded.recorded && adopted == 0 {
+        return Ok(Applied::new(
+            Outcome::Ignored,
+            format!("{} was already recorded", describe_fact(&fact)),
+        ));
     }
+    if adopted == 0
+        && let Fact::Attempt {
+            status: status @ ("failed" | "authorized"),
+            payment_id,
+        } = fact
+    {
+        // Failed and authorized attempts never change the order.
+        return Ok(Applied::new(
+            Outcome::Applied,
+            format!(
+                "{status} attempt {payment_id} recorded; order {} stays {}",
+                order.order_ref, order.status
+            ),
+        ));
+    }
+    // Parked facts applied in this transaction are not in `recorded.facts`.
+    let known = (adopted == 0).then_some(recorded.facts);
+    let state = settle(conn, &order, known, defer).await?;
+    if recorded.recorded
+        && let Fact::Refund { refund_id, amount } = fact
+    {
+        write_refund_email(conn, event, &order, refund_id, amount).await?;
+    }
+    Ok(outcome_of(event, &fact, &order, &state, adopted))
 }
 
 pub(super) fn describe(event: &NormalizedEvent) -> String {

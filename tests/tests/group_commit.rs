@@ -1,0 +1,149 @@
+//! Group commit through the real worker: deliveries that wait in the queue
+//! are taken in batches sharing one transaction. A bad event in a batch
+//! must not take the others with it (it is dead-lettered on its own, they
+//! commit), a copy of a delivery in the same batch is absorbed as a
+//! duplicate, and every effect happens once.
+
+use std::time::Duration;
+
+use oncehook_e2e::{TestEnv, broker, eventually, shop};
+use oncehook_gateways::Gateway;
+
+const WAIT: Duration = Duration::from_secs(60);
+const ORDERS: usize = 24;
+
+/// The sum of a Prometheus counter or histogram count over its label sets.
+fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        })
+        .filter_map(|l| l.rsplit(' ').next())
+        .filter_map(|v| v.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn a_bad_event_in_a_batch_is_dead_lettered_alone_and_the_rest_commit_once() {
+    let mut env = TestEnv::new().await;
+    shop::product(&env.pool, "GC_A", 1_000).await;
+    shop::product(&env.pool, "GC_B", 1_000).await;
+    for n in 0..ORDERS {
+        let items: &[(&str, i32)] = if n % 2 == 0 {
+            &[("GC_A", 1), ("GC_B", 2)]
+        } else {
+            &[("GC_B", 1), ("GC_A", 3)]
+        };
+        shop::order(&env.pool, &format!("gc_{n}"), 50_000, "INR", items).await;
+    }
+    let (_ingest, url) = env.start_ingest().await;
+    // Everything waits in the queue before the worker starts, so its first
+    // prefetch is full and batches form.
+    let mut deliveries = Vec::new();
+    for n in 0..ORDERS {
+        let spec = env.spec(
+            &format!("gc_{n}"),
+            &format!("pay_gc{n}"),
+            &format!("evt_gc{n}"),
+            50_000,
+        );
+        deliveries.push(env.sign(Gateway::Razorpay, "payment.captured", &spec));
+        if n == 3 {
+            let bad = env.spec("gc_missing", "pay_gc_bad", "evt_gc_bad", 50_000);
+            deliveries.push(env.sign(Gateway::Razorpay, "payment.captured", &bad));
+        }
+        if n == 5 {
+            // A second copy of the previous delivery, right behind it.
+            let copy = deliveries.last().cloned().expect("a delivery");
+            deliveries.push(copy);
+        }
+    }
+    for d in &deliveries {
+        let (status, body) = env.post(&url, "razorpay", d).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let events = format!("{}.events", env.prefix);
+    eventually("the queue holds every delivery", WAIT, || async {
+        (broker::depth(&events).await == Some(deliveries.len() as u32)).then_some(())
+    })
+    .await;
+
+    let (_worker, metrics) = env
+        .start_consumer_with_metrics(
+            "oncehook-worker",
+            &[
+                ("ONCEHOOK_PREFETCH", "16"),
+                ("ONCEHOOK_WORKER_BATCH_SIZE", "8"),
+                ("ONCEHOOK_WORKER_BATCH_LINGER_MS", "20"),
+            ],
+        )
+        .await;
+    let dead = format!("{}.dead", env.prefix);
+    eventually("every order paid and the bad event dead", WAIT, || async {
+        let paid = env
+            .count("SELECT count(*) FROM orders WHERE status = 'paid'")
+            .await;
+        let dead_letters = broker::depth(&dead).await.unwrap_or(0);
+        (paid == ORDERS as i64 && dead_letters == 1).then_some(())
+    })
+    .await;
+    env.wait_events_drained().await;
+
+    let letters = broker::peek(&dead).await;
+    assert_eq!(letters.len(), 1);
+    assert_eq!(
+        letters[0]
+            .headers
+            .get("x-oncehook-error-kind")
+            .map(String::as_str),
+        Some("unknown_order")
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM processed_webhooks").await,
+        ORDERS as i64,
+        "one record per good delivery, none for the bad one"
+    );
+    assert_eq!(
+        env.count("SELECT sum(deliveries)::bigint FROM processed_webhooks")
+            .await,
+        ORDERS as i64 + 1,
+        "the copy was counted as a sighting"
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM payments").await,
+        ORDERS as i64
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM email_outbox WHERE kind = 'confirmation'")
+            .await,
+        ORDERS as i64
+    );
+    let half = (ORDERS / 2) as i32;
+    assert_eq!(
+        shop::stock(&env.pool, "GC_A").await,
+        1_000 - half - 3 * half
+    );
+    assert_eq!(
+        shop::stock(&env.pool, "GC_B").await,
+        1_000 - 2 * half - half
+    );
+
+    let text = env
+        .http
+        .get(format!("{metrics}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    assert!(
+        metric_sum(&text, "oncehook_worker_batch_size_count") >= 1.0,
+        "at least one batch committed:\n{text}"
+    );
+    assert!(
+        metric_sum(&text, "oncehook_worker_batches_split_total") >= 1.0,
+        "the batch with the bad event was split:\n{text}"
+    );
+}
