@@ -107,6 +107,25 @@ await() { # name: until the node has booted (90 s at most)
   die "$(node "$name") did not finish booting within 90 s: see $(dir "$name")/log/"
 }
 
+# Where a running node keeps its data; the node is ours when that is under
+# this checkout's var/cluster/. Nodes started from another checkout (same
+# names and ports) would be restarted here with an empty data folder and
+# lose their quorum queue replicas, so `start` stops them first.
+data_dir() { ctl "$1" eval 'rabbit_mnesia:dir().' 2>/dev/null | tr -d '"'; }
+ours() { case "$(data_dir "$1")" in "$(dir "$1")"/*) return 0 ;; *) return 1 ;; esac; }
+
+take_over() { # stop every extra node that runs from another checkout's data
+  local name foreign=""
+  for name in "${NAMES[@]}"; do
+    if running "$name" && ! ours "$name"; then foreign=yes; fi
+  done
+  [ -n "$foreign" ] || return 0
+  say "the extra nodes run from another checkout's data; stopping them to start this one's"
+  for name in "${NAMES[@]}"; do
+    if running "$name"; then ctl "$name" stop >/dev/null || true; fi
+  done
+}
+
 member_of_seed() { # name: is the node in the seed's cluster?
   ctl "$1" cluster_status --formatter json 2>/dev/null | grep -q "\"$(node "$SEED")\""
 }
@@ -131,6 +150,7 @@ selected() { # [name] -> names to act on
 
 start() {
   check_installed
+  take_over
   local name
   for name in $(selected "${1:-}"); do
     if running "$name"; then
