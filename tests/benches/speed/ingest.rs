@@ -61,7 +61,8 @@ pub async fn ingest_probe(knobs: &Knobs, peaks: &mut Peaks) -> IngestProbe {
             ("ONCEHOOK_INGEST_WORKERS", workers),
             ("ONCEHOOK_METRICS_ADDR", metrics_addr.as_str()),
         ]);
-        env.wait_ready(&base, "/readyz").await;
+        env.wait_ready(&format!("http://{metrics_addr}"), "/readyz")
+            .await;
         eprintln!(
             "bench: ingest with {workers} actix worker(s), c={}",
             knobs.concurrency
