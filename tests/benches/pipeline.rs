@@ -22,6 +22,9 @@
 //! Every environment is a fresh [`TestEnv`] (own database, own AMQP prefix),
 //! cleaned up afterwards. Timings never fail anything: a bench reports.
 //!
+//! * The console's pages with 10,000 dead letters and 1,000,000 processed
+//!   events (`console`), against the goal of 200 ms per page.
+//!
 //! * Optional, `ONCEHOOK_BENCH_CLUSTER=1`: ceiling B and ingest again on the
 //!   local three-node cluster (`deploy/local/cluster.sh`, started if down),
 //!   as ratios to the single-node figures of the same run.
@@ -47,6 +50,7 @@ use oncehook_e2e::{Proc, TestEnv, broker, free_port, process};
 use oncehook_gateways::Gateway;
 use oncehook_gateways::sample::SignedDelivery;
 
+mod console;
 mod speed;
 
 /// Products in the bench catalogue; every order has one or two of them.
@@ -1264,6 +1268,11 @@ async fn main() {
         print_and_write(&extra.rows, &extra.notes, &knobs);
         return;
     }
+    if console::only() {
+        let (rows, notes) = console::phase().await;
+        print_and_write(&rows, &notes, &knobs);
+        return;
+    }
 
     let http = http_phase(&knobs).await;
     let cluster = cluster_phase(&knobs, &http).await;
@@ -1422,6 +1431,9 @@ async fn main() {
     let extra = speed::phases(&knobs).await;
     rows.extend(extra.rows);
     notes.extend(extra.notes);
+    let (console_rows, console_notes) = console::phase().await;
+    rows.extend(console_rows);
+    notes.extend(console_notes);
     print_and_write(&rows, &notes, &knobs);
     eprintln!("bench: done in {:.0} s", started.elapsed().as_secs_f64());
 }

@@ -375,18 +375,44 @@ impl TestEnv {
         delivery: &SignedDelivery,
         n: usize,
     ) -> Vec<(u16, String)> {
+        self.post_all(base, source, vec![delivery.clone(); n], n)
+            .await
+    }
+
+    /// Posts every delivery, `concurrency` at a time; the answers in no
+    /// particular order.
+    pub async fn post_all(
+        &self,
+        base: &str,
+        source: &str,
+        deliveries: Vec<SignedDelivery>,
+        concurrency: usize,
+    ) -> Vec<(u16, String)> {
+        let n = deliveries.len();
+        let queue = std::sync::Arc::new(std::sync::Mutex::new(deliveries));
         let mut tasks = tokio::task::JoinSet::new();
-        for _ in 0..n {
-            let (http, url, d) = (
+        for _ in 0..concurrency.clamp(1, n.max(1)) {
+            let (http, url, queue) = (
                 self.http.clone(),
                 format!("{base}/webhooks/{source}"),
-                delivery.clone(),
+                queue.clone(),
             );
-            tasks.spawn(async move { send(&http, url, &d).await });
+            tasks.spawn(async move {
+                let mut answers = Vec::new();
+                loop {
+                    let next = queue.lock().map(|mut q| q.pop()).unwrap_or(None);
+                    let Some(d) = next else { break };
+                    answers.push(send(&http, url.clone(), &d).await);
+                }
+                answers
+            });
         }
         let mut out = Vec::with_capacity(n);
         while let Some(r) = tasks.join_next().await {
-            out.push(r.unwrap_or((0, "task panicked".to_owned())));
+            match r {
+                Ok(answers) => out.extend(answers),
+                Err(_) => out.push((0, "task panicked".to_owned())),
+            }
         }
         out
     }

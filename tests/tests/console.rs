@@ -87,6 +87,20 @@ async fn every_page_needs_a_live_session() {
     assert_eq!(out.header("location"), "/login");
     assert!(out.header("set-cookie").contains("Max-Age=0"));
     assert_eq!(console.get("/events", Some(&cookie)).await.status, 303);
+    // The login and the logout are in the audit trail.
+    let trail: Vec<(String, String, bool)> =
+        sqlx::query_as("SELECT actor, action, ok FROM console_audit ORDER BY id")
+            .fetch_all(&env.pool)
+            .await
+            .expect("audit rows");
+    let viewer = VIEWER.0.to_owned();
+    assert_eq!(
+        trail,
+        vec![
+            (viewer.clone(), "login".to_owned(), true),
+            (viewer, "logout".to_owned(), true)
+        ]
+    );
 
     // An expired session is refused (a console whose sessions last 2 s).
     let short = Console::start(&mut env, &[("ONCEHOOK_CONSOLE_SESSION_TTL", "2s")]).await;
@@ -120,6 +134,24 @@ async fn wrong_passwords_are_throttled_per_account_and_address() {
     // The address is locked out too: another account from it waits as well.
     let a = console.try_login(VIEWER.0, VIEWER.1).await;
     assert_eq!(a.status, 429);
+
+    // Every attempt is in the audit trail: five wrong passwords, two refusals.
+    let attempts: Vec<(String, bool, String)> = sqlx::query_as(
+        "SELECT actor, ok, result FROM console_audit WHERE action = 'login' ORDER BY id",
+    )
+    .fetch_all(&env.pool)
+    .await
+    .expect("audit rows");
+    let of = |who: &str, result: &str| {
+        attempts
+            .iter()
+            .filter(|(a, ok, r)| a == who && !ok && r.contains(result))
+            .count()
+    };
+    assert_eq!(of(OPERATOR.0, "wrong name or password"), 5, "{attempts:?}");
+    assert_eq!(of(OPERATOR.0, "too many"), 2, "{attempts:?}");
+    assert_eq!(of(VIEWER.0, "too many"), 1, "{attempts:?}");
+    assert_eq!(attempts.len(), 8, "{attempts:?}");
 }
 
 #[tokio::test]
@@ -179,8 +211,26 @@ async fn actions_need_the_operator_role_and_the_sessions_csrf_token() {
     // Logout needs the token too.
     assert_eq!(post(operator.clone(), vec![], "/logout").await.status, 403);
     assert_eq!(console.get("/audit", Some(&operator)).await.status, 200);
-    // Nothing reached the audit table.
-    assert_eq!(env.count("SELECT count(*) FROM console_audit").await, 0);
+    // No action reached the audit table; the two logins did.
+    assert_eq!(
+        env.count("SELECT count(*) FROM console_audit WHERE action NOT IN ('login', 'logout')")
+            .await,
+        0
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM console_audit WHERE action = 'login' AND ok")
+            .await,
+        2
+    );
+    // A name that is no account is not written down (it may be a password
+    // typed into the wrong field).
+    let typo = console.try_login("hunter2-typed-as-a-name", "x").await;
+    assert_eq!(typo.status, 401);
+    let actors: Vec<(String,)> = sqlx::query_as("SELECT actor FROM console_audit WHERE NOT ok")
+        .fetch_all(&env.pool)
+        .await
+        .expect("audit rows");
+    assert_eq!(actors, vec![("(no such account)".to_owned(),)]);
 }
 
 #[tokio::test]
@@ -291,11 +341,12 @@ async fn an_operator_replays_a_dead_letter_from_the_pipeline_and_it_is_audited()
     assert_eq!(broker::depth(&dead).await, Some(0));
 
     // The audit row: who, what, which letter, the result.
-    let row: (String, String, Vec<String>, bool, String) =
-        sqlx::query_as("SELECT actor, action, letters, ok, result FROM console_audit")
-            .fetch_one(&env.pool)
-            .await
-            .expect("one audit row");
+    let row: (String, String, Vec<String>, bool, String) = sqlx::query_as(
+        "SELECT actor, action, letters, ok, result FROM console_audit WHERE action = 'replay'",
+    )
+    .fetch_one(&env.pool)
+    .await
+    .expect("one audit row");
     assert_eq!((row.0.as_str(), row.1.as_str()), (OPERATOR.0, "replay"));
     assert_eq!(row.2, vec![id.clone()]);
     assert!(row.3, "{row:?}");
@@ -315,4 +366,217 @@ async fn an_operator_replays_a_dead_letter_from_the_pipeline_and_it_is_audited()
     let overview = console.get("/", Some(&cookie)).await;
     assert_eq!(overview.status, 200, "{}", overview.body);
     assert!(overview.body.contains("razorpay"), "{}", overview.body);
+}
+
+/// Posts a capture for `order` (which does not exist yet) and waits until
+/// the dead-letter queue holds `depth` letters.
+async fn dead_letter_for(env: &TestEnv, ingest: &str, order: &str, depth: u32) {
+    let capture = env.sign(
+        Gateway::Razorpay,
+        "payment.captured",
+        &env.spec(
+            order,
+            &format!("pay_{order}"),
+            &format!("evt_{order}"),
+            20_000,
+        ),
+    );
+    let (status, body) = env.post(ingest, "razorpay", &capture).await;
+    assert_eq!(status, 200, "{body}");
+    let dead = format!("{}.dead", env.prefix);
+    eventually("the dead letter", WAIT, || async {
+        (broker::depth(&dead).await == Some(depth)).then_some(())
+    })
+    .await;
+}
+
+/// The IDs the dead-letter list links to.
+fn letter_ids(page: &str) -> Vec<String> {
+    page.split("href=\"/letters/")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .filter(|id| id.chars().all(|c| c.is_ascii_hexdigit()) && !id.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_letter_that_arrives_after_the_page_was_read_shows_up_on_its_own() {
+    let mut env = TestEnv::new().await;
+    let (_ingest, url) = env.start_ingest().await;
+    let _worker = env.start_worker().await;
+    let console = Console::start(&mut env, &[]).await;
+    let cookie = console.login(VIEWER).await;
+
+    dead_letter_for(&env, &url, "order_early", 1).await;
+    let first = console.get("/letters", Some(&cookie)).await;
+    assert!(first.body.contains("evt_order_early"), "{}", first.body);
+    assert!(
+        !first.body.contains("data-refresh"),
+        "a fresh list does not reload itself"
+    );
+
+    // A second letter: the next page says the list is behind and reloads
+    // itself; within a few seconds the list has it.
+    dead_letter_for(&env, &url, "order_late", 2).await;
+    let behind = console.get("/letters", Some(&cookie)).await;
+    assert_eq!(behind.status, 200);
+    if !behind.body.contains("evt_order_late") {
+        assert!(
+            behind.body.contains("a fresh read is on its way")
+                && behind.body.contains("data-refresh"),
+            "{}",
+            behind.body
+        );
+    }
+    eventually("the list shows the new letter", WAIT, || async {
+        let page = console.get("/letters", Some(&cookie)).await;
+        (page.body.contains("evt_order_late") && page.body.contains("evt_order_early"))
+            .then_some(())
+    })
+    .await;
+    // Its detail page too, with the body.
+    let page = console.get("/letters", Some(&cookie)).await;
+    for id in letter_ids(&page.body) {
+        let d = console.get(&format!("/letters/{id}"), Some(&cookie)).await;
+        assert_eq!(d.status, 200, "{}", d.body);
+        assert!(d.body.contains("order_"), "{}", d.body);
+    }
+}
+
+#[tokio::test]
+async fn two_operators_replaying_the_same_letters_at_once_lose_and_double_nothing() {
+    let mut env = TestEnv::new().await;
+    let (_ingest, url) = env.start_ingest().await;
+    let _worker = env.start_worker().await;
+    let console = Console::start(&mut env, &[]).await;
+    let orders = ["order_twin_a", "order_twin_b", "order_twin_c"];
+    for (i, order) in orders.iter().enumerate() {
+        dead_letter_for(&env, &url, order, i as u32 + 1).await;
+    }
+    let first = console.login(OPERATOR).await;
+    let second = console.login(OPERATOR).await;
+    let page = console.get("/letters", Some(&first)).await;
+    let ids = letter_ids(&page.body);
+    assert_eq!(ids.len(), 3, "{}", page.body);
+
+    // The cause fixed, both sessions replay all three at the same moment.
+    shop::product(&env.pool, "SKU_twin", 10).await;
+    for order in orders {
+        shop::order(&env.pool, order, 20_000, "INR", &[("SKU_twin", 1)]).await;
+    }
+    let replay = |cookie: String| {
+        let (console, ids) = (&console, ids.clone());
+        async move {
+            let csrf = console.get("/letters", Some(&cookie)).await.csrf();
+            let mut form: Vec<(&str, &str)> = vec![("csrf", &csrf), ("confirm", "yes")];
+            form.extend(ids.iter().map(|id| ("ids", id.as_str())));
+            console.post("/letters/replay", Some(&cookie), &form).await
+        }
+    };
+    let (a, b) = tokio::join!(replay(first), replay(second));
+    // The summary line: "replayed N, failed F[, not found M]".
+    let replayed = |body: &str| -> usize {
+        body.split("replayed ")
+            .filter_map(|rest| rest.split_once(", failed "))
+            .filter_map(|(n, _)| n.trim().parse().ok())
+            .next()
+            .unwrap_or(0)
+    };
+    // Each letter was replayed by exactly one of them; the other found it gone.
+    assert_eq!(
+        replayed(&a.body) + replayed(&b.body),
+        3,
+        "first:\n{}\nsecond:\n{}",
+        a.body,
+        b.body
+    );
+    for order in orders {
+        eventually("the order paid", WAIT, || async {
+            (shop::order_status(&env.pool, order).await == "paid").then_some(())
+        })
+        .await;
+    }
+    assert_eq!(
+        broker::depth(&format!("{}.dead", env.prefix)).await,
+        Some(0)
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM payments").await,
+        3,
+        "one payment per order"
+    );
+    assert_eq!(
+        env.count("SELECT sum(deliveries) FROM processed_webhooks")
+            .await,
+        3,
+        "each capture delivered once after the replays"
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM console_audit WHERE action = 'replay'")
+            .await,
+        2
+    );
+}
+
+#[tokio::test]
+async fn the_events_page_pages_by_keyset_and_filters_by_outcome_and_age() {
+    let mut env = TestEnv::new().await;
+    // 120 processed events, one a minute back from now; every 10th parked.
+    sqlx::query(
+        "INSERT INTO processed_webhooks
+             (provider, source, event_id, body_sha256, event_type, outcome, received_at,
+              processed_at, last_seen_at)
+         SELECT 'payu', 'payu', 'evt_page_' || i, md5(i::text), 'payment.captured',
+                CASE WHEN i % 10 = 0 THEN 'parked' ELSE 'applied' END, t, t, t
+         FROM generate_series(1, 120) AS i,
+              LATERAL (SELECT now() - i * interval '1 minute' AS t) AS x",
+    )
+    .execute(&env.pool)
+    .await
+    .expect("seed events");
+    let console = Console::start(&mut env, &[]).await;
+    let cookie = console.login(VIEWER).await;
+    let events_on = |body: &str| -> Vec<String> {
+        body.split("<code>evt_page_")
+            .skip(1)
+            .filter_map(|rest| rest.split('<').next())
+            .map(|n| format!("evt_page_{n}"))
+            .collect()
+    };
+    let older = |body: &str| -> Option<String> {
+        body.split("<a href=\"")
+            .filter_map(|s| s.split_once("\">older →"))
+            .map(|(href, _)| href.replace("&amp;", "&"))
+            .next()
+    };
+
+    // Newest first, 50 a page, every event once across the pages.
+    let mut seen = Vec::new();
+    let mut at = "/events".to_owned();
+    for page in 1..=3 {
+        let a = console.get(&at, Some(&cookie)).await;
+        assert_eq!(a.status, 200, "{}", a.body);
+        let ids = events_on(&a.body);
+        assert_eq!(ids.len(), if page < 3 { 50 } else { 20 }, "page {page}");
+        seen.extend(ids);
+        match older(&a.body) {
+            Some(next) => at = next,
+            None => assert_eq!(page, 3, "an older link on every page but the last"),
+        }
+    }
+    let expected: Vec<String> = (1..=120).map(|i| format!("evt_page_{i}")).collect();
+    assert_eq!(seen, expected);
+
+    // Filters: only the parked ones; only the last hour.
+    let parked = console.get("/events?outcome=parked", Some(&cookie)).await;
+    let ids = events_on(&parked.body);
+    assert_eq!(ids.len(), 12, "{}", parked.body);
+    assert!(ids.iter().all(|id| id.ends_with('0')), "{ids:?}");
+    let hour = console.get("/events?within=1h", Some(&cookie)).await;
+    assert_eq!(events_on(&hour.body).len(), 50);
+    let hour_next = older(&hour.body).expect("a second page in the last hour");
+    assert!(hour_next.contains("within=1h"), "{hour_next}");
+    let rest = console.get(&hour_next, Some(&cookie)).await;
+    assert_eq!(events_on(&rest.body).len(), 9, "{}", rest.body);
 }

@@ -15,6 +15,7 @@ use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
 use maud::html;
 use oncehook_common::config::ConsoleRole;
+use oncehook_common::store::audit::NewAuditEntry;
 use oncehook_ctl::password;
 
 use crate::form::Pairs;
@@ -197,6 +198,15 @@ pub async fn login(req: HttpRequest, state: web::Data<State>, body: web::Bytes) 
         .max()
     {
         tracing::warn!(user = %name, %addr, "console login refused: too many failures");
+        audit_login(
+            &state,
+            &name,
+            "login",
+            false,
+            "refused: too many failed logins",
+            &addr,
+        )
+        .await;
         return throttled(&next, wait);
     }
     let hash = state
@@ -214,6 +224,15 @@ pub async fn login(req: HttpRequest, state: web::Data<State>, body: web::Bytes) 
             state.throttle.fail(k);
         }
         tracing::warn!(user = %name, %addr, "console login failed");
+        audit_login(
+            &state,
+            &name,
+            "login",
+            false,
+            "wrong name or password",
+            &addr,
+        )
+        .await;
         return login_form(
             actix_web::http::StatusCode::UNAUTHORIZED,
             &next,
@@ -223,6 +242,7 @@ pub async fn login(req: HttpRequest, state: web::Data<State>, body: web::Bytes) 
     state.throttle.clear(&keys[0]);
     let (_, value) = state.sessions.open(&name);
     tracing::info!(user = %name, %addr, "console login");
+    audit_login(&state, &name, "login", true, "session opened", &addr).await;
     HttpResponse::SeeOther()
         .insert_header((header::LOCATION, next))
         .insert_header((
@@ -257,6 +277,19 @@ pub async fn logout(req: HttpRequest, state: web::Data<State>, body: web::Bytes)
     };
     state.sessions.close(&who.session.id);
     tracing::info!(user = %who.session.user, "console logout");
+    let addr = req
+        .peer_addr()
+        .map(|a| a.ip().to_string())
+        .unwrap_or_default();
+    audit_login(
+        &state,
+        &who.session.user,
+        "logout",
+        true,
+        "session closed",
+        &addr,
+    )
+    .await;
     HttpResponse::SeeOther()
         .insert_header((header::LOCATION, "/login"))
         .insert_header((
@@ -264,6 +297,29 @@ pub async fn logout(req: HttpRequest, state: web::Data<State>, body: web::Bytes)
             session_cookie(&state, "", Duration::ZERO),
         ))
         .finish()
+}
+
+/// Writes a login or logout to the audit trail. A name that is no account
+/// is not written (it may be a password typed into the wrong field).
+async fn audit_login(state: &State, name: &str, action: &str, ok: bool, result: &str, addr: &str) {
+    let role = state.role_of(name);
+    let actor = if role.is_some() {
+        name
+    } else {
+        "(no such account)"
+    };
+    state
+        .audit(&NewAuditEntry {
+            actor,
+            role: role.map_or("-", |r| r.as_str()),
+            action,
+            letters: &[],
+            scope: None,
+            ok,
+            result,
+            address: Some(addr),
+        })
+        .await;
 }
 
 fn session_cookie(state: &State, value: &str, max_age: Duration) -> String {

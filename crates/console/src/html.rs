@@ -18,6 +18,9 @@ pub struct Page<'a> {
     title: String,
     who: Option<&'a Who>,
     body: Markup,
+    /// Seconds after which the page's script fetches it again and swaps
+    /// the content in (no full reload); `None`: the page stays as served.
+    live: Option<u32>,
 }
 
 impl<'a> Page<'a> {
@@ -26,7 +29,14 @@ impl<'a> Page<'a> {
             title: title.to_owned(),
             who,
             body: html! {},
+            live: None,
         }
+    }
+
+    /// Refreshes the content every `secs` seconds while the page is open.
+    pub fn live(mut self, secs: u32) -> Page<'a> {
+        self.live = Some(secs);
+        self
     }
 
     pub fn body(mut self, body: Markup) -> Page<'a> {
@@ -66,7 +76,7 @@ impl<'a> Page<'a> {
                             }
                         }
                     }
-                    main { (self.body) }
+                    main data-refresh=[self.live] { (self.body) }
                 }
             }
         }

@@ -11,6 +11,7 @@
 
 mod assets;
 mod auth;
+mod dead_letters;
 mod form;
 mod html;
 mod pages;
@@ -74,8 +75,10 @@ async fn main() -> anyhow::Result<()> {
         rand::rng().fill_bytes(&mut noise);
         oncehook_ctl::password::hash(&hex::encode(noise))?
     };
+    let topology = Topology::new(settings.broker.prefix.clone());
     let state = web::Data::new(State {
-        topology: Topology::new(settings.broker.prefix.clone()),
+        dead_letters: dead_letters::DeadLetters::new(settings.clone(), topology.clone()),
+        topology,
         sessions: Sessions::new(key, console.session_ttl),
         throttle: throttle::Throttle::default(),
         pool: pool.clone(),

@@ -1,11 +1,16 @@
 //! What every request handler shares: the configuration (whose `[console]`
-//! users are the accounts), the sessions, the login throttle and a small
-//! database pool for the console's own queries (events, audit).
+//! users are the accounts), the sessions, the login throttle, the snapshot
+//! of the dead letters and a small database pool for the console's own
+//! queries (events, audit).
 
 use oncehook_common::config::{ConsoleRole, ConsoleUser};
+use oncehook_common::store::audit::{self, NewAuditEntry};
 use oncehook_common::{Config, Topology};
+use std::sync::Arc;
+
 use sqlx::PgPool;
 
+use crate::dead_letters::DeadLetters;
 use crate::session::Sessions;
 use crate::throttle::Throttle;
 
@@ -15,6 +20,7 @@ pub struct State {
     pub sessions: Sessions,
     pub throttle: Throttle,
     pub pool: PgPool,
+    pub dead_letters: Arc<DeadLetters>,
     /// A hash of no one's password: unknown names are checked against it,
     /// so they cost as much as a wrong password.
     pub decoy_hash: String,
@@ -24,6 +30,20 @@ impl State {
     /// The configured account called `name`.
     pub fn user(&self, name: &str) -> Option<&ConsoleUser> {
         self.settings.console.users.iter().find(|u| u.name == name)
+    }
+
+    /// Writes one row of the audit trail; a failure is logged (the action
+    /// it records has happened either way) and returned as `false`.
+    pub async fn audit(&self, entry: &NewAuditEntry<'_>) -> bool {
+        let recorded = async {
+            let mut conn = self.pool.acquire().await?;
+            audit::record(&mut conn, entry).await
+        }
+        .await;
+        if let Err(e) = &recorded {
+            tracing::error!(error = %e, user = %entry.actor, action = %entry.action, "could not write the audit row");
+        }
+        recorded.is_ok()
     }
 
     /// The role of a configured account.

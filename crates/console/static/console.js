@@ -22,3 +22,43 @@
   }
   setInterval(refresh, 30000);
 })();
+
+// Pages whose <main> carries data-refresh="N" (the overview; a dead-letter
+// list that is being read again) fetch themselves every N seconds and swap
+// the new content in, without a full reload. It stops when the new page no
+// longer asks for it, and skips a round while a form field has the focus.
+(function () {
+  "use strict";
+  var main = document.querySelector("main[data-refresh]");
+  if (!main || !window.fetch || !window.DOMParser) return;
+  function schedule(el) {
+    var secs = parseInt(el.getAttribute("data-refresh"), 10);
+    if (secs > 0) setTimeout(tick, secs * 1000);
+  }
+  function tick() {
+    var active = document.activeElement;
+    if (active && main.contains(active) && /^(INPUT|SELECT|TEXTAREA)$/.test(active.tagName)) {
+      schedule(main);
+      return;
+    }
+    fetch(location.href, { credentials: "same-origin", redirect: "manual" })
+      .then(function (resp) {
+        if (resp.status !== 200) return null;
+        return resp.text();
+      })
+      .then(function (text) {
+        if (!text) return;
+        var fresh = new DOMParser().parseFromString(text, "text/html").querySelector("main");
+        if (!fresh) return;
+        main.innerHTML = fresh.innerHTML;
+        if (fresh.hasAttribute("data-refresh")) {
+          main.setAttribute("data-refresh", fresh.getAttribute("data-refresh"));
+          schedule(main);
+        } else {
+          main.removeAttribute("data-refresh");
+        }
+      })
+      .catch(function () { schedule(main); });
+  }
+  schedule(main);
+})();

@@ -17,6 +17,7 @@ use time::OffsetDateTime;
 
 use crate::output::{Report, table};
 use crate::timefmt::{age_secs, human_duration, parse_duration, rfc3339, whole_secs};
+pub use gather::Looked;
 use gather::{BrokerStats, DatabaseStats};
 
 #[derive(Args)]
@@ -101,9 +102,19 @@ struct GatewayView {
 }
 
 pub async fn run(settings: &Config, args: StatsArgs) -> anyhow::Result<StatsReport> {
+    run_with(settings, args, None).await
+}
+
+/// [`run`], with the dead letters already read (`looked`) instead of
+/// peeking the queue again.
+pub async fn run_with(
+    settings: &Config,
+    args: StatsArgs,
+    looked: Option<Looked<'_>>,
+) -> anyhow::Result<StatsReport> {
     let topology = Topology::new(settings.broker.prefix.clone());
     let (broker, database) = tokio::join!(
-        gather::broker_stats(settings, &topology),
+        gather::broker_stats(settings, &topology, looked),
         gather::database_stats(settings, args.since)
     );
     let now = OffsetDateTime::now_utc();

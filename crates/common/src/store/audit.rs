@@ -1,5 +1,6 @@
 //! `console_audit`: what operators did through the console (replays,
-//! purges), written once per action and read by the console's Audit page.
+//! purges, logins and logouts), written once per action and read by the
+//! console's Audit page.
 
 use serde::Serialize;
 use sqlx::PgConnection;

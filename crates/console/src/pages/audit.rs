@@ -1,5 +1,6 @@
 //! Audit: every replay and purge done through the console — who, what,
-//! which dead letters, when, and how it ended — newest first.
+//! which dead letters, when, and how it ended — and every login (failed ones
+//! too) and logout, newest first.
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use maud::html;

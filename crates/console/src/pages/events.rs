@@ -1,35 +1,99 @@
 //! Events: recently processed webhook deliveries, newest first, filtered by
-//! gateway, source and outcome, one page at a time; each links to its trace.
+//! gateway, source, outcome and age, one page at a time (keyset pages: the
+//! "older" link carries the last row shown, so a deep page costs what the
+//! first one does); each row links to its trace.
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use maud::html;
-use oncehook_common::store::dedup::{self, RecentFilter};
+use oncehook_common::store::dedup::{self, OUTCOMES, RecentCursor, RecentFilter};
+use oncehook_ctl::timefmt::{parse_duration, parse_rfc3339, rfc3339};
+use time::OffsetDateTime;
 
-use super::{PAGE_SIZE, page_number};
+use super::PAGE_SIZE;
 use crate::auth;
 use crate::form::Pairs;
 use crate::html::{self, Page};
 use crate::state::State;
 
-/// The outcomes a processed delivery can have.
-const OUTCOMES: [&str; 4] = ["applied", "ignored", "flagged", "parked"];
+/// The windows the age filter offers.
+const WINDOWS: [&str; 4] = ["1h", "24h", "7d", "30d"];
+
+/// The filters of the page, as given in its query string.
+struct Query {
+    gateway: Option<String>,
+    source: Option<String>,
+    outcome: Option<String>,
+    within: Option<String>,
+    after: Option<RecentCursor>,
+}
+
+impl Query {
+    fn parse(q: &Pairs) -> Query {
+        let after = match (
+            q.get("at").as_deref().and_then(parse_rfc3339),
+            q.get("src"),
+            q.get("id"),
+        ) {
+            (Some(processed_at), Some(source), Some(event_id)) => Some(RecentCursor {
+                processed_at,
+                source,
+                event_id,
+            }),
+            _ => None,
+        };
+        Query {
+            gateway: q.get("gateway"),
+            source: q.get("source"),
+            outcome: q.get("outcome"),
+            // Only the windows offered (a made-up one could overflow the clock).
+            within: q.get("within").filter(|w| WINDOWS.contains(&w.as_str())),
+            after,
+        }
+    }
+
+    /// This page's link with the filters kept, continuing after `after`.
+    fn link(&self, after: Option<&RecentCursor>) -> String {
+        let mut s = url::form_urlencoded::Serializer::new(String::new());
+        for (k, v) in [
+            ("gateway", &self.gateway),
+            ("source", &self.source),
+            ("outcome", &self.outcome),
+            ("within", &self.within),
+        ] {
+            if let Some(v) = v {
+                s.append_pair(k, v);
+            }
+        }
+        if let Some(c) = after {
+            s.append_pair("at", &rfc3339(c.processed_at).unwrap_or_default());
+            s.append_pair("src", &c.source);
+            s.append_pair("id", &c.event_id);
+        }
+        format!("/events?{}", s.finish())
+    }
+}
 
 pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
     let who = match auth::page(&req, &state) {
         Ok(w) => w,
         Err(r) => return *r,
     };
-    let q = Pairs::parse(req.query_string().as_bytes());
-    let (gateway, source, outcome) = (q.get("gateway"), q.get("source"), q.get("outcome"));
-    let page = page_number(&q);
+    let query = Query::parse(&Pairs::parse(req.query_string().as_bytes()));
+    let since = query
+        .within
+        .as_deref()
+        .and_then(|w| parse_duration(w).ok())
+        .map(|d| OffsetDateTime::now_utc() - d);
     let filter = RecentFilter {
-        provider: gateway.as_deref(),
-        source: source.as_deref(),
-        outcome: outcome.as_deref(),
+        provider: query.gateway.as_deref(),
+        source: query.source.as_deref(),
+        outcome: query.outcome.as_deref(),
+        since,
+        after: query.after.as_ref(),
     };
     let rows = async {
         let mut conn = state.pool.acquire().await?;
-        dedup::recent(&mut conn, filter, PAGE_SIZE + 1, (page - 1) * PAGE_SIZE).await
+        dedup::recent(&mut conn, filter, PAGE_SIZE + 1).await
     }
     .await;
     let mut rows = match rows {
@@ -38,20 +102,7 @@ pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
     };
     let more = rows.len() as i64 > PAGE_SIZE;
     rows.truncate(PAGE_SIZE as usize);
-    let link = |p: i64| {
-        let mut s = url::form_urlencoded::Serializer::new(String::new());
-        for (k, v) in [
-            ("gateway", &gateway),
-            ("source", &source),
-            ("outcome", &outcome),
-        ] {
-            if let Some(v) = v {
-                s.append_pair(k, v);
-            }
-        }
-        s.append_pair("page", &p.to_string());
-        format!("/events?{}", s.finish())
-    };
+    let next = more.then(|| rows.last().map(RecentCursor::after)).flatten();
     let gateways: Vec<&str> = oncehook_gateways::Gateway::ALL
         .iter()
         .map(|g| g.as_str())
@@ -66,11 +117,13 @@ pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
     html::ok(Page::new("Events", Some(&who)).body(html! {
         h1 { "Events" }
         form.filters method="get" action="/events" {
-            (select("gateway", "any gateway", &gateways, gateway.as_deref()))
-            (select("source", "any source", &sources, source.as_deref()))
-            (select("outcome", "any outcome", &OUTCOMES, outcome.as_deref()))
+            (select("gateway", "any gateway", &gateways, query.gateway.as_deref()))
+            (select("source", "any source", &sources, query.source.as_deref()))
+            (select("outcome", "any outcome", &OUTCOMES, query.outcome.as_deref()))
+            (select("within", "any time", &WINDOWS, query.within.as_deref()))
             button type="submit" { "Filter" }
         }
+        @if query.after.is_some() { p.summary { "Older events, from " (html::when(query.after.as_ref().map_or(OffsetDateTime::UNIX_EPOCH, |c| c.processed_at))) " back." } }
         @if rows.is_empty() { p.none { "No processed events match." } } @else {
             table.events {
                 thead { tr { th { "Processed" } th { "Gateway" } th { "Source" } th { "Event" } th { "Type" } th { "Order" } th { "Outcome" } th { "Copies" } th { "Detail" } } }
@@ -88,8 +141,8 @@ pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
             }
         }
         nav.pages {
-            @if page > 1 { a href=(link(page - 1)) { "← newer" } }
-            @if more { a href=(link(page + 1)) { "older →" } }
+            @if query.after.is_some() { a href=(query.link(None)) { "← newest" } }
+            @if let Some(c) = &next { a href=(query.link(Some(c))) { "older →" } }
         }
     }))
 }

@@ -3,30 +3,38 @@
 //! operator's actions — replay one, replay or purge what a filter matches
 //! after a count and an explicit confirmation.
 //!
-//! Everything goes through the ctl library, so the console has the CLI's
-//! safety: peeks take turns under the peek lock (another operator's `dlq`
-//! command or console page waits), and a replayed letter leaves the
-//! dead-letter queue only after its republish was confirmed. A bulk action
-//! acts on exactly the IDs its confirmation page showed. Every action is
-//! written to the audit table.
+//! Pages read the console's snapshot of the queue ([`crate::dead_letters`])
+//! and say how old it is. Actions go through the ctl library on the queue
+//! itself, so the console has the CLI's safety: peeks take turns under the
+//! peek lock (another operator's `dlq` command or console waits), and a
+//! replayed letter leaves the dead-letter queue only after its republish was
+//! confirmed. A bulk action acts on exactly the IDs its confirmation page
+//! showed (those no longer there are reported as not found). Every action is
+//! written to the audit table, and the snapshot is read again before the
+//! answer.
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
 
 use actix_web::{HttpRequest, HttpResponse, web};
+use lapin::Connection;
 use maud::{Markup, html};
 use oncehook_common::config::ConsoleRole;
-use oncehook_common::store::audit::{self, NewAuditEntry};
+use oncehook_common::store::audit::NewAuditEntry;
 use oncehook_ctl::broker;
 use oncehook_ctl::dlq::letter::Letter;
 use oncehook_ctl::dlq::purge::{self, PurgeArgs};
 use oncehook_ctl::dlq::replay::{self, ReplayArgs};
+use oncehook_ctl::dlq::show::ShowReport;
 use oncehook_ctl::dlq::{Filter, mask, show};
-use oncehook_ctl::output::{Output, Report as _, truncate};
+use oncehook_ctl::output::{Output, Report, truncate};
 use serde_json::Value;
 use time::OffsetDateTime;
 
 use super::events::{enc, select};
 use crate::auth::{self, Who};
+use crate::dead_letters::View;
 use crate::form::Pairs;
 use crate::html::{self, Page};
 use crate::state::State;
@@ -65,12 +73,20 @@ fn scope_text(f: &Filter) -> String {
     }
 }
 
-/// Every dead letter (bodies dropped), handed straight back.
-async fn look(state: &State) -> anyhow::Result<(Vec<Letter>, bool)> {
-    let conn = broker::connect(&state.settings).await?;
-    let looked = broker::look(&conn, &state.topology).await;
-    broker::close(conn).await;
-    looked
+/// How old the snapshot a page shows is, and whether the queue moved on.
+fn freshness(view: &View) -> Markup {
+    let now = OffsetDateTime::now_utc();
+    html! {
+        p.freshness {
+            "As read from the queue " (html::relative(view.snapshot.taken_at, now)) " (" (html::when(view.snapshot.taken_at)) ")."
+            @if view.stale {
+                " The queue has changed since"
+                @if let Some(d) = view.depth_now { " (it holds " (d) " ready now)" }
+                "; a fresh read is on its way — reload in a moment."
+            }
+            @if view.depth_now.is_none() { " The broker does not answer now; this is the last read." }
+        }
+    }
 }
 
 /// `GET /letters`
@@ -81,15 +97,16 @@ pub async fn list(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
     };
     let q = Pairs::parse(req.query_string().as_bytes());
     let filter = filter_of(&q);
-    let (letters, truncated) = match look(&state).await {
-        Ok(l) => l,
+    let view = match state.dead_letters.view().await {
+        Ok(v) => v,
         Err(e) => return html::failure(&who, "Dead letters", &e),
     };
+    let (letters, truncated) = (&view.snapshot.letters, view.snapshot.truncated);
     let now = OffsetDateTime::now_utc();
     let matching: Vec<&Letter> = letters.iter().filter(|l| filter.matches(l, now)).collect();
     let count = |key: fn(&Letter) -> String| {
         let mut m: BTreeMap<String, usize> = BTreeMap::new();
-        for l in &letters {
+        for l in letters {
             *m.entry(key(l)).or_default() += 1;
         }
         m
@@ -99,13 +116,18 @@ pub async fn list(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
     let by_source = count(|l| l.facts.source.clone().unwrap_or_else(|| "-".into()));
     let names = |m: &BTreeMap<String, usize>| m.keys().cloned().collect::<Vec<_>>();
     let (gateways, kinds, sources) = (names(&by_gateway), names(&by_kind), names(&by_source));
-    html::ok(Page::new("Dead letters", Some(&who)).body(html! {
+    let mut page = Page::new("Dead letters", Some(&who));
+    if view.stale {
+        page = page.live(3);
+    }
+    html::ok(page.body(html! {
         h1 { "Dead letters" }
         p.summary {
             @if truncated { "at least " }
             (letters.len()) " dead letter(s) in " code { (state.topology.dead()) }
             @if !filter.is_empty() { "; " (matching.len()) " match the filter" }
         }
+        (freshness(&view))
         div.counts {
             (counts("By gateway", "gateway", &by_gateway))
             (counts("By kind", "kind", &by_kind))
@@ -177,6 +199,26 @@ fn letter_table(letters: &[&Letter]) -> Markup {
     }
 }
 
+/// One letter in full: from the snapshot when it holds the letter with its
+/// body, else read from the queue now.
+async fn show_letter(state: &State, id: &str) -> anyhow::Result<ShowReport> {
+    let wanted = id.trim().to_ascii_lowercase();
+    if let Ok(view) = state.dead_letters.view().await
+        && let Some((letter, copies)) = view.snapshot.find(&wanted)
+        && letter.body.len() == letter.body_len
+    {
+        return Ok(ShowReport::new(
+            letter.clone(),
+            copies,
+            state.topology.dead(),
+        ));
+    }
+    let conn = broker::connect(&state.settings).await?;
+    let shown = show::run(&conn, &state.topology, id).await;
+    broker::close(conn).await;
+    shown
+}
+
 /// `GET /letters/{id}`
 pub async fn detail(
     req: HttpRequest,
@@ -188,13 +230,7 @@ pub async fn detail(
         Err(r) => return *r,
     };
     let id = id.into_inner();
-    let shown = async {
-        let conn = broker::connect(&state.settings).await?;
-        let shown = show::run(&conn, &state.topology, &id).await;
-        broker::close(conn).await;
-        shown
-    }
-    .await;
+    let shown = show_letter(&state, &id).await;
     let report = match shown {
         Ok(r) => r,
         Err(e) => {
@@ -305,12 +341,14 @@ pub async fn preview(req: HttpRequest, state: web::Data<State>, body: web::Bytes
     };
     let ids = form.all("ids");
     let filter = filter_of(&form);
-    let (letters, _) = match look(&state).await {
-        Ok(l) => l,
+    let view = match state.dead_letters.view().await {
+        Ok(v) => v,
         Err(e) => return html::failure(&who, "Dead letters", &e),
     };
     let now = OffsetDateTime::now_utc();
-    let chosen: Vec<&Letter> = letters
+    let chosen: Vec<&Letter> = view
+        .snapshot
+        .letters
         .iter()
         .filter(|l| {
             if ids.is_empty() {
@@ -328,7 +366,8 @@ pub async fn preview(req: HttpRequest, state: web::Data<State>, body: web::Bytes
     let verb = if action == "purge" { "Purge" } else { "Replay" };
     html::ok(Page::new(&format!("{verb} dead letters"), Some(&who)).body(html! {
         h1 { (verb) " dead letters" }
-        p.dry-run { "Dry run: " strong { (chosen.len()) } " dead letter(s) match " code { (scope) } " now. Nothing has changed yet." }
+        p.dry-run { "Dry run: " strong { (chosen.len()) } " dead letter(s) match " code { (scope) } ". Nothing has changed yet." }
+        (freshness(&view))
         @if chosen.is_empty() { p { a href="/letters" { "Back to the dead letters" } } } @else {
             (letter_table(&chosen))
             form.confirm method="post" action=(format!("/letters/{action}")) {
@@ -349,49 +388,65 @@ pub async fn preview(req: HttpRequest, state: web::Data<State>, body: web::Bytes
 
 /// `POST /letters/replay`: replays the given IDs (confirmed), audited.
 pub async fn replay(req: HttpRequest, state: web::Data<State>, body: web::Bytes) -> HttpResponse {
-    let form = Pairs::parse(&body);
-    let who = match auth::action(&req, &state, &form, ConsoleRole::Operator) {
-        Ok(w) => w,
-        Err(r) => return *r,
-    };
-    let Some(ids) = confirmed_ids(&form) else {
-        return unconfirmed(&who);
-    };
-    let args = ReplayArgs {
-        ids: ids.clone(),
-        all: false,
-        filter: Filter::default(),
-        dry_run: false,
-        yes: true,
-    };
-    let done = async {
-        let conn = broker::connect(&state.settings).await?;
-        let done = replay::run(&state.settings, &conn, &state.topology, args, &QUIET).await;
-        broker::close(conn).await;
-        done
-    }
-    .await;
-    let outcome = done.map(|r| {
-        (
-            r.ok(),
-            r.to_string(),
-            serde_json::to_value(&r).unwrap_or_default(),
-        )
-    });
-    finish(
-        &req,
-        &state,
-        &who,
-        "replay",
-        &ids,
-        form.get("scope"),
-        outcome,
-    )
+    act(req, state, body, "replay", |state, conn, ids| {
+        Box::pin(async move {
+            let args = ReplayArgs {
+                ids,
+                all: false,
+                filter: Filter::default(),
+                dry_run: false,
+                yes: true,
+            };
+            let r = replay::run(&state.settings, conn, &state.topology, args, &QUIET).await?;
+            Ok(outcome_of(&r))
+        })
+    })
     .await
 }
 
 /// `POST /letters/purge`: deletes the given IDs for good (confirmed), audited.
 pub async fn purge(req: HttpRequest, state: web::Data<State>, body: web::Bytes) -> HttpResponse {
+    act(req, state, body, "purge", |state, conn, ids| {
+        Box::pin(async move {
+            let args = PurgeArgs {
+                ids,
+                all: false,
+                yes: true,
+            };
+            let r = purge::run(conn, &state.topology, args, &QUIET).await?;
+            Ok(outcome_of(&r))
+        })
+    })
+    .await
+}
+
+/// What a ctl verb's report says: whether it all went well, its text, its JSON.
+type Outcome = (bool, String, Value);
+
+/// The ctl verb behind an action, run on a broker connection with the IDs.
+type Verb = for<'a> fn(
+    &'a State,
+    &'a Connection,
+    Vec<String>,
+) -> Pin<Box<dyn Future<Output = anyhow::Result<Outcome>> + 'a>>;
+
+fn outcome_of<R: Report + serde::Serialize>(r: &R) -> Outcome {
+    (
+        r.ok(),
+        r.to_string(),
+        serde_json::to_value(r).unwrap_or_default(),
+    )
+}
+
+/// A confirmed operator action: checks the role and CSRF token, runs `verb`
+/// on the queue, reads the snapshot again, audits and shows what happened.
+async fn act(
+    req: HttpRequest,
+    state: web::Data<State>,
+    body: web::Bytes,
+    action: &str,
+    verb: Verb,
+) -> HttpResponse {
     let form = Pairs::parse(&body);
     let who = match auth::action(&req, &state, &form, ConsoleRole::Operator) {
         Ok(w) => w,
@@ -400,35 +455,17 @@ pub async fn purge(req: HttpRequest, state: web::Data<State>, body: web::Bytes) 
     let Some(ids) = confirmed_ids(&form) else {
         return unconfirmed(&who);
     };
-    let args = PurgeArgs {
-        ids: ids.clone(),
-        all: false,
-        yes: true,
-    };
     let done = async {
         let conn = broker::connect(&state.settings).await?;
-        let done = purge::run(&conn, &state.topology, args, &QUIET).await;
+        let done = verb(&state, &conn, ids.clone()).await;
         broker::close(conn).await;
         done
     }
     .await;
-    let outcome = done.map(|r| {
-        (
-            r.ok(),
-            r.to_string(),
-            serde_json::to_value(&r).unwrap_or_default(),
-        )
-    });
-    finish(
-        &req,
-        &state,
-        &who,
-        "purge",
-        &ids,
-        form.get("scope"),
-        outcome,
-    )
-    .await
+    if let Err(e) = state.dead_letters.refresh().await {
+        tracing::warn!(error = %format!("{e:#}"), action, "could not read the dead letters again after the action");
+    }
+    finish(&req, &state, &who, action, &ids, form.get("scope"), done).await
 }
 
 /// The IDs of a confirmed action; `None` without `confirm=yes` or IDs.
@@ -473,14 +510,7 @@ async fn finish(
         result: &truncate(&text, 2_000),
         address: address.as_deref(),
     };
-    let recorded = async {
-        let mut conn = state.pool.acquire().await?;
-        audit::record(&mut conn, &entry).await
-    }
-    .await;
-    if let Err(e) = &recorded {
-        tracing::error!(error = %e, user = %who.session.user, action, "could not write the audit row");
-    }
+    let recorded = state.audit(&entry).await;
     tracing::info!(user = %who.session.user, action, letters = ids.len(), ok, "console action");
     let status = if ok {
         actix_web::http::StatusCode::OK
@@ -494,7 +524,7 @@ async fn finish(
             h1 { (if action == "purge" { "Purge" } else { "Replay" }) }
             p class=(if ok { "result ok" } else { "result error" }) role="status" { pre { (text) } }
             @if !results.is_null() { (html::value(&results)) }
-            @if recorded.is_err() { p.error { "Warning: the audit row could not be written; see the console's log." } }
+            @if !recorded { p.error { "Warning: the audit row could not be written; see the console's log." } }
             p { a href="/letters" { "Back to the dead letters" } " · " a href="/audit" { "Audit" } }
         }),
     )

@@ -1,12 +1,13 @@
 //! Overview: what `oncehookctl stats` prints — queues and consumers, dead
 //! letters by gateway and kind, the outbox backlog, outcomes per gateway —
-//! over a window (`?since=24h`).
+//! over a window (`?since=24h`). The page refreshes itself every 15 s while
+//! open, and its dead-letter counts come from the console's snapshot.
 
 use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use maud::html;
-use oncehook_ctl::stats::{self, StatsArgs};
+use oncehook_ctl::stats::{self, Looked, StatsArgs};
 use oncehook_ctl::timefmt::parse_duration;
 
 use crate::auth;
@@ -33,12 +34,19 @@ pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
     let q = Pairs::parse(req.query_string().as_bytes());
     let since_text = q.get("since").unwrap_or_else(|| "24h".to_owned());
     let since = parse_duration(&since_text).unwrap_or(Duration::from_secs(86_400));
-    let report = match stats::run(&state.settings, StatsArgs { since }).await {
+    // The dead letters from the console's snapshot: counting them does not
+    // take another read of the whole queue.
+    let view = state.dead_letters.view().await;
+    let looked = view.as_ref().ok().map(|v| Looked {
+        letters: &v.snapshot.letters,
+        truncated: v.snapshot.truncated,
+    });
+    let report = match stats::run_with(&state.settings, StatsArgs { since }, looked).await {
         Ok(r) => r,
         Err(e) => return html::failure(&who, "Overview", &e),
     };
     let doc = serde_json::to_value(&report).unwrap_or_default();
-    html::ok(Page::new("Overview", Some(&who)).body(html! {
+    html::ok(Page::new("Overview", Some(&who)).live(15).body(html! {
         h1 { "Overview" }
         form.filters method="get" action="/" {
             label { "Outcomes over the last " input name="since" value=(since_text) size="5"; }

@@ -79,7 +79,9 @@ pub async fn run(conn: &Connection, topology: &Topology, id: &str) -> anyhow::Re
 }
 
 impl ShowReport {
-    fn new(letter: Letter, copies: usize, queue: String) -> ShowReport {
+    /// The report of `letter` (read with its body), which the queue holds
+    /// `copies` times.
+    pub fn new(letter: Letter, copies: usize, queue: String) -> ShowReport {
         let payload_bytes = letter.envelope.as_ref().and_then(|e| e.body().ok());
         let payload_json = payload_bytes
             .as_deref()

@@ -12,6 +12,7 @@ use sqlx::Connection as _;
 use time::OffsetDateTime;
 
 use crate::broker;
+use crate::dlq::letter::Letter;
 
 /// How long the database may take to answer before its sections are reported unavailable.
 const DB_TIMEOUT: Duration = Duration::from_secs(15);
@@ -68,7 +69,39 @@ pub struct DatabaseStats {
     pub gateways: BTreeMap<String, GatewayRow>,
 }
 
-pub async fn broker_stats(settings: &Config, topology: &Topology) -> anyhow::Result<BrokerStats> {
+/// Dead letters someone already read (the console's snapshot), so that
+/// `stats` need not peek the queue again.
+pub struct Looked<'a> {
+    pub letters: &'a [Letter],
+    pub truncated: bool,
+}
+
+impl DeadStats {
+    /// Depth, oldest failure and counts by gateway and kind of `letters`.
+    pub fn of(letters: &[Letter], truncated: bool) -> DeadStats {
+        let mut d = DeadStats {
+            depth: letters.len(),
+            truncated,
+            ..DeadStats::default()
+        };
+        for l in letters {
+            *d.by_gateway.entry(l.facts.gateway.clone()).or_default() += 1;
+            *d.by_kind.entry(l.facts.kind.clone()).or_default() += 1;
+            if let Some(at) = l.failed_at {
+                d.oldest = Some(d.oldest.map_or(at, |o| o.min(at)));
+            }
+        }
+        d
+    }
+}
+
+/// Queue depths and consumers, and the dead letters: `looked` when given,
+/// else peeked now.
+pub async fn broker_stats(
+    settings: &Config,
+    topology: &Topology,
+    looked: Option<Looked<'_>>,
+) -> anyhow::Result<BrokerStats> {
     let conn = broker::connect(settings).await?;
     let result = async {
         let mut queues = Vec::new();
@@ -81,25 +114,19 @@ pub async fn broker_stats(settings: &Config, topology: &Topology) -> anyhow::Res
             queues.push(QueueStat { name, role, info });
         }
         let dead = if queues.last().is_some_and(|q| q.info.is_some()) {
-            let (letters, truncated) = broker::look(&conn, topology).await?;
+            let dead = match &looked {
+                Some(given) => DeadStats::of(given.letters, given.truncated),
+                None => {
+                    let (letters, truncated) = broker::look(&conn, topology).await?;
+                    DeadStats::of(&letters, truncated)
+                }
+            };
             // The depth read before the look misses letters another peek
             // held then; the look waited for them.
             if let Some((ready, _)) = queues.last_mut().and_then(|q| q.info.as_mut()) {
-                *ready = (*ready).max(u32::try_from(letters.len()).unwrap_or(u32::MAX));
+                *ready = (*ready).max(u32::try_from(dead.depth).unwrap_or(u32::MAX));
             }
-            let mut d = DeadStats {
-                depth: letters.len(),
-                truncated,
-                ..DeadStats::default()
-            };
-            for l in &letters {
-                *d.by_gateway.entry(l.facts.gateway.clone()).or_default() += 1;
-                *d.by_kind.entry(l.facts.kind.clone()).or_default() += 1;
-                if let Some(at) = l.failed_at {
-                    d.oldest = Some(d.oldest.map_or(at, |o| o.min(at)));
-                }
-            }
-            Some(d)
+            Some(dead)
         } else {
             None
         };
