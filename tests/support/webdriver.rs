@@ -201,6 +201,17 @@ impl Browser {
         .await;
     }
 
+    /// Runs `script` in the page (as a user with the developer tools could;
+    /// the page's CSP does not apply) and returns what it returns.
+    pub async fn execute(&self, script: &str) -> Value {
+        self.call(
+            reqwest::Method::POST,
+            "/execute/sync",
+            Some(json!({"script": script, "args": []})),
+        )
+        .await
+    }
+
     /// Writes a PNG of the viewport to `path`.
     pub async fn screenshot(&self, path: &Path) {
         let v = self.call(reqwest::Method::GET, "/screenshot", None).await;

@@ -1,7 +1,7 @@
 //! The operators' console in a real browser (Debian's headless chromium via
 //! chromedriver): log in, see a dead letter produced through the real
-//! pipeline, open it, fix the cause and replay it, see the order paid in its
-//! trace; a viewer sees the letters but no way to replay them; logout ends
+//! pipeline, open it, see a Replay whose form lost its CSRF token refused,
+//! fix the cause and replay it, see the order paid in its trace; a viewer sees the letters but no way to replay them; logout ends
 //! the session. Each page is screenshotted into
 //! `target/console-screenshots/` (and into `docs/console/` when
 //! `ONCEHOOK_UPDATE_SCREENSHOTS=1`, to refresh the guide's pictures).
@@ -108,6 +108,26 @@ async fn an_operator_fixes_and_replays_a_dead_letter_in_the_browser() {
         "{detail}"
     );
     shoot(&browser, "dead-letter").await;
+
+    // The same Replay button with the form's CSRF token taken out (as a
+    // forged cross-site form would be): refused, and nothing happens.
+    let removed = browser
+        .execute(
+            "var f = document.querySelector('div.actions form[action=\"/letters/replay\"] input[name=csrf]');\n\
+             if (!f) return false; f.remove(); return true;",
+        )
+        .await;
+    assert_eq!(
+        removed,
+        serde_json::Value::Bool(true),
+        "the replay form had a token"
+    );
+    browser.click("div.actions button.replay").await;
+    let refused = browser.wait_for("Forbidden").await;
+    assert!(refused.contains("security token is missing"), "{refused}");
+    assert_eq!(broker::depth(&dead).await, Some(2), "nothing was replayed");
+    browser.goto(&format!("{base}/letters/{id}")).await;
+    browser.wait_for("What failed").await;
 
     // Fix the cause, replay from the letter's page.
     shop::product(&env.pool, "SKU_browser", 10).await;
