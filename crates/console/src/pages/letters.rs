@@ -75,10 +75,9 @@ fn scope_text(f: &Filter) -> String {
 
 /// How old the snapshot a page shows is, and whether the queue moved on.
 fn freshness(view: &View) -> Markup {
-    let now = OffsetDateTime::now_utc();
     html! {
         p.freshness {
-            "As read from the queue " (html::relative(view.snapshot.taken_at, now)) " (" (html::when(view.snapshot.taken_at)) ")."
+            "Read from the queue at " (html::when(view.snapshot.taken_at)) "."
             @if view.stale {
                 " The queue has changed since"
                 @if let Some(d) = view.depth_now { " (it holds " (d) " ready now)" }
