@@ -199,3 +199,66 @@ async fn an_operator_fixes_and_replays_a_dead_letter_in_the_browser() {
     );
     browser.quit().await;
 }
+
+#[tokio::test]
+async fn a_dead_letter_list_that_is_behind_the_queue_catches_up_without_a_reload() {
+    let mut env = TestEnv::new().await;
+    let (_ingest, url) = env.start_ingest().await;
+    let _worker = env.start_worker().await;
+    let console = Console::start(&mut env, &[]).await;
+    let base = console.base.clone();
+    let dead = format!("{}.dead", env.prefix);
+    let dead_letter = |order: &'static str, event: &'static str, depth: u32| {
+        let (env, url, dead) = (&env, &url, &dead);
+        async move {
+            let d = env.sign(
+                Gateway::Razorpay,
+                "payment.captured",
+                &env.spec(order, &format!("pay_{event}"), event, 10_000),
+            );
+            let (status, body) = env.post(url, "razorpay", &d).await;
+            assert_eq!(status, 200, "{body}");
+            eventually("the dead letter", WAIT, || async {
+                (broker::depth(dead).await == Some(depth)).then_some(())
+            })
+            .await;
+        }
+    };
+
+    dead_letter("order_live_a", "evt_LA", 1).await;
+    let browser = Browser::start(&env.dir).await;
+    log_in(&browser, &base, VIEWER).await;
+    browser.goto(&format!("{base}/letters")).await;
+    let first = browser.wait_for("evt_LA").await;
+    assert!(
+        !first.contains("data-refresh"),
+        "a current list stays as it is"
+    );
+
+    // Another letter arrives. The next page is served from the console's
+    // last read of the queue, says so, and asks its script to fetch it again.
+    dead_letter("order_live_b", "evt_LB", 2).await;
+    browser.goto(&format!("{base}/letters")).await;
+    let behind = browser.wait_for("evt_LA").await;
+    assert!(!behind.contains("evt_LB"), "{behind}");
+    assert!(behind.contains("a fresh read is on its way"), "{behind}");
+    // A mark on the document: a full reload would lose it.
+    browser
+        .execute("document.body.setAttribute('data-mark', 'kept'); return true;")
+        .await;
+    browser.wait_for("evt_LB").await;
+    let kept = browser
+        .execute("return document.body.getAttribute('data-mark');")
+        .await;
+    assert_eq!(
+        kept,
+        serde_json::json!("kept"),
+        "the content was swapped in, not reloaded"
+    );
+    // Current again: the page stops fetching itself.
+    let still = browser
+        .execute("return document.querySelector('main').hasAttribute('data-refresh');")
+        .await;
+    assert_eq!(still, serde_json::json!(false));
+    browser.quit().await;
+}
