@@ -1,8 +1,10 @@
 //! The operators' console in a real browser (Debian's headless chromium via
 //! chromedriver): log in, see a dead letter produced through the real
 //! pipeline, open it, see a Replay whose form lost its CSRF token refused,
-//! fix the cause and replay it, see the order paid in its trace; a viewer sees the letters but no way to replay them; logout ends
-//! the session. Each page is screenshotted into
+//! fix the cause and replay it, see the order paid in its trace; a viewer
+//! sees the letters but no way to replay them; logout ends the session. And
+//! a list that is behind the queue says so and catches up by itself, its
+//! content swapped in by the page's script. Each page is screenshotted into
 //! `target/console-screenshots/` (and into `docs/console/` when
 //! `ONCEHOOK_UPDATE_SCREENSHOTS=1`, to refresh the guide's pictures).
 
