@@ -15,6 +15,7 @@ pub mod ledger_gen;
 pub mod ledger_model;
 pub mod pgbouncer;
 pub mod process;
+pub mod prometheus;
 pub mod shop;
 pub mod smtp;
 pub mod webdriver;

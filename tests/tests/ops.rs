@@ -1289,3 +1289,104 @@ async fn a_deleted_queue_does_not_stop_the_outbox_relay() {
     let log = worker.log_text();
     assert!(!log.contains("reconnecting"), "{log}");
 }
+
+#[tokio::test]
+async fn stats_and_the_console_show_webhooks_accepted_and_refused_per_source_from_prometheus() {
+    let mut env = TestEnv::new().await;
+    let (ingest, url) = env.start_ingest().await;
+    let target = ingest
+        .metrics_url()
+        .trim_start_matches("http://")
+        .to_owned();
+    let prometheus = oncehook_e2e::prometheus::Prometheus::start(&env.dir, &[&target]).await;
+    // Ingest's counters exist at zero from its start, so Prometheus has a
+    // sample before the first webhook (increase() cannot count a first sample).
+    eventually("the zero counters scraped", WAIT, || async {
+        prometheus
+            .scalar("oncehook_ingest_requests_total{source=\"razorpay\",outcome=\"accepted\"}")
+            .await
+            .filter(|v| *v == 0.0)
+    })
+    .await;
+
+    for i in 0..3 {
+        post_ok(
+            &env,
+            &url,
+            "razorpay",
+            &captured(&env, "order_p", &format!("pay_P{i}"), &format!("evt_P{i}")),
+        )
+        .await;
+    }
+    for i in 0..2 {
+        let mut forged = captured(&env, "order_p", "pay_F", &format!("evt_F{i}"));
+        forged.body.push(b' ');
+        let (status, body) = env.post(&url, "razorpay", &forged).await;
+        assert_eq!(status, 401, "{body}");
+    }
+    let mut forged = env.sign(
+        Gateway::Stripe,
+        "payment_intent.succeeded",
+        &env.spec("order_p", "pi_F", "evt_SF", 50_000),
+    );
+    forged.body.push(b' ');
+    assert_eq!(env.post(&url, "stripe", &forged).await.0, 401);
+
+    env.set_env("ONCEHOOK_PROMETHEUS_URL", &prometheus.url);
+    let received = |stats: &Value, source: &str| -> Value {
+        stats["received"]["sources"]
+            .as_array()
+            .and_then(|all| all.iter().find(|s| s["source"] == source).cloned())
+            .unwrap_or(Value::Null)
+    };
+    let stats = eventually("stats shows the counts", WAIT, || async {
+        let (_, stdout, _) = env.ctl(&["--json", "stats"]).await;
+        let stats: Value = serde_json::from_str(&stdout).ok()?;
+        let rzp = received(&stats, "razorpay");
+        (rzp["accepted_1h"] == 3
+            && rzp["refused_1h"] == 2
+            && received(&stats, "stripe")["refused_1h"] == 1)
+            .then_some(stats)
+    })
+    .await;
+    let rzp = received(&stats, "razorpay");
+    assert_eq!(rzp["accepted_24h"], 3, "{stats:#}");
+    assert_eq!(rzp["refusals_24h"]["invalid_signature"], 2, "{stats:#}");
+    assert_eq!(
+        received(&stats, "payu")["accepted_1h"],
+        0,
+        "a quiet source shows zeros: {stats:#}"
+    );
+    let (code, text, _) = env.ctl(&["stats"]).await;
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("Webhooks received per source") && text.contains("invalid_signature 2"),
+        "{text}"
+    );
+
+    // The console's Overview shows the same section.
+    let console = oncehook_e2e::console::Console::start(&mut env, &[]).await;
+    let cookie = console.login(oncehook_e2e::console::VIEWER).await;
+    let overview = console.get("/", Some(&cookie)).await;
+    assert_eq!(overview.status, 200, "{}", overview.body);
+    assert!(
+        overview.body.contains("Webhooks received per source")
+            && overview.body.contains("invalid_signature"),
+        "{}",
+        overview.body
+    );
+
+    // Without the setting, stats says how to get the numbers; Prometheus
+    // down, it says why they are missing and still exits 0.
+    env.set_env("ONCEHOOK_PROMETHEUS_URL", "");
+    let (_, text, _) = env.ctl(&["stats"]).await;
+    assert!(text.contains("set ONCEHOOK_PROMETHEUS_URL"), "{text}");
+    drop(prometheus);
+    env.set_env(
+        "ONCEHOOK_PROMETHEUS_URL",
+        &format!("http://127.0.0.1:{}", oncehook_e2e::free_port()),
+    );
+    let (code, text, _) = env.ctl(&["stats"]).await;
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("Webhooks received: unavailable"), "{text}");
+}

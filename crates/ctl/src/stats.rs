@@ -5,6 +5,7 @@
 //! unreachable its sections say so (exit code 1) and the rest still prints.
 
 mod gather;
+mod received;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -19,6 +20,7 @@ use crate::output::{Report, table};
 use crate::timefmt::{age_secs, human_duration, parse_duration, rfc3339, whole_secs};
 pub use gather::Looked;
 use gather::{BrokerStats, DatabaseStats};
+use received::ReceivedView;
 
 #[derive(Args)]
 pub struct StatsArgs {
@@ -41,6 +43,9 @@ pub struct StatsReport {
     outbox: Option<OutboxView>,
     ledger: Option<LedgerView>,
     gateways: Vec<GatewayView>,
+    /// Accepted and refused webhooks per source, from ingest's counters in
+    /// Prometheus; `null` when no `ONCEHOOK_PROMETHEUS_URL` is set.
+    received: Option<ReceivedView>,
     /// The dead-letter queue's name, when it is missing (text only).
     #[serde(skip)]
     missing_dead_queue: Option<String>,
@@ -113,9 +118,16 @@ pub async fn run_with(
     looked: Option<Looked<'_>>,
 ) -> anyhow::Result<StatsReport> {
     let topology = Topology::new(settings.broker.prefix.clone());
-    let (broker, database) = tokio::join!(
+    let received = async {
+        match &settings.telemetry.prometheus_url {
+            Some(url) => Some(received::gather(url).await),
+            None => None,
+        }
+    };
+    let (broker, database, received) = tokio::join!(
         gather::broker_stats(settings, &topology, looked),
-        gather::database_stats(settings, args.since)
+        gather::database_stats(settings, args.since),
+        received
     );
     let now = OffsetDateTime::now_utc();
     let dead_queue = topology.dead();
@@ -137,6 +149,7 @@ pub async fn run_with(
             .then_some(dead_queue),
         outbox: database.as_ref().ok().map(outbox_view),
         ledger: database.as_ref().ok().map(ledger_view),
+        received,
     })
 }
 
@@ -230,7 +243,15 @@ impl fmt::Display for StatsReport {
         writeln!(f)?;
         self.fmt_database(f)?;
         writeln!(f)?;
-        self.fmt_gateways(f)
+        self.fmt_gateways(f)?;
+        writeln!(f, "\n")?;
+        match &self.received {
+            Some(r) => write!(f, "{r}"),
+            None => write!(
+                f,
+                "Webhooks received per source: set ONCEHOOK_PROMETHEUS_URL to read ingest's accepted and refused counts"
+            ),
+        }
     }
 }
 

@@ -27,6 +27,21 @@ pub enum IngestError {
 }
 
 impl IngestError {
+    /// Every code [`IngestError::code`] returns, for counters that must
+    /// exist (at zero) before the first refusal of their kind.
+    pub const CODES: [&'static str; 10] = [
+        "unknown_source",
+        "payload_too_large",
+        "headers_too_large",
+        "unsupported_media_type",
+        "malformed_signature",
+        "stale_timestamp",
+        "invalid_signature",
+        "bad_body",
+        "request_timeout",
+        "broker_unavailable",
+    ];
+
     /// Stable machine-readable code (also the `outcome` metric label).
     pub fn code(&self) -> &'static str {
         match self {
@@ -71,4 +86,38 @@ impl ResponseError for IngestError {
 /// A JSON error body for responses built outside `IngestError` (405, 404 on unknown paths).
 pub fn json_error(status: StatusCode, code: &str, message: &str) -> HttpResponse {
     HttpResponse::build(status).json(serde_json::json!({ "error": code, "message": message }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn every_code_is_listed() {
+        let all = [
+            IngestError::UnknownSource("x".into()),
+            IngestError::TooLarge { limit: 1 },
+            IngestError::HeadersTooLarge { limit: 1 },
+            IngestError::UnsupportedMediaType {
+                got: "x".into(),
+                expected: "y",
+            },
+            IngestError::Signature(VerifyError::Malformed {
+                what: "x",
+                reason: "x".into(),
+            }),
+            IngestError::Signature(VerifyError::OutsideTolerance {
+                signed_at: 0,
+                now: 1_000,
+                tolerance_secs: 300,
+            }),
+            IngestError::Signature(VerifyError::Mismatch),
+            IngestError::BadBody("x".into()),
+            IngestError::BodyTimeout(Duration::from_secs(1)),
+            IngestError::BrokerUnavailable,
+        ];
+        let codes: Vec<&str> = all.iter().map(IngestError::code).collect();
+        assert_eq!(codes, IngestError::CODES);
+    }
 }

@@ -45,6 +45,7 @@ impl Application {
             settings.broker.publish_timeout,
             shutdown.clone(),
         );
+        routes::zero_counters(settings.ingest.sources.iter().map(|s| s.name.as_str()));
         let state = web::Data::new(IngestState {
             sources: settings
                 .ingest

@@ -54,6 +54,7 @@ pub const ENV_AMQP_PREFIX: &str = "ONCEHOOK_AMQP_PREFIX";
 pub const ENV_INGEST_ADDR: &str = "ONCEHOOK_INGEST_ADDR";
 pub const ENV_INGEST_WORKERS: &str = "ONCEHOOK_INGEST_WORKERS";
 pub const ENV_METRICS_ADDR: &str = "ONCEHOOK_METRICS_ADDR";
+pub const ENV_PROMETHEUS_URL: &str = "ONCEHOOK_PROMETHEUS_URL";
 pub const ENV_SMTP_URL: &str = "ONCEHOOK_SMTP_URL";
 pub const ENV_MAIL_DIR: &str = "ONCEHOOK_MAIL_DIR";
 pub const ENV_MAIL_FROM: &str = "ONCEHOOK_MAIL_FROM";
@@ -138,6 +139,13 @@ pub const KEYS: &[Key] = &[
         ENV_METRICS_ADDR,
         &["telemetry.metrics_addr"],
         Some("metrics_addr"),
+        Text,
+        false,
+    ),
+    key(
+        ENV_PROMETHEUS_URL,
+        &["telemetry.prometheus_url"],
+        None,
         Text,
         false,
     ),

@@ -54,6 +54,7 @@ pub(crate) struct RawTelemetry {
     pub log: String,
     pub log_format: String,
     pub metrics_addr: Option<String>,
+    pub prometheus_url: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -172,6 +173,7 @@ impl Default for RawTelemetry {
             log: "info".into(),
             log_format: "text".into(),
             metrics_addr: None,
+            prometheus_url: None,
         }
     }
 }

@@ -141,6 +141,10 @@ pub struct TelemetryConfig {
     pub log: String,
     pub log_json: bool,
     pub metrics: MetricsListener,
+    /// The Prometheus server that scrapes the binaries, for the operators'
+    /// tools (`stats`, the console's Overview) to read ingest's counters of
+    /// accepted and refused webhooks; `None`: those numbers are not shown.
+    pub prometheus_url: Option<String>,
 }
 
 /// Where a binary serves `/metrics`, `/healthz` and `/readyz`: never on the
@@ -361,6 +365,7 @@ impl Config {
                     }
                 },
                 metrics: MetricsListener::parse(raw.telemetry.metrics_addr.as_deref())?,
+                prometheus_url: prometheus_url(raw.telemetry.prometheus_url)?,
             },
             ingest: IngestConfig {
                 addr: parse_addr(ENV_INGEST_ADDR, &raw.ingest.addr)?,
@@ -639,6 +644,27 @@ fn parse_addr(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
         .map_err(|e| invalid(key, value, &format!("not a socket address: {e}")))
 }
 
+/// An http(s) base URL (trailing slash dropped); empty means unset.
+fn prometheus_url(value: Option<String>) -> Result<Option<String>, ConfigError> {
+    let Some(v) = value.map(|v| v.trim().trim_end_matches('/').to_owned()) else {
+        return Ok(None);
+    };
+    if v.is_empty() {
+        return Ok(None);
+    }
+    let rest = v
+        .strip_prefix("http://")
+        .or_else(|| v.strip_prefix("https://"));
+    match rest {
+        Some(host) if !host.is_empty() && !host.contains(char::is_whitespace) => Ok(Some(v)),
+        _ => Err(invalid(
+            ENV_PROMETHEUS_URL,
+            &v,
+            "expected the Prometheus server's base URL, such as http://prometheus:9090",
+        )),
+    }
+}
+
 fn parse_duration(key: &str, value: &str) -> Result<Duration, ConfigError> {
     match humantime::parse_duration(value.trim()) {
         Ok(d) if !d.is_zero() => Ok(d),
@@ -707,6 +733,31 @@ mod tests {
             (eight.worker.batch_size, eight.worker.batch_linger),
             (8, Duration::ZERO)
         );
+    }
+
+    #[test]
+    fn the_prometheus_url_is_an_http_base_url_or_unset() {
+        let url = |v: &str| {
+            let env = HashMap::from([(ENV_PROMETHEUS_URL.to_owned(), v.to_owned())]);
+            Config::from_env_map(&env).map(|c| c.telemetry.prometheus_url)
+        };
+        assert_eq!(
+            Config::from_env_map(&HashMap::new())
+                .expect("defaults")
+                .telemetry
+                .prometheus_url,
+            None
+        );
+        assert_eq!(url("").expect("empty is unset"), None);
+        assert_eq!(
+            url("http://prometheus:9090/").expect("valid"),
+            Some("http://prometheus:9090".to_owned())
+        );
+        assert!(url("https://prom.example.internal").is_ok());
+        for bad in ["prometheus:9090", "ftp://x", "http://", "http://a b"] {
+            let err = url(bad).expect_err(bad).to_string();
+            assert!(err.contains(ENV_PROMETHEUS_URL), "{bad}: {err}");
+        }
     }
 
     #[test]

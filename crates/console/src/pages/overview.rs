@@ -16,7 +16,8 @@ use crate::html::{self, Page};
 use crate::state::State;
 
 /// The sections of the stats report, in the order `stats` prints them.
-const SECTIONS: [(&str, &str); 7] = [
+const SECTIONS: [(&str, &str); 8] = [
+    ("received", "Webhooks received per source"),
     ("queues", "Queues"),
     ("dead_letters", "Dead letters"),
     ("outbox", "Email outbox"),

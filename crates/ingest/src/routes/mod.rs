@@ -5,6 +5,8 @@
 mod health;
 mod webhooks;
 
+pub use webhooks::zero_counters;
+
 use actix_web::http::StatusCode;
 use actix_web::web;
 

@@ -42,11 +42,28 @@ pub async fn receive(
     } else {
         "unknown".to_owned()
     };
-    metrics::counter!("oncehook_ingest_requests_total", "source" => source_label.clone(), "outcome" => outcome)
-        .increment(1);
+    count(source_label.clone(), outcome, 1);
     metrics::histogram!("oncehook_ingest_request_duration_seconds", "source" => source_label, "outcome" => outcome)
         .record(started.elapsed().as_secs_f64());
     result
+}
+
+/// Counts one answered request of `source` by outcome (`accepted` or the
+/// refusal's code).
+fn count(source: String, outcome: &'static str, n: u64) {
+    metrics::counter!("oncehook_ingest_requests_total", "source" => source, "outcome" => outcome)
+        .increment(n);
+}
+
+/// Makes every source's counters exist at zero before its first request:
+/// Prometheus' `increase()` cannot count a series' first sample, so a
+/// counter born at 1 would hide the first webhook of each kind.
+pub fn zero_counters<'a>(sources: impl IntoIterator<Item = &'a str>) {
+    for source in sources {
+        for outcome in std::iter::once("accepted").chain(IngestError::CODES) {
+            count(source.to_owned(), outcome, 0);
+        }
+    }
 }
 
 async fn handle(
