@@ -194,6 +194,23 @@ pub struct WebhookRow {
     pub last_seen_at: OffsetDateTime,
 }
 
+/// `sqlx::query_as!` for [`WebhookRow`]s: the columns operators read, from
+/// `processed_webhooks`, then `$rest` (the query's `WHERE`, `ORDER BY`, …)
+/// and its arguments. The column list lives here once; sqlx still checks
+/// the query at compile time (its macros take string literals joined with
+/// `+`).
+macro_rules! webhook_rows {
+    ($rest:literal $(, $arg:expr)* $(,)?) => {
+        sqlx::query_as!(
+            WebhookRow,
+            "SELECT provider, event_id, event_type, order_ref, payment_id, source, receipt_id,
+                    outcome, detail, deliveries, received_at, processed_at, last_seen_at
+             FROM processed_webhooks " + $rest
+            $(, $arg)*
+        )
+    };
+}
+
 /// The delivery a gateway's event id names (if several sources saw that
 /// event id, one of them).
 pub async fn find_event(
@@ -201,16 +218,9 @@ pub async fn find_event(
     provider: &str,
     event_id: &str,
 ) -> Result<Option<WebhookRow>, sqlx::Error> {
-    sqlx::query_as!(
-        WebhookRow,
-        "SELECT provider, event_id, event_type, order_ref, payment_id, source, receipt_id,
-                outcome, detail, deliveries, received_at, processed_at, last_seen_at
-         FROM processed_webhooks WHERE provider = $1 AND event_id = $2",
-        provider,
-        event_id
-    )
-    .fetch_optional(conn)
-    .await
+    webhook_rows!("WHERE provider = $1 AND event_id = $2", provider, event_id)
+        .fetch_optional(conn)
+        .await
 }
 
 /// How many processed deliveries name this order reference.
@@ -233,12 +243,8 @@ pub async fn touching_order(
     order_ref: &str,
     order_id: i64,
 ) -> Result<Vec<WebhookRow>, sqlx::Error> {
-    sqlx::query_as!(
-        WebhookRow,
-        "SELECT provider, event_id, event_type, order_ref, payment_id, source, receipt_id,
-                outcome, detail, deliveries, received_at, processed_at, last_seen_at
-         FROM processed_webhooks
-         WHERE order_ref = $1
+    webhook_rows!(
+        "WHERE order_ref = $1
             OR (order_ref IS NULL AND (provider, payment_id) IN (
                 SELECT provider, payment_id FROM payments WHERE order_id = $2
                 UNION SELECT provider, payment_id FROM payment_links WHERE order_id = $2
@@ -300,12 +306,8 @@ pub async fn recent(
     limit: i64,
     offset: i64,
 ) -> Result<Vec<WebhookRow>, sqlx::Error> {
-    sqlx::query_as!(
-        WebhookRow,
-        "SELECT provider, event_id, event_type, order_ref, payment_id, source, receipt_id,
-                outcome, detail, deliveries, received_at, processed_at, last_seen_at
-         FROM processed_webhooks
-         WHERE ($1::text IS NULL OR provider = $1)
+    webhook_rows!(
+        "WHERE ($1::text IS NULL OR provider = $1)
            AND ($2::text IS NULL OR source = $2)
            AND ($3::text IS NULL OR outcome = $3)
          ORDER BY processed_at DESC, source, event_id
