@@ -59,7 +59,6 @@ const SKUS: i64 = 50;
 const PGBENCH_ORDERS: i64 = 40_000;
 /// Upper bound on anything one phase may wait for.
 const PHASE_TIMEOUT: Duration = Duration::from_secs(300);
-const AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 
 struct Knobs {
     secs: u64,
@@ -384,17 +383,14 @@ async fn sample_envelope(queue: &str) -> Envelope {
 /// Ceiling B: N tasks publishing the envelope on one confirm channel (as
 /// ingest does), each awaiting its confirm, into a throwaway quorum queue.
 async fn broker_ceiling(prefix: &str, envelope: &Envelope, knobs: &Knobs) -> Stats {
-    broker_ceiling_at(AMQP_URL, prefix, envelope, knobs).await
+    broker_ceiling_at(broker::AMQP_URL, prefix, envelope, knobs).await
 }
 
 /// [`broker_ceiling`] through the broker node at `url` (the queue's leader
 /// is placed on that node; on a cluster it has a replica on every node).
 async fn broker_ceiling_at(url: &str, prefix: &str, envelope: &Envelope, knobs: &Knobs) -> Stats {
     let queue = format!("{prefix}.bench-ceiling");
-    let conn = lapin::Connection::connect(url, lapin::ConnectionProperties::default())
-        .await
-        .expect("connect to RabbitMQ");
-    let ch = amqp::confirm_channel(&conn).await.expect("confirm channel");
+    let (conn, ch) = broker::confirm_channel_on(url).await;
     let mut args = FieldTable::default();
     args.insert(
         "x-queue-type".into(),
@@ -1496,7 +1492,7 @@ async fn cluster_phase(knobs: &Knobs, single: &HttpPhase) -> Option<ClusterPhase
         .urls
         .split(',')
         .next()
-        .unwrap_or(AMQP_URL)
+        .unwrap_or(broker::AMQP_URL)
         .to_owned();
     eprintln!(
         "bench: cluster: B  publish+confirm to a quorum queue with 3 replicas, {c} publishers"

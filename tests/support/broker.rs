@@ -1,7 +1,8 @@
-//! RabbitMQ helpers for tests: queue depths, peeking at the dead-letter
-//! queue without consuming it, and deleting a test's topology — on the
-//! system broker, or (the `_on` variants) on the first reachable node of a
-//! comma-separated URL list such as the local cluster's.
+//! RabbitMQ helpers for tests and the bench: connecting (with a confirm
+//! channel for publishing, as ingest publishes), queue depths, peeking at
+//! the dead-letter queue without consuming it, and deleting a test's
+//! topology — on the system broker, or (the `_on` variants) on the first
+//! reachable node of a comma-separated URL list such as the local cluster's.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -10,9 +11,9 @@ use lapin::options::{
     BasicGetOptions, ExchangeDeleteOptions, QueueDeclareOptions, QueueDeleteOptions,
 };
 use lapin::types::FieldTable;
-use lapin::{Connection, ConnectionProperties};
+use lapin::{Channel, Connection, ConnectionProperties};
 use oncehook_common::Topology;
-use oncehook_common::amqp::header_string;
+use oncehook_common::amqp::{self, header_string};
 
 /// The system broker, where every test's topology lives unless it says otherwise.
 pub const AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
@@ -40,6 +41,17 @@ pub async fn connect_on(urls: &str) -> Connection {
     try_connect_on(urls)
         .await
         .expect("connect to a RabbitMQ node of the test's URL list")
+}
+
+/// A connection to the first reachable node of `urls` and a channel on it
+/// in confirm mode (opened as ingest opens its own), for publishing with
+/// confirms or declaring queues.
+pub async fn confirm_channel_on(urls: &str) -> (Connection, Channel) {
+    let conn = connect_on(urls).await;
+    let ch = amqp::confirm_channel(&conn)
+        .await
+        .expect("open a confirm channel");
+    (conn, ch)
 }
 
 /// Messages ready in `queue` (`None` if the queue does not exist).

@@ -41,6 +41,12 @@ impl Secrets {
 
 const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
+/// The URL of the server's administrative database: `ONCEHOOK_TEST_ADMIN_URL`,
+/// or the local Postgres.
+fn admin_url() -> String {
+    std::env::var("ONCEHOOK_TEST_ADMIN_URL").unwrap_or_else(|_| ADMIN_URL.to_owned())
+}
+
 /// One test's isolated environment. Dropping it drops the database, deletes
 /// the queues and exchanges and removes the folder (kept, with the logs
 /// printed, when the test failed).
@@ -81,8 +87,7 @@ impl TestEnv {
     async fn build(pgbouncer: bool) -> TestEnv {
         let id = uuid::Uuid::new_v4().simple().to_string()[..10].to_owned();
         let db_name = format!("oncehook_t_{id}");
-        let admin_url =
-            std::env::var("ONCEHOOK_TEST_ADMIN_URL").unwrap_or_else(|_| ADMIN_URL.to_owned());
+        let admin_url = admin_url();
         let admin = PgPoolOptions::new()
             .max_connections(1)
             .connect(&admin_url)
@@ -97,10 +102,7 @@ impl TestEnv {
         .await
         .expect("create test database");
         admin.close().await;
-        let database_url = match admin_url.rsplit_once('/') {
-            Some((base, _)) => format!("{base}/{db_name}"),
-            None => panic!("admin URL has no database part"),
-        };
+        let database_url = postgres_url(&admin_url, None, &db_name);
         let pool = PgPoolOptions::new()
             .max_connections(5)
             .connect(&database_url)
@@ -116,10 +118,7 @@ impl TestEnv {
         std::fs::create_dir_all(&mail_dir).expect("create test folder");
         let config_path = dir.join("oncehook.toml");
         std::fs::write(&config_path, config_toml()).expect("write test config");
-        let pooler = pgbouncer.then(|| {
-            let (host, port) = postgres_host_port(&database_url);
-            crate::pgbouncer::PgBouncer::start(&dir, &host, port)
-        });
+        let pooler = pgbouncer.then(|| crate::pgbouncer::PgBouncer::start(&dir, &database_url));
         TestEnv {
             pooler,
             prefix: format!("t_{id}"),
@@ -164,18 +163,12 @@ impl TestEnv {
     fn service_envs(&self) -> Vec<(String, String)> {
         let mut envs = self.envs();
         if let Some(pooler) = &self.pooler {
-            let (host, port) = postgres_host_port(&self.database_url);
-            let url = self.database_url.replacen(
-                &format!("{host}:{port}"),
-                &format!("127.0.0.1:{}", pooler.port),
-                1,
+            put(
+                &mut envs,
+                "ONCEHOOK_DATABASE_URL",
+                pooler.url(&self.db_name),
             );
-            envs.retain(|(k, _)| k != "ONCEHOOK_DATABASE_URL" && k != "ONCEHOOK_DATABASE_POOLER");
-            envs.push(("ONCEHOOK_DATABASE_URL".to_owned(), url));
-            envs.push((
-                "ONCEHOOK_DATABASE_POOLER".to_owned(),
-                "transaction".to_owned(),
-            ));
+            put(&mut envs, "ONCEHOOK_DATABASE_POOLER", "transaction");
         }
         envs
     }
@@ -199,8 +192,7 @@ impl TestEnv {
             envs.push(("ONCEHOOK_WORKER_BATCH_SIZE".to_owned(), size));
         }
         for (k, v) in &self.extra_env {
-            envs.retain(|(ek, _)| ek != k);
-            envs.push((k.clone(), v.clone()));
+            put(&mut envs, k, v.as_str());
         }
         envs
     }
@@ -217,8 +209,7 @@ impl TestEnv {
             self.envs()
         };
         for (k, v) in extra {
-            envs.retain(|(ek, _)| ek != k);
-            envs.push(((*k).to_owned(), (*v).to_owned()));
+            put(&mut envs, k, *v);
         }
         let mut metrics = None;
         if SERVICES.contains(&bin) {
@@ -482,10 +473,7 @@ impl Drop for TestEnv {
             rt.block_on(async move {
                 if let Ok(admin) = PgPoolOptions::new()
                     .max_connections(1)
-                    .connect(
-                        &std::env::var("ONCEHOOK_TEST_ADMIN_URL")
-                            .unwrap_or_else(|_| ADMIN_URL.to_owned()),
-                    )
+                    .connect(&admin_url())
                     .await
                 {
                     let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -579,13 +567,63 @@ impl TestEnv {
     }
 }
 
+/// Sets `key` to `value` in `envs`, replacing an earlier value.
+fn put(envs: &mut Vec<(String, String)>, key: &str, value: impl Into<String>) {
+    envs.retain(|(k, _)| k != key);
+    envs.push((key.to_owned(), value.into()));
+}
+
+/// The one builder of the tests' Postgres URLs: `base`
+/// (`postgres://user@host:port/db`) for database `db`, on `server` (host
+/// and port) when given, else on `base`'s own; the user is kept.
+pub fn postgres_url(base: &str, server: Option<(&str, u16)>, db: &str) -> String {
+    let (scheme, rest) = base.split_once("://").unwrap_or(("postgres", base));
+    let authority = rest.split('/').next().unwrap_or(rest);
+    let (user, host_port) = match authority.rsplit_once('@') {
+        Some((user, host_port)) => (format!("{user}@"), host_port),
+        None => (String::new(), authority),
+    };
+    let host_port = match server {
+        Some((host, port)) => format!("{host}:{port}"),
+        None => host_port.to_owned(),
+    };
+    format!("{scheme}://{user}{host_port}/{db}")
+}
+
 /// `host` and `port` of a `postgres://user@host:port/db` URL (5432 when absent).
-fn postgres_host_port(url: &str) -> (String, u16) {
+pub fn postgres_host_port(url: &str) -> (String, u16) {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
     let authority = rest.split('/').next().unwrap_or(rest);
     let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
     match hostport.rsplit_once(':') {
         Some((host, port)) => (host.to_owned(), port.parse().unwrap_or(5432)),
         None => (hostport.to_owned(), 5432),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn postgres_urls_keep_the_user_and_change_the_database_and_server() {
+        let admin = "postgres://postgres@127.0.0.1:5432/postgres";
+        assert_eq!(
+            postgres_url(admin, None, "oncehook_t_1"),
+            "postgres://postgres@127.0.0.1:5432/oncehook_t_1"
+        );
+        assert_eq!(
+            postgres_url(admin, Some(("127.0.0.1", 6432)), "pgbouncer"),
+            "postgres://postgres@127.0.0.1:6432/pgbouncer"
+        );
+        assert_eq!(
+            postgres_url(
+                "postgres://db.example/postgres",
+                Some(("10.0.0.1", 6432)),
+                "x"
+            ),
+            "postgres://10.0.0.1:6432/x"
+        );
+        assert_eq!(postgres_host_port(admin), ("127.0.0.1".to_owned(), 5432));
     }
 }

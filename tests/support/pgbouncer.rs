@@ -9,6 +9,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::env::{postgres_host_port, postgres_url};
 use crate::process::Proc;
 
 /// The variable that routes the service binaries through PgBouncer.
@@ -22,13 +23,17 @@ pub fn wanted() -> bool {
 /// A running PgBouncer; stopped when dropped.
 pub struct PgBouncer {
     pub port: u16,
+    /// The test database's URL, which this PgBouncer's URLs are built from.
+    database_url: String,
     _proc: Proc,
 }
 
 impl PgBouncer {
-    /// Starts PgBouncer on a free port, forwarding every database to
-    /// Postgres on `pg_host:pg_port`; waits until it accepts connections.
-    pub fn start(dir: &Path, pg_host: &str, pg_port: u16) -> PgBouncer {
+    /// Starts PgBouncer on a free port, forwarding every database to the
+    /// Postgres server of `database_url`; waits until it accepts
+    /// connections.
+    pub fn start(dir: &Path, database_url: &str) -> PgBouncer {
+        let (pg_host, pg_port) = postgres_host_port(database_url);
         let dir = dir.join("pgbouncer");
         std::fs::create_dir_all(&dir).expect("create the pgbouncer folder");
         let port = crate::free_port();
@@ -97,25 +102,27 @@ impl PgBouncer {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        PgBouncer { port, _proc: proc }
+        PgBouncer {
+            port,
+            database_url: database_url.to_owned(),
+            _proc: proc,
+        }
     }
-}
 
-impl PgBouncer {
+    /// The URL of `database` through this PgBouncer (`pgbouncer` is its
+    /// admin console).
+    pub fn url(&self, database: &str) -> String {
+        postgres_url(&self.database_url, Some(("127.0.0.1", self.port)), database)
+    }
+
     /// `(total_xact_count, total_query_count)` of `database` from the
     /// admin console's `SHOW STATS` (which speaks only the simple protocol:
     /// asked through psql).
     pub fn counts(&self, database: &str) -> (u64, u64) {
         let out = std::process::Command::new("psql")
             .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &self.port.to_string(),
-                "-U",
-                "postgres",
                 "-d",
-                "pgbouncer",
+                &self.url("pgbouncer"),
                 "-At",
                 "-F",
                 "|",

@@ -12,8 +12,9 @@
 use std::time::Duration;
 
 use lapin::options::QueueDeclareOptions;
-use lapin::types::{AMQPValue, FieldTable};
+use lapin::types::AMQPValue;
 use oncehook_common::Topology;
+use oncehook_common::topology::ARG_QUORUM_INITIAL_GROUP_SIZE;
 use oncehook_e2e::{TestEnv, broker, eventually, shop};
 use oncehook_gateways::Gateway;
 
@@ -75,52 +76,11 @@ async fn a_list_with_an_unreachable_node_connects_to_the_reachable_one() {
     }
 }
 
-/// The arguments the work queues had before the group size was added.
-fn old_work_queue_args(prefix: &str, delivery_limit: i32) -> FieldTable {
-    let mut args = FieldTable::default();
-    args.insert(
-        "x-queue-type".into(),
-        AMQPValue::LongString("quorum".into()),
-    );
-    args.insert(
-        "x-delivery-limit".into(),
-        AMQPValue::LongInt(delivery_limit),
-    );
-    args.insert(
-        "x-dead-letter-exchange".into(),
-        AMQPValue::LongString(format!("{prefix}.dead").into()),
-    );
-    args.insert(
-        "x-dead-letter-strategy".into(),
-        AMQPValue::LongString("at-least-once".into()),
-    );
-    args.insert(
-        "x-overflow".into(),
-        AMQPValue::LongString("reject-publish".into()),
-    );
-    args
-}
-
-fn old_dead_queue_args() -> FieldTable {
-    let mut args = FieldTable::default();
-    args.insert(
-        "x-queue-type".into(),
-        AMQPValue::LongString("quorum".into()),
-    );
-    args.insert("x-delivery-limit".into(), AMQPValue::LongInt(1_000_000_000));
-    args
-}
-
-/// Declares the queues as an older version did (`extra` added to each).
+/// Declares the queues as an older version did: the topology's arguments
+/// without the group size, with `extra` added to each.
 async fn declare_old_queues(prefix: &str, extra: Option<(&str, AMQPValue)>) {
-    let conn = broker::connect().await;
-    let ch = conn.create_channel().await.expect("channel");
-    let t = Topology::new(prefix);
-    for (queue, mut args) in [
-        (t.events(), old_work_queue_args(prefix, 5)),
-        (t.emails(), old_work_queue_args(prefix, 5)),
-        (t.dead(), old_dead_queue_args()),
-    ] {
+    let (conn, ch) = broker::confirm_channel_on(broker::AMQP_URL).await;
+    for (queue, mut args) in Topology::new(prefix).queue_args(5) {
         if let Some((k, v)) = &extra {
             args.insert((*k).into(), v.clone());
         }
@@ -155,7 +115,7 @@ async fn queues_declared_with_another_group_size_keep_working() {
     let mut env = TestEnv::new().await;
     declare_old_queues(
         &env.prefix,
-        Some(("x-quorum-initial-group-size", AMQPValue::LongInt(1))),
+        Some((ARG_QUORUM_INITIAL_GROUP_SIZE, AMQPValue::LongInt(1))),
     )
     .await;
     let (_ingest, url) = env.start_ingest().await;

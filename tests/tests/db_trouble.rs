@@ -11,9 +11,10 @@
 use std::time::Duration;
 
 use oncehook_common::db::MIGRATOR;
-use oncehook_e2e::{TestEnv, broker, eventually, shop};
+use oncehook_e2e::{Proc, TestEnv, broker, eventually, shop};
 use oncehook_gateways::Gateway;
-use sqlx::{Connection, PgConnection};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{Connection, PgConnection, Postgres, Transaction};
 
 const WAIT: Duration = Duration::from_secs(40);
 /// A fresh environment whose binaries all get the settings that make a
@@ -63,36 +64,72 @@ async fn assert_applied_once(env: &TestEnv, order_ref: &str) {
     assert_eq!(dead_depth(env).await, Some(0), "nothing dead-lettered");
 }
 
-/// Holds `LOCK TABLE products IN ACCESS EXCLUSIVE MODE` for `hold` while a
-/// payment for a MUG order waits, with the worker connected by `url`.
-/// Returns the worker's log.
-async fn table_lock_scenario(url_suffix: &str, hold: Duration) -> String {
-    let mut env = tight_env().await;
-    seed(&env, "o_lock").await;
-    let (_ingest, url) = env.start_ingest().await;
-    let worker_url = format!("{}{url_suffix}", env.database_url);
-    let extra = [("ONCEHOOK_DATABASE_URL", worker_url.as_str())];
-    let worker = env.start_consumer("oncehook-worker", &extra).await;
+/// What the table-lock tests start from: an order for 2 x MUG seeded,
+/// ingest and a worker running, and the `products` table locked by the
+/// test. Fields drop in order: the lock first, the environment last.
+struct ProductsLocked {
+    /// `LOCK TABLE products IN ACCESS EXCLUSIVE MODE`, held on a connection
+    /// of the test's own until this transaction ends.
+    lock: Transaction<'static, Postgres>,
+    worker: Proc,
+    _ingest: Proc,
+    /// Ingest's base URL.
+    url: String,
+    /// The `ONCEHOOK_DATABASE_URL` the worker was started with.
+    worker_url: String,
+    env: TestEnv,
+}
 
-    let mut locker = PgConnection::connect(&env.database_url)
+/// Seeds `order_ref`, starts ingest and a worker (connected by the test
+/// database's URL plus `url_suffix`) and then locks `products`.
+async fn lock_products_under_a_worker(order_ref: &str, url_suffix: &str) -> ProductsLocked {
+    let mut env = tight_env().await;
+    seed(&env, order_ref).await;
+    let (ingest, url) = env.start_ingest().await;
+    let worker_url = format!("{}{url_suffix}", env.database_url);
+    let worker = env
+        .start_consumer(
+            "oncehook-worker",
+            &[("ONCEHOOK_DATABASE_URL", worker_url.as_str())],
+        )
+        .await;
+
+    let locker = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&env.database_url)
         .await
         .expect("connect");
-    let mut tx = locker.begin().await.expect("begin");
+    let mut lock = locker.begin().await.expect("begin");
     sqlx::query("LOCK TABLE products IN ACCESS EXCLUSIVE MODE")
-        .execute(&mut *tx)
+        .execute(&mut *lock)
         .await
         .expect("lock products");
-    post_payment(&env, &url, "o_lock").await;
+    ProductsLocked {
+        lock,
+        worker,
+        _ingest: ingest,
+        url,
+        worker_url,
+        env,
+    }
+}
+
+/// Holds the `products` lock for `hold` while a payment for a MUG order
+/// waits, with the worker connected by the database URL plus `url_suffix`.
+/// Returns the worker's log.
+async fn table_lock_scenario(url_suffix: &str, hold: Duration) -> String {
+    let s = lock_products_under_a_worker("o_lock", url_suffix).await;
+    post_payment(&s.env, &s.url, "o_lock").await;
     tokio::time::sleep(hold).await;
-    let dead_while_locked = dead_depth(&env).await;
-    tx.rollback().await.expect("release the lock");
+    let dead_while_locked = dead_depth(&s.env).await;
+    s.lock.rollback().await.expect("release the lock");
     assert_eq!(
         dead_while_locked,
         Some(0),
         "nothing dead-lettered while locked"
     );
-    assert_applied_once(&env, "o_lock").await;
-    worker.log_text()
+    assert_applied_once(&s.env, "o_lock").await;
+    s.worker.log_text()
 }
 
 #[tokio::test]
@@ -121,36 +158,23 @@ async fn lock_timeouts_for_20s_hold_the_event() {
 /// nothing is dead-lettered.
 #[tokio::test]
 async fn sigterm_during_a_held_delivery_leaves_it_for_the_next_worker() {
-    let mut env = tight_env().await;
-    seed(&env, "o_term").await;
-    let (_ingest, url) = env.start_ingest().await;
-    let worker_url = format!("{}?options=-c%20lock_timeout%3D200ms", env.database_url);
-    let extra = [("ONCEHOOK_DATABASE_URL", worker_url.as_str())];
-    let mut worker = env.start_consumer("oncehook-worker", &extra).await;
-
-    let mut locker = PgConnection::connect(&env.database_url)
-        .await
-        .expect("connect");
-    let mut tx = locker.begin().await.expect("begin");
-    sqlx::query("LOCK TABLE products IN ACCESS EXCLUSIVE MODE")
-        .execute(&mut *tx)
-        .await
-        .expect("lock products");
-    post_payment(&env, &url, "o_term").await;
+    let mut s = lock_products_under_a_worker("o_term", "?options=-c%20lock_timeout%3D200ms").await;
+    post_payment(&s.env, &s.url, "o_term").await;
     eventually("the worker holds the delivery", WAIT, || async {
-        worker.log_text().contains("lock timeout").then_some(())
+        s.worker.log_text().contains("lock timeout").then_some(())
     })
     .await;
-    worker.signal("TERM");
-    let exit = worker.wait_exit(Duration::from_secs(30));
-    let pending = shop::order_status(&env.pool, "o_term").await;
-    tx.rollback().await.expect("release the lock");
+    s.worker.signal("TERM");
+    let exit = s.worker.wait_exit(Duration::from_secs(30));
+    let pending = shop::order_status(&s.env.pool, "o_term").await;
+    s.lock.rollback().await.expect("release the lock");
     assert_eq!(exit, Some(0), "the holding worker stops on SIGTERM");
     assert_eq!(pending, "pending", "nothing applied while locked");
-    assert_eq!(dead_depth(&env).await, Some(0), "nothing dead-lettered");
+    assert_eq!(dead_depth(&s.env).await, Some(0), "nothing dead-lettered");
 
-    let _next = env.start_consumer("oncehook-worker", &extra).await;
-    assert_applied_once(&env, "o_term").await;
+    let extra = [("ONCEHOOK_DATABASE_URL", s.worker_url.as_str())];
+    let _next = s.env.start_consumer("oncehook-worker", &extra).await;
+    assert_applied_once(&s.env, "o_term").await;
 }
 
 /// Real deadlocks: the test locks the MUG row, waits until the worker (which

@@ -2,13 +2,17 @@
 //! package): with `ONCEHOOK_DATABASE_POOLER=transaction` the worker and the
 //! mailer keep every promise through it, and PgBouncer's own counters show
 //! the traffic went through it. Without the setting the same PgBouncer
-//! breaks them, which is why the setting exists. (`make test` also runs all
-//! of tests/tests/pipeline.rs through PgBouncer.)
+//! breaks them, which is why the setting exists; and a statement run on its
+//! own needs a transaction there, which is why the store gives it one
+//! behind this pooler. (`make test` also runs all of tests/tests/pipeline.rs
+//! through PgBouncer.)
 
 use std::time::Duration;
 
+use oncehook_e2e::pgbouncer::PgBouncer;
 use oncehook_e2e::{TestEnv, eventually, shop};
 use oncehook_gateways::Gateway;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -92,4 +96,47 @@ async fn without_the_pooler_setting_pgbouncer_breaks_prepared_statements() {
         },
     )
     .await;
+}
+
+/// Why the store runs a statement of its own inside a transaction behind
+/// this pooler (`store::Pooled::single`): with no statement cached (as
+/// `ONCEHOOK_DATABASE_POOLER=transaction` sets sqlx up), sqlx parses a
+/// statement and then executes it, each exchange ending in a Sync, and
+/// PgBouncer hands the server connection on at the first one's
+/// ReadyForQuery, dropping the prepared statement. A transaction keeps the
+/// server connection for both. Should sqlx ever send both in one exchange,
+/// the bare statement would work here and the store could drop the
+/// transaction.
+#[tokio::test]
+async fn behind_pgbouncer_a_statement_of_its_own_needs_a_transaction() {
+    let env = TestEnv::new().await;
+    let pgbouncer = PgBouncer::start(&env.dir, &env.database_url);
+    let options: PgConnectOptions = pgbouncer
+        .url(&env.db_name)
+        .parse()
+        .expect("a PgBouncer URL");
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(options.statement_cache_capacity(0))
+        .await
+        .expect("connect through PgBouncer");
+    let bare = sqlx::query_scalar::<_, i32>("SELECT $1::int4")
+        .bind(7)
+        .fetch_one(&pool)
+        .await;
+    let err = bare.expect_err("a bare statement fails behind PgBouncer");
+    assert!(
+        err.to_string().contains("prepared statement"),
+        "the prepared statement is gone by the time it is executed: {err}"
+    );
+
+    let mut tx = pool.begin().await.expect("begin");
+    let inside = sqlx::query_scalar::<_, i32>("SELECT $1::int4")
+        .bind(7)
+        .fetch_one(&mut *tx)
+        .await
+        .expect("the same statement inside a transaction");
+    tx.commit().await.expect("commit");
+    assert_eq!(inside, 7);
+    pool.close().await;
 }

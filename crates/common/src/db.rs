@@ -29,8 +29,8 @@ pub fn lazy_pool(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error>
 /// The pool of a long-running binary, opened lazily: `max_connections`
 /// connections, through whatever [`Pooler`] the configuration names. Behind
 /// a transaction-mode pooler no prepared statement is cached (a server
-/// connection is ours only inside a transaction); the store runs every
-/// statement inside one.
+/// connection is ours only inside a transaction), and the store runs every
+/// statement inside one (`store::Pooled` for those run on their own).
 pub fn service_pool(db: &DatabaseConfig, max_connections: u32) -> Result<PgPool, sqlx::Error> {
     let options: PgConnectOptions = db.url.expose().parse()?;
     let options = match db.pooler {

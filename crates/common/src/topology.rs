@@ -135,12 +135,8 @@ impl Topology {
         )
         .await?;
 
-        for (queue, args) in [
-            (&events, self.work_queue_args(queues.delivery_limit)),
-            (&emails, self.work_queue_args(queues.delivery_limit)),
-            (&dead, dead_queue_args()),
-        ] {
-            declare_quorum_queue(conn, queue, args, queues.initial_group_size).await?;
+        for (queue, args) in self.queue_args(queues.delivery_limit) {
+            declare_quorum_queue(conn, &queue, args, queues.initial_group_size).await?;
         }
 
         let bind = QueueBindOptions::default();
@@ -169,6 +165,18 @@ impl Topology {
         )
         .await?;
         Ok(())
+    }
+
+    /// Every queue with the arguments it is declared with, except the group
+    /// size, which is added when declaring (see the module documentation):
+    /// the events and emails queues with `delivery_limit`, then the
+    /// dead-letter queue.
+    pub fn queue_args(&self, delivery_limit: u32) -> [(String, FieldTable); 3] {
+        [
+            (self.events(), self.work_queue_args(delivery_limit)),
+            (self.emails(), self.work_queue_args(delivery_limit)),
+            (self.dead(), dead_queue_args()),
+        ]
     }
 
     /// Quorum queue with an explicit delivery limit and at-least-once

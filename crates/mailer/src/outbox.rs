@@ -6,8 +6,7 @@
 
 use std::time::Duration;
 
-use oncehook_common::store::outbox;
-use sqlx::PgPool;
+use oncehook_common::store::{Pooled, outbox};
 use uuid::Uuid;
 
 use crate::transport::Email;
@@ -30,8 +29,8 @@ pub enum Claim {
     Missing,
 }
 
-pub async fn claim(pool: &PgPool, id: Uuid) -> Result<Claim, sqlx::Error> {
-    if let Some(row) = outbox::claim(pool, id, LEASE).await? {
+pub async fn claim(db: &Pooled, id: Uuid) -> Result<Claim, sqlx::Error> {
+    if let Some(row) = outbox::claim(db, id, LEASE).await? {
         return Ok(Claim::Claimed(Email {
             outbox_id: id,
             to: row.to_addr,
@@ -39,7 +38,7 @@ pub async fn claim(pool: &PgPool, id: Uuid) -> Result<Claim, sqlx::Error> {
             body: row.body,
         }));
     }
-    Ok(match outbox::send_state(pool, id).await? {
+    Ok(match outbox::send_state(db, id).await? {
         None => Claim::Missing,
         Some(s) if s.sent => Claim::AlreadySent,
         Some(s) if s.failed => Claim::AlreadyFailed,

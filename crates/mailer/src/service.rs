@@ -19,7 +19,7 @@ use oncehook_common::consume::{Handler, Message, Verdict};
 use oncehook_common::email::EmailMessage;
 use oncehook_common::health::Readiness;
 use oncehook_common::shutdown::Shutdown;
-use oncehook_common::store::outbox as store;
+use oncehook_common::store::{Pooled, outbox as store};
 use oncehook_common::{MailerSettings, RetryPolicy, Topology, db};
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -29,7 +29,8 @@ use crate::transport::{Email, Transport};
 
 /// Shared state of one mailer process.
 pub struct Mailer {
-    pub pool: PgPool,
+    /// The pool, and the pooler between it and Postgres.
+    pub db: Pooled,
     pub transport: Transport,
     pub settings: MailerSettings,
     pub topology: Topology,
@@ -47,7 +48,7 @@ impl Mailer {
         shutdown: Shutdown,
     ) -> Arc<Self> {
         Arc::new(Mailer {
-            pool,
+            db: Pooled::new(pool, settings.database.pooler),
             transport,
             topology: Topology::new(settings.broker.prefix.clone()),
             retry: settings.mail.retry,
@@ -69,7 +70,7 @@ impl Mailer {
         session::run_sessions(
             &spec,
             self.clone(),
-            &self.pool,
+            &self.db.pool,
             &self.readiness,
             &self.shutdown,
             (),
@@ -106,14 +107,14 @@ impl Mailer {
                 backoff.next()
             };
             let Some(delay) = next else {
-                if let Err(db_err) = store::mark_failed(&self.pool, id, &error).await {
+                if let Err(db_err) = store::mark_failed(&self.db, id, &error).await {
                     tracing::error!(outbox_id = %id, %db_err, "could not mark the email failed");
                 }
                 metrics::counter!("oncehook_mailer_emails_total", "outcome" => "failed")
                     .increment(1);
                 return Verdict::dead_letter("smtp_failed", error);
             };
-            let _ = store::record_attempt_failure(&self.pool, id, &error, outbox::LEASE).await;
+            let _ = store::record_attempt_failure(&self.db, id, &error, outbox::LEASE).await;
             if self.shutdown.is_triggered() {
                 // Stopping: leave the row for the next mailer.
                 return Verdict::Retry;
@@ -131,7 +132,7 @@ impl Mailer {
     /// (acking without marking would make a redelivery send it again).
     async fn mark_sent(&self, id: Uuid) {
         let mut delays = RetryPolicy::DATABASE_WAIT.backoff();
-        while let Err(err) = store::mark_sent(&self.pool, id).await {
+        while let Err(err) = store::mark_sent(&self.db, id).await {
             tracing::warn!(outbox_id = %id, %err, "email sent but not yet marked; retrying");
             if !self.hold(&err, &mut delays).await {
                 return;
@@ -143,7 +144,7 @@ impl Mailer {
     /// on shutdown.
     async fn hold(&self, err: &sqlx::Error, delays: &mut impl Iterator<Item = Duration>) -> bool {
         let cap = RetryPolicy::DATABASE_WAIT.max_delay;
-        db::hold(&self.pool, err, delays, cap, &self.shutdown).await
+        db::hold(&self.db.pool, err, delays, cap, &self.shutdown).await
     }
 }
 
@@ -162,7 +163,7 @@ impl Handler for Mailer {
         let busy_since = Instant::now();
         let mut delays = RetryPolicy::DATABASE_WAIT.backoff();
         loop {
-            match after_claim(id, outbox::claim(&self.pool, id).await) {
+            match after_claim(id, outbox::claim(&self.db, id).await) {
                 AfterClaim::Send(email) => return self.send(email).await,
                 AfterClaim::Settle(verdict) => return verdict,
                 AfterClaim::Busy => {

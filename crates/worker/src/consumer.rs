@@ -24,6 +24,7 @@ use oncehook_common::consume::session::{self, ConsumerSpec, SessionTasks};
 use oncehook_common::consume::{Handler, Message, Verdict};
 use oncehook_common::health::Readiness;
 use oncehook_common::shutdown::Shutdown;
+use oncehook_common::store::Pooled;
 use oncehook_common::{RetryPolicy, Topology, WorkerSettings, db};
 use sqlx::PgPool;
 use tokio::sync::Notify;
@@ -258,7 +259,7 @@ impl SessionTasks for WorkerTasks {
         stop: &Shutdown,
     ) -> Vec<JoinHandle<()>> {
         let relay = tokio::spawn(relay::run(
-            self.pool.clone(),
+            Pooled::new(self.pool.clone(), self.settings.database.pooler),
             conn.clone(),
             channel.clone(),
             self.topology.clone(),

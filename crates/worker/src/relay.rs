@@ -14,7 +14,7 @@ use lapin::{Channel, Connection};
 use oncehook_common::amqp::{self, PublishError, short};
 use oncehook_common::email::EmailMessage;
 use oncehook_common::shutdown::Shutdown;
-use oncehook_common::store::outbox;
+use oncehook_common::store::{Pooled, outbox};
 use oncehook_common::{Topology, peek_lock};
 use sqlx::PgPool;
 use tokio::sync::Notify;
@@ -34,7 +34,7 @@ pub enum RelayError {
 /// `wakeup` lets the consumer nudge the relay right after a commit that
 /// wrote an email; `conn` opens the gauges' own channels.
 pub async fn run(
-    pool: PgPool,
+    db: Pooled,
     conn: Arc<Connection>,
     ch: Channel,
     topology: Topology,
@@ -44,7 +44,7 @@ pub async fn run(
 ) {
     let mut last_gauges = Instant::now() - Duration::from_secs(60);
     loop {
-        match publish_batch(&pool, &ch, &topology, timeout).await {
+        match publish_batch(&db.pool, &ch, &topology, timeout).await {
             Ok(n) if n as i64 == BATCH => continue,
             Ok(_) => {}
             Err(err) => {
@@ -56,7 +56,7 @@ pub async fn run(
         }
         if last_gauges.elapsed() > Duration::from_secs(5) {
             last_gauges = Instant::now();
-            update_gauges(&pool).await;
+            update_gauges(&db).await;
             queue_gauges(&conn, &topology).await;
         }
         tokio::select! {
@@ -157,8 +157,8 @@ pub async fn passive_declare(conn: &Connection, queue: &str) -> lapin::Result<la
     declared
 }
 
-async fn update_gauges(pool: &PgPool) {
-    if let Ok(backlog) = outbox::backlog(pool).await {
+async fn update_gauges(db: &Pooled) {
+    if let Ok(backlog) = outbox::backlog(db).await {
         metrics::gauge!("oncehook_outbox_backlog").set(backlog.rows as f64);
         metrics::gauge!("oncehook_outbox_oldest_age_seconds").set(backlog.oldest_age_secs);
     }

@@ -24,13 +24,13 @@ use std::time::Duration;
 use lapin::options::{QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use oncehook_common::{Envelope, amqp};
-use oncehook_e2e::{TestEnv, free_port};
+use oncehook_e2e::{TestEnv, broker, free_port};
 use oncehook_gateways::sample::SignedDelivery;
 
 use super::memory::Peaks;
 use crate::{
-    AMQP_URL, Knobs, Row, Stats, broker_ceiling, captured, closed_loop, histogram_percentiles,
-    http_client, lat_ratio, ms, post, sample_envelope, versus,
+    Knobs, Row, Stats, broker_ceiling, captured, closed_loop, histogram_percentiles, http_client,
+    lat_ratio, ms, post, sample_envelope, versus,
 };
 
 /// The actix worker counts tried.
@@ -163,10 +163,7 @@ async fn args_ceiling(
     extra: Vec<(&'static str, AMQPValue)>,
 ) -> Stats {
     let queue = format!("{prefix}.bench-args");
-    let conn = lapin::Connection::connect(AMQP_URL, lapin::ConnectionProperties::default())
-        .await
-        .expect("connect to RabbitMQ");
-    let ch = amqp::confirm_channel(&conn).await.expect("confirm channel");
+    let (conn, ch) = broker::confirm_channel_on(broker::AMQP_URL).await;
     let mut args = FieldTable::default();
     args.insert(
         "x-queue-type".into(),
@@ -237,9 +234,7 @@ async fn post_load(env: &TestEnv, base: &str, knobs: &Knobs, tag: &str) -> Stats
 }
 
 async fn declare_topology(prefix: &str) {
-    let conn = lapin::Connection::connect(AMQP_URL, lapin::ConnectionProperties::default())
-        .await
-        .expect("connect to RabbitMQ");
+    let conn = broker::connect().await;
     let queues = oncehook_common::topology::QueueSettings {
         delivery_limit: 5,
         initial_group_size: 3,
@@ -255,10 +250,7 @@ async fn declare_topology(prefix: &str) {
 /// from the bench's multi-threaded runtime, or (`hop`) from two
 /// current-thread runtimes on threads of their own.
 async fn topology_ceiling(prefix: &str, envelope: &Envelope, knobs: &Knobs, hop: bool) -> Stats {
-    let conn = lapin::Connection::connect(AMQP_URL, lapin::ConnectionProperties::default())
-        .await
-        .expect("connect to RabbitMQ");
-    let ch = amqp::confirm_channel(&conn).await.expect("confirm channel");
+    let (conn, ch) = broker::confirm_channel_on(broker::AMQP_URL).await;
     let exchange = Arc::new(format!("{prefix}.events"));
     let routing_key = Arc::new(envelope.routing_key());
     let payload = Arc::new(envelope.to_bytes());

@@ -194,6 +194,29 @@ pub struct WebhookRow {
     pub last_seen_at: OffsetDateTime,
 }
 
+/// `sqlx::query_as!` for [`WebhookRow`]s: the columns operators read, from
+/// `processed_webhooks`, then `$rest` (the query's `WHERE`, `ORDER BY`, …)
+/// and its arguments. sqlx still checks the query at compile time (its
+/// macros take string literals joined with `+`, not a constant); the one
+/// query built at run time ([`recent`]) starts from [`WEBHOOK_ROWS`], the
+/// same text, which the Events tests read through `FromRow`.
+const WEBHOOK_ROWS: &str =
+    "SELECT provider, event_id, event_type, order_ref, payment_id, source, receipt_id,
+                    outcome, detail, deliveries, received_at, processed_at, last_seen_at
+             FROM processed_webhooks ";
+
+macro_rules! webhook_rows {
+    ($rest:literal $(, $arg:expr)* $(,)?) => {
+        sqlx::query_as!(
+            WebhookRow,
+            "SELECT provider, event_id, event_type, order_ref, payment_id, source, receipt_id,
+                    outcome, detail, deliveries, received_at, processed_at, last_seen_at
+             FROM processed_webhooks " + $rest
+            $(, $arg)*
+        )
+    };
+}
+
 /// The delivery a gateway's event id names (if several sources saw that
 /// event id, one of them).
 pub async fn find_event(
@@ -201,16 +224,9 @@ pub async fn find_event(
     provider: &str,
     event_id: &str,
 ) -> Result<Option<WebhookRow>, sqlx::Error> {
-    sqlx::query_as!(
-        WebhookRow,
-        "SELECT provider, event_id, event_type, order_ref, payment_id, source, receipt_id,
-                outcome, detail, deliveries, received_at, processed_at, last_seen_at
-         FROM processed_webhooks WHERE provider = $1 AND event_id = $2",
-        provider,
-        event_id
-    )
-    .fetch_optional(conn)
-    .await
+    webhook_rows!("WHERE provider = $1 AND event_id = $2", provider, event_id)
+        .fetch_optional(conn)
+        .await
 }
 
 /// How many processed deliveries name this order reference.
@@ -233,12 +249,8 @@ pub async fn touching_order(
     order_ref: &str,
     order_id: i64,
 ) -> Result<Vec<WebhookRow>, sqlx::Error> {
-    sqlx::query_as!(
-        WebhookRow,
-        "SELECT provider, event_id, event_type, order_ref, payment_id, source, receipt_id,
-                outcome, detail, deliveries, received_at, processed_at, last_seen_at
-         FROM processed_webhooks
-         WHERE order_ref = $1
+    webhook_rows!(
+        "WHERE order_ref = $1
             OR (order_ref IS NULL AND (provider, payment_id) IN (
                 SELECT provider, payment_id FROM payments WHERE order_id = $2
                 UNION SELECT provider, payment_id FROM payment_links WHERE order_id = $2
@@ -330,11 +342,8 @@ pub async fn recent(
     filter: RecentFilter<'_>,
     limit: i64,
 ) -> Result<Vec<WebhookRow>, sqlx::Error> {
-    let mut q = sqlx::QueryBuilder::new(
-        "SELECT provider, event_id, event_type, order_ref, payment_id, source, receipt_id,
-                outcome, detail, deliveries, received_at, processed_at, last_seen_at
-         FROM processed_webhooks WHERE true",
-    );
+    let mut q = sqlx::QueryBuilder::new(WEBHOOK_ROWS);
+    q.push("WHERE true");
     if let Some(v) = filter.provider {
         q.push(" AND provider = ").push_bind(v);
     }

@@ -15,6 +15,17 @@
 //! - [`audit`]: `console_audit`, what operators did through the console.
 //! - [`schema`]: `_sqlx_migrations`, which migrations are applied.
 //! - [`ping`]: whether the database answers at all.
+//!
+//! A function that runs one statement on its own (not inside a caller's
+//! transaction) takes a [`Pooled`]: whether that statement needs a
+//! transaction of its own is decided in one place, [`Pooled::single`].
+
+use std::ops::{Deref, DerefMut};
+
+use sqlx::pool::PoolConnection;
+use sqlx::{PgConnection, PgPool, Postgres, Transaction};
+
+use crate::config::Pooler;
 
 pub mod audit;
 pub mod dedup;
@@ -24,8 +35,79 @@ pub mod parking;
 pub mod retention;
 pub mod schema;
 
-/// Whether the database answers (`SELECT 1`, in a transaction like every
-/// statement a pool runs: a transaction-mode pooler needs that).
+/// A pool and the [`Pooler`] between it and Postgres.
+#[derive(Debug, Clone)]
+pub struct Pooled {
+    pub pool: PgPool,
+    pub pooler: Pooler,
+}
+
+impl Pooled {
+    pub fn new(pool: PgPool, pooler: Pooler) -> Pooled {
+        Pooled { pool, pooler }
+    }
+
+    /// A connection for one statement run on its own; end it with
+    /// [`Single::finish`]. Behind a transaction-mode pooler the statement
+    /// runs in a transaction of its own: with no statement cached, sqlx
+    /// runs a `query!` in two exchanges, each closed by a Sync (Parse and
+    /// Describe, then Bind and Execute), and at the first one's
+    /// ReadyForQuery (idle) the pooler may hand the server connection on,
+    /// dropping the prepared statement (`DEALLOCATE ALL`), so the Bind fails
+    /// ("prepared statement sqlx_s_N does not exist"; a test in
+    /// `tests/tests/pooler.rs` shows it). Straight to Postgres, or behind a
+    /// session-mode pooler, the statement is cached per connection and runs
+    /// in one exchange: there a transaction would only add a BEGIN and a
+    /// COMMIT round trip.
+    pub(crate) async fn single(&self) -> Result<Single, sqlx::Error> {
+        Ok(match self.pooler {
+            Pooler::None => Single::Direct(self.pool.acquire().await?),
+            Pooler::Transaction => Single::InTransaction(self.pool.begin().await?),
+        })
+    }
+}
+
+/// A connection from [`Pooled::single`]: deref it to run the statement.
+pub(crate) enum Single {
+    Direct(PoolConnection<Postgres>),
+    InTransaction(Transaction<'static, Postgres>),
+}
+
+impl Single {
+    /// Commits the statement's own transaction, if it has one. Dropped
+    /// without this (after an error), that transaction rolls back.
+    pub(crate) async fn finish(self) -> Result<(), sqlx::Error> {
+        match self {
+            Single::Direct(_) => Ok(()),
+            Single::InTransaction(tx) => tx.commit().await,
+        }
+    }
+}
+
+impl Deref for Single {
+    type Target = PgConnection;
+
+    fn deref(&self) -> &PgConnection {
+        match self {
+            Single::Direct(conn) => conn,
+            Single::InTransaction(tx) => tx,
+        }
+    }
+}
+
+impl DerefMut for Single {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        match self {
+            Single::Direct(conn) => conn,
+            Single::InTransaction(tx) => tx,
+        }
+    }
+}
+
+/// Whether the database answers (`SELECT 1`). Always in a transaction,
+/// which a transaction-mode pooler needs (see [`Pooled::single`]): it takes
+/// a bare pool and runs only when a session starts or the database was
+/// unreachable, never per event.
 pub async fn ping(pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;
     sqlx::query_scalar!("SELECT 1 AS one")

@@ -4,15 +4,18 @@
 //! row with a short lease (no transaction is held across the SMTP call) and
 //! marks it sent or failed. `dedup_key` makes "one confirmation per order" a
 //! constraint; a row with `sent_at` is never sent again. The functions that
-//! take the pool run their statement in a transaction of their own, which a
-//! transaction-mode pooler needs (`config::Pooler`).
+//! take a [`Pooled`] run their one statement on a connection of their own,
+//! in a transaction of its own only behind a transaction-mode pooler
+//! ([`Pooled::single`]).
 
 use std::time::Duration;
 
 use serde::Serialize;
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgConnection;
 use time::OffsetDateTime;
 use uuid::Uuid;
+
+use super::Pooled;
 
 /// An email to write.
 #[derive(Debug, Clone, Copy)]
@@ -110,16 +113,16 @@ pub struct Backlog {
     pub oldest_age_secs: f64,
 }
 
-pub async fn backlog(pool: &PgPool) -> Result<Backlog, sqlx::Error> {
-    let mut tx = pool.begin().await?;
+pub async fn backlog(db: &Pooled) -> Result<Backlog, sqlx::Error> {
+    let mut conn = db.single().await?;
     let row = sqlx::query!(
         r#"SELECT count(*) AS "rows!",
                   COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8 AS "oldest!"
            FROM email_outbox WHERE sent_at IS NULL AND failed_at IS NULL"#
     )
-    .fetch_one(&mut *tx)
+    .fetch_one(&mut *conn)
     .await?;
-    tx.commit().await?;
+    conn.finish().await?;
     Ok(Backlog {
         rows: row.rows,
         oldest_age_secs: row.oldest,
@@ -136,12 +139,8 @@ pub struct Claimed {
 
 /// The mailer: takes a lease of `lease` on a row that is neither sent, nor
 /// failed, nor leased by another mailer.
-pub async fn claim(
-    pool: &PgPool,
-    id: Uuid,
-    lease: Duration,
-) -> Result<Option<Claimed>, sqlx::Error> {
-    let mut tx = pool.begin().await?;
+pub async fn claim(db: &Pooled, id: Uuid, lease: Duration) -> Result<Option<Claimed>, sqlx::Error> {
+    let mut conn = db.single().await?;
     let result = sqlx::query_as!(
         Claimed,
         "UPDATE email_outbox SET claimed_until = now() + make_interval(secs => $2)
@@ -151,9 +150,9 @@ pub async fn claim(
         id,
         lease.as_secs_f64()
     )
-    .fetch_optional(&mut *tx)
+    .fetch_optional(&mut *conn)
     .await?;
-    tx.commit().await?;
+    conn.finish().await?;
     Ok(result)
 }
 
@@ -164,41 +163,41 @@ pub struct SendState {
     pub failed: bool,
 }
 
-pub async fn send_state(pool: &PgPool, id: Uuid) -> Result<Option<SendState>, sqlx::Error> {
-    let mut tx = pool.begin().await?;
+pub async fn send_state(db: &Pooled, id: Uuid) -> Result<Option<SendState>, sqlx::Error> {
+    let mut conn = db.single().await?;
     let result = sqlx::query_as!(
         SendState,
         r#"SELECT sent_at IS NOT NULL AS "sent!", failed_at IS NOT NULL AS "failed!"
            FROM email_outbox WHERE id = $1"#,
         id
     )
-    .fetch_optional(&mut *tx)
+    .fetch_optional(&mut *conn)
     .await?;
-    tx.commit().await?;
+    conn.finish().await?;
     Ok(result)
 }
 
 /// The mailer: sent (counted as an attempt); never sent again.
-pub async fn mark_sent(pool: &PgPool, id: Uuid) -> Result<(), sqlx::Error> {
-    let mut tx = pool.begin().await?;
+pub async fn mark_sent(db: &Pooled, id: Uuid) -> Result<(), sqlx::Error> {
+    let mut conn = db.single().await?;
     sqlx::query!(
         "UPDATE email_outbox SET sent_at = now(), claimed_until = NULL, attempts = attempts + 1 WHERE id = $1",
         id
     )
-    .execute(&mut *tx)
+    .execute(&mut *conn)
     .await?;
-    tx.commit().await?;
+    conn.finish().await?;
     Ok(())
 }
 
 /// The mailer: a send failed; the lease is renewed while it retries.
 pub async fn record_attempt_failure(
-    pool: &PgPool,
+    db: &Pooled,
     id: Uuid,
     error: &str,
     lease: Duration,
 ) -> Result<(), sqlx::Error> {
-    let mut tx = pool.begin().await?;
+    let mut conn = db.single().await?;
     sqlx::query!(
         "UPDATE email_outbox SET attempts = attempts + 1, last_error = $2,
                 claimed_until = now() + make_interval(secs => $3)
@@ -207,23 +206,23 @@ pub async fn record_attempt_failure(
         error,
         lease.as_secs_f64()
     )
-    .execute(&mut *tx)
+    .execute(&mut *conn)
     .await?;
-    tx.commit().await?;
+    conn.finish().await?;
     Ok(())
 }
 
 /// The mailer: given up on (the message goes to the dead-letter queue).
-pub async fn mark_failed(pool: &PgPool, id: Uuid, error: &str) -> Result<(), sqlx::Error> {
-    let mut tx = pool.begin().await?;
+pub async fn mark_failed(db: &Pooled, id: Uuid, error: &str) -> Result<(), sqlx::Error> {
+    let mut conn = db.single().await?;
     sqlx::query!(
         "UPDATE email_outbox SET failed_at = now(), last_error = $2, claimed_until = NULL, attempts = attempts + 1 WHERE id = $1",
         id,
         error
     )
-    .execute(&mut *tx)
+    .execute(&mut *conn)
     .await?;
-    tx.commit().await?;
+    conn.finish().await?;
     Ok(())
 }
 
