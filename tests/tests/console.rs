@@ -284,6 +284,12 @@ async fn an_operator_replays_a_dead_letter_from_the_pipeline_and_it_is_audited()
     assert!(detail.body.contains("masked"), "{}", detail.body);
     assert!(detail.body.contains("order_console"));
 
+    // Filtered by failure time too (the CLI's --since).
+    let recent = console
+        .get("/letters?within=1h&kind=unknown_order", Some(&cookie))
+        .await;
+    assert!(recent.body.contains("evt_C1"), "{}", recent.body);
+
     // The bulk path counts first (a dry run) and changes nothing.
     let csrf = detail.csrf();
     let preview = console
@@ -294,12 +300,20 @@ async fn an_operator_replays_a_dead_letter_from_the_pipeline_and_it_is_audited()
                 ("csrf", &csrf),
                 ("action", "replay"),
                 ("kind", "unknown_order"),
+                ("within", "1h"),
             ],
         )
         .await;
     assert_eq!(preview.status, 200, "{}", preview.body);
     assert!(
         preview.body.contains("Dry run") && preview.body.contains(&id),
+        "{}",
+        preview.body
+    );
+    assert!(
+        preview
+            .body
+            .contains("--error-kind unknown_order --since 1h"),
         "{}",
         preview.body
     );

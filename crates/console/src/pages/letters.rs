@@ -29,6 +29,7 @@ use oncehook_ctl::dlq::replay::{self, ReplayArgs};
 use oncehook_ctl::dlq::show::ShowReport;
 use oncehook_ctl::dlq::{Filter, mask, show};
 use oncehook_ctl::output::{Output, Report, truncate};
+use oncehook_ctl::timefmt::parse_duration;
 use serde_json::Value;
 use time::OffsetDateTime;
 
@@ -44,18 +45,27 @@ const LIST_LIMIT: usize = 500;
 /// Results are printed as JSON documents; nothing goes to a terminal.
 const QUIET: Output = Output { json: true };
 
+/// The failure-time windows the list offers.
+const WINDOWS: [&str; 3] = ["1h", "24h", "7d"];
+
 /// The list's filter, from a query string or a form.
 fn filter_of(p: &Pairs) -> Filter {
     Filter {
         gateway: p.get("gateway"),
         source: p.get("source"),
         error_kind: p.get("kind"),
-        since: None,
+        since: within(p).and_then(|w| parse_duration(w).ok()),
     }
 }
 
+/// The chosen window, if it is one the list offers.
+fn within(p: &Pairs) -> Option<&'static str> {
+    let chosen = p.get("within")?;
+    WINDOWS.into_iter().find(|w| *w == chosen)
+}
+
 /// The filter in the CLI's words (`--gateway razorpay --error-kind …`).
-fn scope_text(f: &Filter) -> String {
+fn scope_text(f: &Filter, within: Option<&str>) -> String {
     let mut parts = Vec::new();
     for (flag, v) in [
         ("--gateway", &f.gateway),
@@ -65,6 +75,9 @@ fn scope_text(f: &Filter) -> String {
         if let Some(v) = v {
             parts.push(format!("{flag} {v}"));
         }
+    }
+    if let Some(w) = within {
+        parts.push(format!("--since {w}"));
     }
     if parts.is_empty() {
         "--all".to_owned()
@@ -136,13 +149,14 @@ pub async fn list(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
             (select("gateway", "any gateway", &refs(&gateways), filter.gateway.as_deref()))
             (select("kind", "any kind", &refs(&kinds), filter.error_kind.as_deref()))
             (select("source", "any source", &refs(&sources), filter.source.as_deref()))
+            (select("within", "failed any time", &WINDOWS, within(&q)))
             button type="submit" { "Filter" }
             @if !filter.is_empty() { a href="/letters" { "clear" } }
         }
         @if who.may_act() && !matching.is_empty() {
             div.bulk {
-                (bulk_form(&who, "replay", &filter, &format!("Replay the {} matching…", matching.len())))
-                (bulk_form(&who, "purge", &filter, &format!("Purge the {} matching…", matching.len())))
+                (bulk_form(&who, "replay", &filter, within(&q), &format!("Replay the {} matching…", matching.len())))
+                (bulk_form(&who, "purge", &filter, within(&q), &format!("Purge the {} matching…", matching.len())))
             }
         }
         @if matching.is_empty() { p.none { "No dead letters" @if !filter.is_empty() { " match the filter" } "." } } @else {
@@ -166,7 +180,7 @@ fn counts(title: &str, param: &str, m: &BTreeMap<String, usize>) -> Markup {
     }
 }
 
-fn bulk_form(who: &Who, action: &str, f: &Filter, label: &str) -> Markup {
+fn bulk_form(who: &Who, action: &str, f: &Filter, within: Option<&str>, label: &str) -> Markup {
     html! {
         form method="post" action="/letters/preview" {
             input type="hidden" name="csrf" value=(who.csrf);
@@ -174,6 +188,7 @@ fn bulk_form(who: &Who, action: &str, f: &Filter, label: &str) -> Markup {
             @if let Some(v) = &f.gateway { input type="hidden" name="gateway" value=(v); }
             @if let Some(v) = &f.error_kind { input type="hidden" name="kind" value=(v); }
             @if let Some(v) = &f.source { input type="hidden" name="source" value=(v); }
+            @if let Some(v) = within { input type="hidden" name="within" value=(v); }
             button type="submit" class=(action) { (label) }
         }
     }
@@ -358,7 +373,7 @@ pub async fn preview(req: HttpRequest, state: web::Data<State>, body: web::Bytes
         })
         .collect();
     let scope = if ids.is_empty() {
-        scope_text(&filter)
+        scope_text(&filter, within(&form))
     } else {
         ids.join(" ")
     };
