@@ -460,6 +460,18 @@ impl Budget {
         format!("{} {}", short(&self.label), self.busy())
     }
 
+    /// "C yes": whether the machine was at least 90 % busy — if not, this
+    /// run's rate was set by latency (work in flight ÷ time per operation),
+    /// not by CPU.
+    fn saturation(&self) -> String {
+        let answer = match self.busy_cores().1 {
+            Some(m) if m >= 0.9 * cores() as f64 => "yes",
+            Some(_) => "no",
+            None => "unknown",
+        };
+        format!("{} {answer}", short(&self.label))
+    }
+
     /// Operations per second this machine's cores allow at this CPU cost.
     pub fn cpu_bound_rate(&self) -> Option<f64> {
         let total = self.total_ms().filter(|t| *t > 0.0)?;
@@ -601,13 +613,16 @@ pub fn limit_line(goal: &str, measured: &Budget, ceiling: &Budget, shared: Who) 
     let n = cores();
     let max = n as f64 * 1000.0 / m;
     let here = format!(
-        "{goal}: measured {} (cores busy, these processes / the machine: {}, {}). \
+        "{goal}: measured {} (cores busy, these processes / the machine: {}, {}; machine \
+         saturated, i.e. ≥ 90 % busy: {}, {}). \
          CPU {m:.2} ms per {} against {c:.2} ms per {} ⇒ on these {n} cores \
          at most {max:.0} {}/s = {} of {}'s {:.0}/s; CPU-bound limit of the ratio here {} \
          ({c:.2} / {m:.2})",
         crate::ratio(measured.rate, ceiling.rate),
         measured.busy_line(),
         ceiling.busy_line(),
+        measured.saturation(),
+        ceiling.saturation(),
         measured.unit,
         ceiling.unit,
         plural(measured.unit),
@@ -646,7 +661,8 @@ fn plural(unit: &str) -> String {
     }
 }
 
-/// The first word of a budget's label ("C", "B′", "worker").
+/// The first word of a budget's label ("C", "B′", "worker", "ingest").
 fn short(label: &str) -> &str {
-    label.split_whitespace().next().unwrap_or(label)
+    let word = label.split_whitespace().next().unwrap_or(label);
+    word.trim_end_matches(',')
 }

@@ -181,6 +181,14 @@ pub fn cpu_report(probe: &IngestProbe, knobs: &Knobs) -> cpu::Report {
             .notes
             .push(cpu::limit_line(&goal, run, &b, Who::Rabbitmq));
     }
+    // The default (one actix worker per core here) against its own topology.
+    let default = probe.runs.iter().zip(&runs).find(|(r, _)| r.workers == "2");
+    if let Some((_, run)) = default {
+        let vs = format!("{} vs B′", run.label);
+        report
+            .notes
+            .push(cpu::limit_line(&vs, run, &topology, Who::Rabbitmq));
+    }
     report.budgets.extend([b, topology]);
     report.budgets.extend(runs);
     report
