@@ -14,11 +14,13 @@ run: services build
 	deploy/local/run.sh
 
 ## test: unit, property and end-to-end tests against real Postgres and RabbitMQ, the pipeline's
-## tests once more through a real PgBouncer in transaction mode, then the alert rules' tests
+## tests once more through a real PgBouncer in transaction mode and once without group commit
+## (batch size 1), then the alert rules' tests
 test: services tools
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace
 	ONCEHOOK_TEST_POOLER=pgbouncer $(CARGO) test -p oncehook-e2e --test pipeline
+	ONCEHOOK_TEST_WORKER_BATCH_SIZE=1 $(CARGO) test -p oncehook-e2e --test pipeline
 	$(MAKE) alerts-test
 
 ## alerts-test: check the alert rules and run their unit tests (promtool, from Debian's prometheus package)

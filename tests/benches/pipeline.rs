@@ -15,9 +15,13 @@
 //!   for K distinct pending orders that were loaded through ingest while no
 //!   worker ran, each once with one transaction per delivery (batch 1) and
 //!   once with group commit (`ONCEHOOK_BENCH_BATCH` deliveries per
-//!   transaction). Around every worker run and every pgbench run the CPU
-//!   time of all `postgres` processes is sampled, so PostgreSQL's CPU per
-//!   event (per transaction for pgbench) is reported next to throughput.
+//!   transaction).
+//! * CPU per operation (`cpu`): around B, ingest, every worker run and every
+//!   pgbench run the CPU time of each process group taking part (the bench,
+//!   ingest, workers, pgbench, PostgreSQL, RabbitMQ) and of the machine is
+//!   read, and reported per event (per transaction, per message) with what
+//!   it implies: the rate the machine's cores allow, and the ratio to the
+//!   ceiling that CPU allows here and on a machine with cores per service.
 //!
 //! Every environment is a fresh [`TestEnv`] (own database, own AMQP prefix),
 //! cleaned up afterwards. Timings never fail anything: a bench reports.
@@ -51,7 +55,11 @@ use oncehook_gateways::Gateway;
 use oncehook_gateways::sample::SignedDelivery;
 
 mod console;
+mod cpu;
 mod speed;
+mod table;
+
+use cpu::{Budget, CpuMeter, CpuUse, Who};
 
 /// Products in the bench catalogue; every order has one or two of them.
 const SKUS: i64 = 50;
@@ -59,6 +67,8 @@ const SKUS: i64 = 50;
 const PGBENCH_ORDERS: i64 = 40_000;
 /// Upper bound on anything one phase may wait for.
 const PHASE_TIMEOUT: Duration = Duration::from_secs(300);
+/// The warm-up of the closed loops that are metered for CPU (not recorded).
+const WARMUP: Duration = Duration::from_secs(1);
 
 struct Knobs {
     secs: u64,
@@ -293,13 +303,16 @@ struct HttpPhase {
     ingest_publish: Option<[Duration; 3]>,
     broker: Stats,
     envelope_bytes: usize,
+    /// CPU over the measured windows of ingest and of B.
+    ingest_cpu: CpuUse,
+    broker_cpu: CpuUse,
 }
 
 async fn http_phase(knobs: &Knobs) -> HttpPhase {
     let mut env = TestEnv::new().await;
     let (ingest_proc, base) = env.start_ingest().await;
     let http = http_client(knobs.concurrency);
-    let warmup = Duration::from_secs(1);
+    let warmup = WARMUP;
     let cap = 2_000_000;
 
     eprintln!("bench: A  GET /healthz, c={}", knobs.concurrency);
@@ -331,14 +344,15 @@ async fn http_phase(knobs: &Knobs) -> HttpPhase {
     // worker runs in this phase, the events only pile up in the queue).
     let deliveries: Arc<Vec<SignedDelivery>> =
         Arc::new((0..1024).map(|n| captured(&env, n, "http")).collect());
-    let ingest = {
+    let ingest_meter = CpuMeter::new().with(Who::Ingest, [ingest_proc.pid()]);
+    let (ingest, ingest_cpu) = {
         let (http, url) = (http.clone(), Arc::new(format!("{base}/webhooks/razorpay")));
         let deliveries = deliveries.clone();
-        closed_loop(knobs.concurrency, warmup, knobs.duration(), cap, move |i| {
+        let load = closed_loop(knobs.concurrency, warmup, knobs.duration(), cap, move |i| {
             let (http, url, deliveries) = (http.clone(), url.clone(), deliveries.clone());
             async move { post(&http, &url, &deliveries[i % deliveries.len()]).await }
-        })
-        .await
+        });
+        cpu::during(&ingest_meter, warmup, knobs.duration(), load).await
     };
 
     // Where ingest's time goes, from its own histograms (warm-up included).
@@ -355,7 +369,8 @@ async fn http_phase(knobs: &Knobs) -> HttpPhase {
         "bench: B  publish+confirm of a {envelope_bytes}-byte envelope to a quorum queue, {} publishers",
         knobs.concurrency
     );
-    let broker = broker_ceiling(&env.prefix, &sample, knobs).await;
+    let load = broker_ceiling(&env.prefix, &sample, knobs);
+    let (broker, broker_cpu) = cpu::during(&CpuMeter::new(), WARMUP, knobs.duration(), load).await;
     HttpPhase {
         healthz,
         ingest,
@@ -363,6 +378,8 @@ async fn http_phase(knobs: &Knobs) -> HttpPhase {
         ingest_publish,
         broker,
         envelope_bytes,
+        ingest_cpu,
+        broker_cpu,
     }
 }
 
@@ -459,9 +476,10 @@ struct WorkerRun {
     stats: Stats,
     applied: i64,
     dead: u32,
-    /// PostgreSQL CPU time over the run: the whole server, and the
-    /// backends serving the run's database alone.
-    pg_cpu: Option<Duration>,
+    /// CPU time over the run by group (the whole PostgreSQL server among
+    /// them, less the bench's own queries), and of the workers' backends
+    /// alone.
+    cpu: CpuUse,
     backends_cpu: Option<Duration>,
     /// What the workers' backends were doing, sampled (`pg_stat_activity`).
     waits: String,
@@ -486,6 +504,7 @@ async fn worker_phase(knobs: &Knobs) -> Vec<WorkerRun> {
     let rounds = worker_rounds(knobs);
     seed_shop(&env, true, 1, (rounds.len() * k) as i64).await;
     let (mut ingest, base) = env.start_ingest().await;
+    let probe = bench_pool(&env).await;
     let mut runs = Vec::new();
     for (round, (workers, batch)) in rounds.into_iter().enumerate() {
         let first = round * k + 1;
@@ -506,10 +525,9 @@ async fn worker_phase(knobs: &Knobs) -> Vec<WorkerRun> {
         let mut metrics = Vec::new();
         let prefetch = knobs.prefetch.to_string();
         let batch_size = batch.to_string();
-        let cpu_before = postgres_cpu();
-        let backends_before = backend_cpu(&env.pool, &env.db_name).await;
+        let backends_before = backend_cpu(&probe, &env.db_name).await;
         let sampler = tokio::spawn(sample_waits(
-            env.pool.clone(),
+            probe.clone(),
             env.db_name.clone(),
             done_before + k as i64,
         ));
@@ -526,9 +544,18 @@ async fn worker_phase(knobs: &Knobs) -> Vec<WorkerRun> {
             ));
             metrics.push(format!("http://{addr}/metrics"));
         }
-        let stats = drain_rate(&env, done_before, done_before + k as i64).await;
-        let pg_cpu = cpu_since(cpu_before);
-        let backends_cpu = backend_cpu_since(&env.pool, &env.db_name, backends_before).await;
+        let meter = CpuMeter::new()
+            .with(Who::Worker, procs.iter().map(Proc::pid))
+            .with(Who::Ingest, [ingest.pid()]);
+        let cpu_before = meter.read();
+        let stats = drain_rate(&probe, done_before, done_before + k as i64).await;
+        let mut cpu = meter.since(&cpu_before);
+        let backends = backend_cpu_since(&probe, &env.db_name, backends_before).await;
+        let (backends_cpu, polling) = backends.unzip();
+        if let Some(polling) = polling {
+            // The bench's own queries are the bench's cost, not the pipeline's.
+            cpu.reattribute(Who::Postgres, Who::Bench, polling);
+        }
         let waits = match tokio::time::timeout(Duration::from_secs(5), sampler).await {
             Ok(Ok(waits)) => waits,
             _ => "not sampled".to_owned(),
@@ -561,7 +588,7 @@ async fn worker_phase(knobs: &Knobs) -> Vec<WorkerRun> {
             stats,
             applied,
             dead,
-            pg_cpu,
+            cpu,
             backends_cpu,
             waits,
         });
@@ -618,15 +645,39 @@ async fn preload(env: &TestEnv, base: &str, first: usize, k: usize, concurrency:
 }
 
 async fn count_processed(env: &TestEnv) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM processed_webhooks")
-        .fetch_one(&env.pool)
+    count_processed_in(&env.pool).await
+}
+
+/// The `application_name` of the bench's own connections while workers run.
+const BENCH_APP: &str = "oncehook-bench";
+
+/// A pool for the bench's queries while workers run (progress, waits,
+/// backend CPU), named [`BENCH_APP`] so that its backends can be told apart
+/// from the workers'. Falls back to the environment's pool.
+async fn bench_pool(env: &TestEnv) -> sqlx::PgPool {
+    let options = match env.database_url.parse::<sqlx::postgres::PgConnectOptions>() {
+        Ok(options) => options.application_name(BENCH_APP),
+        Err(e) => {
+            eprintln!("bench: warning: {e}; polling through the test's pool");
+            return env.pool.clone();
+        }
+    };
+    match sqlx::postgres::PgPoolOptions::new()
+        .max_connections(3)
+        .connect_with(options)
         .await
-        .unwrap_or(0)
+    {
+        Ok(pool) => pool,
+        Err(e) => {
+            eprintln!("bench: warning: {e}; polling through the test's pool");
+            env.pool.clone()
+        }
+    }
 }
 
 /// Polls `processed_webhooks` until it holds `target` rows; the rate is
 /// measured from the first row this run added to the last one.
-async fn drain_rate(env: &TestEnv, before: i64, target: i64) -> Stats {
+async fn drain_rate(pool: &sqlx::PgPool, before: i64, target: i64) -> Stats {
     let deadline = Instant::now() + PHASE_TIMEOUT;
     let mut first: Option<(Instant, i64)> = None;
     let mut last = before;
@@ -636,7 +687,7 @@ async fn drain_rate(env: &TestEnv, before: i64, target: i64) -> Stats {
         if now > deadline {
             break;
         }
-        last = count_processed(env).await;
+        last = count_processed_in(pool).await;
         if last > before && first.is_none() {
             first = Some((now, last));
         }
@@ -770,8 +821,10 @@ struct PgbenchRun {
     clients: usize,
     stats: Stats,
     failed: u64,
-    /// PostgreSQL CPU time over the run (whole server).
-    pg_cpu: Option<Duration>,
+    /// Transactions pgbench reports as processed.
+    processed: u64,
+    /// CPU time over the whole run: pgbench, PostgreSQL (whole server), …
+    cpu: CpuUse,
     /// CPU of pgbench's backends over `backends_window` of the run.
     backends_cpu: Option<Duration>,
     backends_window: Duration,
@@ -806,24 +859,26 @@ async fn pgbench_phase(knobs: &Knobs) -> Vec<PgbenchRun> {
             .stdin(std::process::Stdio::null())
             .kill_on_drop(true);
         let limit = knobs.duration() + Duration::from_secs(60);
-        let cpu_before = postgres_cpu();
+        let meter = CpuMeter::new().with(Who::Pgbench, []);
+        // Counted from here: the test pool's backends did the seeding.
+        let backends_before = backend_cpu(&env.pool, &env.db_name).await;
+        let cpu_before = meter.read();
         let started = Instant::now();
         // pgbench's backends exit with it: their CPU is read shortly before.
         let sample_at = knobs.duration().saturating_sub(Duration::from_millis(700));
         let sample = async {
             tokio::time::sleep(sample_at).await;
-            let cpu = backend_cpu(&env.pool, &env.db_name).await;
-            (cpu.map(|c| c.values().sum::<u64>()), started.elapsed())
+            let cpu = backend_cpu_since(&env.pool, &env.db_name, backends_before).await;
+            (cpu.map(|(backends, _)| backends), started.elapsed())
         };
-        let (out, (backend_ticks, backends_window)) =
+        let (out, (backends_cpu, backends_window)) =
             tokio::join!(tokio::time::timeout(limit, cmd.output()), sample);
-        let backends_cpu = backend_ticks.and_then(ticks_to_duration);
         let out = match out {
             Ok(Ok(out)) => out,
             Ok(Err(e)) => panic!("run pgbench (is it installed? it ships with PostgreSQL): {e}"),
             Err(_) => panic!("pgbench did not finish within {limit:?}"),
         };
-        let pg_cpu = cpu_since(cpu_before);
+        let cpu = meter.since(&cpu_before);
         let stdout = String::from_utf8_lossy(&out.stdout);
         if !out.status.success() {
             eprintln!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
@@ -835,19 +890,15 @@ async fn pgbench_phase(knobs: &Knobs) -> Vec<PgbenchRun> {
             .and_then(|l| l["tps = ".len()..].split_whitespace().next())
             .and_then(|v| v.parse::<f64>().ok())
             .unwrap_or(0.0);
-        let failed = stdout
-            .lines()
-            .find(|l| l.starts_with("number of failed transactions:"))
-            .and_then(|l| l.split(':').nth(1))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0);
+        let failed = pgbench_count(&stdout, "number of failed transactions:");
+        let processed = pgbench_count(&stdout, "number of transactions actually processed:");
         let latencies_us = pgbench_latencies(&env.dir, &format!("pgbench_{round}"));
         // The rate is pgbench's own tps; the window makes `rate()` return it.
         let window = Duration::from_secs(knobs.secs);
         runs.push(PgbenchRun {
             workers,
-            pg_cpu,
+            processed,
+            cpu,
             backends_cpu,
             backends_window,
             clients,
@@ -862,6 +913,16 @@ async fn pgbench_phase(knobs: &Knobs) -> Vec<PgbenchRun> {
         });
     }
     runs
+}
+
+/// The number after `label` in pgbench's summary (0 if absent).
+fn pgbench_count(stdout: &str, label: &str) -> u64 {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(label))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0)
 }
 
 /// Per-transaction latencies (µs, sorted) from pgbench's `-l` logs: the third
@@ -949,7 +1010,7 @@ fn versus(name: &str, m: &Stats, c: &Stats) -> String {
     )
 }
 
-fn print_and_write(rows: &[Row], notes: &[String], knobs: &Knobs) {
+fn print_and_write(rows: &[Row], notes: &[String], cpu_report: &cpu::Report, knobs: &Knobs) {
     let header = [
         "measurement",
         "throughput",
@@ -958,78 +1019,46 @@ fn print_and_write(rows: &[Row], notes: &[String], knobs: &Knobs) {
         "p99",
         "ratio to its ceiling",
     ];
-    let cells: Vec<[&str; 6]> = rows
+    let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
-            [
-                r.measurement.as_str(),
-                r.throughput.as_str(),
-                r.p50.as_str(),
-                r.p90.as_str(),
-                r.p99.as_str(),
-                r.vs.as_str(),
+            vec![
+                r.measurement.clone(),
+                r.throughput.clone(),
+                r.p50.clone(),
+                r.p90.clone(),
+                r.p99.clone(),
+                r.vs.clone(),
             ]
         })
         .collect();
-    let mut widths = header.map(|h| h.chars().count());
-    for row in &cells {
-        for (w, c) in widths.iter_mut().zip(row) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let line = |cols: [&str; 6]| {
-        cols.iter()
-            .zip(widths)
-            .enumerate()
-            .map(|(i, (c, w))| {
-                let pad = w - c.chars().count();
-                if (1..5).contains(&i) {
-                    format!("{}{c}", " ".repeat(pad))
-                } else {
-                    format!("{c}{}", " ".repeat(pad))
-                }
-            })
-            .collect::<Vec<_>>()
-            .join("  ")
-    };
+    let numeric = |i: usize| (1..5).contains(&i);
     println!();
-    println!("{}", line(header));
-    println!(
-        "{}",
-        widths
-            .iter()
-            .map(|w| "-".repeat(*w))
-            .collect::<Vec<_>>()
-            .join("  ")
-    );
-    for row in &cells {
-        println!("{}", line(*row));
-    }
+    print!("{}", table::text(&header, &cells, numeric));
     println!();
     for n in notes {
         println!("note: {n}");
     }
+    println!();
+    print!("{}", cpu_report.text());
 
     let mut md = String::new();
     md.push_str("# oncehook bench\n\n");
     md.push_str(&format!(
         "{} CPU(s); binaries: {}; window {} s per measurement, concurrency {}, {} events per worker run, prefetch {}.\n\n",
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        cpu::cores(),
         binaries_profile(),
         knobs.secs,
         knobs.concurrency,
         knobs.events,
         knobs.prefetch
     ));
-    md.push_str("| measurement | throughput | p50 | p90 | p99 | ratio to its ceiling |\n");
-    md.push_str("|---|---:|---:|---:|---:|---|\n");
-    for row in &cells {
-        md.push_str(&format!("| {} |\n", row.join(" | ")));
-    }
+    md.push_str(&table::markdown(&header, &cells, numeric));
     md.push('\n');
     for n in notes {
         md.push_str(&format!("- {n}\n"));
     }
+    md.push_str(&cpu_report.markdown());
     let path = workspace().join("target/bench-report.md");
     match std::fs::write(&path, md) {
         Ok(()) => println!("\nwritten to target/bench-report.md"),
@@ -1073,10 +1102,11 @@ async fn sample_waits(pool: sqlx::PgPool, db: String, target: i64) -> String {
                          ELSE wait_event_type || ':' || wait_event END, count(*)
              FROM pg_stat_activity
              WHERE datname = $1 AND pid <> pg_backend_pid() AND backend_type = 'client backend'
-               AND application_name NOT LIKE 'pgbench%'
+               AND application_name NOT LIKE 'pgbench%' AND application_name <> $2
              GROUP BY 1",
         )
         .bind(&db)
+        .bind(BENCH_APP)
         .fetch_all(&pool)
         .await
         .unwrap_or_default();
@@ -1121,106 +1151,51 @@ async fn count_processed_in(pool: &sqlx::PgPool) -> i64 {
         .unwrap_or(0)
 }
 
-/// CPU time (user + system) of every `postgres` process so far, read from
-/// `/proc/<pid>/stat`, including the exited backends the postmaster reaped
-/// (its `cutime`/`cstime`). `None` where `/proc` is not readable. Counts
-/// every database of the server: other load on it is included.
-fn postgres_cpu() -> Option<Duration> {
-    let ticks_per_sec = clock_ticks()?;
-    let mut ticks: u64 = 0;
-    let mut seen = 0usize;
-    for entry in std::fs::read_dir("/proc").ok()?.flatten().take(1_000_000) {
-        let name = entry.file_name();
-        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-            continue;
-        };
-        if &stat[open + 1..close] != "postgres" {
-            continue;
-        }
-        // After the command: state, ppid, …; utime, stime, cutime, cstime
-        // are the 12th to 15th fields.
-        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-        for f in fields.iter().skip(11).take(4) {
-            ticks += f.parse::<u64>().unwrap_or(0);
-        }
-        seen += 1;
-    }
-    (seen > 0).then(|| Duration::from_secs_f64(ticks as f64 / ticks_per_sec))
-}
-
-/// The kernel's clock ticks per second (`getconf CLK_TCK`; almost always 100).
-fn clock_ticks() -> Option<f64> {
-    let out = std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()?;
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|t| *t > 0.0)
-}
-
 /// CPU ticks (user + system) so far of each client backend serving
-/// database `db`, by pid (`pg_stat_activity` and `/proc/<pid>/stat`).
+/// database `db`, by pid (`pg_stat_activity` and `/proc/<pid>/stat`), and
+/// whether it is one of the bench's own ([`BENCH_APP`]).
 async fn backend_cpu(
     pool: &sqlx::PgPool,
     db: &str,
-) -> Option<std::collections::BTreeMap<i32, u64>> {
-    let pids: Vec<i32> = sqlx::query_scalar(
-        "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend'",
+) -> Option<std::collections::BTreeMap<i32, (u64, bool)>> {
+    let pids: Vec<(i32, bool)> = sqlx::query_as(
+        "SELECT pid, application_name = $2 FROM pg_stat_activity
+         WHERE datname = $1 AND backend_type = 'client backend'",
     )
     .bind(db)
+    .bind(BENCH_APP)
     .fetch_all(pool)
     .await
     .ok()?;
-    let mut out = std::collections::BTreeMap::new();
-    for pid in pids {
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let Some(close) = stat.rfind(')') else {
-            continue;
-        };
-        let ticks: u64 = stat[close + 1..]
-            .split_whitespace()
-            .skip(11)
-            .take(2)
-            .map(|f| f.parse::<u64>().unwrap_or(0))
-            .sum();
-        out.insert(pid, ticks);
-    }
+    let out: std::collections::BTreeMap<i32, (u64, bool)> = pids
+        .into_iter()
+        .filter_map(|(pid, ours)| {
+            let ticks = cpu::process_ticks(u32::try_from(pid).ok()?)?;
+            Some((pid, (ticks.own, ours)))
+        })
+        .collect();
     (!out.is_empty()).then_some(out)
 }
 
-/// CPU the backends of `db` used since `before` (backends that started
-/// since count from zero; backends that exited meanwhile are missed).
+/// CPU the backends of `db` used since `before`: the others' (the
+/// workers'), and the bench's own. Backends that started since count from
+/// zero; backends that exited meanwhile are missed.
 async fn backend_cpu_since(
     pool: &sqlx::PgPool,
     db: &str,
-    before: Option<std::collections::BTreeMap<i32, u64>>,
-) -> Option<Duration> {
+    before: Option<std::collections::BTreeMap<i32, (u64, bool)>>,
+) -> Option<(Duration, Duration)> {
     let now = backend_cpu(pool, db).await?;
     let before = before.unwrap_or_default();
-    let ticks: u64 = now
-        .iter()
-        .map(|(pid, t)| t.saturating_sub(before.get(pid).copied().unwrap_or(0)))
-        .sum();
-    ticks_to_duration(ticks)
-}
-
-fn ticks_to_duration(ticks: u64) -> Option<Duration> {
-    Some(Duration::from_secs_f64(ticks as f64 / clock_ticks()?))
-}
-
-fn cpu_since(before: Option<Duration>) -> Option<Duration> {
-    Some(postgres_cpu()?.saturating_sub(before?))
+    let (mut others, mut ours) = (0u64, 0u64);
+    for (pid, (ticks, bench)) in &now {
+        let used = ticks.saturating_sub(before.get(pid).map_or(0, |b| b.0));
+        *(if *bench { &mut ours } else { &mut others }) += used;
+    }
+    Some((
+        cpu::ticks_to_duration(others)?,
+        cpu::ticks_to_duration(ours)?,
+    ))
 }
 
 /// "1.23 ms per event, 1.8 cores busy".
@@ -1261,12 +1236,12 @@ async fn main() {
     let _ = process::bin("oncehook-worker");
     if speed::only() {
         let extra = speed::phases(&knobs).await;
-        print_and_write(&extra.rows, &extra.notes, &knobs);
+        print_and_write(&extra.rows, &extra.notes, &extra.cpu, &knobs);
         return;
     }
     if console::only() {
         let (rows, notes) = console::phase().await;
-        print_and_write(&rows, &notes, &knobs);
+        print_and_write(&rows, &notes, &cpu::Report::default(), &knobs);
         return;
     }
 
@@ -1338,7 +1313,12 @@ async fn main() {
             "PostgreSQL CPU, C with {} clients: its backends {}; whole server {}",
             pg.clients,
             cpu_per(pg.backends_cpu, sampled, pg.backends_window, "transaction"),
-            cpu_per(pg.pg_cpu, pg.stats.ok, pg.stats.window, "transaction")
+            cpu_per(
+                pg.cpu.of(Who::Postgres),
+                pg.processed,
+                pg.cpu.window,
+                "transaction"
+            )
         ));
         for run in workers.iter().filter(|r| r.workers == pg.workers) {
             rows.push(worker_row(run, pg, knobs.prefetch));
@@ -1352,7 +1332,12 @@ async fn main() {
                     run.stats.window,
                     "event"
                 ),
-                cpu_per(run.pg_cpu, run.events as u64, run.stats.window, "event")
+                cpu_per(
+                    run.cpu.of(Who::Postgres),
+                    run.events as u64,
+                    run.cpu.window,
+                    "event"
+                )
             ));
             notes.push(format!(
                 "worker ×{} batch {}: backends sampled in pg_stat_activity: {}",
@@ -1424,14 +1409,100 @@ async fn main() {
         rows.extend(cluster.rows);
         notes.extend(cluster.notes);
     }
+    let mut cpu = cpu_report(&http, &workers, &pgbench, c);
     let extra = speed::phases(&knobs).await;
     rows.extend(extra.rows);
     notes.extend(extra.notes);
+    cpu.extend(extra.cpu);
     let (console_rows, console_notes) = console::phase().await;
     rows.extend(console_rows);
     notes.extend(console_notes);
-    print_and_write(&rows, &notes, &knobs);
+    print_and_write(&rows, &notes, &cpu, &knobs);
     eprintln!("bench: done in {:.0} s", started.elapsed().as_secs_f64());
+}
+
+/// The CPU budgets of the pipeline's phases, and what they say about the
+/// goals: ingest against B, each worker run against C of its concurrency.
+fn cpu_report(
+    http: &HttpPhase,
+    workers: &[WorkerRun],
+    pgbench: &[PgbenchRun],
+    c: usize,
+) -> cpu::Report {
+    let mut report = cpu::Report::default();
+    let b = Budget::of_rate(
+        format!("B  publish+confirm, quorum queue, {c} publishers"),
+        "msg",
+        http.broker.rate(),
+        http.broker_cpu.clone(),
+    );
+    let ingest = Budget::of_rate(
+        format!("ingest POST /webhooks/razorpay, c={c}"),
+        "req",
+        http.ingest.rate(),
+        http.ingest_cpu.clone(),
+    );
+    report.notes.push(cpu::limit_line(
+        "goal 2 (ingest ≥ 0.80× B)",
+        &ingest,
+        &b,
+        Who::Rabbitmq,
+    ));
+    report.budgets.extend([b, ingest]);
+    for pg in pgbench {
+        let ceiling = pg.budget();
+        let runs: Vec<Budget> = workers
+            .iter()
+            .filter(|r| r.workers == pg.workers)
+            .map(WorkerRun::budget)
+            .collect();
+        for (run, budget) in workers
+            .iter()
+            .filter(|r| r.workers == pg.workers)
+            .zip(&runs)
+        {
+            let goal = if run.workers == 1 {
+                "goal 1 (≥ 1.5× C), "
+            } else {
+                ""
+            };
+            report.notes.push(cpu::limit_line(
+                &format!("{goal}{} vs C {} clients", budget.label, pg.clients),
+                budget,
+                &ceiling,
+                Who::Postgres,
+            ));
+        }
+        report.budgets.push(ceiling);
+        report.budgets.extend(runs);
+    }
+    report
+}
+
+impl WorkerRun {
+    /// CPU per event over the whole drain (from the workers' start).
+    fn budget(&self) -> Budget {
+        Budget {
+            label: format!("worker ×{} batch {}", self.workers, self.batch),
+            unit: "event",
+            ops: self.events as f64,
+            rate: self.stats.rate(),
+            cpu: self.cpu.clone(),
+        }
+    }
+}
+
+impl PgbenchRun {
+    /// CPU per transaction over the whole pgbench run.
+    fn budget(&self) -> Budget {
+        Budget {
+            label: format!("C  pgbench, {} clients", self.clients),
+            unit: "tx",
+            ops: self.processed as f64,
+            rate: self.stats.rate(),
+            cpu: self.cpu.clone(),
+        }
+    }
 }
 
 // ---------------------------------------------------------------- cluster

@@ -187,7 +187,8 @@ impl TestEnv {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
         .collect();
-        // Runs the suite with group commit: `ONCEHOOK_TEST_WORKER_BATCH_SIZE=8`.
+        // Runs the suite with another batch size, e.g. without group commit:
+        // `ONCEHOOK_TEST_WORKER_BATCH_SIZE=1`.
         if let Ok(size) = std::env::var("ONCEHOOK_TEST_WORKER_BATCH_SIZE") {
             envs.push(("ONCEHOOK_WORKER_BATCH_SIZE".to_owned(), size));
         }

@@ -16,8 +16,10 @@
 //!   through the default exchange): which argument costs what;
 //!
 //! and ingest itself (signed POSTs, same concurrency) with 1, 2 and 4 actix
-//! workers. Each measurement gets a fresh environment (empty queues).
+//! workers. Each measurement gets a fresh environment (empty queues). B, B′
+//! and the ingest runs are metered for CPU ([`cpu_report`]).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,9 +30,10 @@ use oncehook_e2e::{TestEnv, broker, free_port};
 use oncehook_gateways::sample::SignedDelivery;
 
 use super::memory::Peaks;
+use crate::cpu::{self, Budget, CpuMeter, CpuUse, Who};
 use crate::{
-    Knobs, Row, Stats, broker_ceiling, captured, closed_loop, histogram_percentiles, http_client,
-    lat_ratio, ms, post, sample_envelope, versus,
+    Knobs, Row, Stats, WARMUP, broker_ceiling, captured, closed_loop, histogram_percentiles,
+    http_client, lat_ratio, ms, post, sample_envelope, versus,
 };
 
 /// The actix worker counts tried.
@@ -40,6 +43,7 @@ pub struct IngestRun {
     pub workers: String,
     pub stats: Stats,
     pub publish: Option<[Duration; 3]>,
+    pub cpu: CpuUse,
 }
 
 pub struct IngestProbe {
@@ -47,6 +51,9 @@ pub struct IngestProbe {
     pub b_args: Vec<(&'static str, Stats)>,
     pub b: Stats,
     pub b_topology: Stats,
+    /// CPU over the measured windows of B and B′.
+    pub b_cpu: CpuUse,
+    pub b_topology_cpu: CpuUse,
     pub b_hop: Stats,
     pub runs: Vec<IngestRun>,
 }
@@ -67,7 +74,10 @@ pub async fn ingest_probe(knobs: &Knobs, peaks: &mut Peaks) -> IngestProbe {
             "bench: ingest with {workers} actix worker(s), c={}",
             knobs.concurrency
         );
-        let stats = post_load(&env, &base, knobs, &format!("i{workers}")).await;
+        let meter = CpuMeter::new().with(Who::Ingest, [ingest.pid()]);
+        let tag = format!("i{workers}");
+        let load = post_load(&env, &base, knobs, &tag);
+        let (stats, cpu) = cpu::during(&meter, WARMUP, knobs.duration(), load).await;
         let metrics = [format!("http://{metrics_addr}/metrics")];
         let publish =
             histogram_percentiles(&env, &metrics, "oncehook_ingest_publish_duration_seconds").await;
@@ -85,19 +95,21 @@ pub async fn ingest_probe(knobs: &Knobs, peaks: &mut Peaks) -> IngestProbe {
             workers: workers.to_owned(),
             stats,
             publish,
+            cpu,
         });
     }
     let envelope = envelope.expect("an envelope from the first ingest run");
 
     let env = TestEnv::new().await;
     eprintln!("bench: B  publish+confirm, throwaway quorum queue");
-    let b = broker_ceiling(&env.prefix, &envelope, knobs).await;
+    let (b, b_cpu) = metered(knobs, broker_ceiling(&env.prefix, &envelope, knobs)).await;
     drop(env);
 
     let env = TestEnv::new().await;
     declare_topology(&env.prefix).await;
     eprintln!("bench: B′ publish+confirm, the events exchange and queue");
-    let b_topology = topology_ceiling(&env.prefix, &envelope, knobs, false).await;
+    let b_topology = topology_ceiling(&env.prefix, &envelope, knobs, false);
+    let (b_topology, b_topology_cpu) = metered(knobs, b_topology).await;
     drop(env);
 
     let env = TestEnv::new().await;
@@ -119,9 +131,67 @@ pub async fn ingest_probe(knobs: &Knobs, peaks: &mut Peaks) -> IngestProbe {
         b_args,
         b,
         b_topology,
+        b_cpu,
+        b_topology_cpu,
         b_hop,
         runs,
     }
+}
+
+/// `load`, a closed loop with the usual warm-up, metered for CPU (the
+/// bench, PostgreSQL, RabbitMQ).
+async fn metered<T>(knobs: &Knobs, load: impl Future<Output = T>) -> (T, CpuUse) {
+    cpu::during(&CpuMeter::new(), WARMUP, knobs.duration(), load).await
+}
+
+/// CPU per message of B and B′ and per request of ingest, and what they
+/// say about goal 2: on this machine, and with RabbitMQ on cores of its own.
+pub fn cpu_report(probe: &IngestProbe, knobs: &Knobs) -> cpu::Report {
+    let c = knobs.concurrency;
+    let b = Budget::of_rate(
+        format!("B  throwaway quorum queue, {c} publishers (probe)"),
+        "msg",
+        probe.b.rate(),
+        probe.b_cpu.clone(),
+    );
+    let topology = Budget::of_rate(
+        format!("B′ events exchange + queue, {c} publishers"),
+        "msg",
+        probe.b_topology.rate(),
+        probe.b_topology_cpu.clone(),
+    );
+    let mut report = cpu::Report::default();
+    report.notes.push(cpu::limit_line(
+        "the events topology, B′ vs B",
+        &topology,
+        &b,
+        Who::Rabbitmq,
+    ));
+    let runs: Vec<Budget> = probe
+        .runs
+        .iter()
+        .map(|run| {
+            let label = format!("ingest, {} actix worker(s), c={c}", run.workers);
+            Budget::of_rate(label, "req", run.stats.rate(), run.cpu.clone())
+        })
+        .collect();
+    for run in &runs {
+        let goal = format!("goal 2 (≥ 0.80× B), {}", run.label);
+        report
+            .notes
+            .push(cpu::limit_line(&goal, run, &b, Who::Rabbitmq));
+    }
+    // The default (one actix worker per core here) against its own topology.
+    let default = probe.runs.iter().zip(&runs).find(|(r, _)| r.workers == "2");
+    if let Some((_, run)) = default {
+        let vs = format!("{} vs B′", run.label);
+        report
+            .notes
+            .push(cpu::limit_line(&vs, run, &topology, Who::Rabbitmq));
+    }
+    report.budgets.extend([b, topology]);
+    report.budgets.extend(runs);
+    report
 }
 
 /// The events queue's arguments, a group at a time (as `Topology` declares them).

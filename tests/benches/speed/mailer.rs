@@ -84,7 +84,7 @@ pub async fn mailer_phase(knobs: &Knobs, peaks: &mut Peaks) -> MailerPhase {
             ],
             &[],
         );
-        let worker_stats = drain_rate(&env, before, before + k as i64).await;
+        let worker_stats = drain_rate(&env.pool, before, before + k as i64).await;
         let emails_queue = format!("{}.emails", env.prefix);
         let queued = wait_for(PHASE_TIMEOUT, || async {
             broker::depth(&emails_queue)

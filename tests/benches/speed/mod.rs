@@ -12,12 +12,13 @@ mod mailer;
 mod memory;
 mod naive;
 
-use crate::{Knobs, Row};
+use crate::{Knobs, Row, cpu};
 
-/// Rows and notes these phases add to the report.
+/// Rows, notes and CPU budgets these phases add to the report.
 pub struct Extra {
     pub rows: Vec<Row>,
     pub notes: Vec<String>,
+    pub cpu: cpu::Report,
 }
 
 /// Whether only these phases should run.
@@ -31,6 +32,7 @@ pub async fn phases(knobs: &Knobs) -> Extra {
     let mut notes = Vec::new();
     let probe = ingest::ingest_probe(knobs, &mut peaks).await;
     ingest::report(&probe, knobs, &mut rows, &mut notes);
+    let cpu = ingest::cpu_report(&probe, knobs);
     let mail = mailer::mailer_phase(knobs, &mut peaks).await;
     mailer::report(&mail, &mut rows, &mut notes);
     let naive_runs = naive::naive_phase(knobs).await;
@@ -54,5 +56,5 @@ pub async fn phases(knobs: &Knobs) -> Extra {
          (the highest of its runs)"
             .to_owned(),
     );
-    Extra { rows, notes }
+    Extra { rows, notes, cpu }
 }

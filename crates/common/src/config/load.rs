@@ -227,7 +227,7 @@ impl Default for RawWorker {
 impl Default for RawBatch {
     fn default() -> Self {
         RawBatch {
-            size: 1,
+            size: 8,
             linger_ms: 2,
         }
     }

@@ -711,9 +711,9 @@ mod tests {
     }
 
     #[test]
-    fn batches_are_bounded_and_default_to_one_delivery() {
+    fn batches_are_bounded_and_default_to_eight_deliveries() {
         let d = Config::from_env_map(&HashMap::new()).expect("defaults");
-        assert_eq!(d.worker.batch_size, 1);
+        assert_eq!(d.worker.batch_size, 8);
         assert_eq!(d.worker.batch_linger, Duration::from_millis(2));
         for (key, bad) in [
             (ENV_WORKER_BATCH_SIZE, "0"),
@@ -725,13 +725,13 @@ mod tests {
             assert!(err.contains(key), "{bad}: {err}");
         }
         let env = HashMap::from([
-            (ENV_WORKER_BATCH_SIZE.to_owned(), "8".to_owned()),
+            (ENV_WORKER_BATCH_SIZE.to_owned(), "1".to_owned()),
             (ENV_WORKER_BATCH_LINGER_MS.to_owned(), "0".to_owned()),
         ]);
-        let eight = Config::from_env_map(&env).expect("batch of eight");
+        let off = Config::from_env_map(&env).expect("group commit off");
         assert_eq!(
-            (eight.worker.batch_size, eight.worker.batch_linger),
-            (8, Duration::ZERO)
+            (off.worker.batch_size, off.worker.batch_linger),
+            (1, Duration::ZERO)
         );
     }
 
