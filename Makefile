@@ -5,7 +5,7 @@ export ONCEHOOK_CONFIG ?= $(CURDIR)/deploy/local/oncehook.toml
 export ONCEHOOK_MAIL_DIR ?= $(CURDIR)/var/mail
 CTL := target/debug/oncehookctl
 
-.PHONY: run test lint services tools alerts-test build demo bench chaos confluence fmt clean
+.PHONY: run test lint services tools alerts-test build demo bench bench-smoke chaos confluence fmt clean
 
 ## run: start Postgres + RabbitMQ if needed, migrate, seed demo data, run ingest + worker + mailer + console
 run: services build
@@ -15,12 +15,13 @@ run: services build
 
 ## test: unit, property and end-to-end tests against real Postgres and RabbitMQ, the pipeline's
 ## tests once more through a real PgBouncer in transaction mode and once without group commit
-## (batch size 1), then the alert rules' tests
+## (batch size 1), the bench once with tiny loads, then the alert rules' tests
 test: services tools
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace
 	ONCEHOOK_TEST_POOLER=pgbouncer $(CARGO) test -p oncehook-e2e --test pipeline
 	ONCEHOOK_TEST_WORKER_BATCH_SIZE=1 $(CARGO) test -p oncehook-e2e --test pipeline
+	$(MAKE) bench-smoke
 	$(MAKE) alerts-test
 
 ## alerts-test: check the alert rules and run their unit tests (promtool, from Debian's prometheus package)
@@ -68,6 +69,15 @@ confluence: services
 bench: services
 	$(CARGO) build --release --bins
 	ONCEHOOK_BIN_DIR=$(CURDIR)/target/release $(CARGO) bench -p oncehook-e2e --bench pipeline
+
+## bench-smoke: every phase of the bench once, with tiny loads and the debug binaries, so the
+## bench keeps working (inside `make test`); its figures mean nothing, `make bench` measures
+bench-smoke: services tools
+	ONCEHOOK_BENCH_SECS=1 ONCEHOOK_BENCH_EVENTS=60 ONCEHOOK_BENCH_LETTERS=60 ONCEHOOK_BENCH_ROWS=2000 \
+		$(CARGO) test -p oncehook-e2e --bench pipeline
+	grep -q '^| worker ×2' target/bench-report.md
+	grep -q '^| console overview' target/bench-report.md
+	grep -q '^- goal 1 (' target/bench-report.md
 
 ## demo: the README tour against a running `make run`
 demo: build
