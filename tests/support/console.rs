@@ -38,6 +38,26 @@ impl Answer {
             .to_owned()
     }
 
+    /// The IDs of the dead letters a page links to, in page order.
+    pub fn letter_ids(&self) -> Vec<String> {
+        self.body
+            .split("href=\"/letters/")
+            .skip(1)
+            .filter_map(|rest| rest.split('"').next())
+            .filter(|id| !id.is_empty() && id.chars().all(|c| c.is_ascii_hexdigit()))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The target of the page's "older →" link (a list's next page).
+    pub fn older_link(&self) -> Option<String> {
+        self.body
+            .split("<a href=\"")
+            .filter_map(|s| s.split_once("\">older →"))
+            .map(|(href, _)| href.replace("&amp;", "&"))
+            .next()
+    }
+
     /// The value of the first `<input name="csrf" …>` of the page.
     pub fn csrf(&self) -> String {
         let marker = "name=\"csrf\" value=\"";

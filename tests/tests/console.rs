@@ -265,12 +265,10 @@ async fn an_operator_replays_a_dead_letter_from_the_pipeline_and_it_is_audited()
         list.body
     );
     let id = list
-        .body
-        .split("href=\"/letters/")
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .expect("a link to the dead letter")
-        .to_owned();
+        .letter_ids()
+        .into_iter()
+        .next()
+        .expect("a link to the dead letter");
 
     // The detail page masks the gateway's signature.
     let detail = console.get(&format!("/letters/{id}"), Some(&cookie)).await;
@@ -404,16 +402,6 @@ async fn dead_letter_for(env: &TestEnv, ingest: &str, order: &str, depth: u32) {
     .await;
 }
 
-/// The IDs the dead-letter list links to.
-fn letter_ids(page: &str) -> Vec<String> {
-    page.split("href=\"/letters/")
-        .skip(1)
-        .filter_map(|rest| rest.split('"').next())
-        .filter(|id| id.chars().all(|c| c.is_ascii_hexdigit()) && !id.is_empty())
-        .map(str::to_owned)
-        .collect()
-}
-
 #[tokio::test]
 async fn a_letter_that_arrives_after_the_page_was_read_shows_up_on_its_own() {
     let mut env = TestEnv::new().await;
@@ -451,7 +439,7 @@ async fn a_letter_that_arrives_after_the_page_was_read_shows_up_on_its_own() {
     .await;
     // Its detail page too, with the body.
     let page = console.get("/letters", Some(&cookie)).await;
-    for id in letter_ids(&page.body) {
+    for id in page.letter_ids() {
         let d = console.get(&format!("/letters/{id}"), Some(&cookie)).await;
         assert_eq!(d.status, 200, "{}", d.body);
         assert!(d.body.contains("order_"), "{}", d.body);
@@ -471,7 +459,7 @@ async fn two_operators_replaying_the_same_letters_at_once_lose_and_double_nothin
     let first = console.login(OPERATOR).await;
     let second = console.login(OPERATOR).await;
     let page = console.get("/letters", Some(&first)).await;
-    let ids = letter_ids(&page.body);
+    let ids = page.letter_ids();
     assert_eq!(ids.len(), 3, "{}", page.body);
 
     // The cause fixed, both sessions replay all three at the same moment.
@@ -558,12 +546,6 @@ async fn the_events_page_pages_by_keyset_and_filters_by_outcome_and_age() {
             .map(|n| format!("evt_page_{n}"))
             .collect()
     };
-    let older = |body: &str| -> Option<String> {
-        body.split("<a href=\"")
-            .filter_map(|s| s.split_once("\">older →"))
-            .map(|(href, _)| href.replace("&amp;", "&"))
-            .next()
-    };
 
     // Newest first, 50 a page, every event once across the pages.
     let mut seen = Vec::new();
@@ -574,7 +556,7 @@ async fn the_events_page_pages_by_keyset_and_filters_by_outcome_and_age() {
         let ids = events_on(&a.body);
         assert_eq!(ids.len(), if page < 3 { 50 } else { 20 }, "page {page}");
         seen.extend(ids);
-        match older(&a.body) {
+        match a.older_link() {
             Some(next) => at = next,
             None => assert_eq!(page, 3, "an older link on every page but the last"),
         }
@@ -589,7 +571,7 @@ async fn the_events_page_pages_by_keyset_and_filters_by_outcome_and_age() {
     assert!(ids.iter().all(|id| id.ends_with('0')), "{ids:?}");
     let hour = console.get("/events?within=1h", Some(&cookie)).await;
     assert_eq!(events_on(&hour.body).len(), 50);
-    let hour_next = older(&hour.body).expect("a second page in the last hour");
+    let hour_next = hour.older_link().expect("a second page in the last hour");
     assert!(hour_next.contains("within=1h"), "{hour_next}");
     let rest = console.get(&hour_next, Some(&cookie)).await;
     assert_eq!(events_on(&rest.body).len(), 9, "{}", rest.body);

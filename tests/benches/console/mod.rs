@@ -87,12 +87,10 @@ pub async fn phase() -> (Vec<Row>, Vec<String>) {
         list.status
     ));
     let letter = list
-        .body
-        .split("href=\"/letters/")
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .unwrap_or("none")
-        .to_owned();
+        .letter_ids()
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| "none".to_owned());
     let csrf = list.csrf();
     // The Events page's third page: the cursor after the first 100 rows.
     let deep = older_link(&console, &cookie, "/events", 2).await;
@@ -197,14 +195,7 @@ async fn seed_events(env: &TestEnv, n: usize) -> Result<(), sqlx::Error> {
 async fn older_link(console: &Console, cookie: &str, path: &str, hops: usize) -> String {
     let mut at = path.to_owned();
     for _ in 0..hops {
-        let page = console.get(&at, Some(cookie)).await;
-        let Some(next) = page
-            .body
-            .split("<a href=\"")
-            .filter_map(|s| s.split_once("\">older →"))
-            .map(|(href, _)| href.replace("&amp;", "&"))
-            .next()
-        else {
+        let Some(next) = console.get(&at, Some(cookie)).await.older_link() else {
             break;
         };
         at = next;
