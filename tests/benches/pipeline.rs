@@ -406,7 +406,26 @@ async fn broker_ceiling(prefix: &str, envelope: &Envelope, knobs: &Knobs) -> Sta
 /// [`broker_ceiling`] through the broker node at `url` (the queue's leader
 /// is placed on that node; on a cluster it has a replica on every node).
 async fn broker_ceiling_at(url: &str, prefix: &str, envelope: &Envelope, knobs: &Knobs) -> Stats {
-    let queue = format!("{prefix}.bench-ceiling");
+    queue_ceiling(
+        url,
+        &format!("{prefix}.bench-ceiling"),
+        envelope,
+        knobs,
+        Vec::new(),
+    )
+    .await
+}
+
+/// N tasks publishing the envelope on one confirm channel, each awaiting its
+/// confirm, into `queue`: a throwaway quorum queue with `extra` arguments,
+/// declared on the node at `url` and deleted afterwards.
+pub(crate) async fn queue_ceiling(
+    url: &str,
+    queue: &str,
+    envelope: &Envelope,
+    knobs: &Knobs,
+    extra: Vec<(&'static str, AMQPValue)>,
+) -> Stats {
     let (conn, ch) = broker::confirm_channel_on(url).await;
     let mut args = FieldTable::default();
     args.insert(
@@ -415,8 +434,11 @@ async fn broker_ceiling_at(url: &str, prefix: &str, envelope: &Envelope, knobs: 
     );
     // A safety net: the queue disappears on its own if this run dies.
     args.insert("x-expires".into(), AMQPValue::LongInt(600_000));
+    for (k, v) in extra {
+        args.insert(k.into(), v);
+    }
     ch.queue_declare(
-        queue.as_str().into(),
+        queue.into(),
         QueueDeclareOptions {
             durable: true,
             ..QueueDeclareOptions::default()
@@ -428,7 +450,7 @@ async fn broker_ceiling_at(url: &str, prefix: &str, envelope: &Envelope, knobs: 
 
     let payload = Arc::new(envelope.to_bytes());
     let props = envelope.properties();
-    let queue_name = Arc::new(queue.clone());
+    let queue_name = Arc::new(queue.to_owned());
     let stats = {
         let ch = ch.clone();
         closed_loop(
@@ -460,7 +482,7 @@ async fn broker_ceiling_at(url: &str, prefix: &str, envelope: &Envelope, knobs: 
         .await
     };
     let _ = ch
-        .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
+        .queue_delete(queue.into(), QueueDeleteOptions::default())
         .await;
     let _ = conn.close(200, "bye".into()).await;
     stats

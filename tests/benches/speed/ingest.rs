@@ -23,8 +23,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lapin::options::{QueueDeclareOptions, QueueDeleteOptions};
-use lapin::types::{AMQPValue, FieldTable};
+use lapin::types::AMQPValue;
 use oncehook_common::{Envelope, amqp};
 use oncehook_e2e::{TestEnv, broker, free_port};
 use oncehook_gateways::sample::SignedDelivery;
@@ -33,7 +32,7 @@ use super::memory::Peaks;
 use crate::cpu::{self, Budget, CpuMeter, CpuUse, Who};
 use crate::{
     Knobs, Row, Stats, WARMUP, broker_ceiling, captured, closed_loop, histogram_percentiles,
-    http_client, lat_ratio, ms, post, sample_envelope, versus,
+    http_client, lat_ratio, ms, post, queue_ceiling, sample_envelope, versus,
 };
 
 /// The actix worker counts tried.
@@ -233,55 +232,7 @@ async fn args_ceiling(
     extra: Vec<(&'static str, AMQPValue)>,
 ) -> Stats {
     let queue = format!("{prefix}.bench-args");
-    let (conn, ch) = broker::confirm_channel_on(broker::AMQP_URL).await;
-    let mut args = FieldTable::default();
-    args.insert(
-        "x-queue-type".into(),
-        AMQPValue::LongString("quorum".into()),
-    );
-    args.insert("x-expires".into(), AMQPValue::LongInt(600_000));
-    for (k, v) in extra {
-        args.insert(k.into(), v);
-    }
-    ch.queue_declare(
-        queue.as_str().into(),
-        QueueDeclareOptions {
-            durable: true,
-            ..QueueDeclareOptions::default()
-        },
-        args,
-    )
-    .await
-    .expect("declare the queue");
-    let payload = Arc::new(envelope.to_bytes());
-    let props = envelope.properties();
-    let name = Arc::new(queue.clone());
-    let publisher = ch.clone();
-    let stats = closed_loop(
-        knobs.concurrency,
-        Duration::from_secs(1),
-        knobs.duration(),
-        2_000_000,
-        move |_| {
-            let (ch, payload, props, name) = (
-                publisher.clone(),
-                payload.clone(),
-                props.clone(),
-                name.clone(),
-            );
-            async move {
-                amqp::publish_confirmed(&ch, "", &name, &payload, props, Duration::from_secs(5))
-                    .await
-                    .is_ok()
-            }
-        },
-    )
-    .await;
-    let _ = ch
-        .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
-        .await;
-    let _ = conn.close(200, "bye".into()).await;
-    stats
+    queue_ceiling(broker::AMQP_URL, &queue, envelope, knobs, extra).await
 }
 
 /// Signed captured events posted by `knobs.concurrency` clients for the window.
