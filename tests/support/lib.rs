@@ -18,6 +18,7 @@ pub mod process;
 pub mod prometheus;
 pub mod shop;
 pub mod smtp;
+pub mod smtp_tls;
 pub mod webdriver;
 
 pub use env::{Secrets, TestEnv};

@@ -53,3 +53,113 @@ async fn a_toml_syntax_error_is_refused_by_line_without_quoting_it() {
         assert!(!log.contains("TOPSECRET"), "{bin} printed the line: {log}");
     }
 }
+
+#[tokio::test]
+async fn a_secret_of_the_wrong_type_is_named_with_its_type_never_echoed() {
+    let mut env = TestEnv::new().await;
+    let cases = [
+        // A string where the list of secrets belongs.
+        (
+            "[[source]]\nname = \"stripe\"\ngateway = \"stripe\"\nsecrets = \"whsec_TYPEDSECRET123\"\n",
+            "secrets",
+            "whsec_TYPEDSECRET123",
+        ),
+        // A list where the console's session key belongs.
+        (
+            "[console]\nsession_key = [\"TYPEDSECRET456-long-enough-for-a-session-key\"]\n",
+            "console.session_key",
+            "TYPEDSECRET456",
+        ),
+        // The SMTP password as a list.
+        (
+            "[mail]\npassword = [\"TYPEDSECRET789\"]\n",
+            "mail.password",
+            "TYPEDSECRET789",
+        ),
+    ];
+    for bin in [
+        "oncehook-ingest",
+        "oncehook-worker",
+        "oncehook-mailer",
+        "oncehook-console",
+        "oncehookctl",
+    ] {
+        for (toml, key, secret) in cases {
+            let path = env.dir.join(format!("{bin}-typed.toml"));
+            std::fs::write(&path, toml).expect("write config");
+            let path = path.display().to_string();
+            let args: &[&str] = if bin == "oncehookctl" {
+                &["migrate"]
+            } else {
+                &[]
+            };
+            let mut proc = env.spawn(bin, &[("ONCEHOOK_CONFIG", path.as_str())], args);
+            let code = proc.wait_exit(Duration::from_secs(15));
+            let log = proc.log_text();
+            assert!(
+                code.is_some_and(|c| c != 0),
+                "{bin} must refuse {key}: {log}"
+            );
+            assert!(log.contains(key), "{bin} names {key}: {log}");
+            assert!(
+                log.contains("invalid type: expected") && log.contains("found a"),
+                "{bin} says what type was expected and found: {log}"
+            );
+            assert!(!log.contains(secret), "{bin} echoed the secret: {log}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn secure_cookies_takes_a_toml_boolean() {
+    let mut env = TestEnv::new().await;
+    let user = oncehook_e2e::console::hash_line(&env, "ops", "operator", "correct horse").await;
+    for (value, secure) in [("false", false), ("true", true)] {
+        let addr = format!("127.0.0.1:{}", oncehook_e2e::free_port());
+        let toml = format!("[console]\naddr = \"{addr}\"\nsecure_cookies = {value}\n{user}\n");
+        let path = env.dir.join(format!("console-cookies-{value}.toml"));
+        std::fs::write(&path, toml).expect("write config");
+        let path = path.display().to_string();
+        let mut console = env.spawn(
+            "oncehook-console",
+            &[
+                ("ONCEHOOK_CONFIG", path.as_str()),
+                ("ONCEHOOK_CONSOLE_SECURE_COOKIES", ""),
+            ],
+            &[],
+        );
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .expect("client");
+        let login = format!("http://{addr}/login");
+        let answer = oncehook_e2e::eventually(
+            &format!("the console with secure_cookies = {value}"),
+            Duration::from_secs(20),
+            || {
+                assert!(
+                    console.is_running(),
+                    "the console stopped: {}",
+                    console.log_text()
+                );
+                let (http, login) = (&http, &login);
+                async move {
+                    http.post(login)
+                        .form(&[("user", "ops"), ("password", "correct horse")])
+                        .send()
+                        .await
+                        .ok()
+                }
+            },
+        )
+        .await;
+        assert_eq!(answer.status().as_u16(), 303, "{}", console.log_text());
+        let cookie = answer
+            .headers()
+            .get("set-cookie")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        assert_eq!(cookie.contains("Secure"), secure, "{value}: {cookie}");
+    }
+}

@@ -1,5 +1,6 @@
 //! oncehook-mailer as a library: `transport` (SMTP or `.eml` files),
-//! `smtp` (pooled SMTP sessions, reused across sends),
+//! `smtp` (pooled SMTP sessions, reused across sends), `tls` (the trust
+//! and the two ways a session is encrypted),
 //! `outbox` (claim / mark sent / mark failed, never holding a lock across
 //! the send) and `service` (the handler: claim, send with retries, the verdict that
 //! `oncehook_common::consume` settles).
@@ -7,4 +8,5 @@
 pub mod outbox;
 pub mod service;
 pub mod smtp;
+pub mod tls;
 pub mod transport;

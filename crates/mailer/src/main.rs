@@ -15,11 +15,7 @@ async fn main() -> anyhow::Result<()> {
     telemetry::init_logging(&settings.telemetry, "oncehook-mailer");
     let metrics = telemetry::init_metrics().map_err(anyhow::Error::msg)?;
     let shutdown = Shutdown::on_signals();
-    let transport = Transport::from_settings(
-        settings.mail.smtp_url.as_ref().map(|u| u.expose()),
-        settings.mail.dir.clone(),
-        settings.mail.concurrency,
-    )?;
+    let transport = Transport::from_config(&settings.mail)?;
     let pool_size = settings
         .database
         .pool_size(u32::from(settings.mail.prefetch) + 2);

@@ -14,14 +14,25 @@
 //! session. A connection idle for a while is checked with `NOOP` before it
 //! is used again (the server may have closed it), and one idle for longer is
 //! closed instead of reused.
+//!
+//! A session is protected as `[mail] tls` says — plain, `STARTTLS` right
+//! after the greeting (a server that does not offer it is refused, never
+//! used in the clear), or TLS from the first byte — and logs in with
+//! `AUTH PLAIN` or `LOGIN` once encrypted. A failed login is an error that
+//! names the user and the server, never the password, and is retried like
+//! any other failed send: the email waits, it is not dropped.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use lettre::address::Envelope;
+use lettre::transport::smtp::authentication::{Credentials, Mechanism};
 use lettre::transport::smtp::client::AsyncSmtpConnection;
 use lettre::transport::smtp::extension::ClientId;
+use oncehook_common::config::{SmtpConfig, SmtpTls};
 use tokio::net::TcpStream;
+
+use crate::tls::{TlsSetupError, TlsTrust};
 
 /// A parked connection idle longer than this is checked with `NOOP` first.
 const CHECK_AFTER: Duration = Duration::from_secs(2);
@@ -43,12 +54,44 @@ pub enum SmtpError {
     Protocol(#[from] lettre::transport::smtp::Error),
     #[error("no answer within {0:?}")]
     TimedOut(Duration),
+    #[error(
+        "{addr} does not offer STARTTLS (mail.tls = \"starttls\"): refusing to send in the clear"
+    )]
+    NoStartTls { addr: String },
+    #[error("TLS with {addr} failed: {reason} (a private relay's CA goes in mail.ca_file)")]
+    Tls { addr: String, reason: String },
+    #[error(
+        "logging in to {addr} as {user:?} failed: {reason} (check mail.username and mail.password)"
+    )]
+    Auth {
+        addr: String,
+        user: String,
+        reason: String,
+    },
 }
 
 impl SmtpError {
-    /// A refusal retrying will not change (5xx).
+    /// A refusal retrying will not change (5xx for this message). A failed
+    /// login or TLS handshake is not one: the account or the certificate is
+    /// fixed on the server or in the configuration, and the email waits.
     pub fn is_permanent(&self) -> bool {
         matches!(self, SmtpError::Protocol(e) if e.is_permanent())
+    }
+}
+
+/// The server and how sessions with it are opened.
+struct Server {
+    host: String,
+    port: u16,
+    tls: SmtpTls,
+    /// Set for the two TLS modes.
+    trust: Option<TlsTrust>,
+    login: Option<(String, Credentials)>,
+}
+
+impl Server {
+    fn addr(&self) -> String {
+        format!("{}:{}", self.host, self.port)
     }
 }
 
@@ -59,8 +102,7 @@ struct Parked {
 
 /// Open SMTP sessions to one server, reused across sends.
 pub struct SmtpPool {
-    host: String,
-    port: u16,
+    server: Server,
     timeout: Duration,
     hello: ClientId,
     /// At most this many idle sessions are kept.
@@ -69,17 +111,40 @@ pub struct SmtpPool {
 }
 
 impl SmtpPool {
-    /// A pool for `host:port`, keeping up to `max_idle` sessions open;
-    /// each send (connecting included) must finish within `timeout`.
-    pub fn new(host: &str, port: u16, timeout: Duration, max_idle: usize) -> SmtpPool {
-        SmtpPool {
-            host: host.to_owned(),
-            port,
+    /// A pool for the configured server, keeping up to `max_idle` sessions
+    /// open; each send (connecting and logging in included) must finish
+    /// within `timeout`. Fails only on a bad `ca_file`.
+    pub fn new(
+        config: &SmtpConfig,
+        timeout: Duration,
+        max_idle: usize,
+    ) -> Result<SmtpPool, TlsSetupError> {
+        let trust = match config.tls {
+            SmtpTls::None => None,
+            SmtpTls::StartTls | SmtpTls::Implicit => {
+                Some(TlsTrust::new(&config.host, config.ca_file.as_deref())?)
+            }
+        };
+        // Exist at zero from the start, so the first refusal is an increase.
+        metrics::counter!("oncehook_mailer_smtp_connections_total").increment(0);
+        metrics::counter!("oncehook_mailer_smtp_login_failures_total").increment(0);
+        let login = config.credentials.as_ref().map(|c| {
+            let creds = Credentials::new(c.username.clone(), c.password.expose().to_owned());
+            (c.username.clone(), creds)
+        });
+        Ok(SmtpPool {
+            server: Server {
+                host: config.host.clone(),
+                port: config.port,
+                tls: config.tls,
+                trust,
+                login,
+            },
             timeout,
             hello: ClientId::default(),
             max_idle: max_idle.max(1),
             idle: Mutex::new(Vec::new()),
-        }
+        })
     }
 
     /// Sends one message on a pooled session (a new one if none is idle).
@@ -101,6 +166,16 @@ impl SmtpPool {
         tokio::time::timeout(self.timeout, attempt)
             .await
             .unwrap_or(Err(SmtpError::TimedOut(self.timeout)))
+    }
+
+    /// The server, its TLS mode and login, for the start-up log line.
+    pub fn describe(&self) -> String {
+        let s = &self.server;
+        let login = s.login.as_ref().map_or_else(
+            || "no login".to_owned(),
+            |(user, _)| format!("login {user:?}"),
+        );
+        format!("smtp {} (tls {}, {login})", s.addr(), s.tls.as_str())
     }
 
     /// Sessions open and idle right now.
@@ -159,9 +234,11 @@ impl SmtpPool {
         // closes the socket without `QUIT`.
     }
 
+    /// A new session: TCP, then TLS as configured, then the login.
     async fn connect(&self) -> Result<AsyncSmtpConnection, SmtpError> {
-        let addr = format!("{}:{}", self.host, self.port);
-        let stream = TcpStream::connect((self.host.as_str(), self.port))
+        let server = &self.server;
+        let addr = server.addr();
+        let stream = TcpStream::connect((server.host.as_str(), server.port))
             .await
             .map_err(|source| SmtpError::Connect {
                 addr: addr.clone(),
@@ -169,9 +246,52 @@ impl SmtpPool {
             })?;
         stream
             .set_nodelay(true)
-            .map_err(|source| SmtpError::Connect { addr, source })?;
-        let conn =
-            AsyncSmtpConnection::connect_with_transport(Box::new(stream), &self.hello).await?;
+            .map_err(|source| SmtpError::Connect {
+                addr: addr.clone(),
+                source,
+            })?;
+        let tls_failed = |reason: String| SmtpError::Tls {
+            addr: addr.clone(),
+            reason,
+        };
+        let mut conn = match (&server.trust, server.tls) {
+            (Some(trust), SmtpTls::Implicit) => {
+                let tls = trust
+                    .connect(stream)
+                    .await
+                    .map_err(|e| tls_failed(e.to_string()))?;
+                AsyncSmtpConnection::connect_with_transport(Box::new(tls), &self.hello).await?
+            }
+            (Some(trust), SmtpTls::StartTls) => {
+                let mut conn =
+                    AsyncSmtpConnection::connect_with_transport(Box::new(stream), &self.hello)
+                        .await?;
+                if !conn.can_starttls() {
+                    conn.abort().await;
+                    return Err(SmtpError::NoStartTls { addr });
+                }
+                if let Err(e) = conn.starttls(trust.starttls(), &self.hello).await {
+                    // Dropped, not aborted: after a failed handshake lettre
+                    // holds no stream to say QUIT on.
+                    drop(conn);
+                    return Err(tls_failed(e.to_string()));
+                }
+                conn
+            }
+            _ => AsyncSmtpConnection::connect_with_transport(Box::new(stream), &self.hello).await?,
+        };
+        if let Some((user, creds)) = &server.login {
+            let mechanisms = [Mechanism::Plain, Mechanism::Login];
+            if let Err(e) = conn.auth(&mechanisms, creds).await {
+                conn.abort().await;
+                metrics::counter!("oncehook_mailer_smtp_login_failures_total").increment(1);
+                return Err(SmtpError::Auth {
+                    addr,
+                    user: user.clone(),
+                    reason: e.to_string(),
+                });
+            }
+        }
         metrics::counter!("oncehook_mailer_smtp_connections_total").increment(1);
         Ok(conn)
     }

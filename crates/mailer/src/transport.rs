@@ -1,7 +1,7 @@
-//! Where emails go: SMTP when `ONCEHOOK_SMTP_URL` is set (plain
-//! `smtp://host:port`, for a local relay; lettre speaks the protocol on the
-//! pooled sessions of [`crate::smtp`]), else `.eml` files in
-//! `ONCEHOOK_MAIL_DIR`. Every email carries a stable `Message-ID` derived
+//! Where emails go: SMTP when `ONCEHOOK_SMTP_URL` is set (a local relay
+//! over plain `smtp://`, or a hosted provider with STARTTLS or implicit TLS
+//! and a login; lettre speaks the protocol on the pooled sessions of
+//! [`crate::smtp`]), else `.eml` files in `ONCEHOOK_MAIL_DIR`. Every email carries a stable `Message-ID` derived
 //! from its outbox id, so a resend after a crash is recognisably the same.
 
 use std::path::PathBuf;
@@ -12,7 +12,10 @@ use lettre::message::Mailbox;
 use lettre::message::header::ContentType;
 use uuid::Uuid;
 
+use oncehook_common::config::MailConfig;
+
 use crate::smtp::SmtpPool;
+use crate::tls::TlsSetupError;
 
 /// The longest one SMTP send may take, connecting included.
 pub const SMTP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -52,12 +55,13 @@ impl SendError {
     }
 }
 
-/// Configuration error for the transport.
+/// The delivery mechanism could not be set up (a bad `ca_file`).
 #[derive(Debug, thiserror::Error)]
-#[error("ONCEHOOK_SMTP_URL {url:?}: {reason}")]
+#[error("SMTP server {server}: {source}")]
 pub struct TransportConfigError {
-    url: String,
-    reason: String,
+    /// The URL without its password.
+    server: String,
+    source: TlsSetupError,
 }
 
 /// The configured delivery mechanism.
@@ -67,39 +71,31 @@ pub enum Transport {
 }
 
 impl Transport {
-    /// SMTP if `smtp_url` is set (keeping up to `connections` sessions open
-    /// for reuse: one per concurrent send), else files under `mail_dir`.
-    pub fn from_settings(
-        smtp_url: Option<&str>,
-        mail_dir: PathBuf,
-        connections: u16,
-    ) -> Result<Self, TransportConfigError> {
-        let Some(raw) = smtp_url else {
-            return Ok(Transport::Files(mail_dir));
+    /// SMTP if `[mail]` names a server (keeping up to `concurrency`
+    /// sessions open for reuse: one per concurrent send), else files under
+    /// `dir`.
+    pub fn from_config(mail: &MailConfig) -> Result<Self, TransportConfigError> {
+        let Some(smtp) = &mail.smtp else {
+            return Ok(Transport::Files(mail.dir.clone()));
         };
-        let err = |reason: &str| TransportConfigError {
-            url: raw.to_owned(),
-            reason: reason.to_owned(),
-        };
-        let url = url::Url::parse(raw).map_err(|e| err(&e.to_string()))?;
-        if url.scheme() != "smtp" {
-            return Err(err(
-                "only plain smtp://host:port is supported (relay through a local MTA for TLS)",
-            ));
-        }
-        let host = url.host_str().ok_or_else(|| err("missing host"))?;
-        let pool = SmtpPool::new(
-            host,
-            url.port().unwrap_or(25),
-            SMTP_TIMEOUT,
-            usize::from(connections),
-        );
+        let pool =
+            SmtpPool::new(smtp, SMTP_TIMEOUT, usize::from(mail.concurrency)).map_err(|source| {
+                TransportConfigError {
+                    server: smtp.shown.clone(),
+                    source,
+                }
+            })?;
         Ok(Transport::Smtp(pool))
+    }
+
+    /// A file transport into `dir` (tests).
+    pub fn files(dir: PathBuf) -> Self {
+        Transport::Files(dir)
     }
 
     pub fn describe(&self) -> String {
         match self {
-            Transport::Smtp(_) => "smtp".to_owned(),
+            Transport::Smtp(pool) => pool.describe(),
             Transport::Files(dir) => format!("files in {}", dir.display()),
         }
     }

@@ -56,6 +56,11 @@ pub const ENV_INGEST_WORKERS: &str = "ONCEHOOK_INGEST_WORKERS";
 pub const ENV_METRICS_ADDR: &str = "ONCEHOOK_METRICS_ADDR";
 pub const ENV_PROMETHEUS_URL: &str = "ONCEHOOK_PROMETHEUS_URL";
 pub const ENV_SMTP_URL: &str = "ONCEHOOK_SMTP_URL";
+pub const ENV_SMTP_TLS: &str = "ONCEHOOK_SMTP_TLS";
+pub const ENV_SMTP_USERNAME: &str = "ONCEHOOK_SMTP_USERNAME";
+pub const ENV_SMTP_PASSWORD: &str = "ONCEHOOK_SMTP_PASSWORD";
+pub const ENV_SMTP_CA_FILE: &str = "ONCEHOOK_SMTP_CA_FILE";
+pub const ENV_SMTP_ALLOW_INSECURE_AUTH: &str = "ONCEHOOK_SMTP_ALLOW_INSECURE_AUTH";
 pub const ENV_MAIL_DIR: &str = "ONCEHOOK_MAIL_DIR";
 pub const ENV_MAIL_FROM: &str = "ONCEHOOK_MAIL_FROM";
 pub const ENV_MAIL_CONCURRENCY: &str = "ONCEHOOK_MAIL_CONCURRENCY";
@@ -226,6 +231,17 @@ pub const KEYS: &[Key] = &[
         Some("smtp_url"),
         Text,
         true,
+    ),
+    key(ENV_SMTP_TLS, &["mail.tls"], None, Text, false),
+    key(ENV_SMTP_USERNAME, &["mail.username"], None, Text, false),
+    key(ENV_SMTP_PASSWORD, &["mail.password"], None, Text, true),
+    key(ENV_SMTP_CA_FILE, &["mail.ca_file"], None, Text, false),
+    key(
+        ENV_SMTP_ALLOW_INSECURE_AUTH,
+        &["mail.allow_insecure_auth"],
+        None,
+        Text,
+        false,
     ),
     key(
         ENV_MAIL_FROM,

@@ -106,6 +106,11 @@ pub(crate) struct RawBatch {
 #[serde(deny_unknown_fields, default)]
 pub(crate) struct RawMail {
     pub smtp_url: Option<String>,
+    pub tls: Option<String>,
+    pub username: Option<String>,
+    pub password: Option<String>,
+    pub ca_file: Option<PathBuf>,
+    pub allow_insecure_auth: Flag,
     pub from: String,
     pub dir: PathBuf,
     pub prefetch: u16,
@@ -119,10 +124,32 @@ pub(crate) struct RawConsole {
     pub addr: String,
     pub session_key: Option<String>,
     pub session_ttl: String,
-    /// `true`/`false` (text, so the environment can set it).
-    pub secure_cookies: String,
+    pub secure_cookies: Flag,
     /// `[[console.user]]`
     pub user: Vec<RawConsoleUser>,
+}
+
+/// A yes/no setting: a TOML boolean in the file, or text (`true`, `yes`,
+/// `on`, `1` and their opposites) from the environment or the file.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(untagged)]
+pub(crate) enum Flag {
+    Bool(bool),
+    Text(String),
+}
+
+impl Flag {
+    /// The value, or `None` for text that is neither yes nor no.
+    pub fn value(&self) -> Option<bool> {
+        match self {
+            Flag::Bool(b) => Some(*b),
+            Flag::Text(t) => match t.trim().to_ascii_lowercase().as_str() {
+                "true" | "yes" | "on" | "1" => Some(true),
+                "false" | "no" | "off" | "0" => Some(false),
+                _ => None,
+            },
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -139,7 +166,7 @@ impl Default for RawConsole {
             addr: "127.0.0.1:8081".into(),
             session_key: None,
             session_ttl: "8h".into(),
-            secure_cookies: "true".into(),
+            secure_cookies: Flag::Bool(true),
             user: Vec::new(),
         }
     }
@@ -237,6 +264,11 @@ impl Default for RawMail {
     fn default() -> Self {
         RawMail {
             smtp_url: None,
+            tls: None,
+            username: None,
+            password: None,
+            ca_file: None,
+            allow_insecure_auth: Flag::Bool(false),
             from: "oncehook <orders@oncehook.local>".into(),
             dir: PathBuf::from("./var/mail"),
             prefetch: 16,
@@ -346,8 +378,10 @@ fn insert(table: &mut toml::Table, path: &str, value: toml::Value) {
     }
 }
 
-/// A figment error as a message naming the key (and its variable), with
-/// the offending value left out for secret keys.
+/// A figment error as a message naming the key (and its variable) and what
+/// was expected. The offending value is quoted only for keys known not to
+/// hold a secret: a `[[source]]`'s `secrets = "whsec_…"` (a string where a
+/// list belongs) says "found a string", never the string.
 fn describe(errors: figment::Error) -> ConfigError {
     let mut lines = Vec::new();
     for e in errors {
@@ -358,12 +392,58 @@ fn describe(errors: figment::Error) -> ConfigError {
             None if path.is_empty() => "configuration".to_owned(),
             None => path.clone(),
         };
-        let what = if key.is_some_and(|k| k.secret) {
-            "has an invalid value".to_owned()
-        } else {
-            e.kind.to_string()
-        };
-        lines.push(format!("{name}: {what}"));
+        let shows_value = key.is_some_and(|k| !k.secret);
+        lines.push(format!("{name}: {}", what_is_wrong(&e.kind, shows_value)));
     }
     ConfigError::Extract(lines.join("; "))
+}
+
+/// The error without the value (unless `shows_value`).
+fn what_is_wrong(kind: &figment::error::Kind, shows_value: bool) -> String {
+    use figment::error::Kind;
+    if shows_value {
+        return kind.to_string();
+    }
+    match kind {
+        Kind::InvalidType(actual, expected) => {
+            format!("invalid type: expected {expected}, found {}", shape(actual))
+        }
+        Kind::InvalidValue(actual, expected) => {
+            format!(
+                "invalid value: expected {expected}, found {}",
+                shape(actual)
+            )
+        }
+        Kind::InvalidLength(len, expected) => {
+            format!("invalid length {len}: expected {expected}")
+        }
+        Kind::UnknownVariant(_, expected) => {
+            format!("unknown variant: expected one of {}", expected.join(", "))
+        }
+        Kind::Unsupported(actual) | Kind::UnsupportedKey(actual, _) => {
+            format!("unsupported value: {}", shape(actual))
+        }
+        Kind::ISizeOutOfRange(_) | Kind::USizeOutOfRange(_) => "number out of range".to_owned(),
+        Kind::Message(_) => "has an invalid value".to_owned(),
+        // Field names, never values.
+        Kind::UnknownField(..) | Kind::MissingField(_) | Kind::DuplicateField(_) => {
+            kind.to_string()
+        }
+    }
+}
+
+/// What kind of value was found, without the value.
+fn shape(actual: &figment::error::Actual) -> &'static str {
+    use figment::error::Actual;
+    match actual {
+        Actual::Bool(_) => "a boolean",
+        Actual::Unsigned(_) | Actual::Signed(_) => "an integer",
+        Actual::Float(_) => "a float",
+        Actual::Char(_) | Actual::Str(_) => "a string",
+        Actual::Bytes(_) => "bytes",
+        Actual::Unit | Actual::Option => "nothing",
+        Actual::Seq => "a list",
+        Actual::Map => "a table",
+        _ => "another kind of value",
+    }
 }

@@ -14,6 +14,7 @@
 
 mod keys;
 mod load;
+mod mail;
 mod secret;
 mod sources;
 
@@ -27,6 +28,7 @@ pub use keys::*;
 use crate::broker_nodes::BrokerNodes;
 use crate::retry::RetryPolicy;
 use crate::topology::QueueSettings;
+pub use mail::{SmtpConfig, SmtpCredentials, SmtpTls};
 pub use secret::Secret;
 pub use sources::{DEFAULT_TOLERANCE_SECS, MAX_TOLERANCE_SECS, SourceConfig};
 
@@ -229,8 +231,9 @@ pub struct WorkerConfig {
 /// `[mail]`: the mailer.
 #[derive(Debug, Clone)]
 pub struct MailConfig {
-    /// `smtp://host:port`; unset → `.eml` files in `dir`.
-    pub smtp_url: Option<Secret>,
+    /// The SMTP server, its TLS mode and login (`smtp_url`, `tls`,
+    /// `username`, `password`, `ca_file`); unset → `.eml` files in `dir`.
+    pub smtp: Option<SmtpConfig>,
     pub from: String,
     pub dir: PathBuf,
     /// Messages the broker hands the mailer ahead (its consumer prefetch),
@@ -391,12 +394,17 @@ impl Config {
                 fault_panic_order_ref: raw.worker.fault_panic_order_ref.filter(|r| !r.is_empty()),
             },
             mail: MailConfig {
-                smtp_url: raw
-                    .mail
-                    .smtp_url
-                    .filter(|u| !u.is_empty())
-                    .map(|u| url(ENV_SMTP_URL, u, &["smtp://", "smtps://"]))
-                    .transpose()?,
+                smtp: mail::smtp(mail::RawSmtp {
+                    url: raw.mail.smtp_url,
+                    tls: raw.mail.tls,
+                    username: raw.mail.username,
+                    password: raw.mail.password,
+                    ca_file: raw.mail.ca_file.filter(|p| !p.as_os_str().is_empty()),
+                    allow_insecure_auth: flag(
+                        ENV_SMTP_ALLOW_INSECURE_AUTH,
+                        &raw.mail.allow_insecure_auth,
+                    )?,
+                })?,
                 from: non_empty(ENV_MAIL_FROM, raw.mail.from)?,
                 dir: raw.mail.dir,
                 prefetch: at_least_one(ENV_PREFETCH, raw.mail.prefetch)?,
@@ -578,17 +586,7 @@ fn console(raw: load::RawConsole) -> Result<ConsoleConfig, ConfigError> {
             password_hash: Secret::new(u.password_hash),
         });
     }
-    let secure_cookies = match raw.secure_cookies.trim() {
-        "true" | "yes" | "on" | "1" => true,
-        "false" | "no" | "off" | "0" => false,
-        other => {
-            return Err(invalid(
-                ENV_CONSOLE_SECURE_COOKIES,
-                other,
-                "expected `true` or `false`",
-            ));
-        }
-    };
+    let secure_cookies = flag(ENV_CONSOLE_SECURE_COOKIES, &raw.secure_cookies)?;
     let session_key = match raw.session_key.filter(|k| !k.is_empty()) {
         Some(k) if k.len() < 32 => {
             return Err(ConfigError::Invalid {
@@ -675,6 +673,17 @@ fn parse_duration(key: &str, value: &str) -> Result<Duration, ConfigError> {
             &format!("not a duration such as 30s, 15m or 1h: {e}"),
         )),
     }
+}
+
+/// A yes/no setting (a TOML boolean, or `true`/`false` as text).
+fn flag(key: &str, value: &load::Flag) -> Result<bool, ConfigError> {
+    value.value().ok_or_else(|| {
+        let shown = match value {
+            load::Flag::Text(t) => t.clone(),
+            load::Flag::Bool(b) => b.to_string(),
+        };
+        invalid(key, &shown, "expected `true` or `false`")
+    })
 }
 
 fn invalid(key: &str, value: &str, reason: &str) -> ConfigError {

@@ -22,7 +22,7 @@ fn mailer_with(vars: &[(&str, &str)]) -> Arc<Mailer> {
         .into_mailer();
     let pool = db::lazy_pool("postgres://nobody@127.0.0.1:1/none", 1).expect("lazy pool");
     let dir = std::env::temp_dir().join("oncehook-mailer-unit");
-    let transport = Transport::from_settings(None, dir, 1).expect("file transport");
+    let transport = Transport::files(dir);
     Mailer::new(pool, transport, settings, Shutdown::new())
 }
 
