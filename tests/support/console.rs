@@ -4,7 +4,10 @@
 //! loopback port and waits for its login page; [`Console::login`] and the
 //! request helpers speak plain HTTP with the session cookie by hand (no
 //! redirects followed), so tests see every status and header.
+//! [`Console::login_burst`] fires many logins at the same moment, each on
+//! its own connection and, if asked, from its own loopback address.
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use reqwest::header::{COOKIE, HeaderMap, LOCATION, SET_COOKIE};
@@ -174,6 +177,74 @@ impl Console {
             req = req.header(COOKIE, c);
         }
         Console::answer(req.send().await.expect("POST")).await
+    }
+
+    /// `POST path` with a body that is already form-encoded, sent byte for
+    /// byte (to send exactly the escapes a hostile link would carry).
+    pub async fn post_raw(&self, path: &str, cookie: Option<&str>, body: &str) -> Answer {
+        let mut req = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header(
+                reqwest::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            )
+            .body(body.to_owned());
+        if let Some(c) = cookie {
+            req = req.header(COOKIE, c);
+        }
+        Console::answer(req.send().await.expect("POST")).await
+    }
+
+    /// Fires every login of `logins` (name, password, the loopback address
+    /// it comes from, or `None` for the usual one) at the same moment, each
+    /// on a connection of its own; the answers, in the same order. The
+    /// whole burst is given 120 s.
+    pub async fn login_burst(&self, logins: &[(String, String, Option<IpAddr>)]) -> Vec<Answer> {
+        let mut clients = Vec::with_capacity(logins.len());
+        for (_, _, from) in logins {
+            let client = reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .timeout(Duration::from_secs(60))
+                .local_address(*from)
+                .pool_max_idle_per_host(0)
+                .build()
+                .expect("http client");
+            clients.push(client);
+        }
+        let start = std::sync::Arc::new(tokio::sync::Barrier::new(logins.len()));
+        let url = format!("{}/login", self.base);
+        let tasks: Vec<_> = logins
+            .iter()
+            .zip(clients)
+            .map(|((user, password, _), client)| {
+                let (start, url) = (start.clone(), url.clone());
+                let form = [
+                    ("user", user.clone()),
+                    ("password", password.clone()),
+                    ("next", "/".to_owned()),
+                ];
+                tokio::spawn(async move {
+                    start.wait().await;
+                    let resp = client
+                        .post(url)
+                        .form(&form)
+                        .send()
+                        .await
+                        .expect("POST /login");
+                    Console::answer(resp).await
+                })
+            })
+            .collect();
+        tokio::time::timeout(Duration::from_secs(120), async move {
+            let mut answers = Vec::with_capacity(tasks.len());
+            for t in tasks {
+                answers.push(t.await.expect("a login of the burst"));
+            }
+            answers
+        })
+        .await
+        .expect("the burst of logins is answered within 120 s")
     }
 
     /// Logs in; the raw answer.

@@ -6,8 +6,11 @@
 //! - An action (every state change is a POST) needs a live session, a
 //!   same-origin request, the session's CSRF token and the right role
 //!   ([`action`]); anything else is 403.
-//! - Logins are throttled per account and per address (`throttle.rs`) and
-//!   checked against the configured argon2 hashes.
+//! - Logins are throttled per account and per address, and password checks
+//!   are bounded across the console (`throttle.rs`); a login is checked
+//!   against the configured argon2 hash, or a decoy for an unknown name, so
+//!   both cost the same. After it, the browser goes to the page it came
+//!   for only if that is a plain path of this console (`input.rs`).
 
 use std::time::Duration;
 
@@ -20,8 +23,10 @@ use oncehook_ctl::password;
 
 use crate::form::Pairs;
 use crate::html::{self, Page};
+use crate::input;
 use crate::session::{COOKIE, Session};
 use crate::state::State;
+use crate::throttle;
 
 /// The person behind a request.
 pub struct Who {
@@ -137,14 +142,6 @@ pub fn forbidden(who: Option<&Who>, why: &str) -> HttpResponse {
     )
 }
 
-/// Where to go after logging in: a path of this console only.
-fn safe_next(next: Option<String>) -> String {
-    match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n,
-        _ => "/".to_owned(),
-    }
-}
-
 /// `GET /login`
 pub async fn login_page(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
     if who(&req, &state).is_some() {
@@ -153,7 +150,7 @@ pub async fn login_page(req: HttpRequest, state: web::Data<State>) -> HttpRespon
     let q = Pairs::parse(req.query_string().as_bytes());
     login_form(
         actix_web::http::StatusCode::OK,
-        &q.get("next").unwrap_or_default(),
+        input::next_page(q.get("next").as_deref()),
         None,
     )
 }
@@ -178,7 +175,13 @@ fn login_form(
     )
 }
 
-/// `POST /login`
+/// The longest name the throttle keeps as it was typed (a longer one is
+/// no account; its key is cut to this many characters).
+const MAX_NAME_KEY: usize = 128;
+
+/// `POST /login`: the throttle first (the attempt is counted before its
+/// password is checked), then one of the console's bounded password
+/// checks, then the session and the way to the page asked for.
 pub async fn login(req: HttpRequest, state: web::Data<State>, body: web::Bytes) -> HttpResponse {
     if !same_origin(&req) {
         return forbidden(None, "This request came from another site.");
@@ -186,43 +189,74 @@ pub async fn login(req: HttpRequest, state: web::Data<State>, body: web::Bytes) 
     let form = Pairs::parse(&body);
     let name = form.get("user").unwrap_or_default();
     let password = form.raw("password").unwrap_or_default();
-    let next = safe_next(form.get("next"));
+    let next = input::next_page(form.get("next").as_deref()).to_owned();
     let addr = req
         .peer_addr()
         .map(|a| a.ip().to_string())
         .unwrap_or_default();
-    let keys = [format!("user:{name}"), format!("addr:{addr}")];
-    if let Some(wait) = keys
-        .iter()
-        .filter_map(|k| state.throttle.retry_after(k))
-        .max()
-    {
-        tracing::warn!(user = %name, %addr, "console login refused: too many failures");
+    let name_key: String = name.chars().take(MAX_NAME_KEY).collect();
+    let keys = [format!("user:{name_key}"), format!("addr:{addr}")];
+    let attempt = match state.throttle.attempt(&keys) {
+        Ok(a) => a,
+        Err(wait) => {
+            tracing::warn!(user = %name, %addr, "console login refused: too many failures");
+            audit_login(
+                &state,
+                &name,
+                "login",
+                false,
+                "refused: too many failed logins",
+                &addr,
+            )
+            .await;
+            return refused(
+                actix_web::http::StatusCode::TOO_MANY_REQUESTS,
+                &next,
+                wait,
+                &format!(
+                    "Too many failed logins. Try again in {} minute(s).",
+                    wait.as_secs().max(1).div_ceil(60)
+                ),
+            );
+        }
+    };
+    // One of the console's few password checks, or a refusal now: a burst
+    // of logins cannot pile argon2 hashes up (the attempt stays counted).
+    // The permit goes into the check, so it is held until the hash is done
+    // even if the browser goes away first.
+    let Ok(permit) = state.password_checks.clone().try_acquire_owned() else {
+        tracing::warn!(user = %name, %addr, "console login refused: every password check is taken");
         audit_login(
             &state,
             &name,
             "login",
             false,
-            "refused: too many failed logins",
+            "refused: the console was busy checking other logins",
             &addr,
         )
         .await;
-        return throttled(&next, wait);
-    }
+        return refused(
+            actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+            &next,
+            throttle::BUSY_RETRY,
+            "The console is busy checking other logins. Try again in a few seconds.",
+        );
+    };
     let hash = state
         .user(&name)
         .map(|u| u.password_hash.expose().to_owned());
     // Unknown names cost the same as wrong passwords.
     let known = hash.is_some();
     let hash = hash.unwrap_or_else(|| state.decoy_hash.clone());
-    let ok = web::block(move || password::verify(&password, &hash))
-        .await
-        .unwrap_or(false)
+    let ok = web::block(move || {
+        let ok = password::verify(&password, &hash);
+        drop(permit);
+        ok
+    })
+    .await
+    .unwrap_or(false)
         && known;
     if !ok {
-        for k in &keys {
-            state.throttle.fail(k);
-        }
         tracing::warn!(user = %name, %addr, "console login failed");
         audit_login(
             &state,
@@ -239,10 +273,12 @@ pub async fn login(req: HttpRequest, state: web::Data<State>, body: web::Bytes) 
             Some("Wrong name or password."),
         );
     }
+    state.throttle.forgive(attempt);
     state.throttle.clear(&keys[0]);
     let (_, value) = state.sessions.open(&name);
     tracing::info!(user = %name, %addr, "console login");
     audit_login(&state, &name, "login", true, "session opened", &addr).await;
+    // `next` passed `input::next_page`, so it is a valid header value.
     HttpResponse::SeeOther()
         .insert_header((header::LOCATION, next))
         .insert_header((
@@ -252,17 +288,16 @@ pub async fn login(req: HttpRequest, state: web::Data<State>, body: web::Bytes) 
         .finish()
 }
 
-fn throttled(next: &str, wait: Duration) -> HttpResponse {
-    let secs = wait.as_secs().max(1);
-    let mut resp = login_form(
-        actix_web::http::StatusCode::TOO_MANY_REQUESTS,
-        next,
-        Some(&format!(
-            "Too many failed logins. Try again in {} minute(s).",
-            secs.div_ceil(60)
-        )),
-    );
-    if let Ok(v) = header::HeaderValue::from_str(&secs.to_string()) {
+/// The login form again with `message`, refused with `status` and a
+/// `Retry-After` of `wait`.
+fn refused(
+    status: actix_web::http::StatusCode,
+    next: &str,
+    wait: Duration,
+    message: &str,
+) -> HttpResponse {
+    let mut resp = login_form(status, next, Some(message));
+    if let Ok(v) = header::HeaderValue::from_str(&wait.as_secs().max(1).to_string()) {
         resp.headers_mut().insert(header::RETRY_AFTER, v);
     }
     resp
@@ -338,21 +373,4 @@ pub fn redirect(to: &str) -> HttpResponse {
     HttpResponse::SeeOther()
         .insert_header((header::LOCATION, to.to_owned()))
         .finish()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::safe_next;
-
-    #[test]
-    fn only_local_paths_are_followed_after_login() {
-        assert_eq!(
-            safe_next(Some("/letters?gateway=payu".into())),
-            "/letters?gateway=payu"
-        );
-        assert_eq!(safe_next(Some("//evil.example/".into())), "/");
-        assert_eq!(safe_next(Some("https://evil.example/".into())), "/");
-        assert_eq!(safe_next(Some("/\\evil".into())), "/");
-        assert_eq!(safe_next(None), "/");
-    }
 }

@@ -95,13 +95,36 @@ pub fn ok(page: Page<'_>) -> HttpResponse {
     respond(StatusCode::OK, page)
 }
 
-/// A page saying what failed (the broker or database not answering…).
+/// A page saying, in short, what did not answer. The whole error goes to
+/// the log at ERROR with the page and the user. The page shows no driver's
+/// text: a database failure (its message may quote the statement or the
+/// bytes it was sent) is one generic sentence, a broker or I/O error
+/// another; otherwise only the error's own first line, which is ours (such
+/// as "queue P.dead does not exist: is ONCEHOOK_AMQP_PREFIX right…").
 pub fn failure(who: &Who, title: &str, err: &anyhow::Error) -> HttpResponse {
+    tracing::error!(
+        page = title,
+        user = %who.session.user,
+        error = %format!("{err:#}"),
+        "a console page could not be served"
+    );
+    let what = if err.chain().any(|c| c.is::<sqlx::Error>()) {
+        "The database did not answer this page's query.".to_owned()
+    } else if err.is::<lapin::Error>() || err.is::<std::io::Error>() {
+        "The broker did not answer.".to_owned()
+    } else {
+        let first = err.to_string();
+        if first.ends_with(['.', '?', '!']) {
+            first
+        } else {
+            format!("{first}.")
+        }
+    };
     respond(
         StatusCode::BAD_GATEWAY,
         Page::new(title, Some(who)).body(html! {
             h1 { (title) }
-            p.error role="alert" { (format!("{err:#}")) }
+            p.error role="alert" { (what) " The details are in the console's log; reload to try again." }
         }),
     )
 }

@@ -6,14 +6,16 @@
 //!
 //! Security, in one place each: `auth` (login, logout, roles, CSRF,
 //! same-origin), `session` (signed cookies, server-held sessions),
-//! `throttle` (failed logins), and the headers every answer carries
-//! ([`security_headers`]). Stops cleanly on SIGTERM/SIGINT.
+//! `throttle` (failed logins, concurrent password checks), `input` (filter
+//! values and the page after a login), and the headers every answer
+//! carries ([`security_headers`]). Stops cleanly on SIGTERM/SIGINT.
 
 mod assets;
 mod auth;
 mod dead_letters;
 mod form;
 mod html;
+mod input;
 mod pages;
 mod session;
 mod state;
@@ -81,6 +83,7 @@ async fn main() -> anyhow::Result<()> {
         topology,
         sessions: Sessions::new(key, console.session_ttl),
         throttle: throttle::Throttle::default(),
+        password_checks: std::sync::Arc::new(tokio::sync::Semaphore::new(throttle::MAX_CHECKS)),
         pool: pool.clone(),
         decoy_hash,
         settings,

@@ -1,7 +1,7 @@
 //! What every request handler shares: the configuration (whose `[console]`
-//! users are the accounts), the sessions, the login throttle, the snapshot
-//! of the dead letters and a small database pool for the console's own
-//! queries (events, audit).
+//! users are the accounts), the sessions, the login throttle and the bound
+//! on password checks, the snapshot of the dead letters and a small
+//! database pool for the console's own queries (events, audit).
 
 use oncehook_common::config::{ConsoleRole, ConsoleUser};
 use oncehook_common::store::audit::{self, NewAuditEntry};
@@ -9,6 +9,7 @@ use oncehook_common::{Config, Topology};
 use std::sync::Arc;
 
 use sqlx::PgPool;
+use tokio::sync::Semaphore;
 
 use crate::dead_letters::DeadLetters;
 use crate::session::Sessions;
@@ -19,6 +20,8 @@ pub struct State {
     pub topology: Topology,
     pub sessions: Sessions,
     pub throttle: Throttle,
+    /// Permits for password checks: [`crate::throttle::MAX_CHECKS`] at once.
+    pub password_checks: Arc<Semaphore>,
     pub pool: PgPool,
     pub dead_letters: Arc<DeadLetters>,
     /// A hash of no one's password: unknown names are checked against it,

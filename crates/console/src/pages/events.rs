@@ -1,7 +1,8 @@
 //! Events: recently processed webhook deliveries, newest first, filtered by
 //! gateway, source, outcome and age, one page at a time (keyset pages: the
 //! "older" link carries the last row shown, so a deep page costs what the
-//! first one does); each row links to its trace.
+//! first one does); each row links to its trace. A filter value that is not
+//! one the page could offer is refused (400) before the query is made.
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use maud::html;
@@ -13,6 +14,7 @@ use super::PAGE_SIZE;
 use crate::auth;
 use crate::form::Pairs;
 use crate::html::{self, Page};
+use crate::input::{self, Invalid};
 use crate::state::State;
 
 /// The windows the age filter offers.
@@ -27,28 +29,36 @@ struct Query {
     after: Option<RecentCursor>,
 }
 
+/// The longest event ID an "older" link may carry.
+const MAX_EVENT_ID: usize = 512;
+
 impl Query {
-    fn parse(q: &Pairs) -> Query {
+    /// The filters, each checked against what it may be: a gateway or
+    /// source is a name, an outcome one of the table's outcomes, a window
+    /// one of those offered, and the "older" link's cursor all three of its
+    /// parts, well-formed.
+    fn parse(q: &Pairs) -> Result<Query, Invalid> {
         let after = match (
-            q.get("at").as_deref().and_then(parse_rfc3339),
-            q.get("src"),
-            q.get("id"),
+            q.get("at"),
+            input::name(q, "src")?,
+            input::text(q, "id", MAX_EVENT_ID)?,
         ) {
-            (Some(processed_at), Some(source), Some(event_id)) => Some(RecentCursor {
-                processed_at,
+            (None, None, None) => None,
+            (Some(at), Some(source), Some(event_id)) => Some(RecentCursor {
+                processed_at: parse_rfc3339(&at).ok_or_else(damaged_cursor)?,
                 source,
                 event_id,
             }),
-            _ => None,
+            _ => return Err(damaged_cursor()),
         };
-        Query {
-            gateway: q.get("gateway"),
-            source: q.get("source"),
-            outcome: q.get("outcome"),
+        Ok(Query {
+            gateway: input::name(q, "gateway")?,
+            source: input::name(q, "source")?,
+            outcome: input::one_of(q, "outcome", &OUTCOMES)?.map(str::to_owned),
             // Only the windows offered (a made-up one could overflow the clock).
-            within: q.get("within").filter(|w| WINDOWS.contains(&w.as_str())),
+            within: input::one_of(q, "within", &WINDOWS)?.map(str::to_owned),
             after,
-        }
+        })
     }
 
     /// This page's link with the filters kept, continuing after `after`.
@@ -73,12 +83,21 @@ impl Query {
     }
 }
 
+fn damaged_cursor() -> Invalid {
+    Invalid(
+        "The \"older\" link is incomplete or damaged (it needs at, src and id); start from the newest events.".to_owned(),
+    )
+}
+
 pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
     let who = match auth::page(&req, &state) {
         Ok(w) => w,
         Err(r) => return *r,
     };
-    let query = Query::parse(&Pairs::parse(req.query_string().as_bytes()));
+    let query = match Query::parse(&Pairs::parse(req.query_string().as_bytes())) {
+        Ok(q) => q,
+        Err(why) => return input::bad_request(&who, "Events", "/events", &why),
+    };
     let since = query
         .within
         .as_deref()

@@ -3,15 +3,16 @@
 //! operator's actions — replay one, replay or purge what a filter matches
 //! after a count and an explicit confirmation.
 //!
-//! Pages read the console's snapshot of the queue ([`crate::dead_letters`])
-//! and say how old it is. Actions go through the ctl library on the queue
-//! itself, so the console has the CLI's safety: peeks take turns under the
-//! peek lock (another operator's `dlq` command or console waits), and a
-//! replayed letter leaves the dead-letter queue only after its republish was
-//! confirmed. A bulk action acts on exactly the IDs its confirmation page
-//! showed (those no longer there are reported as not found). Every action is
-//! written to the audit table, and the snapshot is read again before the
-//! answer.
+//! Filter values are checked first (names, a window the list offers; else
+//! 400). Pages read the console's snapshot of the queue
+//! ([`crate::dead_letters`]) and say how old it is. Actions go through the
+//! ctl library on the queue itself, so the console has the CLI's safety:
+//! peeks take turns under the peek lock (another operator's `dlq` command
+//! or console waits), and a replayed letter leaves the dead-letter queue
+//! only after its republish was confirmed. A bulk action acts on exactly
+//! the IDs its confirmation page showed (those no longer there are reported
+//! as not found). Every action is written to the audit table, and the
+//! snapshot is read again before the answer.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -38,6 +39,7 @@ use crate::auth::{self, Who};
 use crate::dead_letters::View;
 use crate::form::Pairs;
 use crate::html::{self, Page};
+use crate::input::{self, Invalid};
 use crate::state::State;
 
 /// Rows the list shows at most.
@@ -48,20 +50,20 @@ const QUIET: Output = Output { json: true };
 /// The failure-time windows the list offers.
 const WINDOWS: [&str; 3] = ["1h", "24h", "7d"];
 
-/// The list's filter, from a query string or a form.
-fn filter_of(p: &Pairs) -> Filter {
-    Filter {
-        gateway: p.get("gateway"),
-        source: p.get("source"),
-        error_kind: p.get("kind"),
-        since: within(p).and_then(|w| parse_duration(w).ok()),
-    }
+/// The list's filter, from a query string or a form: gateway, source and
+/// kind are names, the window one of those the list offers.
+fn filter_of(p: &Pairs) -> Result<Filter, Invalid> {
+    Ok(Filter {
+        gateway: input::name(p, "gateway")?,
+        source: input::name(p, "source")?,
+        error_kind: input::name(p, "kind")?,
+        since: window_of(p)?.and_then(|w| parse_duration(w).ok()),
+    })
 }
 
-/// The chosen window, if it is one the list offers.
-fn within(p: &Pairs) -> Option<&'static str> {
-    let chosen = p.get("within")?;
-    WINDOWS.into_iter().find(|w| *w == chosen)
+/// The chosen window, if any; one the list offers.
+fn window_of(p: &Pairs) -> Result<Option<&'static str>, Invalid> {
+    input::one_of(p, "within", &WINDOWS)
 }
 
 /// The filter in the CLI's words (`--gateway razorpay --error-kind …`).
@@ -108,7 +110,10 @@ pub async fn list(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
         Err(r) => return *r,
     };
     let q = Pairs::parse(req.query_string().as_bytes());
-    let filter = filter_of(&q);
+    let (filter, within) = match filter_of(&q).and_then(|f| Ok((f, window_of(&q)?))) {
+        Ok(f) => f,
+        Err(why) => return input::bad_request(&who, "Dead letters", "/letters", &why),
+    };
     let view = match state.dead_letters.view().await {
         Ok(v) => v,
         Err(e) => return html::failure(&who, "Dead letters", &e),
@@ -149,14 +154,14 @@ pub async fn list(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
             (select("gateway", "any gateway", &refs(&gateways), filter.gateway.as_deref()))
             (select("kind", "any kind", &refs(&kinds), filter.error_kind.as_deref()))
             (select("source", "any source", &refs(&sources), filter.source.as_deref()))
-            (select("within", "failed any time", &WINDOWS, within(&q)))
+            (select("within", "failed any time", &WINDOWS, within))
             button type="submit" { "Filter" }
             @if !filter.is_empty() { a href="/letters" { "clear" } }
         }
         @if who.may_act() && !matching.is_empty() {
             div.bulk {
-                (bulk_form(&who, "replay", &filter, within(&q), &format!("Replay the {} matching…", matching.len())))
-                (bulk_form(&who, "purge", &filter, within(&q), &format!("Purge the {} matching…", matching.len())))
+                (bulk_form(&who, "replay", &filter, within, &format!("Replay the {} matching…", matching.len())))
+                (bulk_form(&who, "purge", &filter, within, &format!("Purge the {} matching…", matching.len())))
             }
         }
         @if matching.is_empty() { p.none { "No dead letters" @if !filter.is_empty() { " match the filter" } "." } } @else {
@@ -354,7 +359,10 @@ pub async fn preview(req: HttpRequest, state: web::Data<State>, body: web::Bytes
         _ => "replay",
     };
     let ids = form.all("ids");
-    let filter = filter_of(&form);
+    let (filter, within) = match filter_of(&form).and_then(|f| Ok((f, window_of(&form)?))) {
+        Ok(f) => f,
+        Err(why) => return input::bad_request(&who, "Dead letters", "/letters", &why),
+    };
     let view = match state.dead_letters.view().await {
         Ok(v) => v,
         Err(e) => return html::failure(&who, "Dead letters", &e),
@@ -373,7 +381,7 @@ pub async fn preview(req: HttpRequest, state: web::Data<State>, body: web::Bytes
         })
         .collect();
     let scope = if ids.is_empty() {
-        scope_text(&filter, within(&form))
+        scope_text(&filter, within)
     } else {
         ids.join(" ")
     };

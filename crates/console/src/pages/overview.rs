@@ -1,7 +1,8 @@
 //! Overview: what `oncehookctl stats` prints — queues and consumers, dead
 //! letters by gateway and kind, the outbox backlog, outcomes per gateway —
-//! over a window (`?since=24h`). The page refreshes itself every 15 s while
-//! open, and its dead-letter counts come from the console's snapshot.
+//! over a window (`?since=24h`, at most 366 days; anything else is 400).
+//! The page refreshes itself every 15 s while open, and its dead-letter
+//! counts come from the console's snapshot.
 
 use std::time::Duration;
 
@@ -13,7 +14,11 @@ use oncehook_ctl::timefmt::parse_duration;
 use crate::auth;
 use crate::form::Pairs;
 use crate::html::{self, Page};
+use crate::input::{self, Invalid};
 use crate::state::State;
+
+/// The longest window the outcomes are counted over.
+const MAX_SINCE: Duration = Duration::from_secs(366 * 86_400);
 
 /// The sections of the stats report, in the order `stats` prints them.
 const SECTIONS: [(&str, &str); 8] = [
@@ -34,7 +39,14 @@ pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
     };
     let q = Pairs::parse(req.query_string().as_bytes());
     let since_text = q.get("since").unwrap_or_else(|| "24h".to_owned());
-    let since = parse_duration(&since_text).unwrap_or(Duration::from_secs(86_400));
+    let since = match parse_duration(&since_text) {
+        Ok(d) if !d.is_zero() && d <= MAX_SINCE => d,
+        _ => {
+            let why =
+                Invalid("\"since\" is a duration such as 30m, 24h or 7d, at most 366d.".to_owned());
+            return input::bad_request(&who, "Overview", "/", &why);
+        }
+    };
     // The dead letters from the console's snapshot: counting them does not
     // take another read of the whole queue.
     let view = state.dead_letters.view().await;

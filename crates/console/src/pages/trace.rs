@@ -1,6 +1,7 @@
 //! Trace: what `oncehookctl trace order` prints, found by order ref,
 //! payment id or event id — the order, its items, every payment attempt,
-//! every webhook delivery that touched it, refunds and emails.
+//! every webhook delivery that touched it, refunds and emails. The term is
+//! checked first (at most 256 characters, no control characters; else 400).
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use maud::{Markup, html};
@@ -11,7 +12,11 @@ use serde_json::Value;
 use crate::auth;
 use crate::form::Pairs;
 use crate::html::{self, Page};
+use crate::input;
 use crate::state::State;
+
+/// The longest order ref, payment id or event id looked for.
+const MAX_TERM: usize = 256;
 
 /// The sections of an order's story, in the order `trace order` prints them.
 const SECTIONS: [(&str, &str); 6] = [
@@ -28,9 +33,10 @@ pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
         Ok(w) => w,
         Err(r) => return *r,
     };
-    let q = Pairs::parse(req.query_string().as_bytes())
-        .get("q")
-        .unwrap_or_default();
+    let q = match input::text(&Pairs::parse(req.query_string().as_bytes()), "q", MAX_TERM) {
+        Ok(q) => q.unwrap_or_default(),
+        Err(why) => return input::bad_request(&who, "Trace", "/trace", &why),
+    };
     let found = if q.is_empty() {
         Ok(None)
     } else {
