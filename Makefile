@@ -5,7 +5,7 @@ export ONCEHOOK_CONFIG ?= $(CURDIR)/deploy/local/oncehook.toml
 export ONCEHOOK_MAIL_DIR ?= $(CURDIR)/var/mail
 CTL := target/debug/oncehookctl
 
-.PHONY: run test lint services tools alerts-test build demo bench bench-smoke chaos confluence fmt clean
+.PHONY: run test lint services tools alerts-test k8s-validate build demo bench bench-smoke chaos confluence fmt clean
 
 ## run: start Postgres + RabbitMQ if needed, migrate, seed demo data, run ingest + worker + mailer + console
 run: services build
@@ -15,7 +15,8 @@ run: services build
 
 ## test: unit, property and end-to-end tests against real Postgres and RabbitMQ, the pipeline's
 ## tests once more through a real PgBouncer in transaction mode and once without group commit
-## (batch size 1), the bench once with tiny loads, then the alert rules' tests
+## (batch size 1), the bench once with tiny loads, then the alert rules' tests and the
+## Kubernetes manifests' schema check
 test: services tools
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace
@@ -23,11 +24,17 @@ test: services tools
 	ONCEHOOK_TEST_WORKER_BATCH_SIZE=1 $(CARGO) test -p oncehook-e2e --test pipeline
 	$(MAKE) bench-smoke
 	$(MAKE) alerts-test
+	$(MAKE) k8s-validate
 
 ## alerts-test: check the alert rules and run their unit tests (promtool, from Debian's prometheus package)
 alerts-test: tools
 	promtool check rules deploy/observability/alerts.yaml
 	promtool test rules deploy/observability/alerts.test.yaml
+
+## k8s-validate: deploy/k8s rendered and checked against the Kubernetes schemas (kubernetes-validate
+## --strict, offline) and KEDA's objects against deploy/k8s/keda-schema.json; about two seconds
+k8s-validate: tools
+	bash deploy/k8s/validate.sh
 
 ## lint: formatting and clippy, warnings are errors
 lint:

@@ -3,8 +3,11 @@
 # installed: promtool (Debian's `prometheus` package), which unit-tests the
 # alert rules in deploy/observability/, PgBouncer, which the pipeline's
 # tests run through once (transaction mode), and chromium with chromedriver,
-# which drive the operators' console in tests/tests/console_browser.rs. Installs with apt on Debian/Ubuntu,
-# the way services.sh installs PostgreSQL. Idempotent; says what it did.
+# which drive the operators' console in tests/tests/console_browser.rs, and
+# kubernetes-validate (PyPI), which checks deploy/k8s against the Kubernetes
+# schemas. Installs with apt on Debian/Ubuntu, the way services.sh installs
+# PostgreSQL (kubernetes-validate with pip into var/tools/). Idempotent; says
+# what it did.
 set -euo pipefail
 
 say() { printf 'tools: %s\n' "$*"; }
@@ -45,6 +48,25 @@ if command -v chromedriver >/dev/null 2>&1 && { command -v chromium >/dev/null 2
 else
   apt_install chromium chromium-driver || {
     say "could not install chromium: install Debian's chromium and chromium-driver packages, then retry"
+    exit 1
+  }
+fi
+
+# kubernetes-validate (PyPI: offline OpenAPI schemas of Kubernetes 1.25-1.37)
+# for `make k8s-validate`. Debian's Python refuses system-wide pip installs
+# (PEP 668), so it goes into a virtualenv of its own under var/tools/ unless
+# one is on the PATH already.
+K8S_VENV="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/var/tools/k8s-validate"
+if command -v kubernetes-validate >/dev/null 2>&1; then
+  say "kubernetes-validate is installed ($(kubernetes-validate --version 2>&1 | head -n 1))"
+elif [ -x "$K8S_VENV/bin/kubernetes-validate" ]; then
+  say "kubernetes-validate is installed in $K8S_VENV"
+else
+  python3 -m venv --help >/dev/null 2>&1 && python3 -c 'import ensurepip' 2>/dev/null || apt_install python3-venv
+  say "installing kubernetes-validate from PyPI into $K8S_VENV"
+  python3 -m venv "$K8S_VENV" && "$K8S_VENV/bin/pip" install -q kubernetes-validate || {
+    rm -rf "$K8S_VENV"
+    say "could not install kubernetes-validate: pip install kubernetes-validate (PyPI), then retry"
     exit 1
   }
 fi
