@@ -848,3 +848,460 @@ async fn the_mailer_sends_concurrently_on_reused_smtp_sessions() {
         smtp.connections()
     );
 }
+
+/// `delivery` with header `name` set to `value` (replacing the one it had).
+fn with_header(
+    delivery: &oncehook_gateways::sample::SignedDelivery,
+    name: &str,
+    value: &str,
+) -> oncehook_gateways::sample::SignedDelivery {
+    let mut copy = delivery.clone();
+    copy.headers = delivery
+        .headers
+        .iter()
+        .filter(|(n, _)| *n != name)
+        .chain(std::iter::once((name, value)))
+        .collect();
+    copy
+}
+
+/// The one `processed_webhooks` row of `order_ref`: (event id, copies under
+/// that id, copies of its body under other event ids).
+async fn only_delivery_of(env: &TestEnv, order_ref: &str) -> Option<(String, i32, i32)> {
+    sqlx::query_as::<_, (String, i32, i32)>(
+        "SELECT event_id, deliveries, body_redeliveries FROM processed_webhooks WHERE order_ref = $1",
+    )
+    .bind(order_ref)
+    .fetch_all(&env.pool)
+    .await
+    .ok()
+    .and_then(|rows| match rows.as_slice() {
+        [row] => Some(row.clone()),
+        _ => None,
+    })
+}
+
+/// The one effect of order `order_ref` (seeded by [`seed`]): one captured
+/// payment, stock moved once, one confirmation email.
+async fn assert_paid_once(env: &TestEnv, order_ref: &str) {
+    assert_eq!(shop::order_status(&env.pool, order_ref).await, "paid");
+    assert_eq!(
+        shop::payments(&env.pool, order_ref).await,
+        vec![("captured".to_owned(), None)]
+    );
+    assert_eq!(shop::stock(&env.pool, "MUG").await, 8);
+    assert_eq!(shop::stock(&env.pool, "TSHIRT").await, 9);
+    assert_eq!(
+        shop::emails(&env.pool, order_ref).await.len(),
+        1,
+        "one confirmation email"
+    );
+}
+
+/// The worker's `oncehook_worker_redelivered_bodies_total` samples, by source.
+async fn redelivered_bodies(env: &TestEnv, metrics: &str) -> Vec<(String, String)> {
+    let body = env
+        .http
+        .get(format!("{metrics}/metrics"))
+        .send()
+        .await
+        .expect("metrics answered")
+        .text()
+        .await
+        .unwrap_or_default();
+    body.lines()
+        .filter_map(|l| l.strip_prefix("oncehook_worker_redelivered_bodies_total{source=\""))
+        .filter_map(|l| l.split_once("\"} "))
+        .map(|(source, n)| (source.to_owned(), n.to_owned()))
+        .collect()
+}
+
+/// Razorpay signs neither a timestamp nor its `x-razorpay-event-id`
+/// header: a captured genuine delivery re-posted under fresh event ids, any
+/// time later, passes the signature check. Each copy is counted on the
+/// first delivery of that signed body instead of filling the dedup table.
+#[tokio::test]
+async fn a_razorpay_body_replayed_under_fresh_event_ids_is_counted_on_its_one_delivery() {
+    const REPLAYS: usize = 4;
+    let mut env = TestEnv::new().await;
+    seed(&env, "order_replay").await;
+    let (_ingest, url) = env.start_ingest().await;
+    let (_worker, metrics) = env
+        .start_consumer_with_metrics("oncehook-worker", &[])
+        .await;
+
+    let spec = env.spec("order_replay", "pay_R1", "evt_R1", 50_000);
+    let genuine = env.sign(Gateway::Razorpay, "payment.captured", &spec);
+    assert_eq!(env.post(&url, "razorpay", &genuine).await.0, 200);
+    wait_paid(&env, "order_replay").await;
+
+    let replays: Vec<_> = (0..REPLAYS)
+        .map(|n| with_header(&genuine, "x-razorpay-event-id", &format!("evt_forged_{n}")))
+        .collect();
+    // All at once, so the copies also meet inside one group commit.
+    let answers = env.post_all(&url, "razorpay", replays, REPLAYS).await;
+    assert!(answers.iter().all(|(s, _)| *s == 200), "{answers:?}");
+    // The gateway's own retry (same id, same body) is still a duplicate by id.
+    assert_eq!(env.post(&url, "razorpay", &genuine).await.0, 200);
+
+    let expected = Some(("evt_R1".to_owned(), 2, REPLAYS as i32));
+    eventually("the copies counted on the one delivery", WAIT, || async {
+        (only_delivery_of(&env, "order_replay").await == expected).then_some(())
+    })
+    .await;
+    env.wait_events_drained().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        env.count("SELECT count(*) FROM processed_webhooks").await,
+        1,
+        "one dedup row for one signed body"
+    );
+    assert_eq!(only_delivery_of(&env, "order_replay").await, expected);
+    assert_paid_once(&env, "order_replay").await;
+    assert_eq!(
+        broker::depth(&format!("{}.dead", env.prefix)).await,
+        Some(0),
+        "replays are absorbed, never dead-lettered"
+    );
+
+    // Operators see the count: in `trace`, as text and as JSON.
+    let (code, text, err) = env.ctl(&["trace", "order", "order_replay"]).await;
+    assert_eq!(code, 0, "{text}{err}");
+    assert!(text.contains("REDELIVERED"), "{text}");
+    assert!(
+        text.contains("same signed body under another event id"),
+        "{text}"
+    );
+    let (code, json, err) = env.ctl(&["--json", "trace", "order", "order_replay"]).await;
+    assert_eq!(code, 0, "{json}{err}");
+    let story: serde_json::Value = serde_json::from_str(&json).expect("trace JSON");
+    assert_eq!(story["webhooks"][0]["event_id"], "evt_R1", "{story}");
+    assert_eq!(
+        story["webhooks"][0]["body_redeliveries"], REPLAYS,
+        "{story}"
+    );
+    let (code, text, err) = env.ctl(&["trace", "event", "razorpay", "evt_R1"]).await;
+    assert_eq!(code, 0, "{text}{err}");
+    assert!(
+        text.contains(&format!(
+            "{REPLAYS} copies of its signed body under other event ids"
+        )),
+        "{text}"
+    );
+
+    // And in the worker's metrics, per source, every source from zero.
+    let samples = redelivered_bodies(&env, &metrics).await;
+    assert!(
+        samples.contains(&("razorpay".to_owned(), REPLAYS.to_string())),
+        "{samples:?}"
+    );
+    assert!(
+        samples.contains(&("cashfree".to_owned(), "0".to_owned())),
+        "counters exist at zero before the first replay: {samples:?}"
+    );
+}
+
+/// Cashfree signs its timestamp but not `x-idempotency-key`: within the
+/// 300 s window the genuine delivery and copies under fresh keys, all
+/// arriving at once, are one delivery with the copies counted on it.
+#[tokio::test]
+async fn a_cashfree_body_replayed_under_fresh_idempotency_keys_is_counted_on_its_one_delivery() {
+    const REPLAYS: usize = 5;
+    let mut env = TestEnv::new().await;
+    seed(&env, "order_cf_replay").await;
+    let (_ingest, url) = env.start_ingest().await;
+    let _w1 = env.start_worker().await;
+    let _w2 = env.start_worker().await;
+
+    let spec = env.spec("order_cf_replay", "pay_cf_R1", "idem_R1", 50_000);
+    let genuine = env.sign(Gateway::Cashfree, "PAYMENT_SUCCESS_WEBHOOK", &spec);
+    let mut copies = vec![genuine.clone()];
+    copies.extend(
+        (0..REPLAYS)
+            .map(|n| with_header(&genuine, "x-idempotency-key", &format!("idem_forged_{n}"))),
+    );
+    let answers = env.post_all(&url, "cashfree", copies, REPLAYS + 1).await;
+    assert!(answers.iter().all(|(s, _)| *s == 200), "{answers:?}");
+
+    // Whichever copy was processed first is the delivery; the others are
+    // counted on it.
+    let row = eventually("the copies counted on one delivery", WAIT, || async {
+        only_delivery_of(&env, "order_cf_replay")
+            .await
+            .filter(|(_, deliveries, others)| (*deliveries, *others) == (1, REPLAYS as i32))
+    })
+    .await;
+    env.wait_events_drained().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        env.count("SELECT count(*) FROM processed_webhooks").await,
+        1,
+        "one dedup row for one signed body"
+    );
+    assert_eq!(only_delivery_of(&env, "order_cf_replay").await, Some(row));
+    assert_paid_once(&env, "order_cf_replay").await;
+
+    let (code, json, err) = env
+        .ctl(&["--json", "trace", "order", "order_cf_replay"])
+        .await;
+    assert_eq!(code, 0, "{json}{err}");
+    let story: serde_json::Value = serde_json::from_str(&json).expect("trace JSON");
+    assert_eq!(
+        story["webhooks"][0]["body_redeliveries"], REPLAYS,
+        "{story}"
+    );
+}
+
+/// Sends `request` on a connection of its own and returns whatever came
+/// back before the server closed it (or 20 s passed).
+async fn raw_exchange(addr: &str, request: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
+        return String::new();
+    };
+    // The server may answer and close before it read everything.
+    let _ = stream.write_all(request).await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(20), stream.read_to_end(&mut answer)).await;
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// Refusals that are the sender's fault, one of each kind ingest tells
+/// apart: (source, delivery, expected status).
+fn bad_requests(
+    env: &TestEnv,
+) -> Vec<(&'static str, oncehook_gateways::sample::SignedDelivery, u16)> {
+    let spec = env.spec("order_bad", "pay_bad", "evt_bad", 50_000);
+    let good = env.sign(Gateway::Razorpay, "payment.captured", &spec);
+    let mut tampered = good.clone();
+    oncehook_gateways::sample::tamper(&mut tampered);
+    let garbled = with_header(
+        &env.sign(Gateway::Stripe, "captured", &spec),
+        "stripe-signature",
+        "nonsense",
+    );
+    let mut not_a_form = env.sign(Gateway::Payu, "success", &spec);
+    not_a_form.body = b"txnid=\xff\xfe&hash=00".to_vec();
+    let wrong_type = with_header(&good, "content-type", "text/plain");
+    vec![
+        ("razorpay", tampered, 401),
+        ("stripe", garbled, 400),
+        ("payu", not_a_form, 400),
+        ("paypal", good, 404),
+        ("razorpay", wrong_type, 415),
+    ]
+}
+
+/// A burst of bad requests is the senders' fault, not the operator's: no
+/// ERROR line, and at most one WARN line per kind of refusal per second,
+/// the lines it held back counted on the next line of that kind.
+#[tokio::test]
+async fn a_burst_of_bad_requests_is_logged_at_warn_at_most_once_per_reason_per_second() {
+    const BURST: usize = 30;
+    let mut env = TestEnv::new().await;
+    let (ingest, url) = env.start_ingest().await;
+    let addr = url.trim_start_matches("http://").to_owned();
+    let bad = bad_requests(&env);
+    let mut huge = bad[0].1.clone();
+    huge.body = vec![b' '; 300 * 1024];
+    let mut huge_head = b"POST /webhooks/razorpay HTTP/1.1\r\nHost: x\r\nX-Padding: ".to_vec();
+    huge_head.extend(std::iter::repeat_n(b'a', 200 * 1024));
+    huge_head.extend_from_slice(b"\r\n\r\n");
+    // Refused by ingest (5 kinds, plus too large), and by the HTTP layer
+    // before ingest sees them (not HTTP; a head over the HTTP layer's limit).
+    let reasons = bad.len() + 2;
+
+    let started = std::time::Instant::now();
+    for _ in 0..BURST {
+        for (source, delivery, status) in &bad {
+            assert_eq!(
+                env.post(&url, source, delivery).await.0,
+                *status,
+                "{source}"
+            );
+        }
+        assert_eq!(env.post_fresh(&url, "razorpay", &huge).await.0, 413);
+        let answer = raw_exchange(&addr, b"NOT HTTP AT ALL\r\n\r\n").await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "{answer:?}");
+        raw_exchange(&addr, &huge_head).await;
+    }
+    let elapsed = started.elapsed();
+    // The count of what a reason's last second held back is written within
+    // a second or so after it.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+
+    let log = ingest.log_text();
+    let errors: Vec<&str> = log.lines().filter(|l| l.contains(" ERROR ")).collect();
+    assert!(
+        errors.is_empty(),
+        "a sender's bad request is not an operator's error:\n{}",
+        errors.join("\n")
+    );
+    let warns: Vec<&str> = log.lines().filter(|l| l.contains(" WARN ")).collect();
+    // One line per reason per started second, and the final counts.
+    let bound = reasons * (elapsed.as_secs() as usize + 4);
+    assert!(
+        warns.len() <= bound,
+        "{} WARN lines for {} bad requests in {elapsed:?}, at most {bound}:\n{}",
+        warns.len(),
+        BURST * (bad.len() + 3),
+        warns.join("\n")
+    );
+    assert!(
+        bound < BURST * (bad.len() + 3),
+        "the burst is long enough to need the limit"
+    );
+    // Every refusal is accounted for: logged, or counted as held back.
+    let field = |line: &str, name: &str| -> Option<u64> {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{name}=")))
+            .and_then(|v| v.trim_matches('"').parse().ok())
+    };
+    let signature_lines: Vec<&str> = warns
+        .iter()
+        .copied()
+        .filter(|l| l.contains("code=invalid_signature"))
+        .collect();
+    let logged = signature_lines
+        .iter()
+        .filter(|l| l.contains("webhook refused"))
+        .count() as u64;
+    let held_back: u64 = signature_lines
+        .iter()
+        .filter_map(|l| field(l, "suppressed"))
+        .sum();
+    assert_eq!(
+        logged + held_back,
+        BURST as u64,
+        "every bad signature logged or counted:\n{}",
+        signature_lines.join("\n")
+    );
+    assert!(held_back > 0, "{}", signature_lines.join("\n"));
+    assert!(
+        warns.iter().any(|l| l.contains("code=malformed_http")),
+        "the HTTP layer's refusals are logged at WARN too:\n{}",
+        warns.join("\n")
+    );
+    assert_eq!(
+        broker::depth(&format!("{}.events", env.prefix)).await,
+        Some(0),
+        "nothing published"
+    );
+}
+
+/// `X-Content-Type-Options: nosniff` on everything ingest answers: the
+/// webhook's 200, every refusal, the unknown paths, the balancer's
+/// `/healthz`, a 503 without a broker, and the metrics listener.
+#[tokio::test]
+async fn every_answer_of_ingest_says_nosniff() {
+    let mut env = TestEnv::new().await;
+    let (ingest, url) = env.start_ingest().await;
+    let addr = url.trim_start_matches("http://").to_owned();
+    let nosniff = |what: &str, resp: &reqwest::Response| {
+        assert_eq!(
+            resp.headers()
+                .get("x-content-type-options")
+                .and_then(|v| v.to_str().ok()),
+            Some("nosniff"),
+            "{what}: {} {:?}",
+            resp.status(),
+            resp.headers()
+        );
+    };
+    let fresh = || {
+        reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .timeout(Duration::from_secs(15))
+            .build()
+            .expect("client")
+    };
+    let post = |source: &str, d: &oncehook_gateways::sample::SignedDelivery| {
+        let mut req = fresh()
+            .post(format!("{url}/webhooks/{source}"))
+            .body(d.body.clone());
+        for (name, value) in d.headers.iter() {
+            req = req.header(name, value);
+        }
+        req.send()
+    };
+
+    let spec = env.spec("order_ns", "pay_ns", "evt_ns", 50_000);
+    let good = env.sign(Gateway::Razorpay, "payment.captured", &spec);
+    let accepted = post("razorpay", &good).await.expect("answered");
+    assert_eq!(accepted.status().as_u16(), 200);
+    nosniff("accepted", &accepted);
+    for (source, delivery, status) in bad_requests(&env) {
+        let resp = post(source, &delivery).await.expect("answered");
+        assert_eq!(resp.status().as_u16(), status, "{source}");
+        nosniff(&format!("{status} from {source}"), &resp);
+    }
+    let mut huge = good.clone();
+    huge.body = vec![b' '; 300 * 1024];
+    let resp = post("razorpay", &huge).await.expect("answered");
+    assert_eq!(resp.status().as_u16(), 413);
+    nosniff("413", &resp);
+    let resp = fresh()
+        .post(format!("{url}/webhooks/razorpay"))
+        .header("x-padding", "a".repeat(20 * 1024))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(resp.status().as_u16(), 431);
+    nosniff("431", &resp);
+    for (path, status) in [
+        ("/webhooks/razorpay", 405),
+        ("/nothing/here", 404),
+        ("/healthz", 200),
+    ] {
+        let resp = fresh()
+            .get(format!("{url}{path}"))
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(resp.status().as_u16(), status, "{path}");
+        nosniff(path, &resp);
+    }
+    let stalled = raw_exchange(
+        &addr,
+        b"POST /webhooks/razorpay HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
+    )
+    .await;
+    assert!(stalled.starts_with("HTTP/1.1 408"), "{stalled}");
+    assert!(
+        stalled
+            .to_ascii_lowercase()
+            .contains("\r\nx-content-type-options: nosniff\r\n"),
+        "408: {stalled}"
+    );
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        let resp = fresh()
+            .get(format!("{}{path}", ingest.metrics_url()))
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(resp.status().as_u16(), 200, "metrics listener {path}");
+        nosniff(&format!("metrics listener {path}"), &resp);
+    }
+
+    // Without a broker: the 503s.
+    let dead_port = oncehook_e2e::free_port();
+    let amqp = format!("amqp://guest:guest@127.0.0.1:{dead_port}/%2f");
+    let (orphan, orphan_url) = env.spawn_ingest(&[("ONCEHOOK_AMQP_URL", amqp.as_str())]);
+    env.wait_ready(orphan.metrics_url(), "/healthz").await;
+    let mut req = fresh()
+        .post(format!("{orphan_url}/webhooks/razorpay"))
+        .body(good.body.clone());
+    for (name, value) in good.headers.iter() {
+        req = req.header(name, value);
+    }
+    let resp = req.send().await.expect("answered");
+    assert_eq!(resp.status().as_u16(), 503);
+    nosniff("503", &resp);
+    let resp = fresh()
+        .get(format!("{orphan_url}/healthz"))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(resp.status().as_u16(), 503);
+    nosniff("/healthz while not ready", &resp);
+}

@@ -1,30 +1,105 @@
 //! Logs and metrics. Logs: `tracing` with `ONCEHOOK_LOG` as the filter and
-//! text or JSON lines. Metrics: a Prometheus recorder whose text rendering
-//! the binaries serve on `/metrics`.
+//! text or JSON lines; a binary may divert some events away from the log to
+//! a handler of its own ([`init_logging_diverting`]: ingest re-levels the
+//! HTTP layer's complaints about malformed requests). Metrics: a Prometheus
+//! recorder whose text rendering the binaries serve on `/metrics`.
+
+use std::fmt::Write as _;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use tracing_subscriber::EnvFilter;
+use tracing::field::{Field, Visit};
+use tracing::{Event, Metadata, Subscriber};
+use tracing_subscriber::filter::{EnvFilter, FilterExt, filter_fn};
+use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::util::SubscriberInitExt;
 
 use crate::config::TelemetryConfig;
 
 /// Installs the global tracing subscriber (call once, first thing in `main`).
 pub fn init_logging(settings: &TelemetryConfig, binary: &str) {
-    let filter = EnvFilter::try_new(&settings.log).unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let result = tracing_subscriber::registry()
+        .with(log_writer(settings).with_filter(log_filter(settings)))
+        .try_init();
+    if result.is_ok() {
+        tracing::debug!(binary, "logging initialised");
+    }
+}
+
+/// Events a binary takes out of its log to handle them itself.
+pub struct Diversion {
+    /// Whether events of this callsite are diverted (decided once per
+    /// callsite, from its metadata alone).
+    pub diverts: fn(&Metadata<'_>) -> bool,
+    /// Receives each diverted event: its metadata and its message (with any
+    /// other fields appended as `name=value`). It runs inside the logging
+    /// call of whoever emitted the event: it must not log itself.
+    pub handler: Box<dyn Fn(&'static Metadata<'static>, String) + Send + Sync>,
+}
+
+/// Like [`init_logging`], but the events `diversion` picks are not written;
+/// its handler gets them instead, whatever `ONCEHOOK_LOG` says.
+pub fn init_logging_diverting(settings: &TelemetryConfig, binary: &str, diversion: Diversion) {
+    let diverts = diversion.diverts;
+    let result = tracing_subscriber::registry()
+        .with(
+            log_writer(settings)
+                .with_filter(log_filter(settings).and(filter_fn(move |meta| !diverts(meta)))),
+        )
+        .with(Diverted(diversion).with_filter(filter_fn(diverts)))
+        .try_init();
+    if result.is_ok() {
+        tracing::debug!(binary, "logging initialised");
+    }
+}
+
+/// `ONCEHOOK_LOG` as a filter (`info` if it cannot be parsed).
+fn log_filter(settings: &TelemetryConfig) -> EnvFilter {
+    EnvFilter::try_new(&settings.log).unwrap_or_else(|_| EnvFilter::new("info"))
+}
+
+/// The layer that writes log lines to stderr, as text or JSON.
+fn log_writer<S>(settings: &TelemetryConfig) -> Box<dyn Layer<S> + Send + Sync>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    let layer = tracing_subscriber::fmt::layer()
         .with_target(false)
         // A log reader that went away (a closed pipe) must not turn a log
         // line into a panic: tracing would otherwise report the failed write
         // with `eprintln!`, which panics on the same closed stderr.
         .log_internal_errors(false)
         .with_writer(std::io::stderr);
-    let result = if settings.log_json {
-        builder.json().flatten_event(true).try_init()
+    if settings.log_json {
+        layer.json().flatten_event(true).boxed()
     } else {
-        builder.with_ansi(false).try_init()
-    };
-    if result.is_ok() {
-        tracing::debug!(binary, "logging initialised");
+        layer.with_ansi(false).boxed()
+    }
+}
+
+/// Hands diverted events to their handler.
+struct Diverted(Diversion);
+
+impl<S: Subscriber> Layer<S> for Diverted {
+    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+        let mut text = EventText::default();
+        event.record(&mut text);
+        (self.0.handler)(event.metadata(), text.0);
+    }
+}
+
+/// An event's message, then its other fields as `name=value`.
+#[derive(Default)]
+struct EventText(String);
+
+impl Visit for EventText {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        let sep = if self.0.is_empty() { "" } else { " " };
+        let _ = if field.name() == "message" {
+            write!(self.0, "{sep}{value:?}")
+        } else {
+            write!(self.0, "{sep}{}={value:?}", field.name())
+        };
     }
 }
 

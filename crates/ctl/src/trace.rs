@@ -1,7 +1,8 @@
 //! `oncehookctl trace`: answers "why is this order in this state?" in one
 //! command — the order and its items, every payment attempt, every webhook
-//! delivery that touched it (with outcome, how many copies arrived, and
-//! when), refunds, and its emails with their status.
+//! delivery that touched it (with outcome, how many copies arrived — under
+//! its event id, and of its signed body under other event ids — and when),
+//! refunds, and its emails with their status.
 
 use std::fmt;
 
@@ -202,7 +203,7 @@ impl fmt::Display for NoOrder {
 /// The first lines of `trace event`.
 fn fmt_event_summary(e: &WebhookRow, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     let v = serde_json::to_value(e).unwrap_or_default();
-    writeln!(
+    write!(
         f,
         "{} event {} ({}): {} — {}\n  received {}, processed {}, {} deliver{}",
         e.provider,
@@ -214,7 +215,16 @@ fn fmt_event_summary(e: &WebhookRow, f: &mut fmt::Formatter<'_>) -> fmt::Result 
         cell(&v["processed_at"]),
         e.deliveries,
         if e.deliveries == 1 { "y" } else { "ies" },
-    )
+    )?;
+    if e.body_redeliveries > 0 {
+        write!(
+            f,
+            ", and {} cop{} of its signed body under other event ids (absorbed, no effect)",
+            e.body_redeliveries,
+            if e.body_redeliveries == 1 { "y" } else { "ies" },
+        )?;
+    }
+    writeln!(f)
 }
 
 impl fmt::Display for OrderStory {
@@ -250,10 +260,17 @@ impl fmt::Display for OrderStory {
                 ("TYPE", "event_type"),
                 ("OUTCOME", "outcome"),
                 ("COPIES", "deliveries"),
+                ("REDELIVERED", "body_redeliveries"),
                 ("RECEIVED", "received_at"),
                 ("DETAIL", "detail"),
             ],
         )?;
+        if self.webhooks.iter().any(|w| w.body_redeliveries > 0) {
+            write!(
+                f,
+                "\n  REDELIVERED: copies of the same signed body under another event id (absorbed like duplicates, no effect)"
+            )?;
+        }
         section(
             f,
             "refunds",

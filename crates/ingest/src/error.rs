@@ -42,6 +42,12 @@ impl IngestError {
         "broker_unavailable",
     ];
 
+    /// Whether the sender caused it (a bad request, logged at WARN within
+    /// a limit) rather than the operator's side (ERROR).
+    pub fn is_senders_fault(&self) -> bool {
+        !matches!(self, IngestError::BrokerUnavailable)
+    }
+
     /// Stable machine-readable code (also the `outcome` metric label).
     pub fn code(&self) -> &'static str {
         match self {

@@ -3,6 +3,7 @@
 
 use anyhow::Context;
 use oncehook_common::{Config, telemetry};
+use oncehook_ingest::refusals;
 use oncehook_ingest::startup::Application;
 
 #[actix_web::main]
@@ -11,7 +12,7 @@ async fn main() -> anyhow::Result<()> {
         .context("reading configuration")?
         .into_ingest()
         .context("starting ingest")?;
-    telemetry::init_logging(&settings.telemetry, "oncehook-ingest");
+    refusals::init_logging(&settings.telemetry);
     let metrics = telemetry::init_metrics().map_err(anyhow::Error::msg)?;
     let app = Application::build(settings, metrics)
         .await

@@ -1,12 +1,15 @@
 //! Wiring: builds the shared state (sources, publisher, metrics handle), binds
 //! the listener(s) and returns an [`Application`] that tests can start on a
-//! random port (`ONCEHOOK_INGEST_ADDR=127.0.0.1:0`).
+//! random port (`ONCEHOOK_INGEST_ADDR=127.0.0.1:0`). Every answer of the
+//! public port says `X-Content-Type-Options: nosniff`.
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;
 
 use actix_web::dev::Server;
+use actix_web::http::header::X_CONTENT_TYPE_OPTIONS;
+use actix_web::middleware::DefaultHeaders;
 use actix_web::{App, HttpServer, web};
 use metrics_exporter_prometheus::PrometheusHandle;
 use oncehook_common::health;
@@ -69,6 +72,9 @@ impl Application {
         let mut server = HttpServer::new(move || {
             App::new()
                 .app_data(app_state.clone())
+                // Every answer, errors included: a browser pointed at this
+                // port must never guess a type for what it gets back.
+                .wrap(DefaultHeaders::new().add((X_CONTENT_TYPE_OPTIONS, "nosniff")))
                 .configure(routes::configure)
         });
         if let Some(workers) = settings.ingest.workers {

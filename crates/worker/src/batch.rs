@@ -6,7 +6,8 @@
 //! and waits for a [`Reply`]. The task whose event fills the batch, or the
 //! one that found no batch forming and waited `linger` for others, runs the
 //! batch: claim every delivery in one statement (insert-first; duplicates
-//! are only counted), lock the named orders in id order (concurrent batches
+//! — the same event id, or the same signed body under another — are only
+//! counted), lock the named orders in id order (concurrent batches
 //! wait for each other instead of deadlocking), apply each new event's
 //! effect — which may defer work to the end of the batch: the commerce
 //! effect moves the stock of every order the batch paid in a few
@@ -109,12 +110,14 @@ impl Batcher {
 
 /// Runs one batch and answers every job in it.
 async fn run<E: Effect>(pool: &PgPool, effect: &E, jobs: Vec<Job>) {
-    // A second copy of a delivery in the same batch is processed alone
-    // afterwards (it is a duplicate then, and counted as one).
+    // A second copy of a signed body in the same batch (under the same
+    // event id or another) is processed alone afterwards: it is a duplicate
+    // then, and counted as one. One statement cannot claim a body twice.
     let mut seen = HashSet::new();
-    let (batch, repeats): (Vec<Job>, Vec<Job>) = jobs
-        .into_iter()
-        .partition(|job| seen.insert(job.decoded.key.clone()));
+    let (batch, repeats): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|job| {
+        let (source, body) = job.decoded.key.signed_body();
+        seen.insert((source.to_owned(), body.to_owned()))
+    });
     for job in repeats {
         let _ = job.reply.send(Reply::Alone);
     }
@@ -157,14 +160,17 @@ async fn commit<E: Effect>(
         .iter()
         .map(|job| processor::claim_of(&job.decoded))
         .collect();
-    let fresh: HashSet<dedup_store::DeliveryKey> = dedup_store::claim_many(&mut tx, &claims)
+    // In the jobs' order: `Some` for a duplicate, `None` for a fresh claim.
+    let duplicates: Vec<Option<Processed>> = dedup_store::claim_many(&mut tx, &claims)
         .await?
         .into_iter()
+        .map(Processed::duplicate)
         .collect();
     let mut order_refs: Vec<String> = batch
         .iter()
-        .filter(|job| fresh.contains(&job.decoded.key))
-        .filter_map(|job| job.decoded.event.order_ref.clone())
+        .zip(&duplicates)
+        .filter(|(_, duplicate)| duplicate.is_none())
+        .filter_map(|(job, _)| job.decoded.event.order_ref.clone())
         .collect();
     order_refs.sort_unstable();
     order_refs.dedup();
@@ -172,38 +178,30 @@ async fn commit<E: Effect>(
         ledger_store::lock_orders(&mut tx, &order_refs).await?;
     }
     let mut deferred = E::Deferred::default();
-    let mut applied: Vec<Option<Applied>> = Vec::with_capacity(batch.len());
-    for job in batch {
-        if fresh.contains(&job.decoded.key) {
-            applied.push(Some(
-                processor::apply_claimed(&mut tx, effect, &job.decoded, Some(&mut deferred))
-                    .await?,
-            ));
-        } else {
-            applied.push(None);
+    let mut results: Vec<Processed> = Vec::with_capacity(batch.len());
+    let mut finished: Vec<dedup_store::Finish<'_>> = Vec::with_capacity(batch.len());
+    for (job, duplicate) in batch.iter().zip(duplicates) {
+        if let Some(duplicate) = duplicate {
+            results.push(duplicate);
+            continue;
         }
+        let Applied { outcome, detail } =
+            processor::apply_claimed(&mut tx, effect, &job.decoded, Some(&mut deferred)).await?;
+        results.push(Processed::Done { outcome, detail });
     }
     effect.finish_batch(&mut tx, deferred).await?;
-    let finished: Vec<dedup_store::Finish<'_>> = batch
-        .iter()
-        .zip(&applied)
-        .filter_map(|(job, applied)| {
-            applied.as_ref().map(|a| dedup_store::Finish {
+    for (job, result) in batch.iter().zip(&results) {
+        if let Processed::Done { outcome, detail } = result {
+            finished.push(dedup_store::Finish {
                 key: &job.decoded.key,
-                outcome: a.outcome.as_str(),
-                detail: &a.detail,
-            })
-        })
-        .collect();
+                outcome: outcome.as_str(),
+                detail,
+            });
+        }
+    }
     if !finished.is_empty() {
         dedup_store::finish_many(&mut tx, &finished).await?;
     }
     tx.commit().await?;
-    Ok(applied
-        .into_iter()
-        .map(|a| match a {
-            Some(Applied { outcome, detail }) => Processed::Done { outcome, detail },
-            None => Processed::Duplicate,
-        })
-        .collect())
+    Ok(results)
 }

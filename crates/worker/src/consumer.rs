@@ -6,7 +6,8 @@
 //!
 //! Delivery: decode → process (one transaction, or a share of a batch's
 //! transaction: see `batch`) → `Ack` after commit.
-//! Duplicates are acked and counted. Permanent failures become
+//! Duplicates — a copy under the same event id, or of the same signed body
+//! under another — are acked and counted. Permanent failures become
 //! `DeadLetter` (published to `P.dead` with the reason, then acked).
 //! Transient database failures never settle a delivery: it is held
 //! (unacked) and retried by [`RetryPolicy::DELIVERY`], then at its capped
@@ -167,12 +168,42 @@ impl<E: Effect> Worker<E> {
                     "event processed"
                 );
             }
-            Processed::Duplicate => {
+            Processed::Duplicate { same_body_as: None } => {
                 metrics::counter!("oncehook_worker_events_total", "gateway" => gateway, "outcome" => "duplicate")
                     .increment(1);
                 tracing::info!(gateway, event_id = %event.event_id, %receipt, "duplicate delivery absorbed");
             }
+            Processed::Duplicate {
+                same_body_as: Some(first),
+            } => {
+                metrics::counter!("oncehook_worker_events_total", "gateway" => gateway, "outcome" => "duplicate")
+                    .increment(1);
+                count_redelivered_body(decoded.key.source.clone(), 1);
+                tracing::info!(
+                    gateway,
+                    source = %decoded.key.source,
+                    event_id = %event.event_id,
+                    first_event_id = %first,
+                    %receipt,
+                    "signed body already delivered under another event id; absorbed as a duplicate"
+                );
+            }
         }
+    }
+}
+
+/// Counts `n` copies of a signed body that arrived from `source` under
+/// another event id than its first delivery (the event-id header is not
+/// signed: a replay, or a sender that re-keyed a retry).
+fn count_redelivered_body(source: String, n: u64) {
+    metrics::counter!("oncehook_worker_redelivered_bodies_total", "source" => source).increment(n);
+}
+
+/// Makes the worker's per-source counters exist at zero from its start, so
+/// Prometheus' `increase()` also counts the first copy of each source.
+pub fn zero_counters<'a>(sources: impl IntoIterator<Item = &'a str>) {
+    for source in sources {
+        count_redelivered_body(source.to_owned(), 0);
     }
 }
 

@@ -1,7 +1,9 @@
 //! Delivery identity: the [`DeliveryKey`] a delivery is deduplicated on —
-//! its source, the gateway's event id and a digest of the signed body bytes
-//! (so an unsigned event-id header cannot make a different body look like
-//! a duplicate). The table itself belongs to `oncehook_common::store::dedup`.
+//! its source, the gateway's event id and a digest of the signed body bytes.
+//! The claim conflicts on the source and the digest, so an unsigned
+//! event-id header can neither make a different body look like a duplicate
+//! nor the same body look like a new delivery. The table itself belongs to
+//! `oncehook_common::store::dedup`.
 
 use sha2::{Digest, Sha256};
 

@@ -6,16 +6,23 @@ use anyhow::Context;
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::{Config, db, health, telemetry};
 use oncehook_worker::commerce::CommerceEffect;
-use oncehook_worker::consumer::Worker;
+use oncehook_worker::consumer::{self, Worker};
 use oncehook_worker::retention;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let settings = Config::load()
-        .context("reading configuration")?
-        .into_worker();
+    let config = Config::load().context("reading configuration")?;
+    // The sources ingest publishes for: their counters start at zero.
+    let sources: Vec<String> = config
+        .ingest
+        .sources
+        .iter()
+        .map(|s| s.name.clone())
+        .collect();
+    let settings = config.into_worker();
     telemetry::init_logging(&settings.telemetry, "oncehook-worker");
     let metrics = telemetry::init_metrics().map_err(anyhow::Error::msg)?;
+    consumer::zero_counters(sources.iter().map(String::as_str));
     let shutdown = Shutdown::on_signals();
     // One connection per delivery in flight, plus the relay, the sweeper,
     // retention and the gauges — unless the budget says otherwise.

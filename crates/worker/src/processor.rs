@@ -1,7 +1,8 @@
 //! One envelope, one transaction: decode the envelope (with the event ingest
 //! parsed; an older ingest's envelope has its payload parsed here), claim the
-//! delivery in `processed_webhooks` (insert-first), apply the effect, record
-//! the outcome, commit. An event the effect cannot link
+//! delivery in `processed_webhooks` (insert-first; a copy under the same
+//! event id, or of the same signed body under another, is a duplicate),
+//! apply the effect, record the outcome, commit. An event the effect cannot link
 //! to an order yet is parked in the same transaction (see `parking`).
 //! Errors are classified for the consumer: permanent ones are dead-lettered,
 //! transient ones retried.
@@ -14,6 +15,7 @@ use oncehook_common::envelope::EnvelopeError;
 use oncehook_gateways::NormalizedEvent;
 use sqlx::{PgConnection, PgPool};
 
+use oncehook_common::store::dedup::Claimed;
 use oncehook_common::store::{dedup as dedup_store, parking as parking_store};
 
 use crate::dedup::{self, DeliveryKey};
@@ -33,8 +35,24 @@ pub struct Decoded {
 pub enum Processed {
     /// Committed with this outcome.
     Done { outcome: Outcome, detail: String },
-    /// Another copy of this delivery was processed already; only the sighting was recorded.
-    Duplicate,
+    /// Another copy of this delivery was processed already; only the
+    /// sighting was recorded. `same_body_as` is the event id the signed body
+    /// was first delivered under, when this copy came under another one.
+    Duplicate { same_body_as: Option<String> },
+}
+
+impl Processed {
+    /// The answer for a claim that found the delivery claimed already
+    /// (`None` for a fresh claim: the effect is still to be applied).
+    pub fn duplicate(claimed: Claimed) -> Option<Processed> {
+        match claimed {
+            Claimed::Fresh => None,
+            Claimed::Duplicate => Some(Processed::Duplicate { same_body_as: None }),
+            Claimed::SameBodyAs(first) => Some(Processed::Duplicate {
+                same_body_as: Some(first),
+            }),
+        }
+    }
 }
 
 /// A message that will never succeed as is: dead-letter it with `kind`
@@ -67,7 +85,9 @@ impl From<EffectError> for ProcessError {
 
 impl From<sqlx::Error> for ProcessError {
     fn from(err: sqlx::Error) -> Self {
-        if is_transient(&err) {
+        // A claim that lost a race with a copy of itself succeeds when made
+        // again (see `dedup_store::lost_claim_race`).
+        if is_transient(&err) || dedup_store::lost_claim_race(&err) {
             ProcessError::Transient(err)
         } else {
             ProcessError::Permanent(Rejection {
@@ -146,9 +166,21 @@ pub async fn process<E: Effect>(
 ) -> Result<Processed, ProcessError> {
     let started = Instant::now();
     let mut tx = pool.begin().await?;
-    if !dedup_store::claim(&mut tx, claim_of(decoded)).await? {
+    let claimed = match dedup_store::claim(&mut tx, claim_of(decoded)).await {
+        Ok(claimed) => claimed,
+        Err(err) if dedup_store::lost_claim_race(&err) => {
+            // A copy under the same event id committed first: made again,
+            // in a new transaction, the claim conflicts with that copy like
+            // any duplicate.
+            tx.rollback().await?;
+            tx = pool.begin().await?;
+            dedup_store::claim(&mut tx, claim_of(decoded)).await?
+        }
+        Err(err) => return Err(err.into()),
+    };
+    if let Some(duplicate) = Processed::duplicate(claimed) {
         tx.commit().await?;
-        return Ok(Processed::Duplicate);
+        return Ok(duplicate);
     }
     let applied = match apply_claimed(&mut tx, effect, decoded, None).await {
         Ok(applied) => applied,

@@ -1,9 +1,23 @@
-//! `processed_webhooks`: one row per delivery identity, inserted first in
-//! the worker's transaction (never checked, then inserted). A conflicting
+//! `processed_webhooks`: one row per delivery, inserted first in the
+//! worker's transaction (never checked, then inserted). A conflicting
 //! insert waits for the first transaction and then reports a duplicate,
-//! counting the sighting in `deliveries`; `xmax = 0` tells a fresh insert
-//! from that update.
+//! counting the sighting on the row; `xmax = 0` tells a fresh insert from
+//! that update.
+//!
+//! The conflict is on the source and the digest of the signed body, so a
+//! copy of a signed body under another event id (the gateway's event-id
+//! header is not signed, see `docs/architecture.md`) is a duplicate too: it
+//! is counted in `body_redeliveries` of the first delivery of that body,
+//! while copies under the same event id count in `deliveries`. (Rows from
+//! before bodies were digested have an empty digest, which that partial
+//! unique index leaves out.)
+//!
+//! The primary key `(source, event_id, body_sha256)` stays beside it, and a
+//! claim racing a copy under the same event id can pass the conflict check
+//! before the copy's row is there and then fail on the primary key once the
+//! copy commits ([`lost_claim_race`]); claimed again, it is a duplicate.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -14,12 +28,44 @@ use uuid::Uuid;
 /// The identity of one delivery: the source (two accounts of one gateway
 /// never share a namespace), the gateway's event id, and a digest of the
 /// signed body (an unsigned event-id header cannot make another body a
-/// duplicate).
+/// duplicate, nor the same body a new delivery).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct DeliveryKey {
     pub source: String,
     pub event_id: String,
     pub body_sha256: String,
+}
+
+impl DeliveryKey {
+    /// What the claim conflicts on: the source and the signed body's digest.
+    pub fn signed_body(&self) -> (&str, &str) {
+        (&self.source, &self.body_sha256)
+    }
+}
+
+/// What claiming a delivery found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claimed {
+    /// The first delivery of its signed body: the caller applies the effect.
+    Fresh,
+    /// A copy of a delivery already claimed, under the same event id.
+    Duplicate,
+    /// The same signed body, already claimed under this other event id.
+    SameBodyAs(String),
+}
+
+impl Claimed {
+    /// How a claim's answer reads: inserted, or the event id of the row it
+    /// counted on.
+    fn of(inserted: bool, existing_event_id: String, claimed_event_id: &str) -> Claimed {
+        if inserted {
+            Claimed::Fresh
+        } else if existing_event_id == claimed_event_id {
+            Claimed::Duplicate
+        } else {
+            Claimed::SameBodyAs(existing_event_id)
+        }
+    }
 }
 
 /// What is recorded about a delivery when it is claimed.
@@ -34,15 +80,39 @@ pub struct Claim<'a> {
     pub received_at: OffsetDateTime,
 }
 
-/// Claims the delivery; `false` means a duplicate (its sighting is counted).
-pub async fn claim(conn: &mut PgConnection, c: Claim<'_>) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar!(
+/// Whether a claim failed only because a copy of the same delivery (same
+/// source, event id and body) committed between the claim's conflict check
+/// and its insert: the primary key caught what the conflict target had not
+/// seen yet. The copy is committed, so claimed again (in a new transaction)
+/// the delivery is a plain duplicate.
+pub fn lost_claim_race(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Database(db) => {
+            db.code().as_deref() == Some(UNIQUE_VIOLATION) && db.constraint() == Some(PRIMARY_KEY)
+        }
+        _ => false,
+    }
+}
+
+/// Postgres' `unique_violation`.
+const UNIQUE_VIOLATION: &str = "23505";
+/// The table's primary key, `(source, event_id, body_sha256)`.
+const PRIMARY_KEY: &str = "processed_webhooks_pkey";
+
+/// Claims the delivery; anything but [`Claimed::Fresh`] is a duplicate,
+/// whose sighting is counted on the row it conflicted with.
+pub async fn claim(conn: &mut PgConnection, c: Claim<'_>) -> Result<Claimed, sqlx::Error> {
+    let row = sqlx::query!(
         r#"INSERT INTO processed_webhooks
                (source, event_id, body_sha256, provider, event_type, order_ref, receipt_id, outcome, received_at, payment_id)
            VALUES ($1, $2, $3, $4, $5, $6, $7, 'applied', $8, $9)
-           ON CONFLICT (source, event_id, body_sha256) DO UPDATE
-               SET deliveries = processed_webhooks.deliveries + 1, last_seen_at = now()
-           RETURNING (xmax = 0) AS "inserted!""#,
+           ON CONFLICT (source, body_sha256) WHERE body_sha256 <> '' DO UPDATE
+               SET deliveries = processed_webhooks.deliveries
+                       + (processed_webhooks.event_id = EXCLUDED.event_id)::int,
+                   body_redeliveries = processed_webhooks.body_redeliveries
+                       + (processed_webhooks.event_id <> EXCLUDED.event_id)::int,
+                   last_seen_at = now()
+           RETURNING event_id, (xmax = 0) AS "inserted!""#,
         c.key.source,
         c.key.event_id,
         c.key.body_sha256,
@@ -54,25 +124,22 @@ pub async fn claim(conn: &mut PgConnection, c: Claim<'_>) -> Result<bool, sqlx::
         c.payment_id,
     )
     .fetch_one(conn)
-    .await
+    .await?;
+    Ok(Claimed::of(row.inserted, row.event_id, &c.key.event_id))
 }
 
-/// Claims several deliveries in one statement (group commit); returns the
-/// keys that were newly inserted, the others being duplicates (their
-/// sightings are counted). The keys must be distinct; they are inserted in
-/// key order, so concurrent batches wait for each other's claims in one
+/// Claims several deliveries in one statement (group commit); returns what
+/// each claim found, in the order of `claims`. The signed bodies
+/// ([`DeliveryKey::signed_body`]) must be distinct; they are inserted in
+/// that order, so concurrent batches wait for each other's claims in one
 /// order.
 pub async fn claim_many(
     conn: &mut PgConnection,
     claims: &[Claim<'_>],
-) -> Result<Vec<DeliveryKey>, sqlx::Error> {
+) -> Result<Vec<Claimed>, sqlx::Error> {
     let mut sorted: Vec<&Claim<'_>> = claims.iter().collect();
     sorted.sort_by(|a, b| {
-        (&a.key.source, &a.key.event_id, &a.key.body_sha256).cmp(&(
-            &b.key.source,
-            &b.key.event_id,
-            &b.key.body_sha256,
-        ))
+        (a.key.signed_body(), &a.key.event_id).cmp(&(b.key.signed_body(), &b.key.event_id))
     });
     let col = |f: fn(&Claim<'_>) -> String| sorted.iter().map(|c| f(c)).collect::<Vec<_>>();
     let opt = |f: fn(&Claim<'_>) -> Option<String>| sorted.iter().map(|c| f(c)).collect::<Vec<_>>();
@@ -85,8 +152,12 @@ pub async fn claim_many(
                        $7::uuid[], $8::timestamptz[], $9::text[]) WITH ORDINALITY
                 AS c(source, event_id, body_sha256, provider, event_type, order_ref, receipt_id, received_at, payment_id, n)
            ORDER BY c.n
-           ON CONFLICT (source, event_id, body_sha256) DO UPDATE
-               SET deliveries = processed_webhooks.deliveries + 1, last_seen_at = now()
+           ON CONFLICT (source, body_sha256) WHERE body_sha256 <> '' DO UPDATE
+               SET deliveries = processed_webhooks.deliveries
+                       + (processed_webhooks.event_id = EXCLUDED.event_id)::int,
+                   body_redeliveries = processed_webhooks.body_redeliveries
+                       + (processed_webhooks.event_id <> EXCLUDED.event_id)::int,
+                   last_seen_at = now()
            RETURNING source, event_id, body_sha256, (xmax = 0) AS "inserted!""#,
         &col(|c| c.key.source.clone()),
         &col(|c| c.key.event_id.clone()),
@@ -100,15 +171,24 @@ pub async fn claim_many(
     )
     .fetch_all(conn)
     .await?;
-    Ok(rows
+    // Every claim's row comes back: the one it inserted, or the existing
+    // row of its signed body that it counted on.
+    let by_body: HashMap<(String, String), (bool, String)> = rows
         .into_iter()
-        .filter(|r| r.inserted)
-        .map(|r| DeliveryKey {
-            source: r.source,
-            event_id: r.event_id,
-            body_sha256: r.body_sha256,
+        .map(|r| ((r.source, r.body_sha256), (r.inserted, r.event_id)))
+        .collect();
+    claims
+        .iter()
+        .map(|c| {
+            let (source, body) = c.key.signed_body();
+            by_body
+                .get(&(source.to_owned(), body.to_owned()))
+                .map(|(inserted, event_id)| {
+                    Claimed::of(*inserted, event_id.clone(), &c.key.event_id)
+                })
+                .ok_or(sqlx::Error::RowNotFound)
         })
-        .collect())
+        .collect()
 }
 
 /// A claimed delivery's outcome, recorded with others in one statement.
@@ -186,6 +266,9 @@ pub struct WebhookRow {
     pub outcome: String,
     pub detail: Option<String>,
     pub deliveries: i32,
+    /// Copies of this signed body that arrived under another event id
+    /// (absorbed like duplicates).
+    pub body_redeliveries: i32,
     #[serde(with = "time::serde::rfc3339")]
     pub received_at: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339")]
@@ -202,7 +285,7 @@ pub struct WebhookRow {
 /// same text, which the Events tests read through `FromRow`.
 const WEBHOOK_ROWS: &str =
     "SELECT provider, event_id, event_type, order_ref, payment_id, source, receipt_id,
-                    outcome, detail, deliveries, received_at, processed_at, last_seen_at
+                    outcome, detail, deliveries, body_redeliveries, received_at, processed_at, last_seen_at
              FROM processed_webhooks ";
 
 macro_rules! webhook_rows {
@@ -210,7 +293,7 @@ macro_rules! webhook_rows {
         sqlx::query_as!(
             WebhookRow,
             "SELECT provider, event_id, event_type, order_ref, payment_id, source, receipt_id,
-                    outcome, detail, deliveries, received_at, processed_at, last_seen_at
+                    outcome, detail, deliveries, body_redeliveries, received_at, processed_at, last_seen_at
              FROM processed_webhooks " + $rest
             $(, $arg)*
         )
@@ -270,7 +353,8 @@ pub struct ProviderOutcomes {
     pub applied: i64,
     pub ignored: i64,
     pub flagged: i64,
-    /// Copies absorbed as duplicates.
+    /// Copies absorbed as duplicates (under the same event id, or the
+    /// same signed body under another).
     pub duplicates: i64,
 }
 
@@ -286,7 +370,7 @@ pub async fn outcomes_within(
                   count(*) FILTER (WHERE outcome = 'applied') AS "applied!",
                   count(*) FILTER (WHERE outcome = 'ignored') AS "ignored!",
                   count(*) FILTER (WHERE outcome = 'flagged') AS "flagged!",
-                  COALESCE(sum(deliveries - 1), 0)::bigint AS "duplicates!"
+                  COALESCE(sum(deliveries - 1 + body_redeliveries), 0)::bigint AS "duplicates!"
            FROM processed_webhooks
            WHERE processed_at > now() - make_interval(secs => $1)
            GROUP BY provider ORDER BY provider"#,

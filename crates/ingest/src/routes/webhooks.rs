@@ -4,6 +4,10 @@
 //! (413, checked against Content-Length before reading and again while
 //! reading) → signature and timestamp window (401 / 400) → publish with
 //! confirm (200 only on a clean broker ack, else 503).
+//!
+//! A refusal of the sender's making is logged at WARN within the refusal
+//! log's limit (`crate::refusals`); a 503 is the operator's trouble and is
+//! logged at ERROR where the publish failed.
 
 use std::time::{Duration, Instant};
 
@@ -16,6 +20,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::error::IngestError;
+use crate::refusals;
 
 /// How long a sender may take to deliver the body once the headers arrived.
 const BODY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -42,6 +47,12 @@ pub async fn receive(
     } else {
         "unknown".to_owned()
     };
+    if let Err(err) = &result
+        && err.is_senders_fault()
+    {
+        let gateway = state.sources.get(&source).map(|s| s.gateway.as_str());
+        refusals::refused(&source, gateway, err.code(), err, req.peer_addr());
+    }
     count(source_label.clone(), outcome, 1);
     metrics::histogram!("oncehook_ingest_request_duration_seconds", "source" => source_label, "outcome" => outcome)
         .record(started.elapsed().as_secs_f64());
@@ -103,10 +114,7 @@ async fn handle(
         received_at.unix_timestamp(),
         source.tolerance_secs,
     )
-    .map_err(|err| {
-        tracing::warn!(source = source_name, gateway = %source.gateway, reason = %err, "webhook refused");
-        IngestError::Signature(err)
-    })?;
+    .map_err(IngestError::Signature)?;
 
     // The one parse of the body: it names the message (routing key, message
     // id) and travels in the envelope so the worker does not parse again. An
