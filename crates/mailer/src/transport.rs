@@ -66,7 +66,7 @@ pub struct TransportConfigError {
 
 /// The configured delivery mechanism.
 pub enum Transport {
-    Smtp(SmtpPool),
+    Smtp(Box<SmtpPool>),
     Files(PathBuf),
 }
 
@@ -85,7 +85,7 @@ impl Transport {
                     source,
                 }
             })?;
-        Ok(Transport::Smtp(pool))
+        Ok(Transport::Smtp(Box::new(pool)))
     }
 
     /// A file transport into `dir` (tests).
