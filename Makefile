@@ -5,7 +5,7 @@ export ONCEHOOK_CONFIG ?= $(CURDIR)/deploy/local/oncehook.toml
 export ONCEHOOK_MAIL_DIR ?= $(CURDIR)/var/mail
 CTL := target/debug/oncehookctl
 
-.PHONY: run test lint services tools alerts-test k8s-validate build demo bench bench-smoke chaos confluence fmt clean
+.PHONY: run test lint services tools alerts-test k8s-validate compose-test build demo bench bench-smoke chaos confluence fmt clean
 
 ## run: start Postgres + RabbitMQ if needed, migrate, seed demo data, run ingest + worker + mailer + console
 run: services build
@@ -16,7 +16,7 @@ run: services build
 ## test: unit, property and end-to-end tests against real Postgres and RabbitMQ, the pipeline's
 ## tests once more through a real PgBouncer in transaction mode and once without group commit
 ## (batch size 1), the bench once with tiny loads, then the alert rules' tests and the
-## Kubernetes manifests' schema check
+## Kubernetes manifests' schema check. (`make compose-test` is not part of it: see deploy/compose/README.md.)
 test: services tools
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace
@@ -35,6 +35,12 @@ alerts-test: tools
 ## --strict, offline) and KEDA's objects against deploy/k8s/keda-schema.json; about two seconds
 k8s-validate: tools
 	bash deploy/k8s/validate.sh
+
+## compose-test: deploy/compose on a real Docker engine (deploy/local/docker.sh starts one of its own):
+## images built locally, the stack driven through its published ports, a worker killed, Postgres
+## restarted, a three-node RabbitMQ cluster partitioned; lost 0, doubled 0. About 15 minutes; not in `make test`.
+compose-test:
+	bash deploy/compose/test.sh
 
 ## lint: formatting and clippy, warnings are errors
 lint:
