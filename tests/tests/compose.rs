@@ -336,9 +336,24 @@ struct Tally {
     /// Answers other than 200 (503s while a broker or a node was away,
     /// connection errors), each retried like a gateway would.
     retried: AtomicU64,
+    /// When the latest non-200 answer came (ms after `epoch`).
+    last_retry_ms: AtomicU64,
+    epoch: Mutex<Option<Instant>>,
     acked: Mutex<BTreeSet<String>>,
     /// Orders whose every delivery gave up (no 200 after the retry budget).
     given_up: Mutex<BTreeSet<String>>,
+}
+
+impl Tally {
+    fn since_epoch(&self) -> u64 {
+        let mut epoch = self.epoch.lock().expect("epoch");
+        epoch.get_or_insert_with(Instant::now).elapsed().as_millis() as u64
+    }
+
+    fn note_retry(&self) {
+        let now = self.since_epoch();
+        self.last_retry_ms.fetch_max(now, Ordering::SeqCst);
+    }
 }
 
 /// Posts every (order, delivery) `copies` times like a gateway: non-200
@@ -399,6 +414,7 @@ async fn load(
                             }
                             _ => {
                                 tally.retried.fetch_add(1, Ordering::Relaxed);
+                                tally.note_retry();
                                 tokio::time::sleep(Duration::from_millis(250)).await;
                             }
                         }
@@ -719,6 +735,31 @@ async fn leader(stack: &Stack, container: &str) -> Option<String> {
         .next()
 }
 
+/// Client connections per node, through the management API's published port.
+async fn connections_per_node(stack: &Stack) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    let Ok(resp) = stack
+        .http
+        .get(stack.url("RABBITMQ_MANAGEMENT_PORT", "/api/connections"))
+        .basic_auth(
+            stack.var("RABBITMQ_USER"),
+            Some(stack.var("RABBITMQ_PASSWORD")),
+        )
+        .send()
+        .await
+    else {
+        return out;
+    };
+    let v: serde_json::Value =
+        serde_json::from_str(&resp.text().await.unwrap_or_default()).unwrap_or_default();
+    for c in v.as_array().into_iter().flatten() {
+        if let Some(node) = c["node"].as_str() {
+            *out.entry(node.to_owned()).or_default() += 1;
+        }
+    }
+    out
+}
+
 async fn running_nodes(stack: &Stack, container: &str) -> usize {
     let (ok, out) = stack
         .docker(
@@ -827,10 +868,11 @@ async fn compose_cluster_partition() {
         })
     };
 
-    let work = plan(&stack, &pool, "cpart", 600).await;
+    // About 3 minutes of load: both rounds happen under it.
+    let work = plan(&stack, &pool, "cpart", 720).await;
     let events = work.len();
     let tally = Arc::new(Tally::default());
-    let loader = tokio::spawn(load(stack.clone(), work, 8, 8, tally.clone()));
+    let loader = tokio::spawn(load(stack.clone(), work, 8, 4, tally.clone()));
 
     let mut figures = String::new();
     let initial_leader = leader(&stack, &first).await.expect("events queue leader");
@@ -843,15 +885,19 @@ async fn compose_cluster_partition() {
             .last()
             .cloned()
             .unwrap_or_else(|| initial_leader.clone());
+        // Round 1: the follower most clients are connected to.
+        let conns = connections_per_node(&stack).await;
         let victim = if round == 0 {
             nodes
                 .keys()
-                .find(|n| **n != current)
+                .filter(|n| **n != current)
+                .max_by_key(|n| conns.get(*n).copied().unwrap_or(0))
                 .cloned()
                 .expect("a follower")
         } else {
             current.clone()
         };
+        let clients_on_victim = conns.get(&victim).copied().unwrap_or(0);
         let (service, id) = nodes[&victim].clone();
         let posts_before = tally.posts.load(Ordering::Relaxed);
         let retried_before = tally.retried.load(Ordering::Relaxed);
@@ -864,6 +910,7 @@ async fn compose_cluster_partition() {
             .await;
         assert!(ok, "disconnect {victim}: {out}");
         let cut_at = Instant::now();
+        let cut_ms = tally.since_epoch();
         tokio::time::sleep(Duration::from_secs(30)).await;
         let (ok, out) = stack
             .docker(
@@ -889,15 +936,24 @@ async fn compose_cluster_partition() {
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
         let leader_now = leaders.lock().expect("leaders").last().cloned();
+        // Clients recovered when the last non-200 answer of this round came.
+        let last = tally.last_retry_ms.load(Ordering::SeqCst);
+        let recovered = if tally.retried.load(Ordering::Relaxed) > retried_before && last >= cut_ms
+        {
+            format!("{:.1} s after the cut", (last - cut_ms) as f64 / 1000.0)
+        } else {
+            "no failed answer".to_owned()
+        };
         *cut.lock().expect("cut") = None;
         let _ = writeln!(
             figures,
-            "| {} | {victim} | {} s cut off | {} | {} | {} | {:?} |",
+            "| {} | {victim} ({clients_on_victim} of {} client connections) | {} s cut off | {} | {} | {recovered} | {} | {:?} |",
             if round == 0 {
                 "a follower"
             } else {
                 "the events queue's leader"
             },
+            conns.values().sum::<usize>(),
             reconnected_at.duration_since(cut_at).as_secs(),
             tally.posts.load(Ordering::Relaxed) - posts_before,
             tally.retried.load(Ordering::Relaxed) - retried_before,
@@ -922,9 +978,9 @@ async fn compose_cluster_partition() {
     let moves = leaders.lock().expect("leaders").clone();
     report(&format!(
         "\n## compose_cluster_partition\n\n\
-         {events} events (each posted 1–3 times) at 8 per second, {} posts, {} acked, {} non-200 answers retried, {given_up} given up; \
-         lost {lost}, doubled {doubled}, DLQ {dead:?}. Events queue leaders in order: {moves:?} ({} moves).\n\n\
-         | round | node cut off | partition | posts meanwhile | non-200 answers retried meanwhile | cluster whole again | leader afterwards |\n|---|---|---|---|---|---|---|\n{figures}",
+         {events} events (each posted 1–3 times) at 4 per second, {} posts, {} acked, {} non-200 answers retried, {given_up} given up; \
+         lost {lost}, doubled {doubled}, DLQ {dead:?}. Events queue leader, as `rabbitmqctl list_queues` reported it (polled every second from a node not cut off): {moves:?} ({} changes).\n\n\
+         | round | node cut off | partition | posts meanwhile | non-200 answers retried meanwhile | ingest answering 200 again | cluster whole again | leader afterwards |\n|---|---|---|---|---|---|---|---|\n{figures}",
         tally.posts.load(Ordering::Relaxed),
         acked.len(),
         tally.retried.load(Ordering::Relaxed),
