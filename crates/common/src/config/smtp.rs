@@ -1,8 +1,9 @@
-//! `[mail]`'s SMTP settings, checked once at start-up: where the mailer
-//! submits emails (`smtp_url`), how the connection is protected (`tls`:
-//! none, STARTTLS or implicit TLS), who it logs in as (`username` and
-//! `password`, or the user and password of the URL) and which extra
-//! certificate authority it trusts (`ca_file`, for a private relay).
+//! `[mail]`'s SMTP settings (`mail.rs` reads them), checked together once
+//! at start-up: where the mailer submits emails (`smtp_url`), how the
+//! connection is protected (`tls`: none, STARTTLS or implicit TLS), who it
+//! logs in as (`username` and `password`, or the user and password of the
+//! URL) and which extra certificate authority it trusts (`ca_file`, for a
+//! private relay).
 //!
 //! Credentials are never sent over a connection that is not encrypted
 //! unless `allow_insecure_auth` says so (a relay on the same host). No
@@ -11,8 +12,9 @@
 
 use std::path::PathBuf;
 
-use super::{ConfigError, ENV_SMTP_ALLOW_INSECURE_AUTH, ENV_SMTP_TLS, ENV_SMTP_URL, Secret};
-use super::{ENV_SMTP_CA_FILE, ENV_SMTP_PASSWORD, ENV_SMTP_USERNAME};
+use super::mail::{ENV_SMTP_ALLOW_INSECURE_AUTH, ENV_SMTP_TLS, ENV_SMTP_URL};
+use super::mail::{ENV_SMTP_CA_FILE, ENV_SMTP_PASSWORD, ENV_SMTP_USERNAME};
+use super::{ConfigError, Secret};
 use crate::redact::redact;
 
 /// How the SMTP connection is protected.
@@ -303,5 +305,5 @@ fn bad(key: &str, reason: &str) -> ConfigError {
 }
 
 #[cfg(test)]
-#[path = "mail_tests.rs"]
+#[path = "smtp_tests.rs"]
 mod tests;

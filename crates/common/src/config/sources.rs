@@ -15,16 +15,29 @@ pub const DEFAULT_TOLERANCE_SECS: u64 = 300;
 /// A wider replay window would let a captured delivery be replayed for that long.
 pub const MAX_TOLERANCE_SECS: u64 = 3_600;
 
-/// A `[[source]]` table as written.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+/// A `[[source]]` table as written (`Debug` counts the secrets, never shows them).
+#[derive(Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct FileSource {
+pub(super) struct FileSource {
     pub name: String,
     pub gateway: String,
     #[serde(default)]
     pub secrets: Vec<String>,
     pub tolerance_secs: Option<u64>,
     pub merchant_key: Option<String>,
+}
+
+impl std::fmt::Debug for FileSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileSource")
+            .field("name", &self.name)
+            .field("gateway", &self.gateway)
+            .field(
+                "secrets",
+                &format_args!("[{} redacted]", self.secrets.len()),
+            )
+            .finish_non_exhaustive()
+    }
 }
 
 /// One gateway account, validated.
@@ -102,10 +115,7 @@ fn expand(raw: &str, env: &HashMap<String, String>) -> Result<Expanded, String> 
     }
 }
 
-pub(crate) fn resolve(
-    s: FileSource,
-    env: &HashMap<String, String>,
-) -> Result<SourceConfig, ConfigError> {
+fn resolve(s: FileSource, env: &HashMap<String, String>) -> Result<SourceConfig, ConfigError> {
     let err = |reason: String| ConfigError::Source {
         source_name: s.name.clone(),
         reason,
@@ -182,8 +192,21 @@ fn check_merchant_key(gateway: Gateway, key: Option<&str>) -> Result<(), String>
     }
 }
 
+/// Every `[[source]]`, checked, with its `${VAR}`s expanded from `env`.
+pub(super) fn resolve_all(
+    files: Vec<FileSource>,
+    env: &HashMap<String, String>,
+) -> Result<Vec<SourceConfig>, ConfigError> {
+    let sources = files
+        .into_iter()
+        .map(|s| resolve(s, env))
+        .collect::<Result<Vec<_>, _>>()?;
+    check_unique(&sources)?;
+    Ok(sources)
+}
+
 /// Refuses two sources with one name.
-pub(crate) fn check_unique(sources: &[SourceConfig]) -> Result<(), ConfigError> {
+fn check_unique(sources: &[SourceConfig]) -> Result<(), ConfigError> {
     for (i, s) in sources.iter().enumerate() {
         if sources[..i].iter().any(|o| o.name == s.name) {
             return Err(ConfigError::Source {
@@ -194,3 +217,7 @@ pub(crate) fn check_unique(sources: &[SourceConfig]) -> Result<(), ConfigError> 
     }
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "sources_tests.rs"]
+mod tests;

@@ -1,0 +1,89 @@
+//! What each binary is given: only the sections it reads, with its
+//! metrics/health listener resolved against its own default. Ingest never
+//! sees the database or the mail settings; `oncehookctl` and the console
+//! read the whole [`Config`].
+
+use std::net::SocketAddr;
+
+use super::error::invalid;
+use super::{BrokerConfig, Config, ConfigError, DatabaseConfig, ENV_CONFIG};
+use super::{INGEST_METRICS_ADDR, MAILER_METRICS_ADDR, WORKER_METRICS_ADDR};
+use super::{IngestConfig, MailConfig, TelemetryConfig, WorkerConfig};
+
+/// What `oncehook-ingest` is given: it never sees the database or mail settings.
+#[derive(Debug, Clone)]
+pub struct IngestSettings {
+    /// The metrics/health listener, resolved against this binary's default.
+    pub metrics_addr: Option<SocketAddr>,
+    pub broker: BrokerConfig,
+    pub telemetry: TelemetryConfig,
+    pub ingest: IngestConfig,
+}
+
+/// What `oncehook-worker` is given.
+#[derive(Debug, Clone)]
+pub struct WorkerSettings {
+    /// The metrics/health listener, resolved against this binary's default.
+    pub metrics_addr: Option<SocketAddr>,
+    pub broker: BrokerConfig,
+    pub database: DatabaseConfig,
+    pub telemetry: TelemetryConfig,
+    pub worker: WorkerConfig,
+}
+
+/// What `oncehook-mailer` is given.
+#[derive(Debug, Clone)]
+pub struct MailerSettings {
+    /// The metrics/health listener, resolved against this binary's default.
+    pub metrics_addr: Option<SocketAddr>,
+    pub broker: BrokerConfig,
+    pub database: DatabaseConfig,
+    pub telemetry: TelemetryConfig,
+    pub mail: MailConfig,
+}
+
+impl Config {
+    /// The sections `oncehook-ingest` reads; it refuses to start without a
+    /// source.
+    pub fn into_ingest(self) -> Result<IngestSettings, ConfigError> {
+        if self.ingest.sources.is_empty() {
+            return Err(invalid(
+                ENV_CONFIG,
+                "",
+                "no [[source]] configured: point ONCEHOOK_CONFIG at a TOML file with at least one source",
+            ));
+        }
+        Ok(IngestSettings {
+            metrics_addr: self.telemetry.metrics.resolve(INGEST_METRICS_ADDR),
+            broker: self.broker,
+            telemetry: self.telemetry,
+            ingest: self.ingest,
+        })
+    }
+
+    /// The sections `oncehook-worker` reads.
+    pub fn into_worker(self) -> WorkerSettings {
+        WorkerSettings {
+            metrics_addr: self.telemetry.metrics.resolve(WORKER_METRICS_ADDR),
+            broker: self.broker,
+            database: self.database,
+            telemetry: self.telemetry,
+            worker: self.worker,
+        }
+    }
+
+    /// The sections `oncehook-mailer` reads.
+    pub fn into_mailer(self) -> MailerSettings {
+        MailerSettings {
+            metrics_addr: self.telemetry.metrics.resolve(MAILER_METRICS_ADDR),
+            broker: self.broker,
+            database: self.database,
+            telemetry: self.telemetry,
+            mail: self.mail,
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "binaries_tests.rs"]
+mod tests;

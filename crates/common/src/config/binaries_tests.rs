@@ -1,0 +1,32 @@
+use crate::config::testing::{load, load_env};
+
+#[test]
+fn ingest_needs_a_source_and_gets_no_database() {
+    let err = load_env(&[])
+        .expect("defaults")
+        .into_ingest()
+        .expect_err("no source");
+    assert!(err.to_string().contains("[[source]]"), "{err}");
+    let c = load(
+        "[[source]]\nname = \"s\"\ngateway = \"razorpay\"\nsecrets = [\"rzp\"]\n",
+        &[],
+    )
+    .expect("one source");
+    let ingest = c.into_ingest().expect("ingest settings");
+    assert_eq!(ingest.ingest.sources.len(), 1);
+    assert_eq!(
+        ingest.metrics_addr,
+        Some(crate::config::INGEST_METRICS_ADDR)
+    );
+}
+
+#[test]
+fn worker_and_mailer_take_their_own_sections() {
+    let c = load_env(&[
+        ("ONCEHOOK_WORKER_BATCH_SIZE", "4"),
+        ("ONCEHOOK_MAIL_CONCURRENCY", "3"),
+    ])
+    .expect("config");
+    assert_eq!(c.clone().into_worker().worker.batch_size, 4);
+    assert_eq!(c.into_mailer().mail.concurrency, 3);
+}
