@@ -1,6 +1,8 @@
 //! RabbitMQ helpers for tests and the bench: connecting (with a confirm
 //! channel for publishing, as ingest publishes), queue depths, peeking at
-//! the dead-letter queue without consuming it, and deleting a test's
+//! the dead-letter queue without consuming it (each letter's headers read
+//! back as oncehook reads them), putting a hand-made dead letter there, and
+//! deleting a test's
 //! topology — on the system broker, or (the `_on` variants) on the first
 //! reachable node of a comma-separated URL list such as the local cluster's.
 
@@ -8,12 +10,15 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use lapin::options::{
-    BasicGetOptions, ExchangeDeleteOptions, QueueDeclareOptions, QueueDeleteOptions,
+    BasicGetOptions, BasicPublishOptions, ExchangeDeleteOptions, QueueDeclareOptions,
+    QueueDeleteOptions,
 };
 use lapin::types::FieldTable;
-use lapin::{Channel, Connection, ConnectionProperties};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use oncehook_common::Topology;
 use oncehook_common::amqp::{self, header_string};
+use oncehook_common::dead_letter::{DeadLetter, DeadLetterKind, Record};
+use time::OffsetDateTime;
 
 /// The system broker, where every test's topology lives unless it says otherwise.
 pub const AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
@@ -82,14 +87,24 @@ pub async fn depth_on(urls: &str, queue: &str) -> Option<u32> {
 /// A dead letter as seen by a test.
 #[derive(Clone)]
 pub struct Dead {
+    /// Its headers as read back by `oncehook_common::dead_letter`.
+    pub record: Record,
     pub headers: BTreeMap<String, String>,
     pub message_id: Option<String>,
     pub body: Vec<u8>,
 }
 
+impl Dead {
+    /// Its kind.
+    pub fn kind(&self) -> &DeadLetterKind {
+        &self.record.kind
+    }
+}
+
 impl std::fmt::Debug for Dead {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Dead")
+            .field("kind", self.kind())
             .field("headers", &self.headers)
             .field("message_id", &self.message_id)
             .field("body_len", &self.body.len())
@@ -122,6 +137,7 @@ pub async fn peek_on(urls: &str, queue: &str) -> Vec<Dead> {
             }
         }
         out.push(Dead {
+            record: Record::read(props.headers().as_ref()),
             headers,
             message_id: props.message_id().as_ref().map(|m| m.as_str().to_owned()),
             body: msg.delivery.data.clone(),
@@ -133,6 +149,32 @@ pub async fn peek_on(urls: &str, queue: &str) -> Vec<Dead> {
     let _ = ch.close(200, "peek done".into()).await;
     let _ = conn.close(200, "bye".into()).await;
     out
+}
+
+/// Publishes `body` straight into `queue` as a dead letter oncehook wrote
+/// (the headers of `why`, failed `at`, with routing key `routing_key`), on
+/// `ch`, and waits for the broker's confirm if `ch` is in confirm mode.
+pub async fn put_dead_letter(
+    ch: &Channel,
+    queue: &str,
+    why: &DeadLetter,
+    routing_key: &str,
+    at: OffsetDateTime,
+    properties: BasicProperties,
+    body: &[u8],
+) {
+    let headers = why.headers(properties.headers().as_ref(), routing_key, at);
+    ch.basic_publish(
+        "".into(),
+        queue.into(),
+        BasicPublishOptions::default(),
+        body,
+        properties.with_headers(headers),
+    )
+    .await
+    .expect("publish")
+    .await
+    .expect("confirm");
 }
 
 /// Deletes the queues and exchanges of `prefix`.

@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use oncehook_common::dead_letter::{DeadLetterKind, DeadLetteredBy};
 use oncehook_e2e::chaos::{self, Plan, Report};
 use oncehook_e2e::cluster::Cluster;
 use oncehook_e2e::{Proc, SmtpSink, TestEnv, broker};
@@ -240,16 +241,12 @@ async fn chaos_poison_message_is_dead_lettered_by_the_delivery_limit() {
     )
     .await;
     let dead = broker::peek(&format!("{}.dead", env.prefix)).await;
-    let reasons: Vec<Option<&String>> = dead
-        .iter()
-        .map(|m| m.headers.get("x-first-death-reason"))
-        .collect();
     assert!(
         !dead.is_empty()
-            && reasons
-                .iter()
-                .all(|r| r.map(String::as_str) == Some("delivery_limit")),
-        "the broker dead-lettered it through the delivery limit: {reasons:?}"
+            && dead.iter().all(|m| {
+                m.kind() == &DeadLetterKind::DeliveryLimit && m.record.by == DeadLetteredBy::Broker
+            }),
+        "the broker dead-lettered it through the delivery limit: {dead:?}"
     );
     for w in &mut s.workers {
         assert!(w.is_running(), "workers keep serving");

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use oncehook_common::dead_letter::DeadLetterKind as Kind;
 use oncehook_e2e::console::{Console, OPERATOR, VIEWER};
 use oncehook_e2e::{TestEnv, broker, eventually, shop};
 use oncehook_gateways::Gateway;
@@ -260,10 +261,15 @@ async fn an_operator_replays_a_dead_letter_from_the_pipeline_and_it_is_audited()
         .await;
     assert_eq!(list.status, 200, "{}", list.body);
     assert!(
-        list.body.contains("evt_C1") && list.body.contains("unknown_order"),
+        list.body.contains("evt_C1") && list.body.contains(&kind_cell(&Kind::UnknownOrder)),
         "{}",
         list.body
     );
+    // The kind filter offers every kind, not only those in the queue.
+    for kind in Kind::KNOWN {
+        let option = format!("<option value=\"{kind}\">");
+        assert!(list.body.contains(&option), "{option}: {}", list.body);
+    }
     let id = list
         .letter_ids()
         .into_iter()
@@ -284,7 +290,10 @@ async fn an_operator_replays_a_dead_letter_from_the_pipeline_and_it_is_audited()
 
     // Filtered by failure time too (the CLI's --since).
     let recent = console
-        .get("/letters?within=1h&kind=unknown_order", Some(&cookie))
+        .get(
+            &format!("/letters?within=1h&kind={}", Kind::UnknownOrder),
+            Some(&cookie),
+        )
         .await;
     assert!(recent.body.contains("evt_C1"), "{}", recent.body);
 
@@ -297,7 +306,7 @@ async fn an_operator_replays_a_dead_letter_from_the_pipeline_and_it_is_audited()
             &[
                 ("csrf", &csrf),
                 ("action", "replay"),
-                ("kind", "unknown_order"),
+                ("kind", Kind::UnknownOrder.as_str()),
                 ("within", "1h"),
             ],
         )
@@ -311,7 +320,7 @@ async fn an_operator_replays_a_dead_letter_from_the_pipeline_and_it_is_audited()
     assert!(
         preview
             .body
-            .contains("--error-kind unknown_order --since 1h"),
+            .contains(&format!("--error-kind {} --since 1h", Kind::UnknownOrder)),
         "{}",
         preview.body
     );
@@ -575,4 +584,9 @@ async fn the_events_page_pages_by_keyset_and_filters_by_outcome_and_age() {
     assert!(hour_next.contains("within=1h"), "{hour_next}");
     let rest = console.get(&hour_next, Some(&cookie)).await;
     assert_eq!(events_on(&rest.body).len(), 9, "{}", rest.body);
+}
+
+/// A letter row's kind cell, as the list renders it.
+fn kind_cell(kind: &Kind) -> String {
+    format!("<span class=\"kind\">{kind}</span>")
 }

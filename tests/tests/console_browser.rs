@@ -11,6 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use oncehook_common::dead_letter::DeadLetterKind as Kind;
 use oncehook_e2e::console::{Console, OPERATOR, VIEWER};
 use oncehook_e2e::webdriver::Browser;
 use oncehook_e2e::{TestEnv, broker, eventually, shop};
@@ -83,7 +84,11 @@ async fn an_operator_fixes_and_replays_a_dead_letter_in_the_browser() {
     browser.goto(&format!("{base}/letters")).await;
     let list = browser.source().await;
     assert!(
-        list.contains("evt_B1") && list.contains("unknown_order"),
+        list.contains("evt_B1")
+            && list.contains(&format!(
+                "<span class=\"kind\">{}</span>",
+                Kind::UnknownOrder
+            )),
         "{list}"
     );
     shoot(&browser, "dead-letters").await;

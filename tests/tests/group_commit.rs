@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use oncehook_common::dead_letter::DeadLetterKind;
 use oncehook_e2e::{TestEnv, broker, eventually, shop};
 use oncehook_gateways::Gateway;
 
@@ -92,13 +93,7 @@ async fn a_bad_event_in_a_batch_is_dead_lettered_alone_and_the_rest_commit_once(
 
     let letters = broker::peek(&dead).await;
     assert_eq!(letters.len(), 1);
-    assert_eq!(
-        letters[0]
-            .headers
-            .get("x-oncehook-error-kind")
-            .map(String::as_str),
-        Some("unknown_order")
-    );
+    assert_eq!(letters[0].kind(), &DeadLetterKind::UnknownOrder);
     assert_eq!(
         env.count("SELECT count(*) FROM processed_webhooks").await,
         ORDERS as i64,

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use oncehook_common::dead_letter::DeadLetterKind;
 use oncehook_e2e::env::{Secrets, TestEnv};
 use oncehook_e2e::{broker, eventually, shop};
 use oncehook_gateways::Gateway;
@@ -158,19 +159,8 @@ async fn an_event_never_linked_is_dead_lettered_after_the_ttl_leaving_nothing_to
     })
     .await;
     let dead = broker::peek(&dead_queue).await;
-    assert_eq!(
-        dead[0]
-            .headers
-            .get("x-oncehook-error-kind")
-            .map(String::as_str),
-        Some("unknown_order"),
-        "{dead:?}"
-    );
-    let error = dead[0]
-        .headers
-        .get("x-oncehook-error")
-        .cloned()
-        .unwrap_or_default();
+    assert_eq!(dead[0].kind(), &DeadLetterKind::UnknownOrder, "{dead:?}");
+    let error = &dead[0].record.error;
     assert!(
         error.contains("pay_lonely") && error.contains("evt_lonely"),
         "the error names the payment and the event: {error}"

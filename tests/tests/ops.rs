@@ -6,6 +6,9 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use hmac::{Hmac, KeyInit, Mac};
+use oncehook_common::dead_letter::{
+    DeadLetter, DeadLetterKind as Kind, HEADER_ERROR_KIND, HEADER_ORIGIN, HEADER_REPLAYS, Writer,
+};
 use oncehook_e2e::{Secrets, TestEnv, broker, eventually, shop};
 use oncehook_gateways::sample::SignedDelivery;
 use oncehook_gateways::{Gateway, Headers};
@@ -172,7 +175,7 @@ async fn dlq_list_and_show_describe_each_failure_without_consuming_it() {
     let events = format!("{}.events", env.prefix);
     let unknown = find(&items, "event_id", "evt_L1");
     assert_eq!(unknown["gateway"], "razorpay");
-    assert_eq!(unknown["kind"], "unknown_order");
+    assert_eq!(unknown["kind"], Kind::UnknownOrder.as_str());
     assert_eq!(unknown["event_type"], "payment.captured");
     assert_eq!(unknown["origin"], events.as_str());
     assert_eq!(unknown["routing_key"], "razorpay.payment.captured");
@@ -189,14 +192,17 @@ async fn dlq_list_and_show_describe_each_failure_without_consuming_it() {
             .as_str()
             .is_some_and(|t| t.contains('T'))
     );
-    assert_eq!(unknown["headers"]["x-oncehook-error-kind"], "unknown_order");
-    let parse_failure = find(&items, "kind", "unparseable");
+    assert_eq!(
+        unknown["headers"][HEADER_ERROR_KIND],
+        Kind::UnknownOrder.as_str()
+    );
+    let parse_failure = find(&items, "kind", Kind::Unparseable.as_str());
     assert_eq!(parse_failure["gateway"], "razorpay");
     assert!(parse_failure["event_id"].is_null(), "{parse_failure:#}");
-    let missing = find(&items, "kind", "missing_payment_id");
+    let missing = find(&items, "kind", Kind::MissingPaymentId.as_str());
     assert_eq!(missing["event_id"], "evt_L3");
     let payu = find(&items, "gateway", "payu");
-    assert_eq!(payu["kind"], "unknown_order");
+    assert_eq!(payu["kind"], Kind::UnknownOrder.as_str());
     assert!(
         payu["event_id"]
             .as_str()
@@ -260,9 +266,13 @@ async fn dlq_list_and_show_describe_each_failure_without_consuming_it() {
         ids(&by_gateway),
         vec![payu["id"].as_str().unwrap_or_default().to_owned()]
     );
-    let by_kind = dlq_list(&env, &["--error-kind", "unknown_order"]).await;
+    let by_kind = dlq_list(&env, &["--error-kind", Kind::UnknownOrder.as_str()]).await;
     assert_eq!(by_kind.len(), 2, "{by_kind:#?}");
-    assert!(by_kind.iter().all(|i| i["kind"] == "unknown_order"));
+    assert!(
+        by_kind
+            .iter()
+            .all(|i| i["kind"] == Kind::UnknownOrder.as_str())
+    );
     assert_eq!(
         ids(&dlq_list(&env, &["--limit", "2"]).await),
         all_ids[..2].to_vec()
@@ -277,12 +287,12 @@ async fn dlq_list_and_show_describe_each_failure_without_consuming_it() {
     let shown = ctl_ok(&env, &["dlq", "show", unknown_id]).await;
     for needle in [
         unknown_id,
-        "unknown_order",
+        Kind::UnknownOrder.as_str(),
         "order_gone",
         "pay_L1",
         "evt_L1",
-        "x-oncehook-error-kind: unknown_order",
-        "x-oncehook-origin:",
+        format!("{HEADER_ERROR_KIND}: {}", Kind::UnknownOrder).as_str(),
+        format!("{HEADER_ORIGIN}:").as_str(),
         "razorpay.payment.captured",
         "\"entity\": \"payment\"",
     ] {
@@ -319,7 +329,7 @@ async fn dlq_list_and_show_describe_each_failure_without_consuming_it() {
         as_json["payload"],
         serde_json::json!({"event": "payment.captured", "payload": {}})
     );
-    assert_eq!(as_json["kind"], "unparseable");
+    assert_eq!(as_json["kind"], Kind::Unparseable.as_str());
 
     let (code, _, stderr) = env.ctl(&["dlq", "show", "0123456789ab"]).await;
     assert_eq!(code, 1, "an unknown ID is an error");
@@ -378,7 +388,7 @@ async fn dlq_replay_after_the_fix_applies_once_and_a_second_copy_is_a_duplicate(
             "dlq",
             "replay",
             "--error-kind",
-            "unknown_order",
+            Kind::UnknownOrder.as_str(),
             "--dry-run",
         ],
     )
@@ -440,10 +450,10 @@ async fn dlq_replay_after_the_fix_applies_once_and_a_second_copy_is_a_duplicate(
     assert!(out.contains("replayed 1, failed 0"), "{out}");
     let back = eventually("the PayU failure back in the DLQ", WAIT, || async {
         let items = dlq_list(&env, &[]).await;
-        (items.len() == 1 && items[0]["headers"]["x-oncehook-replays"] == 1).then_some(items)
+        (items.len() == 1 && items[0]["headers"][HEADER_REPLAYS] == 1).then_some(items)
     })
     .await;
-    assert_eq!(back[0]["kind"], "unknown_order");
+    assert_eq!(back[0]["kind"], Kind::UnknownOrder.as_str());
     assert!(
         back[0]["headers"].get("x-death").is_none(),
         "bookkeeping headers are not carried over: {:#}",
@@ -452,7 +462,11 @@ async fn dlq_replay_after_the_fix_applies_once_and_a_second_copy_is_a_duplicate(
 
     // Fixed: replay by kind; the failed attempt is recorded against the order.
     seed(&env, "order_payu_late").await;
-    let out = ctl_ok(&env, &["dlq", "replay", "--error-kind", "unknown_order"]).await;
+    let out = ctl_ok(
+        &env,
+        &["dlq", "replay", "--error-kind", Kind::UnknownOrder.as_str()],
+    )
+    .await;
     assert!(out.contains("replayed 1, failed 0"), "{out}");
     eventually("PayU failure recorded", WAIT, || async {
         (shop::payments(&env.pool, "order_payu_late").await == vec![("failed".to_owned(), None)])
@@ -469,41 +483,29 @@ async fn dlq_replay_after_the_fix_applies_once_and_a_second_copy_is_a_duplicate(
 /// Puts a dead letter into `P.dead` as the worker would have written it,
 /// `age` ago (only the headers `dlq` reads; the body is not an envelope).
 async fn publish_old_dead_letter(env: &TestEnv, event_id: &str, age: time::Duration) {
-    use lapin::BasicProperties;
-    use lapin::options::BasicPublishOptions;
-    use lapin::types::{AMQPValue, FieldTable};
-    let failed_at = (time::OffsetDateTime::now_utc() - age)
-        .format(&time::format_description::well_known::Rfc3339)
-        .expect("time");
-    let mut headers = FieldTable::default();
-    for (k, v) in [
-        ("x-oncehook-error-kind", "unknown_order".to_owned()),
-        ("x-oncehook-error", "no order order_long_gone".to_owned()),
-        ("x-oncehook-failed-at", failed_at),
-        ("x-oncehook-origin", format!("{}.events", env.prefix)),
-        (
-            "x-oncehook-routing-key",
-            "razorpay.payment.captured".to_owned(),
-        ),
-    ] {
-        headers.insert(k.into(), AMQPValue::LongString(v.into()));
-    }
     let conn = broker::connect().await;
     let ch = conn.create_channel().await.expect("channel");
-    ch.basic_publish(
-        "".into(),
-        dead_queue(env).as_str().into(),
-        BasicPublishOptions::default(),
+    broker::put_dead_letter(
+        &ch,
+        &dead_queue(env),
+        &unknown_order(env, "no order order_long_gone"),
+        "razorpay.payment.captured",
+        time::OffsetDateTime::now_utc() - age,
+        lapin::BasicProperties::default().with_message_id(format!("razorpay:{event_id}").into()),
         b"{}",
-        BasicProperties::default()
-            .with_message_id(format!("razorpay:{event_id}").into())
-            .with_headers(headers),
     )
-    .await
-    .expect("publish")
-    .await
-    .expect("confirm");
+    .await;
     let _ = conn.close(200, "bye".into()).await;
+}
+
+/// What the worker writes for an event whose order does not exist.
+fn unknown_order(env: &TestEnv, error: &str) -> DeadLetter {
+    DeadLetter {
+        kind: Kind::UnknownOrder,
+        error: error.to_owned(),
+        origin: format!("{}.events", env.prefix),
+        attempts: 1,
+    }
 }
 
 #[tokio::test]
@@ -627,7 +629,7 @@ async fn a_crash_looping_event_is_listed_as_delivery_limit_and_replays_after_the
     let items = dlq_list(&env, &[]).await;
     assert_eq!(items.len(), 1);
     let item = &items[0];
-    assert_eq!(item["kind"], "delivery_limit", "{item:#}");
+    assert_eq!(item["kind"], Kind::DeliveryLimit.as_str(), "{item:#}");
     assert_eq!(item["dead_lettered_by"], "broker");
     assert_eq!(item["gateway"], "razorpay");
     assert_eq!(item["event_id"], "evt_X1");
@@ -643,7 +645,16 @@ async fn a_crash_looping_event_is_listed_as_delivery_limit_and_replays_after_the
 
     // The bug is fixed (a worker without the fault): replay pays the order once.
     let _worker = env.start_worker().await;
-    let out = ctl_ok(&env, &["dlq", "replay", "--error-kind", "delivery_limit"]).await;
+    let out = ctl_ok(
+        &env,
+        &[
+            "dlq",
+            "replay",
+            "--error-kind",
+            Kind::DeliveryLimit.as_str(),
+        ],
+    )
+    .await;
     assert!(out.contains("replayed 1, failed 0"), "{out}");
     wait_paid(&env, "order_crash").await;
     assert_eq!(broker::depth(&dead_queue(&env)).await, Some(0));
@@ -678,7 +689,7 @@ async fn an_email_dead_letter_is_sent_after_replay_once_smtp_works() {
     broken.kill();
 
     let items = dlq_list(&env, &[]).await;
-    let item = find(&items, "kind", "smtp_failed");
+    let item = find(&items, "kind", Kind::SmtpFailed.as_str());
     assert_eq!(item["gateway"], "email");
     assert_eq!(item["origin"], format!("{}.emails", env.prefix).as_str());
     let failed = env
@@ -689,7 +700,11 @@ async fn an_email_dead_letter_is_sent_after_replay_once_smtp_works() {
     // SMTP fixed (here: the file transport), replay: the failure mark is
     // cleared and the email goes out once.
     let _mailer = env.start_mailer().await;
-    let out = ctl_ok(&env, &["dlq", "replay", "--error-kind", "smtp_failed"]).await;
+    let out = ctl_ok(
+        &env,
+        &["dlq", "replay", "--error-kind", Kind::SmtpFailed.as_str()],
+    )
+    .await;
     assert!(out.contains("replayed 1, failed 0"), "{out}");
     eventually("email sent", WAIT, || async {
         let emails = shop::emails(&env.pool, "order_mail").await;
@@ -778,7 +793,7 @@ async fn stats_reports_queues_dead_letters_outbox_and_outcomes_per_gateway() {
     assert_eq!(dead["depth"], 2, "{stats:#}");
     assert_eq!(dead["by_gateway"]["razorpay"], 1);
     assert_eq!(dead["by_gateway"]["payu"], 1);
-    assert_eq!(dead["by_kind"]["unknown_order"], 2);
+    assert_eq!(dead["by_kind"][Kind::UnknownOrder.as_str()], 2);
     let age = dead["oldest_age_secs"].as_i64().expect("oldest age");
     assert!((0..300).contains(&age), "{age}");
     assert_eq!(stats["outbox"]["backlog"], 0, "{stats:#}");
@@ -1037,6 +1052,26 @@ async fn metrics_endpoints_expose_the_documented_metrics_after_traffic() {
                 "{body}"
             );
         }
+        // Every kind a service dead-letters with is counted from zero.
+        let writer = if base == worker_metrics {
+            Some(Writer::Worker)
+        } else if base == mailer_metrics {
+            Some(Writer::Mailer)
+        } else {
+            None
+        };
+        for kind in writer.into_iter().flat_map(Kind::written_by) {
+            let line = format!("oncehook_dead_letters_total{{kind=\"{kind}\"}} 0");
+            assert!(body.lines().any(|l| l == line), "{line}:\n{body}");
+        }
+        if base == worker_metrics {
+            let dead_payu = |l: &&str| {
+                l.starts_with("oncehook_worker_events_total{")
+                    && l.contains("gateway=\"payu\"")
+                    && l.contains("outcome=\"dead\"")
+            };
+            assert!(body.lines().any(|l| dead_payu(&l)), "{body}");
+        }
     }
 }
 
@@ -1149,37 +1184,25 @@ async fn the_workers_scheduled_retention_prunes_both_tables() {
 
 /// Publishes `n` dead letters straight into `P.dead` on one channel.
 async fn publish_dead_letters(env: &TestEnv, n: usize) {
-    use lapin::BasicProperties;
-    use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
-    use lapin::types::{AMQPValue, FieldTable};
+    use lapin::options::ConfirmSelectOptions;
     let conn = broker::connect().await;
     let ch = conn.create_channel().await.expect("channel");
     ch.confirm_select(ConfirmSelectOptions::default())
         .await
         .expect("confirms");
+    let why = unknown_order(env, "no order order_gone");
     for i in 0..n {
-        let mut headers = FieldTable::default();
-        for (k, v) in [
-            ("x-oncehook-error-kind", "unknown_order"),
-            ("x-oncehook-error", "no order order_gone"),
-            ("x-oncehook-origin", &format!("{}.events", env.prefix)),
-            ("x-oncehook-routing-key", "razorpay.payment.captured"),
-        ] {
-            headers.insert(k.into(), AMQPValue::LongString(v.into()));
-        }
-        ch.basic_publish(
-            "".into(),
-            dead_queue(env).as_str().into(),
-            BasicPublishOptions::default(),
+        broker::put_dead_letter(
+            &ch,
+            &dead_queue(env),
+            &why,
+            "razorpay.payment.captured",
+            time::OffsetDateTime::now_utc(),
+            lapin::BasicProperties::default()
+                .with_message_id(format!("razorpay:evt_many_{i}").into()),
             format!("{{\"n\":{i}}}").as_bytes(),
-            BasicProperties::default()
-                .with_message_id(format!("razorpay:evt_many_{i}").into())
-                .with_headers(headers),
         )
-        .await
-        .expect("publish")
-        .await
-        .expect("confirm");
+        .await;
     }
     let _ = conn.close(200, "bye".into()).await;
 }

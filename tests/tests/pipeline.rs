@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use oncehook_common::dead_letter::{DeadLetterKind, DeadLetteredBy};
 use oncehook_e2e::{SmtpSink, TestEnv, broker, eventually, shop};
 use oncehook_gateways::Gateway;
 
@@ -377,21 +378,17 @@ async fn captured_event_for_an_unknown_order_is_dead_lettered_with_the_reason() 
 
     let dead = broker::peek(&dead_queue).await;
     assert_eq!(dead.len(), 1);
-    let h = &dead[0].headers;
-    assert_eq!(
-        h.get("x-oncehook-error-kind").map(String::as_str),
-        Some("unknown_order")
-    );
-    let error = h.get("x-oncehook-error").cloned().unwrap_or_default();
+    let record = &dead[0].record;
+    assert_eq!(record.kind, DeadLetterKind::UnknownOrder);
+    assert_eq!(record.by, DeadLetteredBy::Oncehook);
+    let error = &record.error;
     assert!(
         error.contains("evt_G") && error.contains("order_missing"),
         "names the event and the order: {error}"
     );
-    assert_eq!(
-        h.get("x-oncehook-origin"),
-        Some(&format!("{}.events", env.prefix))
-    );
-    assert!(h.contains_key("x-oncehook-failed-at"));
+    assert_eq!(record.origin, Some(format!("{}.events", env.prefix)));
+    assert!(record.failed_at.is_some(), "{dead:?}");
+    assert!(record.dead_id.is_some(), "{dead:?}");
     assert_eq!(dead[0].message_id.as_deref(), Some("razorpay:evt_G"));
     // Nothing committed.
     assert_eq!(
@@ -430,16 +427,10 @@ async fn an_email_that_cannot_be_sent_is_marked_failed_and_dead_lettered_while_t
     .await;
 
     let dead = broker::peek(&dead_queue).await;
+    assert_eq!(dead[0].kind(), &DeadLetterKind::SmtpFailed);
     assert_eq!(
-        dead[0]
-            .headers
-            .get("x-oncehook-error-kind")
-            .map(String::as_str),
-        Some("smtp_failed")
-    );
-    assert_eq!(
-        dead[0].headers.get("x-oncehook-origin"),
-        Some(&format!("{}.emails", env.prefix))
+        dead[0].record.origin,
+        Some(format!("{}.emails", env.prefix))
     );
     let (attempts, failed, error): (i32, bool, Option<String>) =
         sqlx::query_as("SELECT attempts, failed_at IS NOT NULL, last_error FROM email_outbox")

@@ -1,7 +1,7 @@
 //! RabbitMQ helpers shared by every binary: connecting with backoff,
 //! publishing with publisher confirms (a returned message is a failure, not an
-//! ack), dead-lettering with the `x-oncehook-error*` headers, and reading
-//! headers back.
+//! ack), and reading headers back. Dead letters are written and read in
+//! `dead_letter`.
 //!
 //! Connecting goes to one node of the broker's list (`broker_nodes`) at a
 //! time, in rotation, so a binary whose node goes away reconnects to another.
@@ -19,15 +19,9 @@ use backon::Retryable;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
-use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 
 use crate::broker_nodes::BrokerNodes;
 use crate::retry::RetryPolicy;
-use crate::topology::{
-    HEADER_ATTEMPTS, HEADER_DEAD_ID, HEADER_ERROR, HEADER_ERROR_KIND, HEADER_FAILED_AT,
-    HEADER_ORIGIN, HEADER_ROUTING_KEY,
-};
 
 /// Why a publish did not end with the broker holding the message.
 #[derive(Debug, thiserror::Error)]
@@ -253,61 +247,6 @@ fn check(
     }
 }
 
-/// Why a message is being dead-lettered.
-#[derive(Debug, Clone)]
-pub struct DeadLetter {
-    /// Machine-readable class: `unknown_order`, `unparseable`, `bad_envelope`, …
-    pub kind: String,
-    /// What failed and for which event.
-    pub error: String,
-    /// The queue the message came from.
-    pub origin: String,
-    pub attempts: u32,
-}
-
-/// Publishes a message to the dead-letter exchange with the error headers
-/// (keeping its body and properties), waiting for the confirm. Used for
-/// deliveries (through `consume::broker::BrokerDeadLetters`, which acks the
-/// original only after this returns `Ok`) and for events the worker kept
-/// parked.
-pub async fn dead_letter_message(
-    ch: &Channel,
-    dead_exchange: &str,
-    data: &[u8],
-    properties: &BasicProperties,
-    routing_key: &str,
-    why: &DeadLetter,
-    timeout: Duration,
-) -> Result<(), PublishError> {
-    let mut headers = properties.headers().clone().unwrap_or_default();
-    let now = OffsetDateTime::now_utc()
-        .format(&Rfc3339)
-        .unwrap_or_default();
-    for (k, v) in [
-        (HEADER_ERROR, why.error.as_str()),
-        (HEADER_ERROR_KIND, why.kind.as_str()),
-        (HEADER_FAILED_AT, now.as_str()),
-        (HEADER_ORIGIN, why.origin.as_str()),
-        (HEADER_ROUTING_KEY, routing_key),
-    ] {
-        headers.insert(k.into(), AMQPValue::LongString(v.into()));
-    }
-    headers.insert(
-        HEADER_ATTEMPTS.into(),
-        AMQPValue::LongLongInt(i64::from(why.attempts)),
-    );
-    let dead_id = uuid::Uuid::new_v4().simple().to_string();
-    headers.insert(
-        HEADER_DEAD_ID.into(),
-        AMQPValue::LongString(dead_id[..12].to_owned().into()),
-    );
-    let props = properties
-        .clone()
-        .with_headers(headers)
-        .with_delivery_mode(2);
-    publish_confirmed(ch, dead_exchange, "", data, props, timeout).await
-}
-
 /// A header's value as text (string-like and integer headers).
 pub fn header_string(headers: Option<&FieldTable>, name: &str) -> Option<String> {
     let value = headers?.inner().get(name)?;
@@ -336,20 +275,6 @@ fn header_int_value(value: &AMQPValue) -> Option<i64> {
     })
 }
 
-/// A short, stable id (12 lowercase hex characters) for a dead letter, derived
-/// from `parts` (e.g. message id, correlation id and body). The hash is
-/// 64-bit FNV-1a over the length-prefixed parts, so it never changes between
-/// versions or machines; the id is its top 48 bits.
-pub fn stable_id(parts: &[&[u8]]) -> String {
-    use std::hash::Hasher as _;
-    let mut hash = fnv::FnvHasher::default();
-    for part in parts {
-        hash.write(&(part.len() as u64).to_be_bytes());
-        hash.write(part);
-    }
-    format!("{:012x}", hash.finish() >> 16)
-}
-
 /// A `ShortString` from arbitrary text, truncated to the AMQP limit of 255
 /// bytes on a character boundary (the client panics on longer ones).
 pub fn short(s: &str) -> ShortString {
@@ -371,16 +296,5 @@ mod tests {
         assert!(s.as_str().len() <= 255);
         assert!(s.as_str().chars().all(|c| c == '₹'));
         assert_eq!(short("abc").as_str(), "abc");
-    }
-
-    #[test]
-    fn stable_id_is_twelve_hex_and_separates_parts() {
-        let a = stable_id(&[b"razorpay:evt_1", b"r1", b"{}"]);
-        assert_eq!(a.len(), 12);
-        // Pinned: IDs printed by `dlq list` must not change between versions.
-        assert_eq!(a, "78848b7c9887");
-        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
-        assert_eq!(a, stable_id(&[b"razorpay:evt_1", b"r1", b"{}"]));
-        assert_ne!(a, stable_id(&[b"razorpay:evt_1r", b"1", b"{}"]));
     }
 }

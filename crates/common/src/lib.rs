@@ -1,7 +1,8 @@
 //! Plumbing shared by every oncehook binary: configuration, the envelope that
 //! travels from ingest to the worker, the RabbitMQ topology and publishing
 //! with confirms (to one node or, failing over, to a cluster's nodes:
-//! `broker_nodes`), the consume loop that owns every delivery (`consume`:
+//! `broker_nodes`), dead letters (`dead_letter`: their kinds, headers and
+//! IDs), the consume loop that owns every delivery (`consume`:
 //! handlers return a verdict, the loop settles it), the one `RetryPolicy`
 //! every backoff reads, telemetry (logs and metrics), graceful shutdown and —
 //! with the `db` feature — the Postgres pool, migrations, the consumers'
@@ -15,6 +16,7 @@ pub mod config;
 pub mod consume;
 #[cfg(feature = "db")]
 pub mod db;
+pub mod dead_letter;
 pub mod email;
 pub mod envelope;
 pub mod health;

@@ -1,5 +1,6 @@
 //! The RabbitMQ topology, declared idempotently by every binary at start and
-//! after every reconnect. All exchange, queue and header names live here.
+//! after every reconnect. All exchange, queue and header names live here,
+//! except the dead-letter headers (`dead_letter`).
 //!
 //! With prefix `P`: exchange `P.events` (topic) → quorum queue `P.events`;
 //! exchange `P.emails` (direct) → quorum queue `P.emails`; both dead-letter
@@ -30,24 +31,8 @@ pub struct QueueSettings {
     pub initial_group_size: u32,
 }
 
-/// Stable id of a dead letter (what `oncehookctl dlq show|replay|purge` take).
-pub const HEADER_DEAD_ID: &str = "x-oncehook-dead-id";
-/// Why the message was dead-lettered (human readable, names the event).
-pub const HEADER_ERROR: &str = "x-oncehook-error";
-/// Machine-readable class of the failure (`unknown_order`, `unparseable`, …).
-pub const HEADER_ERROR_KIND: &str = "x-oncehook-error-kind";
-/// RFC 3339 time of the failure.
-pub const HEADER_FAILED_AT: &str = "x-oncehook-failed-at";
-/// The queue the message came from (replay target).
-pub const HEADER_ORIGIN: &str = "x-oncehook-origin";
-/// The routing key the message was originally published with.
-pub const HEADER_ROUTING_KEY: &str = "x-oncehook-routing-key";
-/// Delivery attempts seen when the message was given up on.
-pub const HEADER_ATTEMPTS: &str = "x-oncehook-attempts";
 /// The configured source that received the webhook.
 pub const HEADER_SOURCE: &str = "x-oncehook-source";
-/// Set on replayed messages: how many times this message was replayed.
-pub const HEADER_REPLAYS: &str = "x-oncehook-replays";
 /// The broker's own delivery counter on quorum queues.
 pub const HEADER_DELIVERY_COUNT: &str = "x-delivery-count";
 

@@ -2,6 +2,7 @@
 //! Stops cleanly on SIGTERM/SIGINT.
 
 use anyhow::Context;
+use oncehook_common::dead_letter::{self, Writer};
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::{Config, db, health, telemetry};
 use oncehook_mailer::service::Mailer;
@@ -14,6 +15,8 @@ async fn main() -> anyhow::Result<()> {
         .into_mailer();
     telemetry::init_logging(&settings.telemetry, "oncehook-mailer");
     let metrics = telemetry::init_metrics().map_err(anyhow::Error::msg)?;
+    // Every kind the mailer dead-letters with exists at zero from its start.
+    dead_letter::zero_counters(Writer::Mailer);
     let shutdown = Shutdown::on_signals();
     let transport = Transport::from_config(&settings.mail)?;
     let pool_size = settings

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use oncehook_common::consume::session::{self, ConsumerSpec};
 use oncehook_common::consume::{Handler, Message, Verdict};
+use oncehook_common::dead_letter::DeadLetterKind;
 use oncehook_common::email::EmailMessage;
 use oncehook_common::health::Readiness;
 use oncehook_common::shutdown::Shutdown;
@@ -112,7 +113,7 @@ impl Mailer {
                 }
                 metrics::counter!("oncehook_mailer_emails_total", "outcome" => "failed")
                     .increment(1);
-                return Verdict::dead_letter("smtp_failed", error);
+                return Verdict::dead_letter(DeadLetterKind::SmtpFailed, error);
             };
             let _ = store::record_attempt_failure(&self.db, id, &error, outbox::LEASE).await;
             if self.shutdown.is_triggered() {
@@ -157,7 +158,7 @@ impl Handler for Mailer {
                     "email message {} is not readable: {e}",
                     message.message_id()
                 );
-                return Verdict::dead_letter("bad_message", error);
+                return Verdict::dead_letter(DeadLetterKind::BadMessage, error);
             }
         };
         let busy_since = Instant::now();
@@ -217,7 +218,7 @@ fn after_claim(id: Uuid, claim: Result<Claim, sqlx::Error>) -> AfterClaim {
             AfterClaim::Settle(Verdict::Ack)
         }
         Ok(Claim::Missing) => AfterClaim::Settle(Verdict::dead_letter(
-            "unknown_outbox_row",
+            DeadLetterKind::UnknownOutboxRow,
             format!("outbox row {id} does not exist"),
         )),
         Ok(Claim::Busy) => AfterClaim::Busy,
@@ -226,7 +227,7 @@ fn after_claim(id: Uuid, claim: Result<Claim, sqlx::Error>) -> AfterClaim {
             AfterClaim::Hold(err)
         }
         Err(err) => AfterClaim::Settle(Verdict::dead_letter(
-            "database",
+            DeadLetterKind::Database,
             format!("claiming outbox row {id} failed: {err}"),
         )),
     }

@@ -7,7 +7,7 @@ use oncehook_common::shutdown::Shutdown;
 use oncehook_common::{Config, db, health, telemetry};
 use oncehook_worker::commerce::CommerceEffect;
 use oncehook_worker::consumer::{self, Worker};
-use oncehook_worker::retention;
+use oncehook_worker::{parking, retention};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -23,6 +23,7 @@ async fn main() -> anyhow::Result<()> {
     telemetry::init_logging(&settings.telemetry, "oncehook-worker");
     let metrics = telemetry::init_metrics().map_err(anyhow::Error::msg)?;
     consumer::zero_counters(sources.iter().map(String::as_str));
+    parking::zero_dead_letter_counters();
     let shutdown = Shutdown::on_signals();
     // One connection per delivery in flight, plus the relay, the sweeper,
     // retention and the gauges — unless the budget says otherwise.

@@ -3,15 +3,18 @@
 //! `checkout.session.completed` naming its order. The processor parks them
 //! (the delivery is recorded with outcome `parked`); the commerce effect
 //! takes them back when a link for their payment arrives; the sweeper here
-//! dead-letters those no link claimed within `ONCEHOOK_UNLINKED_TTL`. The
-//! table belongs to `oncehook_common::store::parking`.
+//! dead-letters those no link claimed within `ONCEHOOK_UNLINKED_TTL` (kind
+//! `unknown_order`), and the worker's dead-letter counters start here at
+//! zero. The table belongs to `oncehook_common::store::parking`.
 
 use std::time::Duration;
 
 use lapin::Channel;
-use oncehook_common::amqp::{self, DeadLetter, PublishError};
+use oncehook_common::amqp::PublishError;
+use oncehook_common::dead_letter::{self, DeadLetter, DeadLetterKind, Writer};
 use oncehook_common::store::{dedup, parking};
 use oncehook_common::{Envelope, Topology};
+use oncehook_gateways::Gateway;
 use sqlx::PgPool;
 
 /// Sweeps at most this many expired events per transaction.
@@ -49,7 +52,7 @@ pub async fn sweep(
             .map(|e| e.properties())
             .unwrap_or_default();
         let why = DeadLetter {
-            kind: "unknown_order".to_owned(),
+            kind: DeadLetterKind::UnknownOrder,
             error: format!(
                 "{} event {} (source {}): no event linked payment {} to an order within {ttl_text} (ONCEHOOK_UNLINKED_TTL); create or link the order, then replay",
                 parked.provider, key.event_id, key.source, parked.payment_id
@@ -57,7 +60,7 @@ pub async fn sweep(
             origin: topology.events(),
             attempts: 1,
         };
-        amqp::dead_letter_message(
+        dead_letter::publish(
             ch,
             &topology.dead(),
             &parked.envelope,
@@ -76,10 +79,23 @@ pub async fn sweep(
         dedup::forget(&mut tx, key).await?;
         metrics::counter!("oncehook_worker_events_total", "gateway" => parked.provider.clone(), "outcome" => "dead")
             .increment(1);
-        tracing::error!(gateway = %parked.provider, event_id = %key.event_id, source = %key.source, payment_id = %parked.payment_id, kind = "unknown_order", error = %why.error, "parked event dead-lettered");
+        dead_letter::count(&why.kind);
+        tracing::error!(gateway = %parked.provider, event_id = %key.event_id, source = %key.source, payment_id = %parked.payment_id, kind = %why.kind, error = %why.error, "parked event dead-lettered");
     }
     tx.commit().await?;
     Ok(expired.len())
+}
+
+/// Makes the worker's dead-letter counters exist at zero from its start —
+/// by kind (`oncehook_dead_letters_total`, counted by the consume loop and
+/// the sweeper) and by gateway (`oncehook_worker_events_total` with outcome
+/// `dead`) — so Prometheus' `increase()` also counts the first dead letter.
+pub fn zero_dead_letter_counters() {
+    dead_letter::zero_counters(Writer::Worker);
+    for gateway in Gateway::ALL {
+        metrics::counter!("oncehook_worker_events_total", "gateway" => gateway.as_str(), "outcome" => "dead")
+            .increment(0);
+    }
 }
 
 /// Parked events, for the gauge.

@@ -13,6 +13,7 @@
 
 use std::time::{Duration, Instant};
 
+use oncehook_common::dead_letter::DeadLetterKind;
 use oncehook_e2e::console::{Console, OPERATOR};
 use oncehook_e2e::{TestEnv, broker, eventually};
 use oncehook_gateways::Gateway;
@@ -137,7 +138,7 @@ pub async fn phase() -> (Vec<Row>, Vec<String>) {
     let preview = [
         ("csrf", csrf.as_str()),
         ("action", "replay"),
-        ("kind", "unknown_order"),
+        ("kind", DeadLetterKind::UnknownOrder.as_str()),
     ];
     let stats = time_page(&console, &cookie, "/letters/preview", Some(&preview)).await;
     rows.push(row("replay dry run, all", "POST /letters/preview", &stats));

@@ -18,7 +18,8 @@ use tokio::task::JoinSet;
 
 use super::queue::{DeadLetterSink, Delivery, Message, Published};
 use super::{Handler, dispatch};
-use crate::amqp::{self, DeadLetter};
+use crate::amqp;
+use crate::dead_letter::{self, DeadLetter, DeadLetterKind};
 use crate::health::Readiness;
 use crate::shutdown::Shutdown;
 use crate::topology::HEADER_DELIVERY_COUNT;
@@ -69,14 +70,19 @@ pub struct BrokerDeadLetters {
 }
 
 impl DeadLetterSink for BrokerDeadLetters {
-    async fn dead_letter(&self, message: &dyn Message, kind: &str, error: &str) -> Published {
+    async fn dead_letter(
+        &self,
+        message: &dyn Message,
+        kind: &DeadLetterKind,
+        error: &str,
+    ) -> Published {
         let why = DeadLetter {
-            kind: kind.to_owned(),
+            kind: kind.clone(),
             error: error.to_owned(),
             origin: self.origin.clone(),
             attempts: message.attempts(),
         };
-        amqp::dead_letter_message(
+        dead_letter::publish(
             &self.channel,
             &self.exchange,
             message.body(),

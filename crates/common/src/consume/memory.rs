@@ -9,6 +9,7 @@ use lapin::BasicProperties;
 
 use super::queue::{DeadLetterSink, Delivery, Message, Published};
 use crate::amqp::PublishError;
+use crate::dead_letter::DeadLetterKind;
 
 /// How a [`MemoryDelivery`] was settled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,7 +99,7 @@ impl Delivery for MemoryDelivery {
 /// A dead letter a [`MemoryDeadLetters`] accepted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PublishedDeadLetter {
-    pub kind: String,
+    pub kind: DeadLetterKind,
     pub error: String,
     pub attempts: u32,
     pub message_id: String,
@@ -128,7 +129,12 @@ impl MemoryDeadLetters {
 }
 
 impl DeadLetterSink for MemoryDeadLetters {
-    async fn dead_letter(&self, message: &dyn Message, kind: &str, error: &str) -> Published {
+    async fn dead_letter(
+        &self,
+        message: &dyn Message,
+        kind: &DeadLetterKind,
+        error: &str,
+    ) -> Published {
         if self.fail {
             return Err(PublishError::Nacked);
         }
@@ -136,7 +142,7 @@ impl DeadLetterSink for MemoryDeadLetters {
             .lock()
             .expect("dead letters")
             .push(PublishedDeadLetter {
-                kind: kind.to_owned(),
+                kind: kind.clone(),
                 error: error.to_owned(),
                 attempts: message.attempts(),
                 message_id: message.message_id(),

@@ -10,7 +10,8 @@
 //! * [`dispatch`] / [`settle`]: running the handler (a panic requeues and is
 //!   counted in `oncehook_handler_panics_total`) and carrying out its
 //!   verdict — ack, requeue, or dead-letter-then-ack (requeue if the dead
-//!   letter could not be published).
+//!   letter could not be published; a published one is counted by kind in
+//!   `oncehook_dead_letters_total`).
 //!
 //! `queue` is the seam to the broker (a delivery and its settle operations,
 //! the dead-letter sink); `memory` implements it without one, for tests.
@@ -29,6 +30,8 @@ use futures_lite::FutureExt;
 pub use broker::{DRAIN_TIMEOUT, Window, consume};
 pub use queue::{DeadLetterSink, Delivery, Message, Published};
 
+use crate::dead_letter::{self, DeadLetterKind};
+
 /// What to do with a message once its handler is done with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
@@ -39,16 +42,17 @@ pub enum Verdict {
     /// Never as is: publish to the dead-letter exchange with the reason,
     /// then acknowledge.
     DeadLetter {
-        /// Machine-readable class: `unknown_order`, `bad_envelope`, …
-        kind: String,
+        /// The class of failure (`unknown_order`, `bad_envelope`, …).
+        kind: DeadLetterKind,
         /// What failed and for which message.
         error: String,
     },
 }
 
 impl Verdict {
-    /// A dead-letter verdict.
-    pub fn dead_letter(kind: impl Into<String>, error: impl Into<String>) -> Self {
+    /// A dead-letter verdict. `kind` is a [`DeadLetterKind`], or its name
+    /// (a name this version does not know is kept as it is).
+    pub fn dead_letter(kind: impl Into<DeadLetterKind>, error: impl Into<String>) -> Self {
         Verdict::DeadLetter {
             kind: kind.into(),
             error: error.into(),
@@ -63,8 +67,9 @@ pub trait Handler: Send + Sync + 'static {
     /// the message itself.
     fn handle(&self, message: &dyn Message) -> impl Future<Output = Verdict> + Send;
 
-    /// Called once a dead letter is published and the original acked; the
-    /// default logs it. Override to count it or add context.
+    /// Called once a dead letter is published (and counted by kind) and the
+    /// original acked, with the kind's name; the default logs it. Override
+    /// to count it otherwise or add context.
     fn dead_lettered(&self, message: &dyn Message, kind: &str, error: &str) {
         tracing::error!(message_id = %message.message_id(), kind, error, "dead-lettered");
     }
@@ -107,10 +112,11 @@ where
             match sink.dead_letter(delivery, &kind, &error).await {
                 Ok(()) => {
                     ack(delivery).await;
-                    handler.dead_lettered(delivery, &kind, &error);
+                    dead_letter::count(&kind);
+                    handler.dead_lettered(delivery, kind.as_str(), &error);
                 }
                 Err(err) => {
-                    tracing::error!(message_id = %delivery.message_id(), kind, error, publish_error = %err, "could not dead-letter; requeueing");
+                    tracing::error!(message_id = %delivery.message_id(), %kind, error, publish_error = %err, "could not dead-letter; requeueing");
                     requeue(delivery).await;
                 }
             }
@@ -196,12 +202,12 @@ mod tests {
     #[tokio::test]
     async fn dead_letter_publishes_then_acks() {
         let sink = MemoryDeadLetters::default();
-        let verdict = Verdict::dead_letter("unknown_order", "no order o1");
+        let verdict = Verdict::dead_letter(DeadLetterKind::UnknownOrder, "no order o1");
         let (delivery, handler) = run(Some(verdict), sink.clone()).await;
         assert_eq!(delivery.settled(), [Settled::Acked]);
         let published = sink.published();
         assert_eq!(published.len(), 1);
-        assert_eq!(published[0].kind, "unknown_order");
+        assert_eq!(published[0].kind, DeadLetterKind::UnknownOrder);
         assert_eq!(published[0].error, "no order o1");
         assert_eq!(published[0].attempts, 3, "delivery count 2 = third attempt");
         assert_eq!(published[0].body, b"body");
@@ -212,7 +218,7 @@ mod tests {
     #[tokio::test]
     async fn a_failing_dead_letter_publish_requeues_and_never_acks() {
         let sink = MemoryDeadLetters::failing();
-        let verdict = Verdict::dead_letter("unparseable", "bad");
+        let verdict = Verdict::dead_letter(DeadLetterKind::Unparseable, "bad");
         let (delivery, handler) = run(Some(verdict), sink.clone()).await;
         assert_eq!(delivery.settled(), [Settled::Requeued]);
         assert!(sink.published().is_empty());

@@ -9,6 +9,7 @@ use std::future::Future;
 use lapin::BasicProperties;
 
 use crate::amqp::PublishError;
+use crate::dead_letter::DeadLetterKind;
 
 /// A received message as a handler sees it: read-only.
 pub trait Message: Send + Sync {
@@ -50,15 +51,15 @@ pub trait Delivery: Message + 'static {
 /// The outcome of publishing a dead letter: `Ok` once the broker holds it.
 pub type Published = Result<(), PublishError>;
 
-/// Where dead letters go: the dead-letter exchange, with the
-/// `x-oncehook-error*` headers, confirmed.
+/// Where dead letters go: the dead-letter exchange, with the headers
+/// `dead_letter` writes, confirmed.
 pub trait DeadLetterSink: Send + Sync + 'static {
     /// Publishes a copy of `message` (body and properties kept) as a dead
     /// letter of class `kind`; `Ok` only once the broker holds it.
     fn dead_letter(
         &self,
         message: &dyn Message,
-        kind: &str,
+        kind: &DeadLetterKind,
         error: &str,
     ) -> impl Future<Output = Published> + Send;
 }

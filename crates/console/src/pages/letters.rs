@@ -1,5 +1,5 @@
 //! Dead letters: the list (filtered by gateway, kind and source, with the
-//! counts behind each), one letter in full with its secrets masked, and the
+//! counts behind each; the kind filter offers every known kind), one letter in full with its secrets masked, and the
 //! operator's actions — replay one, replay or purge what a filter matches
 //! after a count and an explicit confirmation.
 //!
@@ -22,6 +22,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use lapin::Connection;
 use maud::{Markup, html};
 use oncehook_common::config::ConsoleRole;
+use oncehook_common::dead_letter::DeadLetterKind;
 use oncehook_common::store::audit::NewAuditEntry;
 use oncehook_ctl::broker;
 use oncehook_ctl::dlq::letter::Letter;
@@ -129,10 +130,14 @@ pub async fn list(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
         m
     };
     let by_gateway = count(|l| l.facts.gateway.clone());
-    let by_kind = count(|l| l.facts.kind.clone());
+    let by_kind = count(|l| l.facts.kind.to_string());
     let by_source = count(|l| l.facts.source.clone().unwrap_or_else(|| "-".into()));
     let names = |m: &BTreeMap<String, usize>| m.keys().cloned().collect::<Vec<_>>();
-    let (gateways, kinds, sources) = (names(&by_gateway), names(&by_kind), names(&by_source));
+    let (gateways, kinds, sources) = (
+        names(&by_gateway),
+        kind_options(&by_kind),
+        names(&by_source),
+    );
     let mut page = Page::new("Dead letters", Some(&who));
     if view.stale {
         page = page.live(3);
@@ -169,6 +174,17 @@ pub async fn list(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
             @if matching.len() > LIST_LIMIT { p { "Showing the oldest " (LIST_LIMIT) "; narrow the filter to see the rest." } }
         }
     }))
+}
+
+/// The kinds the filter offers: every kind this version knows, then any
+/// other the queue holds (written by another version).
+fn kind_options(by_kind: &BTreeMap<String, usize>) -> Vec<String> {
+    let known = DeadLetterKind::KNOWN.iter().map(|k| k.as_str().to_owned());
+    let others = by_kind
+        .keys()
+        .filter(|k| DeadLetterKind::from_known(k).is_none())
+        .cloned();
+    known.chain(others).collect()
 }
 
 fn refs(v: &[String]) -> Vec<&str> {
@@ -270,7 +286,7 @@ pub async fn detail(
         ("source", text(s.facts.source.as_ref())),
         ("event", text(s.facts.event_id.as_ref())),
         ("type", text(s.facts.event_type.as_ref())),
-        ("kind", Value::String(s.facts.kind.clone())),
+        ("kind", Value::String(s.facts.kind.to_string())),
         ("error", Value::String(s.facts.error.clone())),
         ("failed at", text(s.failed_at.as_ref())),
         (

@@ -1,28 +1,23 @@
 //! One dead letter as read from `P.dead`: what failed, why, when and where
-//! it came from, derived from oncehook's own headers or, for letters the
-//! broker dead-lettered (e.g. the delivery limit), from `x-death`.
-//!
-//! Every dead letter has an ID: its `x-oncehook-dead-id` header when it has
-//! one, else a hash of its identity (message id, correlation id, failure time
-//! and body). Identical copies of one message share an ID.
+//! it came from (its headers read by `oncehook_common::dead_letter`, which
+//! also derives its ID), and what its body says about the event or email it
+//! carries. Identical copies of one message share an ID.
 
 use base64::Engine as _;
 use lapin::BasicProperties;
 use lapin::message::Delivery;
-use lapin::types::{AMQPValue, FieldTable};
-use oncehook_common::amqp::{self, header_int, header_string};
+use lapin::types::AMQPValue;
+use oncehook_common::amqp::header_string;
+use oncehook_common::dead_letter::{DeadLetterKind, Record};
 use oncehook_common::email::EmailMessage;
-use oncehook_common::topology::{
-    HEADER_ATTEMPTS, HEADER_DEAD_ID, HEADER_ERROR, HEADER_ERROR_KIND, HEADER_FAILED_AT,
-    HEADER_ORIGIN, HEADER_REPLAYS, HEADER_ROUTING_KEY, HEADER_SOURCE,
-};
+use oncehook_common::topology::HEADER_SOURCE;
 use oncehook_common::{Envelope, Topology};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use time::OffsetDateTime;
 
 use crate::output::{or_dash, truncate};
-use crate::timefmt::{parse_rfc3339, rfc3339, short_time};
+use crate::timefmt::{rfc3339, short_time};
 
 /// What a dead letter is and why it failed: the fields a letter carries and
 /// its summary (`dlq list --json`) prints as they are.
@@ -33,7 +28,7 @@ pub struct LetterFacts {
     pub source: Option<String>,
     pub event_id: Option<String>,
     pub event_type: Option<String>,
-    pub kind: String,
+    pub kind: DeadLetterKind,
     pub error: String,
     pub attempts: Option<i64>,
     pub origin: Option<String>,
@@ -85,17 +80,6 @@ pub const LIST_HEADERS: [&str; 8] = [
     "ATTEMPTS",
 ];
 
-/// Why and by whom a message was dead-lettered, and where it came from.
-struct Failure {
-    kind: String,
-    error: String,
-    by_oncehook: bool,
-    failed_at_text: Option<String>,
-    failed_at: Option<OffsetDateTime>,
-    origin: Option<String>,
-    routing_key: Option<String>,
-}
-
 /// What the body says about the event (or email) it carries.
 struct Identity {
     gateway: String,
@@ -107,16 +91,18 @@ struct Identity {
 
 impl Letter {
     pub fn from_delivery(delivery: Delivery, topology: &Topology) -> Letter {
-        let props = delivery.properties.clone();
+        let props = delivery.properties;
         let headers = props.headers().as_ref();
-        let message_id = text_of(props.message_id().as_ref().map(|m| m.as_str()));
-        let correlation_id = text_of(props.correlation_id().as_ref().map(|m| m.as_str()));
         let body = delivery.data;
-        let failure = Failure::read(headers, topology);
-        let identity = Identity::read(&body, message_id.as_deref());
-        let id = letter_id(headers, &failure, [&message_id, &correlation_id], &body);
+        let record = Record::read(headers);
+        let identity = Identity::read(&body, props.message_id().as_ref().map(|m| m.as_str()));
+        // An email letter the broker wrote names no routing key: the email queue has one.
+        let routing_key = record.routing_key.clone().or_else(|| {
+            (record.origin.as_deref() == Some(topology.emails().as_str()))
+                .then(|| topology.email_routing_key().to_owned())
+        });
         let facts = LetterFacts {
-            id,
+            id: record.letter_id(&props, &body),
             gateway: identity.gateway,
             source: identity
                 .envelope
@@ -125,25 +111,21 @@ impl Letter {
                 .or_else(|| header_string(headers, HEADER_SOURCE)),
             event_id: identity.event_id,
             event_type: identity.event_type,
-            kind: failure.kind,
-            error: failure.error,
-            attempts: header_int(headers, HEADER_ATTEMPTS),
-            origin: failure.origin,
-            routing_key: failure.routing_key,
-            replays: header_int(headers, HEADER_REPLAYS).unwrap_or(0),
-            dead_lettered_by: if failure.by_oncehook {
-                "oncehook"
-            } else {
-                "broker"
-            },
+            kind: record.kind,
+            error: record.error,
+            attempts: record.attempts,
+            origin: record.origin,
+            routing_key,
+            replays: record.replays,
+            dead_lettered_by: record.by.as_str(),
         };
         Letter {
             facts,
             tag: delivery.delivery_tag,
             body_len: body.len(),
-            properties: props.clone(),
+            properties: props,
             body,
-            failed_at: failure.failed_at,
+            failed_at: record.failed_at,
             envelope: identity.envelope,
             email: identity.email,
         }
@@ -159,16 +141,17 @@ impl Letter {
     }
 
     pub fn message_id(&self) -> Option<String> {
-        text_of(self.properties.message_id().as_ref().map(|m| m.as_str()))
+        self.properties
+            .message_id()
+            .as_ref()
+            .map(|m| m.as_str().to_owned())
     }
 
     pub fn correlation_id(&self) -> Option<String> {
-        text_of(
-            self.properties
-                .correlation_id()
-                .as_ref()
-                .map(|m| m.as_str()),
-        )
+        self.properties
+            .correlation_id()
+            .as_ref()
+            .map(|m| m.as_str().to_owned())
     }
 
     /// Sorted headers as JSON.
@@ -202,59 +185,11 @@ impl Letter {
             f.gateway.clone(),
             or_dash(f.event_id.as_ref()),
             or_dash(f.event_type.as_ref()),
-            f.kind.clone(),
+            f.kind.to_string(),
             truncate(&f.error, 60),
             or_dash(self.failed_at.map(short_time)),
             or_dash(f.attempts),
         ]
-    }
-}
-
-impl Failure {
-    fn read(headers: Option<&FieldTable>, topology: &Topology) -> Failure {
-        let death = x_death(headers);
-        let oncehook_kind = non_empty(header_string(headers, HEADER_ERROR_KIND));
-        let by_oncehook = oncehook_kind.is_some() || header_string(headers, HEADER_ERROR).is_some();
-        let death_reason = non_empty(header_string(death, "reason"))
-            .or_else(|| non_empty(header_string(headers, "x-first-death-reason")));
-        let death_queue = non_empty(header_string(death, "queue"))
-            .or_else(|| non_empty(header_string(headers, "x-first-death-queue")));
-        let failed_at_text = non_empty(header_string(headers, HEADER_FAILED_AT));
-        let origin = non_empty(header_string(headers, HEADER_ORIGIN)).or(death_queue.clone());
-        let routing_key = non_empty(header_string(headers, HEADER_ROUTING_KEY))
-            .or_else(|| first_string_in_array(death, "routing-keys"))
-            .or_else(|| {
-                (origin.as_deref() == Some(topology.emails().as_str()))
-                    .then(|| topology.email_routing_key().to_owned())
-            });
-        let error = non_empty(header_string(headers, HEADER_ERROR))
-            .unwrap_or_else(|| broker_error(death_reason.as_deref(), death_queue.as_deref()));
-        Failure {
-            kind: oncehook_kind
-                .or(death_reason)
-                .unwrap_or_else(|| "unknown".to_owned()),
-            error,
-            by_oncehook,
-            failed_at: failed_at_text
-                .as_deref()
-                .and_then(parse_rfc3339)
-                .or_else(|| table_timestamp(death, "time")),
-            failed_at_text,
-            origin,
-            routing_key,
-        }
-    }
-}
-
-/// The error text of a letter the broker dead-lettered.
-fn broker_error(reason: Option<&str>, queue: Option<&str>) -> String {
-    match (reason, queue) {
-        (Some("delivery_limit"), Some(q)) => format!(
-            "the broker dead-lettered it from {q}: it reached the delivery limit (a consumer crashed or stalled on every delivery)"
-        ),
-        (Some(reason), Some(q)) => format!("the broker dead-lettered it from {q} ({reason})"),
-        (Some(reason), None) => format!("the broker dead-lettered it ({reason})"),
-        _ => "no error recorded".to_owned(),
     }
 }
 
@@ -296,69 +231,6 @@ impl Identity {
             email,
         }
     }
-}
-
-fn letter_id(
-    headers: Option<&FieldTable>,
-    failure: &Failure,
-    [message_id, correlation_id]: [&Option<String>; 2],
-    body: &[u8],
-) -> String {
-    if let Some(id) = non_empty(header_string(headers, HEADER_DEAD_ID)) {
-        return id.to_ascii_lowercase();
-    }
-    let mid = message_id.as_deref().unwrap_or("").as_bytes();
-    let cid = correlation_id.as_deref().unwrap_or("").as_bytes();
-    if failure.by_oncehook {
-        let at = failure.failed_at_text.as_deref().unwrap_or("").as_bytes();
-        amqp::stable_id(&[b"oncehook", mid, cid, at, body])
-    } else {
-        amqp::stable_id(&[mid, cid, body])
-    }
-}
-
-fn text_of(s: Option<&str>) -> Option<String> {
-    s.map(str::to_owned)
-}
-
-/// The first (most recent) entry of the `x-death` header, if any.
-fn x_death(headers: Option<&FieldTable>) -> Option<&FieldTable> {
-    match headers?.inner().get("x-death")? {
-        AMQPValue::FieldArray(entries) => entries.as_slice().iter().find_map(|v| match v {
-            AMQPValue::FieldTable(t) => Some(t),
-            _ => None,
-        }),
-        _ => None,
-    }
-}
-
-fn table_timestamp(table: Option<&FieldTable>, name: &str) -> Option<OffsetDateTime> {
-    let secs = match table?.inner().get(name)? {
-        AMQPValue::Timestamp(secs) => i64::try_from(*secs).ok()?,
-        AMQPValue::LongLongInt(n) => *n,
-        AMQPValue::LongInt(n) => i64::from(*n),
-        _ => return None,
-    };
-    OffsetDateTime::from_unix_timestamp(secs).ok()
-}
-
-fn first_string_in_array(table: Option<&FieldTable>, name: &str) -> Option<String> {
-    match table?.inner().get(name)? {
-        AMQPValue::FieldArray(items) => items.as_slice().iter().find_map(value_string),
-        other => value_string(other),
-    }
-}
-
-fn value_string(v: &AMQPValue) -> Option<String> {
-    match v {
-        AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
-        AMQPValue::ShortString(s) => Some(s.as_str().to_owned()),
-        _ => None,
-    }
-}
-
-fn non_empty(s: Option<String>) -> Option<String> {
-    s.filter(|v| !v.trim().is_empty())
 }
 
 /// Converts a header value to JSON (timestamps as RFC 3339, bytes as base64).

@@ -80,7 +80,7 @@ impl Filter {
                 .source
                 .as_ref()
                 .is_none_or(|want| letter.facts.source.as_deref() == Some(want.as_str()))
-            && same(&self.error_kind, &letter.facts.kind)
+            && same(&self.error_kind, letter.facts.kind.as_str())
             && self.since.is_none_or(|window| within(letter, window, now))
     }
 }

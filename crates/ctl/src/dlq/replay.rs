@@ -2,21 +2,16 @@
 //! queue they came from, with a publisher confirm, and remove each from the
 //! dead-letter queue only after its confirm.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::io::IsTerminal as _;
 
 use anyhow::{Context, bail};
 use clap::Args;
 use lapin::options::BasicAckOptions;
-use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{Channel, Connection};
-use oncehook_common::amqp::{self, header_int};
+use oncehook_common::amqp;
+use oncehook_common::dead_letter::replay_headers;
 use oncehook_common::store::outbox;
-use oncehook_common::topology::{
-    HEADER_ATTEMPTS, HEADER_DEAD_ID, HEADER_DELIVERY_COUNT, HEADER_ERROR, HEADER_FAILED_AT,
-    HEADER_ORIGIN, HEADER_REPLAYS, HEADER_ROUTING_KEY,
-};
 use oncehook_common::{Config, Topology, db};
 use serde::Serialize;
 use time::OffsetDateTime;
@@ -314,38 +309,6 @@ fn destination(topology: &Topology, letter: &Letter) -> anyhow::Result<(String, 
     Ok((origin, routing_key))
 }
 
-/// Headers of a replayed copy: the dead-letter bookkeeping removed, the
-/// replay counter incremented.
-fn replay_headers(headers: Option<&FieldTable>) -> FieldTable {
-    let replays = header_int(headers, HEADER_REPLAYS).unwrap_or(0) + 1;
-    let strip = |k: &str| {
-        k.starts_with(HEADER_ERROR) // x-oncehook-error and x-oncehook-error-kind
-            || [
-                HEADER_FAILED_AT,
-                HEADER_ORIGIN,
-                HEADER_ROUTING_KEY,
-                HEADER_ATTEMPTS,
-                HEADER_DEAD_ID,
-                HEADER_DELIVERY_COUNT,
-                HEADER_REPLAYS,
-                "x-death",
-            ]
-            .contains(&k)
-            || k.starts_with("x-first-death-")
-            || k.starts_with("x-last-death-")
-    };
-    let mut kept: BTreeMap<ShortString, AMQPValue> = headers
-        .map(|h| {
-            h.into_iter()
-                .filter(|(k, _)| !strip(k.as_str()))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect()
-        })
-        .unwrap_or_default();
-    kept.insert(HEADER_REPLAYS.into(), AMQPValue::LongLongInt(replays));
-    FieldTable::from(kept)
-}
-
 impl Replayed {
     fn of(letter: &Letter, error: Option<String>) -> Replayed {
         Replayed {
@@ -457,37 +420,5 @@ impl Report for ReplayReport {
             }));
         }
         lines
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use oncehook_common::topology::{HEADER_ERROR_KIND, HEADER_SOURCE};
-
-    #[test]
-    fn replay_strips_bookkeeping_and_counts_replays() {
-        let mut h = FieldTable::default();
-        for k in [
-            HEADER_ERROR,
-            HEADER_ERROR_KIND,
-            HEADER_FAILED_AT,
-            HEADER_ORIGIN,
-            HEADER_ROUTING_KEY,
-            HEADER_DEAD_ID,
-            "x-first-death-queue",
-            "x-last-death-reason",
-        ] {
-            h.insert(k.into(), AMQPValue::LongString("x".into()));
-        }
-        h.insert(HEADER_ATTEMPTS.into(), AMQPValue::LongLongInt(3));
-        h.insert(HEADER_DELIVERY_COUNT.into(), AMQPValue::LongLongInt(7));
-        h.insert("x-death".into(), AMQPValue::FieldArray(Vec::new().into()));
-        h.insert(HEADER_SOURCE.into(), AMQPValue::LongString("rzp".into()));
-        h.insert(HEADER_REPLAYS.into(), AMQPValue::LongLongInt(1));
-        let out = replay_headers(Some(&h));
-        let keys: Vec<&str> = out.inner().keys().map(|k| k.as_str()).collect();
-        assert_eq!(keys, vec![HEADER_REPLAYS, HEADER_SOURCE]);
-        assert_eq!(header_int(Some(&out), HEADER_REPLAYS), Some(2));
     }
 }

@@ -129,7 +129,7 @@ impl ShowReport {
             ("source", or_dash(l.facts.source.as_ref())),
             ("event", or_dash(l.facts.event_id.as_ref())),
             ("type", or_dash(l.facts.event_type.as_ref())),
-            ("kind", l.facts.kind.clone()),
+            ("kind", l.facts.kind.to_string()),
             ("error", l.facts.error.clone()),
             ("failed at", or_dash(s.failed_at.as_ref())),
             ("attempts", or_dash(l.facts.attempts)),

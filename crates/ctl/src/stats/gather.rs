@@ -86,7 +86,7 @@ impl DeadStats {
         };
         for l in letters {
             *d.by_gateway.entry(l.facts.gateway.clone()).or_default() += 1;
-            *d.by_kind.entry(l.facts.kind.clone()).or_default() += 1;
+            *d.by_kind.entry(l.facts.kind.to_string()).or_default() += 1;
             if let Some(at) = l.failed_at {
                 d.oldest = Some(d.oldest.map_or(at, |o| o.min(at)));
             }

@@ -34,7 +34,7 @@ async fn an_unreadable_message_is_dead_lettered_as_bad_message_then_acked() {
     assert_eq!(delivery.settled(), [Settled::Acked]);
     let published = sink.published();
     assert_eq!(published.len(), 1);
-    assert_eq!(published[0].kind, "bad_message");
+    assert_eq!(published[0].kind, DeadLetterKind::BadMessage);
     assert!(published[0].error.contains("email:x"), "{published:?}");
     assert_eq!(published[0].attempts, 1);
 }
@@ -53,7 +53,7 @@ fn claims_map_to_verdicts() {
     let id = Uuid::new_v4();
     match after_claim(id, Ok(Claim::Missing)) {
         AfterClaim::Settle(Verdict::DeadLetter { kind, error }) => {
-            assert_eq!(kind, "unknown_outbox_row");
+            assert_eq!(kind, DeadLetterKind::UnknownOutboxRow);
             assert!(error.contains(&id.to_string()), "{error}");
         }
         other => panic!("{other:?}"),
@@ -71,7 +71,9 @@ fn claims_map_to_verdicts() {
     ));
     // A database error no retry fixes dead-letters instead of spinning.
     match after_claim(id, Err(sqlx::Error::RowNotFound)) {
-        AfterClaim::Settle(Verdict::DeadLetter { kind, .. }) => assert_eq!(kind, "database"),
+        AfterClaim::Settle(Verdict::DeadLetter { kind, .. }) => {
+            assert_eq!(kind, DeadLetterKind::Database)
+        }
         other => panic!("{other:?}"),
     }
     let email = Email {
