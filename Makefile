@@ -38,7 +38,7 @@ k8s-validate: tools
 
 ## compose-test: deploy/compose on a real Docker engine (deploy/local/docker.sh starts one of its own):
 ## images built locally, the stack driven through its published ports, a worker killed, Postgres
-## restarted, a three-node RabbitMQ cluster partitioned; lost 0, doubled 0. About 15 minutes; not in `make test`.
+## restarted, a three-node RabbitMQ cluster partitioned; lost 0, doubled 0. About 20 minutes (needs root); not in `make test`, see deploy/compose/README.md.
 compose-test:
 	bash deploy/compose/test.sh
 
