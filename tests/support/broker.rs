@@ -10,13 +10,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use lapin::options::{
-    BasicGetOptions, BasicPublishOptions, ExchangeDeleteOptions, QueueDeclareOptions,
-    QueueDeleteOptions,
+    BasicGetOptions, BasicPublishOptions, ExchangeDeleteOptions, QueueDeleteOptions,
 };
-use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use oncehook_common::Topology;
 use oncehook_common::amqp::{self, header_string};
+use oncehook_common::broker::queues;
 use oncehook_common::dead_letter::{DeadLetter, DeadLetterKind, Record};
 use time::OffsetDateTime;
 
@@ -67,21 +66,9 @@ pub async fn depth(queue: &str) -> Option<u32> {
 /// [`depth`] on the first reachable node of `urls`.
 pub async fn depth_on(urls: &str, queue: &str) -> Option<u32> {
     let conn = connect_on(urls).await;
-    let ch = conn.create_channel().await.ok()?;
-    let q = ch
-        .queue_declare(
-            queue.into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..QueueDeclareOptions::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .ok()
-        .map(|q| q.message_count());
+    let depth = queues::depth(&conn, queue).await.ok().flatten();
     let _ = conn.close(200, "bye".into()).await;
-    q
+    depth.map(|d| d.messages)
 }
 
 /// A dead letter as seen by a test.

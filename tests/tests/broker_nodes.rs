@@ -4,6 +4,9 @@
 //!
 //! * every binary given a URL list with an unreachable node connects to the
 //!   reachable one, and logs the node without credentials;
+//! * a node that refuses connections and later accepts them: every binary's
+//!   session supervisor keeps retrying (not ready meanwhile, ingest answers
+//!   503), then connects and serves;
 //! * queues declared by an older version (without
 //!   `x-quorum-initial-group-size`), or with another group size, keep
 //!   working: RabbitMQ would refuse the changed arguments with
@@ -17,6 +20,8 @@ use oncehook_common::Topology;
 use oncehook_common::topology::ARG_QUORUM_INITIAL_GROUP_SIZE;
 use oncehook_e2e::{TestEnv, broker, eventually, shop};
 use oncehook_gateways::Gateway;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -74,6 +79,84 @@ async fn a_list_with_an_unreachable_node_connects_to_the_reachable_one() {
             proc.name
         );
     }
+}
+
+/// A node on `port` that forwards every connection to the system broker,
+/// until dropped.
+struct Forwarder(JoinHandle<()>);
+
+impl Forwarder {
+    async fn start(port: u16) -> Self {
+        let listener = TcpListener::bind(("127.0.0.1", port))
+            .await
+            .expect("bind the node's port");
+        Forwarder(tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    if let Ok(mut server) = TcpStream::connect("127.0.0.1:5672").await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+            }
+        }))
+    }
+}
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+#[tokio::test]
+async fn a_node_that_refuses_then_accepts_is_connected_to_once_it_accepts() {
+    let mut env = TestEnv::new().await;
+    let port = oncehook_e2e::free_port();
+    let node = format!("amqp://guest:guest@127.0.0.1:{port}/%2f");
+    let extra = [("ONCEHOOK_AMQP_URL", node.as_str())];
+    let (ingest, url) = env.spawn_ingest(&extra);
+    let worker = env.spawn("oncehook-worker", &extra, &[]);
+    let mailer = env.spawn("oncehook-mailer", &extra, &[]);
+    let procs = [&ingest, &worker, &mailer];
+
+    eventually("every binary retried the refusing node", WAIT, || async {
+        procs
+            .iter()
+            .all(|p| {
+                p.log_text()
+                    .matches("broker not reachable; retrying")
+                    .count()
+                    >= 2
+            })
+            .then_some(())
+    })
+    .await;
+    for proc in procs {
+        let ready = env
+            .http
+            .get(format!("{}/readyz", proc.metrics_url()))
+            .send()
+            .await
+            .map(|r| r.status().as_u16());
+        assert_eq!(ready.ok(), Some(503), "{} not ready", proc.name);
+    }
+    let spec = env.spec("order_refused", "pay_refused", "evt_refused_0", 50_000);
+    let delivery = env.sign(Gateway::Razorpay, "payment.captured", &spec);
+    let (status, body) = env.post(&url, "razorpay", &delivery).await;
+    assert_eq!(status, 503, "{body}");
+
+    let _node = Forwarder::start(port).await;
+    for proc in procs {
+        env.wait_ready(proc.metrics_url(), "/readyz").await;
+        let log = proc.log_text();
+        assert!(
+            log.contains(&format!("127.0.0.1:{port}"))
+                && log.contains("connected to RabbitMQ node"),
+            "{} connected to the node once it accepted:\n{log}",
+            proc.name
+        );
+    }
+    pay_one(&env, &url, "order_refused_1").await;
 }
 
 /// Declares the queues as an older version did: the topology's arguments

@@ -1,4 +1,4 @@
-//! RabbitMQ helpers shared by every binary: connecting with backoff,
+//! RabbitMQ helpers shared by every binary: connecting to a node,
 //! publishing with publisher confirms (a returned message is a failure, not an
 //! ack), and reading headers back. Dead letters are written and read in
 //! `dead_letter`.
@@ -7,21 +7,20 @@
 //! time, in rotation, so a binary whose node goes away reconnects to another.
 //!
 //! Recovery model: binaries do not rely on the client's transparent
-//! recovery. Each one runs a session loop — connect, declare the topology,
-//! work until the connection breaks, back off, reconnect — so after a broker
-//! restart everything (channels, confirms, consumers, QoS) is rebuilt from
+//! recovery. Each one runs its sessions under the one supervisor
+//! (`broker::session`) — connect, declare the topology, work until the
+//! connection breaks, back off, reconnect — so after a broker restart
+//! everything (channels, confirms, consumers, QoS) is rebuilt from
 //! scratch. Acks for deliveries from a dead channel are lost; the broker
 //! redelivers and the dedup table absorbs the copy.
 
 use std::time::Duration;
 
-use backon::Retryable;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
 
 use crate::broker_nodes::BrokerNodes;
-use crate::retry::RetryPolicy;
 
 /// Why a publish did not end with the broker holding the message.
 #[derive(Debug, thiserror::Error)]
@@ -71,8 +70,10 @@ pub async fn connect(url: &str, name: &str) -> lapin::Result<Connection> {
     Connection::connect(url, props).await
 }
 
-/// One attempt on the node the rotation gives, bounded by `timeout`.
-async fn connect_next(
+/// One attempt on the node the rotation gives (see [`BrokerNodes::next`]),
+/// bounded by `timeout`: a connection lost with its node is made again on
+/// the next one. The session supervisor (`broker::session`) retries it.
+pub async fn connect_next(
     nodes: &BrokerNodes,
     name: &str,
     timeout: Duration,
@@ -101,29 +102,6 @@ async fn connect_next(
         nodes.len()
     );
     Ok(conn)
-}
-
-/// Connects, retrying by `policy` (normally [`RetryPolicy::BROKER_CONNECT`]:
-/// forever) until it works (`None` if `give_up` resolves first, e.g. on
-/// shutdown, or the policy's attempts run out). Each attempt goes to the
-/// next node of the list (see [`BrokerNodes::next`]), so a connection lost
-/// with its node is made again on another one.
-pub async fn connect_with_backoff(
-    nodes: &BrokerNodes,
-    name: &str,
-    policy: &RetryPolicy,
-    give_up: impl std::future::Future<Output = ()>,
-) -> Option<Connection> {
-    let attempt = || connect_next(nodes, name, CONNECT_ATTEMPT_TIMEOUT);
-    let retry = attempt
-        .retry(policy.builder())
-        .notify(|err, delay| {
-            tracing::warn!(%err, retry_in_ms = delay.as_millis() as u64, "broker not reachable; retrying");
-        });
-    tokio::select! {
-        conn = retry => conn.ok(),
-        () = give_up => None,
-    }
 }
 
 /// Tries each node once, in rotation order, each for at most `timeout`; the

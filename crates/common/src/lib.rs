@@ -1,16 +1,18 @@
 //! Plumbing shared by every oncehook binary: configuration, the envelope that
 //! travels from ingest to the worker, the RabbitMQ topology and publishing
 //! with confirms (to one node or, failing over, to a cluster's nodes:
-//! `broker_nodes`), dead letters (`dead_letter`: their kinds, headers and
+//! `broker_nodes`), the one broker session supervisor and queue inspection
+//! (`broker`), dead letters (`dead_letter`: their kinds, headers and
 //! IDs), the consume loop that owns every delivery (`consume`:
 //! handlers return a verdict, the loop settles it), the one `RetryPolicy`
 //! every backoff reads, telemetry (logs and metrics), graceful shutdown and —
 //! with the `db` feature — the Postgres pool, migrations, the consumers'
-//! session supervision and the `store` (the SQL of each table).
+//! session (`consume::session`) and the `store` (the SQL of each table).
 //!
 //! Ingest builds this crate without `db`: it never touches Postgres.
 
 pub mod amqp;
+pub mod broker;
 pub mod broker_nodes;
 pub mod config;
 pub mod consume;

@@ -1,5 +1,5 @@
 //! `RetryPolicy`: the one description of "try again later" that every
-//! backoff site reads — connecting to the broker, opening and waiting for the
+//! backoff site reads — reconnecting to the broker, opening and waiting for the
 //! database, retrying a delivery's transaction, resending an email. Each
 //! site takes a policy value instead of building a backoff inline; the named
 //! constants hold today's numbers, and a site whose limit is configured
@@ -24,7 +24,9 @@ pub struct RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// Connecting to RabbitMQ: forever, 200 ms → 5 s, with jitter.
+    /// A broker session (`broker::session`): the pause after a refused
+    /// connection or a failed session, forever, 200 ms → 5 s, with jitter;
+    /// back to 200 ms once a session opened.
     pub const BROKER_CONNECT: Self = Self::new(200, 5_000, None, true);
     /// Opening the Postgres pool at start: 200 ms → 5 s, with jitter; the
     /// caller sets the number of attempts.

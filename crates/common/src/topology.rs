@@ -221,11 +221,7 @@ async fn declare_quorum_queue(
             Ok(())
         }
         Err(err) if names_group_size(&err) => {
-            let passive = QueueDeclareOptions {
-                passive: true,
-                ..QueueDeclareOptions::default()
-            };
-            declare_queue(conn, queue, passive, FieldTable::default()).await?;
+            crate::broker::queues::passive_declare(conn, queue).await?;
             tracing::warn!(
                 queue,
                 group_size,

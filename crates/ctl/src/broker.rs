@@ -15,13 +15,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use futures_lite::StreamExt as _;
-use lapin::options::{
-    BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions,
-    QueuePurgeOptions,
-};
+use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, QueuePurgeOptions};
 use lapin::types::FieldTable;
 use lapin::{Channel, Connection};
 use oncehook_common::amqp::{self, short};
+use oncehook_common::broker::queues;
 use oncehook_common::peek_lock::{self, PeekLock};
 use oncehook_common::{Config, Topology};
 
@@ -54,32 +52,11 @@ pub async fn close(conn: Connection) {
 
 /// (ready messages, consumers) of `queue`, `None` if it does not exist.
 /// Ready only: messages a peek holds unacked are not counted (see [`peek`]).
-/// Uses a throwaway channel: a failed passive declare closes it.
 pub async fn queue_info(conn: &Connection, queue: &str) -> anyhow::Result<Option<(u32, u32)>> {
-    let ch = conn.create_channel().await.context("opening a channel")?;
-    let declared = ch
-        .queue_declare(
-            short(queue),
-            QueueDeclareOptions {
-                passive: true,
-                ..QueueDeclareOptions::default()
-            },
-            FieldTable::default(),
-        )
-        .await;
-    match declared {
-        Ok(q) => {
-            let _ = ch.close(200, "bye".into()).await;
-            Ok(Some((q.message_count(), q.consumer_count())))
-        }
-        Err(err) if is_not_found(&err) => Ok(None),
-        Err(err) => Err(anyhow::Error::new(err).context(format!("inspecting queue {queue}"))),
-    }
-}
-
-fn is_not_found(err: &lapin::Error) -> bool {
-    let text = err.to_string();
-    text.contains("NOT_FOUND") || text.contains("404") || text.contains("no queue")
+    let depth = queues::depth(conn, queue)
+        .await
+        .with_context(|| format!("inspecting queue {queue}"))?;
+    Ok(depth.map(|d| (d.messages, d.consumers)))
 }
 
 /// Deletes every message of `queue`; returns how many.

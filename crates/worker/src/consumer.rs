@@ -2,7 +2,7 @@
 //! The consume loop in `oncehook_common::consume` owns the session (connect,
 //! topology, prefetch, one task per delivery, drain) and settles every
 //! delivery by the verdict returned here; this module adds the worker's
-//! session tasks (outbox relay, parked-event sweeper).
+//! session tasks (outbox relay, parked-event sweeper, queue gauges).
 //!
 //! Delivery: decode → process (one transaction, or a share of a batch's
 //! transaction: see `batch`) → `Ack` after commit.
@@ -21,6 +21,7 @@
 use std::sync::Arc;
 
 use lapin::{Channel, Connection};
+use oncehook_common::broker::queues;
 use oncehook_common::consume::session::{self, ConsumerSpec, SessionTasks};
 use oncehook_common::consume::{Handler, Message, Verdict};
 use oncehook_common::health::Readiness;
@@ -273,8 +274,8 @@ fn rejected(Rejection { kind, message }: Rejection) -> Verdict {
 }
 
 /// The worker's session tasks: the outbox relay and the parked-event
-/// sweeper, both publishing over the session's confirm channel (the relay's
-/// queue gauges open channels of their own on the session's connection).
+/// sweeper, both publishing over the session's confirm channel, and the
+/// queue gauges (channels of their own on the session's connection).
 struct WorkerTasks {
     pool: PgPool,
     topology: Topology,
@@ -291,7 +292,6 @@ impl SessionTasks for WorkerTasks {
     ) -> Vec<JoinHandle<()>> {
         let relay = tokio::spawn(relay::run(
             Pooled::new(self.pool.clone(), self.settings.database.pooler),
-            conn.clone(),
             channel.clone(),
             self.topology.clone(),
             self.settings.broker.publish_timeout,
@@ -306,7 +306,12 @@ impl SessionTasks for WorkerTasks {
             self.settings.broker.publish_timeout,
             stop.clone(),
         ));
-        vec![relay, sweeper]
+        let gauges = tokio::spawn(queues::report_gauges(
+            conn.clone(),
+            self.topology.clone(),
+            stop.clone(),
+        ));
+        vec![relay, sweeper, gauges]
     }
 }
 

@@ -2,20 +2,18 @@
 //! with confirms and marks them published. Safe in every worker copy: rows
 //! are claimed with `FOR UPDATE SKIP LOCKED`. A crash between publish and
 //! mark publishes a row twice; the mailer's `sent_at` check absorbs that.
-//! Every few seconds the relay also sets the queue-depth gauges, each
-//! passive declare on a channel of its own (never the confirm channel).
+//! Every few seconds the relay also sets the outbox gauges (the queue gauges
+//! are the broker module's, `oncehook_common::broker::queues`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lapin::options::QueueDeclareOptions;
-use lapin::types::FieldTable;
-use lapin::{Channel, Connection};
-use oncehook_common::amqp::{self, PublishError, short};
+use lapin::Channel;
+use oncehook_common::Topology;
+use oncehook_common::amqp::{self, PublishError};
 use oncehook_common::email::EmailMessage;
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::{Pooled, outbox};
-use oncehook_common::{Topology, peek_lock};
 use sqlx::PgPool;
 use tokio::sync::Notify;
 
@@ -32,10 +30,9 @@ pub enum RelayError {
 
 /// Publishes batches on `ch` until `stop` fires or the channel dies.
 /// `wakeup` lets the consumer nudge the relay right after a commit that
-/// wrote an email; `conn` opens the gauges' own channels.
+/// wrote an email.
 pub async fn run(
     db: Pooled,
-    conn: Arc<Connection>,
     ch: Channel,
     topology: Topology,
     timeout: Duration,
@@ -57,7 +54,6 @@ pub async fn run(
         if last_gauges.elapsed() > Duration::from_secs(5) {
             last_gauges = Instant::now();
             update_gauges(&db).await;
-            queue_gauges(&conn, &topology).await;
         }
         tokio::select! {
             () = wakeup.notified() => {}
@@ -105,56 +101,6 @@ pub async fn publish_batch(
     metrics::counter!("oncehook_outbox_published_total").increment(ids.len() as u64);
     tracing::debug!(count = ids.len(), "outbox rows published");
     Ok(ids.len())
-}
-
-/// Depth and consumer count of every queue. The dead-letter queue is read
-/// under the peek lock ([`peek_lock`]): while an operator peeks, its letters
-/// are unacked and a passive declare would count 0, so the gauges keep their
-/// last value until the peek is over.
-async fn queue_gauges(conn: &Connection, topology: &Topology) {
-    for queue in [topology.events(), topology.emails()] {
-        set_queue_gauges(conn, queue).await;
-    }
-    match peek_lock::try_lock(conn, topology).await {
-        Ok(Some(lock)) => {
-            set_queue_gauges(conn, topology.dead()).await;
-            lock.release().await;
-        }
-        Ok(None) => tracing::debug!("dead letters are being peeked; their gauges wait"),
-        Err(err) => tracing::debug!(%err, "dead-letter peek lock unavailable"),
-    }
-}
-
-async fn set_queue_gauges(conn: &Connection, queue: String) {
-    match passive_declare(conn, &queue).await {
-        Ok(q) => {
-            metrics::gauge!("oncehook_queue_messages", "queue" => queue.clone())
-                .set(f64::from(q.message_count()));
-            metrics::gauge!("oncehook_queue_consumers", "queue" => queue)
-                .set(f64::from(q.consumer_count()));
-        }
-        Err(err) => tracing::debug!(%err, queue, "queue depth unavailable"),
-    }
-}
-
-/// A passive declare (no side effects) on a throwaway channel: a missing
-/// queue closes the channel it is declared on.
-pub async fn passive_declare(conn: &Connection, queue: &str) -> lapin::Result<lapin::Queue> {
-    let ch = conn.create_channel().await?;
-    let declared = ch
-        .queue_declare(
-            short(queue),
-            QueueDeclareOptions {
-                passive: true,
-                ..QueueDeclareOptions::default()
-            },
-            FieldTable::default(),
-        )
-        .await;
-    if ch.status().connected() {
-        let _ = ch.close(200, "gauges done".into()).await;
-    }
-    declared
 }
 
 async fn update_gauges(db: &Pooled) {

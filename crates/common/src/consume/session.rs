@@ -1,9 +1,11 @@
-//! Session supervision of the consuming binaries (worker, mailer): wait for
-//! Postgres and for a schema at least as new as the binary, connect to the broker with backoff, declare the topology, open
-//! a confirm channel for dead letters (and for the caller's session tasks,
-//! e.g. the worker's outbox relay), consume until the connection breaks or
-//! shutdown, stop the session tasks, close up and start over. Readiness is
-//! cleared whenever no session runs.
+//! The consuming binaries' session (worker, mailer), run by the one broker
+//! supervisor (`broker::session`): before each connection wait for Postgres
+//! and for a schema at least as new as the binary; on the connection declare
+//! the topology and open a confirm channel for dead letters (and for the
+//! caller's session tasks, e.g. the worker's outbox relay); consume until
+//! the connection breaks or shutdown, then stop the session tasks and close
+//! up. The supervisor reconnects and clears readiness whenever no session
+//! runs.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +16,7 @@ use tokio::task::JoinHandle;
 
 use super::Handler;
 use super::broker::{BrokerDeadLetters, Window, consume};
+use crate::broker::{Session, SessionError, Supervisor};
 use crate::broker_nodes::BrokerNodes;
 use crate::config::BrokerConfig;
 use crate::health::Readiness;
@@ -21,9 +24,6 @@ use crate::retry::RetryPolicy;
 use crate::shutdown::Shutdown;
 use crate::topology::QueueSettings;
 use crate::{Topology, amqp, db};
-
-/// The pause before reconnecting after a session ended in an error.
-const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
 
 /// What one consuming binary consumes, and how.
 #[derive(Debug, Clone)]
@@ -40,7 +40,7 @@ pub struct ConsumerSpec {
     pub queues: QueueSettings,
     /// How long a dead-letter publish may wait for its confirm.
     pub publish_timeout: Duration,
-    /// How to retry connecting to the broker.
+    /// How the supervisor pauses between connections.
     pub connect: RetryPolicy,
 }
 
@@ -106,72 +106,73 @@ pub async fn run_sessions<H: Handler>(
     pool: &PgPool,
     readiness: &Readiness,
     shutdown: &Shutdown,
-    mut tasks: impl SessionTasks,
+    tasks: impl SessionTasks,
 ) {
-    while !shutdown.is_triggered() {
-        if !db::wait_for_database(pool, shutdown).await
-            || !db::wait_for_schema(pool, shutdown).await
-        {
-            break;
-        }
-        let Some(conn) =
-            amqp::connect_with_backoff(&spec.nodes, spec.name, &spec.connect, shutdown.wait())
-                .await
-        else {
-            break;
-        };
-        let conn = Arc::new(conn);
-        let result = session(
-            spec,
-            &conn,
-            handler.clone(),
-            readiness,
-            shutdown,
-            &mut tasks,
-        )
-        .await;
-        if let Err(err) = result {
-            tracing::warn!(%err, "broker session ended; reconnecting");
-            tokio::time::sleep(RECONNECT_PAUSE).await;
-        }
-        readiness.set(false);
-        let _ = conn.close(200, "session ends".into()).await;
-    }
+    let supervisor = Supervisor::new(spec.nodes.clone(), spec.name, spec.connect);
+    let mut session = Consuming {
+        spec,
+        handler,
+        pool,
+        readiness,
+        tasks,
+    };
+    supervisor.run(&mut session, readiness, shutdown).await;
 }
 
-/// One session on `conn`: topology, dead-letter channel, session tasks, consume.
-async fn session<H: Handler>(
-    spec: &ConsumerSpec,
-    conn: &Arc<Connection>,
+/// One consumer's session: what `run_sessions` hands the supervisor.
+struct Consuming<'a, H, T> {
+    spec: &'a ConsumerSpec,
     handler: Arc<H>,
-    readiness: &Readiness,
-    shutdown: &Shutdown,
-    tasks: &mut impl SessionTasks,
-) -> lapin::Result<()> {
-    spec.topology.declare(conn, &spec.queues).await?;
-    let pub_ch = amqp::confirm_channel(conn).await?;
-    let stop = Shutdown::new();
-    let running = tasks.start(conn, &pub_ch, &stop);
-    let sink = Arc::new(BrokerDeadLetters {
-        channel: pub_ch.clone(),
-        exchange: spec.topology.dead(),
-        origin: spec.queue.clone(),
-        timeout: spec.publish_timeout,
-    });
-    let result = consume(
-        conn,
-        &spec.queue,
-        spec.window,
-        readiness,
-        shutdown,
-        handler,
-        sink,
-    )
-    .await;
-    stop.trigger();
-    for task in running {
-        let _ = task.await;
+    pool: &'a PgPool,
+    readiness: &'a Readiness,
+    tasks: T,
+}
+
+impl<H: Handler, T: SessionTasks> Session for Consuming<'_, H, T> {
+    /// The confirm channel for dead letters and the session tasks.
+    type Open = Channel;
+
+    async fn prepare(&mut self, shutdown: &Shutdown) -> bool {
+        db::wait_for_database(self.pool, shutdown).await
+            && db::wait_for_schema(self.pool, shutdown).await
     }
-    let _ = pub_ch.close(200, "session ends".into()).await;
-    result
+
+    async fn open(&mut self, conn: &Arc<Connection>) -> lapin::Result<Channel> {
+        self.spec.topology.declare(conn, &self.spec.queues).await?;
+        amqp::confirm_channel(conn).await
+    }
+
+    /// Session tasks, then consume; the tasks stop when consuming does.
+    async fn serve(
+        &mut self,
+        conn: &Arc<Connection>,
+        pub_ch: Channel,
+        shutdown: &Shutdown,
+    ) -> Result<(), SessionError> {
+        let spec = self.spec;
+        let stop = Shutdown::new();
+        let running = self.tasks.start(conn, &pub_ch, &stop);
+        let sink = Arc::new(BrokerDeadLetters {
+            channel: pub_ch.clone(),
+            exchange: spec.topology.dead(),
+            origin: spec.queue.clone(),
+            timeout: spec.publish_timeout,
+        });
+        let result = consume(
+            conn,
+            &spec.queue,
+            spec.window,
+            self.readiness,
+            shutdown,
+            self.handler.clone(),
+            sink,
+        )
+        .await;
+        stop.trigger();
+        for task in running {
+            let _ = task.await;
+        }
+        let _ = pub_ch.close(200, "session ends".into()).await;
+        result.map_err(SessionError::from)
+    }
 }

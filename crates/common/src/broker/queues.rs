@@ -1,0 +1,113 @@
+//! Looking at queues without changing them. [`passive_declare`] is the one
+//! passive declare every binary uses (the topology's check that a queue
+//! exists, `oncehookctl`'s depths, the gauges); [`report_gauges`] sets
+//! `oncehook_queue_messages` and `oncehook_queue_consumers` for every queue
+//! of the topology every few seconds while a broker session lasts.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lapin::options::QueueDeclareOptions;
+use lapin::types::FieldTable;
+use lapin::{Connection, ErrorKind};
+
+use crate::amqp::short;
+use crate::shutdown::Shutdown;
+use crate::{Topology, peek_lock};
+
+/// How often [`report_gauges`] sets the gauges.
+pub const GAUGE_INTERVAL: Duration = Duration::from_secs(5);
+
+/// AMQP reply code of a passive declare of a queue that does not exist.
+const NOT_FOUND: u16 = 404;
+
+/// What a passive declare tells about a queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueDepth {
+    /// Messages ready (not those delivered and still unacked).
+    pub messages: u32,
+    /// Consumers attached.
+    pub consumers: u32,
+}
+
+/// Declares `queue` passively (no side effects) on a channel of its own: a
+/// missing queue closes the channel it is declared on, never a caller's.
+/// A missing queue is an error ([`is_not_found`]); see [`depth`] for `None`.
+pub async fn passive_declare(conn: &Connection, queue: &str) -> lapin::Result<QueueDepth> {
+    let ch = conn.create_channel().await?;
+    let declared = ch
+        .queue_declare(
+            short(queue),
+            QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await;
+    if ch.status().connected() {
+        let _ = ch.close(200, "queue inspected".into()).await;
+    }
+    let q = declared?;
+    Ok(QueueDepth {
+        messages: q.message_count(),
+        consumers: q.consumer_count(),
+    })
+}
+
+/// [`passive_declare`], with a queue that does not exist as `None`.
+pub async fn depth(conn: &Connection, queue: &str) -> lapin::Result<Option<QueueDepth>> {
+    match passive_declare(conn, queue).await {
+        Ok(depth) => Ok(Some(depth)),
+        Err(err) if is_not_found(&err) => Ok(None),
+        Err(err) => Err(err),
+    }
+}
+
+/// Whether `err` says the queue does not exist.
+pub fn is_not_found(err: &lapin::Error) -> bool {
+    matches!(err.kind(), ErrorKind::ProtocolError(e) if e.get_id() == NOT_FOUND)
+        || err.to_string().contains("NOT_FOUND")
+}
+
+/// Sets the queue gauges now and then every [`GAUGE_INTERVAL`] until `stop`
+/// fires (the end of the session whose connection `conn` is).
+pub async fn report_gauges(conn: Arc<Connection>, topology: Topology, stop: Shutdown) {
+    loop {
+        set_gauges(&conn, &topology).await;
+        tokio::select! {
+            () = stop.wait() => return,
+            () = tokio::time::sleep(GAUGE_INTERVAL) => {}
+        }
+    }
+}
+
+/// Depth and consumer count of every queue. The dead-letter queue is read
+/// under the peek lock ([`peek_lock`]): while an operator peeks, its letters
+/// are unacked and a passive declare would count 0, so its gauges keep their
+/// last value until the peek is over.
+async fn set_gauges(conn: &Connection, topology: &Topology) {
+    for queue in [topology.events(), topology.emails()] {
+        set_queue_gauges(conn, queue).await;
+    }
+    match peek_lock::try_lock(conn, topology).await {
+        Ok(Some(lock)) => {
+            set_queue_gauges(conn, topology.dead()).await;
+            lock.release().await;
+        }
+        Ok(None) => tracing::debug!("dead letters are being peeked; their gauges wait"),
+        Err(err) => tracing::debug!(%err, "dead-letter peek lock unavailable"),
+    }
+}
+
+async fn set_queue_gauges(conn: &Connection, queue: String) {
+    match passive_declare(conn, &queue).await {
+        Ok(depth) => {
+            metrics::gauge!("oncehook_queue_messages", "queue" => queue.clone())
+                .set(f64::from(depth.messages));
+            metrics::gauge!("oncehook_queue_consumers", "queue" => queue)
+                .set(f64::from(depth.consumers));
+        }
+        Err(err) => tracing::debug!(%err, queue, "queue depth unavailable"),
+    }
+}
