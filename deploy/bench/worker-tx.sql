@@ -33,11 +33,15 @@ BEGIN;
 INSERT INTO processed_webhooks
     (source, event_id, body_sha256, provider, event_type, order_ref, receipt_id, outcome, received_at, payment_id)
 VALUES ('razorpay', 'evt_pgb_' || :tag::text || '_' || :client_id::text || '_' || :k::text,
-        md5(:tag::text || :client_id::text || :k::text), 'razorpay', 'payment.captured',
+        md5(:tag::text || '_' || :client_id::text || '_' || :k::text), 'razorpay', 'payment.captured',
         'bench_' || :n::text, gen_random_uuid(), 'applied', now(),
         'pay_pgb_' || :tag::text || '_' || :client_id::text || '_' || :k::text)
-ON CONFLICT (source, event_id, body_sha256) DO UPDATE
-    SET deliveries = processed_webhooks.deliveries + 1, last_seen_at = now()
+ON CONFLICT (source, body_sha256) WHERE body_sha256 <> '' DO UPDATE
+    SET deliveries = processed_webhooks.deliveries
+            + (processed_webhooks.event_id = EXCLUDED.event_id)::int,
+        body_redeliveries = processed_webhooks.body_redeliveries
+            + (processed_webhooks.event_id <> EXCLUDED.event_id)::int,
+        last_seen_at = now()
 RETURNING (xmax = 0) AS inserted;
 
 SELECT id, order_ref, status, amount_minor, currency, customer_email, paid_by, refunded_minor, stock_applied
@@ -88,6 +92,6 @@ UPDATE processed_webhooks SET outcome = 'applied',
     detail = 'captured payment pay_pgb_' || :k::text || ' recorded; order bench_' || :n::text || ' is paid (refunded 0.00 INR)',
     processed_at = now()
 WHERE source = 'razorpay' AND event_id = 'evt_pgb_' || :tag::text || '_' || :client_id::text || '_' || :k::text
-  AND body_sha256 = md5(:tag::text || :client_id::text || :k::text);
+  AND body_sha256 = md5(:tag::text || '_' || :client_id::text || '_' || :k::text);
 
 COMMIT;
