@@ -50,7 +50,7 @@ use lapin::types::{AMQPValue, FieldTable};
 use oncehook_common::Envelope;
 use oncehook_common::amqp;
 use oncehook_e2e::cluster::Cluster;
-use oncehook_e2e::{Proc, TestEnv, broker, free_port, process};
+use oncehook_e2e::{Proc, Shop, TestEnv, broker, free_port, process};
 use oncehook_gateways::Gateway;
 use oncehook_gateways::sample::SignedDelivery;
 
@@ -243,50 +243,21 @@ fn captured(env: &TestEnv, n: usize, tag: &str) -> SignedDelivery {
 /// of one or two items each (the same catalogue for workers and pgbench).
 async fn seed_shop(env: &TestEnv, with_products: bool, from: i64, to: i64) {
     let pool = &env.pool;
+    let sku = |n: i64| format!("SKU-{:03}", n % SKUS);
+    let mut shop = Shop::new();
     if with_products {
-        sqlx::query(
-            "INSERT INTO products (sku, name, stock)
-             SELECT 'SKU-' || lpad(s::text, 3, '0'), 'Product ' || s, 100000000
-             FROM generate_series(0, $1 - 1) s",
-        )
-        .bind(SKUS)
-        .execute(pool)
-        .await
-        .expect("seed products");
+        for s in 0..SKUS {
+            shop = shop.product(&sku(s), 100_000_000);
+        }
     }
-    sqlx::query(
-        "INSERT INTO orders (order_ref, customer_email, amount_minor, currency)
-         SELECT 'bench_' || n, 'bench_' || n || '@example.com', 10000, 'INR'
-         FROM generate_series($1::bigint, $2::bigint) n",
-    )
-    .bind(from)
-    .bind(to)
-    .execute(pool)
-    .await
-    .expect("seed orders");
-    sqlx::query(
-        "INSERT INTO order_items (order_id, sku, qty)
-         SELECT o.id, 'SKU-' || lpad((n % $3)::text, 3, '0'), 1 + (n % 3)::int
-         FROM generate_series($1::bigint, $2::bigint) n JOIN orders o ON o.order_ref = 'bench_' || n",
-    )
-    .bind(from)
-    .bind(to)
-    .bind(SKUS)
-    .execute(pool)
-    .await
-    .expect("seed first items");
-    sqlx::query(
-        "INSERT INTO order_items (order_id, sku, qty)
-         SELECT o.id, 'SKU-' || lpad(((n * 7 + 3) % $3)::text, 3, '0'), 1
-         FROM generate_series($1::bigint, $2::bigint) n JOIN orders o ON o.order_ref = 'bench_' || n
-         WHERE n % 2 = 1",
-    )
-    .bind(from)
-    .bind(to)
-    .bind(SKUS)
-    .execute(pool)
-    .await
-    .expect("seed second items");
+    for n in from..=to {
+        let mut items = vec![(sku(n), 1 + (n % 3) as i32)];
+        if n % 2 == 1 {
+            items.push((sku(n * 7 + 3), 1));
+        }
+        shop = shop.order_of(&format!("bench_{n}"), 10_000, "INR", &items);
+    }
+    shop.seed(pool).await;
     sqlx::query("VACUUM ANALYZE")
         .execute(pool)
         .await

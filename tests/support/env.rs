@@ -338,9 +338,25 @@ impl TestEnv {
         sample::build(gateway, event, spec, Secrets::for_gateway(gateway)).expect("build sample")
     }
 
+    /// A Razorpay `payment.captured` of 500.00 INR for `order_ref` (which
+    /// may not exist), signed with the test secret.
+    pub fn captured(&self, order_ref: &str, payment_id: &str, event_id: &str) -> SignedDelivery {
+        self.sign(
+            Gateway::Razorpay,
+            "payment.captured",
+            &self.spec(order_ref, payment_id, event_id, 50_000),
+        )
+    }
+
     /// POSTs `delivery` to `/webhooks/{source}`; returns (status, body), status 0 if the request failed.
     pub async fn post(&self, base: &str, source: &str, delivery: &SignedDelivery) -> (u16, String) {
-        send(&self.http, format!("{base}/webhooks/{source}"), delivery).await
+        send(&self.http, &format!("{base}/webhooks/{source}"), delivery).await
+    }
+
+    /// POSTs `delivery` to `/webhooks/{source}` and insists on a 200.
+    pub async fn post_ok(&self, base: &str, source: &str, delivery: &SignedDelivery) {
+        let (status, body) = self.post(base, source, delivery).await;
+        assert_eq!(status, 200, "{source}: {body}");
     }
 
     /// Like [`TestEnv::post`] on a connection of its own, for requests the
@@ -356,7 +372,7 @@ impl TestEnv {
             .timeout(Duration::from_secs(15))
             .build()
             .expect("http client");
-        send(&http, format!("{base}/webhooks/{source}"), delivery).await
+        send(&http, &format!("{base}/webhooks/{source}"), delivery).await
     }
 
     /// POSTs the same delivery `n` times, all at once.
@@ -394,7 +410,7 @@ impl TestEnv {
                 loop {
                     let next = queue.lock().map(|mut q| q.pop()).unwrap_or(None);
                     let Some(d) = next else { break };
-                    answers.push(send(&http, url.clone(), &d).await);
+                    answers.push(send(&http, &url, &d).await);
                 }
                 answers
             });
@@ -490,7 +506,9 @@ impl Drop for TestEnv {
     }
 }
 
-async fn send(http: &reqwest::Client, url: String, delivery: &SignedDelivery) -> (u16, String) {
+/// POSTs `delivery` (its headers and body) to `url`; returns (status, body),
+/// status 0 if the request failed.
+pub async fn send(http: &reqwest::Client, url: &str, delivery: &SignedDelivery) -> (u16, String) {
     let mut req = http.post(url).body(delivery.body.clone());
     for (name, value) in delivery.headers.iter() {
         req = req.header(name, value);

@@ -3,6 +3,11 @@
 //! AMQP prefix, its own temp folder and config file, and starts the real
 //! compiled binaries as child processes against real Postgres and RabbitMQ.
 //!
+//! [`TestEnv::pipeline`] starts the whole pipeline (ingest, workers, a
+//! mailer) and waits until it is ready; [`shop::Shop`] writes the products
+//! and orders a test needs; [`ops`] drives `oncehookctl` for the operators'
+//! tests.
+//!
 //! Binaries are taken from the workspace's `target/debug` (override with
 //! `ONCEHOOK_BIN_DIR`); `make test` builds them before running the tests.
 
@@ -13,7 +18,9 @@ pub mod console;
 pub mod env;
 pub mod ledger_gen;
 pub mod ledger_model;
+pub mod ops;
 pub mod pgbouncer;
+pub mod pipeline;
 pub mod process;
 pub mod prometheus;
 pub mod shop;
@@ -22,11 +29,17 @@ pub mod smtp_tls;
 pub mod webdriver;
 
 pub use env::{Secrets, TestEnv};
+pub use pipeline::{Pipeline, PipelineSpec};
 pub use process::Proc;
+pub use shop::Shop;
 pub use smtp::SmtpSink;
 
 use std::future::Future;
 use std::time::{Duration, Instant};
+
+/// How long a test waits for the pipeline to do one thing (an order paid,
+/// its email sent, a dead letter to arrive) before it fails.
+pub const WAIT: Duration = Duration::from_secs(30);
 
 /// Polls `check` every 100 ms until it returns `Some`, or panics after `timeout`
 /// with `what` in the message.

@@ -18,7 +18,7 @@ use lapin::options::QueueDeclareOptions;
 use lapin::types::AMQPValue;
 use oncehook_common::Topology;
 use oncehook_common::topology::ARG_QUORUM_INITIAL_GROUP_SIZE;
-use oncehook_e2e::{TestEnv, broker, eventually, shop};
+use oncehook_e2e::{Shop, TestEnv, broker, eventually, shop};
 use oncehook_gateways::Gateway;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -28,23 +28,12 @@ const WAIT: Duration = Duration::from_secs(30);
 /// Pays `order_ref` through ingest at `url` and waits until the order is
 /// paid and its email sent.
 async fn pay_one(env: &TestEnv, url: &str, order_ref: &str) {
-    shop::product(&env.pool, "MUG", 10).await;
-    shop::order(&env.pool, order_ref, 50_000, "INR", &[("MUG", 1)]).await;
-    let spec = env.spec(
-        order_ref,
-        &format!("pay_{order_ref}"),
-        &format!("evt_{order_ref}"),
-        50_000,
-    );
-    let delivery = env.sign(Gateway::Razorpay, "payment.captured", &spec);
-    let (status, body) = env.post(url, "razorpay", &delivery).await;
-    assert_eq!(status, 200, "{body}");
-    eventually(&format!("{order_ref} paid and mailed"), WAIT, || async {
-        let paid = shop::order_status(&env.pool, order_ref).await == "paid";
-        let emails = shop::emails(&env.pool, order_ref).await;
-        (paid && emails.len() == 1 && emails.iter().all(|(_, sent)| *sent)).then_some(())
-    })
-    .await;
+    Shop::mugs(10, &[order_ref]).seed(&env.pool).await;
+    let pay = format!("pay_{order_ref}");
+    let evt = format!("evt_{order_ref}");
+    env.post_ok(url, "razorpay", &env.captured(order_ref, &pay, &evt))
+        .await;
+    shop::wait_paid_and_mailed(&env.pool, order_ref).await;
 }
 
 #[tokio::test]
@@ -55,10 +44,8 @@ async fn a_list_with_an_unreachable_node_connects_to_the_reachable_one() {
         oncehook_e2e::free_port()
     );
     env.use_broker(&format!("{dead},{}", broker::AMQP_URL));
-    let (ingest, url) = env.start_ingest().await;
-    let worker = env.start_worker().await;
-    let mailer = env.start_mailer().await;
-    pay_one(&env, &url, "order_nodes_1").await;
+    let app = env.pipeline().await;
+    pay_one(&env, &app.url, "order_nodes_1").await;
 
     let (code, out, err) = env.ctl(&["stats"]).await;
     assert_eq!(
@@ -66,7 +53,7 @@ async fn a_list_with_an_unreachable_node_connects_to_the_reachable_one() {
         "oncehookctl stats with a dead node listed: {out}{err}"
     );
 
-    for proc in [&ingest, &worker, &mailer] {
+    for proc in app.procs() {
         let log = proc.log_text();
         assert!(
             log.contains("connected to RabbitMQ node") && log.contains("127.0.0.1:5672"),
@@ -185,10 +172,8 @@ async fn declare_old_queues(prefix: &str, extra: Option<(&str, AMQPValue)>) {
 async fn queues_declared_before_the_group_size_keep_working() {
     let mut env = TestEnv::new().await;
     declare_old_queues(&env.prefix, None).await;
-    let (_ingest, url) = env.start_ingest().await;
-    let _worker = env.start_worker().await;
-    let _mailer = env.start_mailer().await;
-    pay_one(&env, &url, "order_upgrade_1").await;
+    let app = env.pipeline().await;
+    pay_one(&env, &app.url, "order_upgrade_1").await;
     let (code, out, err) = env.ctl(&["stats"]).await;
     assert_eq!(code, 0, "{out}{err}");
 }
@@ -201,10 +186,8 @@ async fn queues_declared_with_another_group_size_keep_working() {
         Some((ARG_QUORUM_INITIAL_GROUP_SIZE, AMQPValue::LongInt(1))),
     )
     .await;
-    let (_ingest, url) = env.start_ingest().await;
-    let _worker = env.start_worker().await;
-    let _mailer = env.start_mailer().await;
-    pay_one(&env, &url, "order_upgrade_2").await;
+    let app = env.pipeline().await;
+    pay_one(&env, &app.url, "order_upgrade_2").await;
 }
 
 #[tokio::test]

@@ -21,9 +21,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use oncehook_common::Topology;
+use oncehook_e2e::env::send;
 use oncehook_e2e::ledger_gen::{self, GenOrder, Rng, normalise};
 use oncehook_e2e::ledger_model::{self, Flag, LedgerState};
-use oncehook_e2e::{TestEnv, broker};
+use oncehook_e2e::{Shop, TestEnv, broker};
 use oncehook_gateways::sample::SignedDelivery;
 use sqlx::{PgPool, Row};
 
@@ -278,60 +279,20 @@ async fn confluence_same_facts_give_the_same_books() {
     assert!(settled, "the books never settled; {rerun}");
 }
 
-async fn send(http: &reqwest::Client, url: &str, delivery: &SignedDelivery) -> (u16, String) {
-    let mut req = http.post(url).body(delivery.body.clone());
-    for (name, value) in delivery.headers.iter() {
-        req = req.header(name, value);
-    }
-    match req.send().await {
-        Ok(resp) => {
-            let status = resp.status().as_u16();
-            (status, resp.text().await.unwrap_or_default())
-        }
-        Err(e) => (0, format!("request failed: {e}")),
-    }
-}
-
 /// Products and pending orders for every twin, in three statements.
 async fn seed_shop(pool: &PgPool, twins: &[GenOrder]) {
-    let skus: Vec<String> = twins.iter().map(|t| t.sku.clone()).collect();
-    let stocks: Vec<i32> = twins.iter().map(|t| t.model.stock).collect();
-    let refs: Vec<String> = twins.iter().map(|t| t.order_ref.clone()).collect();
-    let emails: Vec<String> = twins
+    twins
         .iter()
-        .map(|t| format!("{}@example.com", t.order_ref))
-        .collect();
-    let amounts: Vec<i64> = twins.iter().map(|t| t.model.amount_minor).collect();
-    let currencies: Vec<String> = twins.iter().map(|t| t.model.currency.clone()).collect();
-    let qtys: Vec<i32> = twins.iter().map(|t| t.model.qty).collect();
-    sqlx::query("INSERT INTO products (sku, name, stock) SELECT s, s, n FROM unnest($1::text[], $2::int[]) AS x(s, n)")
-        .bind(&skus)
-        .bind(&stocks)
-        .execute(pool)
-        .await
-        .expect("insert products");
-    sqlx::query(
-        "INSERT INTO orders (order_ref, customer_email, amount_minor, currency)
-         SELECT r, e, a, c FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[]) AS x(r, e, a, c)",
-    )
-    .bind(&refs)
-    .bind(&emails)
-    .bind(&amounts)
-    .bind(&currencies)
-    .execute(pool)
-    .await
-    .expect("insert orders");
-    sqlx::query(
-        "INSERT INTO order_items (order_id, sku, qty)
-         SELECT o.id, x.s, x.q FROM unnest($1::text[], $2::text[], $3::int[]) AS x(r, s, q)
-         JOIN orders o ON o.order_ref = x.r",
-    )
-    .bind(&refs)
-    .bind(&skus)
-    .bind(&qtys)
-    .execute(pool)
-    .await
-    .expect("insert order items");
+        .fold(Shop::new(), |shop, t| {
+            shop.product(&t.sku, t.model.stock).order_of(
+                &t.order_ref,
+                t.model.amount_minor,
+                &t.model.currency,
+                &[(&t.sku, t.model.qty)],
+            )
+        })
+        .seed(pool)
+        .await;
 }
 
 /// Waits until the events queue is empty and the number of delivery

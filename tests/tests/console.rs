@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use oncehook_common::dead_letter::DeadLetterKind as Kind;
 use oncehook_e2e::console::{Console, OPERATOR, VIEWER};
-use oncehook_e2e::{TestEnv, broker, eventually, shop};
+use oncehook_e2e::{Shop, TestEnv, broker, eventually, shop};
 use oncehook_gateways::Gateway;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -337,15 +337,7 @@ async fn an_operator_replays_a_dead_letter_from_the_pipeline_and_it_is_audited()
     assert_eq!(broker::depth(&dead).await, Some(1));
 
     // Fix the cause, then replay it from the console.
-    shop::product(&env.pool, "SKU_console", 10).await;
-    shop::order(
-        &env.pool,
-        "order_console",
-        50_000,
-        "INR",
-        &[("SKU_console", 1)],
-    )
-    .await;
+    Shop::own_product("order_console").seed(&env.pool).await;
     let done = console
         .post(
             "/letters/replay",
@@ -355,10 +347,7 @@ async fn an_operator_replays_a_dead_letter_from_the_pipeline_and_it_is_audited()
         .await;
     assert_eq!(done.status, 200, "{}", done.body);
     assert!(done.body.contains("replayed 1, failed 0"), "{}", done.body);
-    eventually("order_console paid", WAIT, || async {
-        (shop::order_status(&env.pool, "order_console").await == "paid").then_some(())
-    })
-    .await;
+    shop::wait_paid(&env.pool, "order_console").await;
     assert_eq!(broker::depth(&dead).await, Some(0));
 
     // The audit row: who, what, which letter, the result.
@@ -472,10 +461,13 @@ async fn two_operators_replaying_the_same_letters_at_once_lose_and_double_nothin
     assert_eq!(ids.len(), 3, "{}", page.body);
 
     // The cause fixed, both sessions replay all three at the same moment.
-    shop::product(&env.pool, "SKU_twin", 10).await;
-    for order in orders {
-        shop::order(&env.pool, order, 20_000, "INR", &[("SKU_twin", 1)]).await;
-    }
+    orders
+        .iter()
+        .fold(Shop::new().product("SKU_twin", 10), |shop, order| {
+            shop.order_of(order, 20_000, "INR", &[("SKU_twin", 1)])
+        })
+        .seed(&env.pool)
+        .await;
     let replay = |cookie: String| {
         let (console, ids) = (&console, ids.clone());
         async move {
@@ -503,10 +495,7 @@ async fn two_operators_replaying_the_same_letters_at_once_lose_and_double_nothin
         b.body
     );
     for order in orders {
-        eventually("the order paid", WAIT, || async {
-            (shop::order_status(&env.pool, order).await == "paid").then_some(())
-        })
-        .await;
+        shop::wait_paid(&env.pool, order).await;
     }
     assert_eq!(
         broker::depth(&format!("{}.dead", env.prefix)).await,

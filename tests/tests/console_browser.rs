@@ -14,7 +14,7 @@ use std::time::Duration;
 use oncehook_common::dead_letter::DeadLetterKind as Kind;
 use oncehook_e2e::console::{Console, OPERATOR, VIEWER};
 use oncehook_e2e::webdriver::Browser;
-use oncehook_e2e::{TestEnv, broker, eventually, shop};
+use oncehook_e2e::{Shop, TestEnv, broker, eventually, shop};
 use oncehook_gateways::Gateway;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -137,23 +137,12 @@ async fn an_operator_fixes_and_replays_a_dead_letter_in_the_browser() {
     browser.wait_for("What failed").await;
 
     // Fix the cause, replay from the letter's page.
-    shop::product(&env.pool, "SKU_browser", 10).await;
-    shop::order(
-        &env.pool,
-        "order_browser",
-        50_000,
-        "INR",
-        &[("SKU_browser", 1)],
-    )
-    .await;
+    Shop::own_product("order_browser").seed(&env.pool).await;
     browser.click("div.actions button.replay").await;
     let done = browser.wait_for("replayed").await;
     assert!(done.contains("replayed 1, failed 0"), "{done}");
     shoot(&browser, "replayed").await;
-    eventually("order_browser paid", WAIT, || async {
-        (shop::order_status(&env.pool, "order_browser").await == "paid").then_some(())
-    })
-    .await;
+    shop::wait_paid(&env.pool, "order_browser").await;
 
     // Its trace says paid.
     browser.goto(&format!("{base}/trace")).await;

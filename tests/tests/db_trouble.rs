@@ -11,8 +11,7 @@
 use std::time::Duration;
 
 use oncehook_common::db::MIGRATOR;
-use oncehook_e2e::{Proc, TestEnv, broker, eventually, shop};
-use oncehook_gateways::Gateway;
+use oncehook_e2e::{Proc, Shop, TestEnv, broker, eventually, shop};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, PgConnection, Postgres, Transaction};
 
@@ -27,22 +26,18 @@ async fn tight_env() -> TestEnv {
 }
 
 /// Order `order_ref` for 2 x MUG (stock 10), 500.00 INR.
-async fn seed(env: &TestEnv, order_ref: &str) {
-    shop::product(&env.pool, "MUG", 10).await;
-    shop::order(&env.pool, order_ref, 50_000, "INR", &[("MUG", 2)]).await;
+fn mug_order(order_ref: &str) -> Shop {
+    Shop::new()
+        .product("MUG", 10)
+        .order(order_ref, &[("MUG", 2)])
 }
 
 /// Posts a payment.captured for `order_ref` through ingest.
 async fn post_payment(env: &TestEnv, url: &str, order_ref: &str) {
-    let spec = env.spec(
-        order_ref,
-        &format!("pay_{order_ref}"),
-        &format!("evt_{order_ref}"),
-        50_000,
-    );
-    let delivery = env.sign(Gateway::Razorpay, "payment.captured", &spec);
-    let (status, body) = env.post(url, "razorpay", &delivery).await;
-    assert_eq!(status, 200, "{body}");
+    let pay = format!("pay_{order_ref}");
+    let evt = format!("evt_{order_ref}");
+    env.post_ok(url, "razorpay", &env.captured(order_ref, &pay, &evt))
+        .await;
 }
 
 async fn dead_depth(env: &TestEnv) -> Option<u32> {
@@ -51,10 +46,7 @@ async fn dead_depth(env: &TestEnv) -> Option<u32> {
 
 /// The event was applied exactly once and nothing was dead-lettered.
 async fn assert_applied_once(env: &TestEnv, order_ref: &str) {
-    eventually(&format!("order {order_ref} paid"), WAIT, || async {
-        (shop::order_status(&env.pool, order_ref).await == "paid").then_some(())
-    })
-    .await;
+    shop::wait_paid_within(&env.pool, order_ref, WAIT).await;
     env.wait_events_drained().await;
     assert_eq!(shop::stock(&env.pool, "MUG").await, 8, "stock moved once");
     assert_eq!(shop::payments(&env.pool, order_ref).await.len(), 1);
@@ -84,7 +76,7 @@ struct ProductsLocked {
 /// database's URL plus `url_suffix`) and then locks `products`.
 async fn lock_products_under_a_worker(order_ref: &str, url_suffix: &str) -> ProductsLocked {
     let mut env = tight_env().await;
-    seed(&env, order_ref).await;
+    mug_order(order_ref).seed(&env.pool).await;
     let (ingest, url) = env.start_ingest().await;
     let worker_url = format!("{}{url_suffix}", env.database_url);
     let worker = env
@@ -185,7 +177,7 @@ async fn sigterm_during_a_held_delivery_leaves_it_for_the_next_worker() {
 #[tokio::test]
 async fn repeated_deadlocks_hold_the_event() {
     let mut env = tight_env().await;
-    seed(&env, "o_dead").await;
+    mug_order("o_dead").seed(&env.pool).await;
     let (_ingest, url) = env.start_ingest().await;
     let worker = env.start_worker().await;
 
@@ -244,7 +236,7 @@ async fn repeated_deadlocks_hold_the_event() {
 #[tokio::test]
 async fn a_role_out_of_connections_holds_the_event() {
     let mut env = tight_env().await;
-    seed(&env, "o_conn").await;
+    mug_order("o_conn").seed(&env.pool).await;
     let role = format!("oncehook_lim_{}", env.id);
     for sql in [
         format!("CREATE ROLE {role} LOGIN CONNECTION LIMIT 2"),

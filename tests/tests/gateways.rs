@@ -7,18 +7,11 @@ use std::time::Duration;
 
 use hmac::{Hmac, KeyInit, Mac};
 use oncehook_common::Envelope;
-use oncehook_e2e::{Secrets, TestEnv, broker, eventually, shop};
+use oncehook_e2e::{PipelineSpec, Secrets, Shop, TestEnv, broker, eventually, shop};
 use oncehook_gateways::Gateway;
 use sha2::{Digest, Sha256, Sha512};
 
 const WAIT: Duration = Duration::from_secs(30);
-
-async fn seed(env: &TestEnv, orders: &[&str]) {
-    shop::product(&env.pool, "MUG", 10).await;
-    for o in orders {
-        shop::order(&env.pool, o, 50_000, "INR", &[("MUG", 1)]).await;
-    }
-}
 
 async fn processed(env: &TestEnv, n: i64) {
     eventually(&format!("{n} webhook(s) processed"), WAIT, || async {
@@ -37,10 +30,8 @@ async fn drained(env: &TestEnv) {
 async fn scenario(gateway: Gateway) {
     let source = gateway.as_str();
     let mut env = TestEnv::new().await;
-    seed(&env, &["ord_a", "ord_b"]).await;
-    let (_ingest, url) = env.start_ingest().await;
-    let _worker = env.start_worker().await;
-    let _mailer = env.start_mailer().await;
+    Shop::mugs(10, &["ord_a", "ord_b"]).seed(&env.pool).await;
+    let app = env.pipeline().await;
 
     let captured = env.sign(
         gateway,
@@ -48,22 +39,17 @@ async fn scenario(gateway: Gateway) {
         &env.spec("ord_a", "pay_a", "evt_a", 50_000),
     );
     for i in 0..3 {
-        let (status, body) = env.post(&url, source, &captured).await;
+        let (status, body) = env.post(&app.url, source, &captured).await;
         assert_eq!(status, 200, "{source} copy {i}: {body}");
     }
-    eventually("ord_a paid and emailed", WAIT, || async {
-        let paid = shop::order_status(&env.pool, "ord_a").await == "paid";
-        let emails = shop::emails(&env.pool, "ord_a").await;
-        (paid && emails.len() == 1 && emails[0].1).then_some(())
-    })
-    .await;
+    shop::wait_paid_and_mailed(&env.pool, "ord_a").await;
 
     let failed = env.sign(
         gateway,
         "failed",
         &env.spec("ord_b", "pay_b1", "evt_b1", 50_000),
     );
-    assert_eq!(env.post(&url, source, &failed).await.0, 200);
+    assert_eq!(env.post(&app.url, source, &failed).await.0, 200);
     eventually("failure recorded", WAIT, || async {
         (!shop::payments(&env.pool, "ord_b").await.is_empty()).then_some(())
     })
@@ -78,24 +64,21 @@ async fn scenario(gateway: Gateway) {
         "captured",
         &env.spec("ord_b", "pay_b2", "evt_b2", 50_000),
     );
-    assert_eq!(env.post(&url, source, &success).await.0, 200);
-    eventually("ord_b paid", WAIT, || async {
-        (shop::order_status(&env.pool, "ord_b").await == "paid").then_some(())
-    })
-    .await;
+    assert_eq!(env.post(&app.url, source, &success).await.0, 200);
+    shop::wait_paid(&env.pool, "ord_b").await;
 
     if gateway.signs_timestamp() {
         let mut stale_spec = env.spec("ord_a", "pay_a", "evt_stale", 50_000);
         stale_spec.timestamp -= 301;
         let stale = env.sign(gateway, "captured", &stale_spec);
-        let (status, body) = env.post(&url, source, &stale).await;
+        let (status, body) = env.post(&app.url, source, &stale).await;
         assert_eq!(status, 401, "{source} stale: {body}");
         assert!(body.contains("stale_timestamp"), "{body}");
         let mut future_spec = env.spec("ord_a", "pay_a", "evt_future", 50_000);
         future_spec.timestamp += 301;
         let future = env.sign(gateway, "captured", &future_spec);
         assert_eq!(
-            env.post(&url, source, &future).await.0,
+            env.post(&app.url, source, &future).await.0,
             401,
             "{source}: future timestamps are refused too"
         );
@@ -235,7 +218,7 @@ async fn payu_another_merchant_key_or_a_separator_in_a_field_is_refused() {
 #[tokio::test]
 async fn payu_form_and_cashfree_decimal_bodies_reach_the_worker_byte_exact() {
     let mut env = TestEnv::new().await;
-    seed(&env, &["ord_p", "ord_c"]).await;
+    Shop::mugs(10, &["ord_p", "ord_c"]).seed(&env.pool).await;
     let (_ingest, url) = env.start_ingest().await;
     let payu = env.sign(
         Gateway::Payu,
@@ -295,17 +278,15 @@ async fn payu_form_and_cashfree_decimal_bodies_reach_the_worker_byte_exact() {
 #[tokio::test]
 async fn refunds_mark_the_order_and_email_once_without_touching_stock() {
     let mut env = TestEnv::new().await;
-    seed(&env, &["ord_r"]).await;
-    let (_ingest, url) = env.start_ingest().await;
-    let _worker = env.start_worker().await;
-    let _mailer = env.start_mailer().await;
+    Shop::mugs(10, &["ord_r"]).seed(&env.pool).await;
+    let app = env.pipeline().await;
 
     let paid = env.sign(
         Gateway::Razorpay,
         "payment.captured",
         &env.spec("ord_r", "pay_r", "evt_r", 50_000),
     );
-    assert_eq!(env.post(&url, "razorpay", &paid).await.0, 200);
+    assert_eq!(env.post(&app.url, "razorpay", &paid).await.0, 200);
     processed(&env, 1).await;
     assert_eq!(shop::stock(&env.pool, "MUG").await, 9);
 
@@ -315,7 +296,7 @@ async fn refunds_mark_the_order_and_email_once_without_touching_stock() {
         &env.spec("ord_r", "pay_r", "evt_rf1", 20_000),
     );
     for _ in 0..2 {
-        assert_eq!(env.post(&url, "razorpay", &partial).await.0, 200);
+        assert_eq!(env.post(&app.url, "razorpay", &partial).await.0, 200);
     }
     processed(&env, 2).await;
     drained(&env).await;
@@ -329,16 +310,12 @@ async fn refunds_mark_the_order_and_email_once_without_touching_stock() {
         "refund.processed",
         &env.spec("ord_r", "pay_r", "evt_rf2", 30_000),
     );
-    assert_eq!(env.post(&url, "razorpay", &rest).await.0, 200);
+    assert_eq!(env.post(&app.url, "razorpay", &rest).await.0, 200);
     eventually("fully refunded", WAIT, || async {
         (shop::order_status(&env.pool, "ord_r").await == "refunded").then_some(())
     })
     .await;
-    eventually("3 emails sent", WAIT, || async {
-        let e = shop::emails(&env.pool, "ord_r").await;
-        (e.len() == 3 && e.iter().all(|(_, sent)| *sent)).then_some(())
-    })
-    .await;
+    shop::wait_emails_sent(&env.pool, "ord_r", 3).await;
     let kinds: Vec<String> = shop::emails(&env.pool, "ord_r")
         .await
         .into_iter()
@@ -361,16 +338,17 @@ async fn refunds_mark_the_order_and_email_once_without_touching_stock() {
 #[tokio::test]
 async fn second_payment_for_a_paid_order_is_flagged_and_late_failures_do_not_unpay() {
     let mut env = TestEnv::new().await;
-    seed(&env, &["ord_x"]).await;
-    let (_ingest, url) = env.start_ingest().await;
-    let _worker = env.start_worker().await;
+    Shop::mugs(10, &["ord_x"]).seed(&env.pool).await;
+    let app = env
+        .pipeline_with(PipelineSpec::default().without_mailer())
+        .await;
 
     let first = env.sign(
         Gateway::Razorpay,
         "payment.captured",
         &env.spec("ord_x", "pay_x1", "evt_x1", 50_000),
     );
-    assert_eq!(env.post(&url, "razorpay", &first).await.0, 200);
+    assert_eq!(env.post(&app.url, "razorpay", &first).await.0, 200);
     processed(&env, 1).await;
     // The customer also paid through Stripe: a distinct successful payment.
     let second = env.sign(
@@ -378,7 +356,7 @@ async fn second_payment_for_a_paid_order_is_flagged_and_late_failures_do_not_unp
         "payment_intent.succeeded",
         &env.spec("ord_x", "pi_x2", "evt_x2", 50_000),
     );
-    assert_eq!(env.post(&url, "stripe", &second).await.0, 200);
+    assert_eq!(env.post(&app.url, "stripe", &second).await.0, 200);
     processed(&env, 2).await;
     // And a late failure for yet another attempt arrives after the capture.
     let late = env.sign(
@@ -386,7 +364,7 @@ async fn second_payment_for_a_paid_order_is_flagged_and_late_failures_do_not_unp
         "payment.failed",
         &env.spec("ord_x", "pay_x3", "evt_x3", 50_000),
     );
-    assert_eq!(env.post(&url, "razorpay", &late).await.0, 200);
+    assert_eq!(env.post(&app.url, "razorpay", &late).await.0, 200);
     processed(&env, 3).await;
 
     assert_eq!(shop::order_status(&env.pool, "ord_x").await, "paid");
@@ -421,7 +399,7 @@ async fn second_payment_for_a_paid_order_is_flagged_and_late_failures_do_not_unp
         "charge.refunded",
         &env.spec("ord_x", "pi_x2", "evt_x4", 50_000),
     );
-    assert_eq!(env.post(&url, "stripe", &refund).await.0, 200);
+    assert_eq!(env.post(&app.url, "stripe", &refund).await.0, 200);
     processed(&env, 4).await;
     assert_eq!(shop::order_status(&env.pool, "ord_x").await, "paid");
     let flags: Vec<Option<String>> = shop::payments(&env.pool, "ord_x")
@@ -435,8 +413,9 @@ async fn second_payment_for_a_paid_order_is_flagged_and_late_failures_do_not_unp
 #[tokio::test]
 async fn unknown_event_types_are_recorded_as_ignored_and_deduped() {
     let mut env = TestEnv::new().await;
-    let (_ingest, url) = env.start_ingest().await;
-    let _worker = env.start_worker().await;
+    let app = env
+        .pipeline_with(PipelineSpec::default().without_mailer())
+        .await;
     let body = br#"{"entity":"event","event":"payment.dispute.created","payload":{"payment":{"entity":{"id":"pay_z","order_id":"ord_z","amount":100,"currency":"INR"}}}}"#.to_vec();
     let mut mac = Hmac::<Sha256>::new_from_slice(Secrets::RAZORPAY.as_bytes()).expect("key");
     mac.update(&body);
@@ -449,7 +428,7 @@ async fn unknown_event_types_are_recorded_as_ignored_and_deduped() {
         body,
     };
     for _ in 0..2 {
-        assert_eq!(env.post(&url, "razorpay", &delivery).await.0, 200);
+        assert_eq!(env.post(&app.url, "razorpay", &delivery).await.0, 200);
     }
     eventually("ignored and deduped", WAIT, || async {
         let row: Option<(String, i32)> = sqlx::query_as(

@@ -9,7 +9,7 @@ use oncehook_common::dead_letter::DeadLetterKind;
 use oncehook_e2e::env::{Secrets, TestEnv};
 use oncehook_e2e::{broker, eventually, shop};
 use oncehook_gateways::Gateway;
-use oncehook_gateways::sample::{self, SignedDelivery};
+use oncehook_gateways::sample;
 use sqlx::Row;
 
 /// Waits until `n` deliveries are recorded in `processed_webhooks`.
@@ -25,11 +25,6 @@ async fn wait_processed(env: &TestEnv, n: i64) {
         },
     )
     .await;
-}
-
-async fn post_ok(env: &TestEnv, base: &str, source: &str, d: &SignedDelivery) {
-    let (status, body) = env.post(base, source, d).await;
-    assert_eq!(status, 200, "{source}: {body}");
 }
 
 /// (status, refunded_minor, paid_by, oversold)
@@ -62,7 +57,7 @@ async fn a_refund_that_overtakes_its_capture_is_not_forgotten() {
         "refund.processed",
         &env.spec("order_r", "pay_r", "evt_refund", 50000),
     );
-    post_ok(&env, &base, "razorpay", &refund).await;
+    env.post_ok(&base, "razorpay", &refund).await;
     wait_processed(&env, 1).await;
     let (status, refunded, _, _) = books(&env, "order_r").await;
     assert_eq!((status.as_str(), refunded), ("pending", 50000));
@@ -72,7 +67,7 @@ async fn a_refund_that_overtakes_its_capture_is_not_forgotten() {
         "payment.captured",
         &env.spec("order_r", "pay_r", "evt_capture", 50000),
     );
-    post_ok(&env, &base, "razorpay", &capture).await;
+    env.post_ok(&base, "razorpay", &capture).await;
     wait_processed(&env, 2).await;
     let (status, refunded, paid_by, _) = books(&env, "order_r").await;
     assert_eq!(
@@ -105,7 +100,7 @@ async fn an_event_naming_only_its_payment_waits_for_the_link_then_applies() {
         "refund.processed",
         &env.spec("", "pay_p", "evt_refund_p", 20000),
     );
-    post_ok(&env, &base, "razorpay", &refund).await;
+    env.post_ok(&base, "razorpay", &refund).await;
     eventually("refund parked", Duration::from_secs(30), || async {
         (env.count("SELECT count(*) FROM parked_events").await == 1).then_some(())
     })
@@ -119,7 +114,7 @@ async fn an_event_naming_only_its_payment_waits_for_the_link_then_applies() {
         "payment.captured",
         &env.spec("order_p", "pay_p", "evt_capture_p", 50000),
     );
-    post_ok(&env, &base, "razorpay", &capture).await;
+    env.post_ok(&base, "razorpay", &capture).await;
     eventually("refund applied", Duration::from_secs(30), || async {
         (env.count("SELECT count(*) FROM parked_events").await == 0
             && env.count("SELECT count(*) FROM refunds").await == 1)
@@ -152,7 +147,7 @@ async fn an_event_never_linked_is_dead_lettered_after_the_ttl_leaving_nothing_to
         "refund.processed",
         &env.spec("", "pay_lonely", "evt_lonely", 100),
     );
-    post_ok(&env, &base, "razorpay", &refund).await;
+    env.post_ok(&base, "razorpay", &refund).await;
     let dead_queue = format!("{}.dead", env.prefix);
     eventually("dead-lettered", Duration::from_secs(30), || async {
         (broker::depth(&dead_queue).await == Some(1)).then_some(())
@@ -192,8 +187,8 @@ async fn two_accounts_of_one_gateway_do_not_share_event_ids() {
         Secrets::RAZORPAY_SECOND_ACCOUNT,
     )
     .expect("sample");
-    post_ok(&env, &base, "razorpay", &first).await;
-    post_ok(&env, &base, "razorpay_second", &second).await;
+    env.post_ok(&base, "razorpay", &first).await;
+    env.post_ok(&base, "razorpay_second", &second).await;
     wait_processed(&env, 2).await;
     assert_eq!(shop::order_status(&env.pool, "order_a1").await, "paid");
     assert_eq!(shop::order_status(&env.pool, "order_a2").await, "paid");
@@ -208,7 +203,7 @@ async fn two_accounts_of_one_gateway_do_not_share_event_ids() {
     )
     .expect("sample");
     assert_eq!(same_bytes.body, first.body);
-    post_ok(&env, &base, "razorpay_second", &same_bytes).await;
+    env.post_ok(&base, "razorpay_second", &same_bytes).await;
     eventually("a record per account", Duration::from_secs(30), || async {
         (env.count("SELECT count(*) FROM processed_webhooks").await == 3).then_some(())
     })
@@ -239,18 +234,18 @@ async fn an_unsigned_event_id_cannot_make_another_body_a_duplicate() {
     failed
         .headers
         .insert("x-razorpay-event-id", "evt_capture_d");
-    post_ok(&env, &base, "razorpay", &failed).await;
+    env.post_ok(&base, "razorpay", &failed).await;
     wait_processed(&env, 1).await;
     let capture = env.sign(
         Gateway::Razorpay,
         "payment.captured",
         &env.spec("order_d", "pay_d1", "evt_capture_d", 50000),
     );
-    post_ok(&env, &base, "razorpay", &capture).await;
+    env.post_ok(&base, "razorpay", &capture).await;
     wait_processed(&env, 2).await;
     assert_eq!(shop::order_status(&env.pool, "order_d").await, "paid");
     // A true copy of the capture is still absorbed.
-    post_ok(&env, &base, "razorpay", &capture).await;
+    env.post_ok(&base, "razorpay", &capture).await;
     eventually("copy absorbed", Duration::from_secs(30), || async {
         (env.count("SELECT coalesce(sum(deliveries), 0)::bigint FROM processed_webhooks")
             .await
@@ -274,8 +269,7 @@ async fn zero_decimal_currencies_are_mailed_with_their_own_exponent() {
     let _worker = env.start_worker().await;
     let mut spec = env.spec("order_jpy", "pay_jpy", "evt_jpy", 5000);
     spec.currency = "JPY".into();
-    post_ok(
-        &env,
+    env.post_ok(
         &base,
         "razorpay",
         &env.sign(Gateway::Razorpay, "payment.captured", &spec),
@@ -305,7 +299,7 @@ async fn an_oversell_is_recorded_on_the_order_and_shown_by_trace_and_stats() {
             "payment.captured",
             &env.spec(order, pay, &format!("evt_{pay}"), 50000),
         );
-        post_ok(&env, &base, "razorpay", &d).await;
+        env.post_ok(&base, "razorpay", &d).await;
     }
     wait_processed(&env, 2).await;
     assert_eq!(shop::stock(&env.pool, "sku_last").await, -1);
@@ -426,7 +420,7 @@ async fn stripe_cumulative_refund_totals_are_not_added_up() {
         &env.spec("order_s", "pi_s", "evt_s_r1", 100),
     );
     for d in [&capture, &total_250, &total_100] {
-        post_ok(&env, &base, "stripe", d).await;
+        env.post_ok(&base, "stripe", d).await;
     }
     wait_processed(&env, 3).await;
     let (status, refunded, _, _) = books(&env, "order_s").await;
@@ -451,8 +445,8 @@ async fn a_stripe_checkout_intent_that_overtakes_its_session_is_not_dead_lettere
         "payment_intent.succeeded",
         &env.spec("", "pi_c", "evt_c_succeeded", 2500),
     );
-    post_ok(&env, &base, "stripe", &failed).await;
-    post_ok(&env, &base, "stripe", &succeeded).await;
+    env.post_ok(&base, "stripe", &failed).await;
+    env.post_ok(&base, "stripe", &succeeded).await;
     eventually("intents parked", Duration::from_secs(30), || async {
         (env.count("SELECT count(*) FROM parked_events").await == 2).then_some(())
     })
@@ -464,7 +458,7 @@ async fn a_stripe_checkout_intent_that_overtakes_its_session_is_not_dead_lettere
         "checkout.session.completed",
         &env.spec("order_c", "pi_c", "evt_c_session", 2500),
     );
-    post_ok(&env, &base, "stripe", &session).await;
+    env.post_ok(&base, "stripe", &session).await;
     wait_processed(&env, 3).await;
     assert_eq!(shop::order_status(&env.pool, "order_c").await, "paid");
     assert_eq!(env.count("SELECT count(*) FROM parked_events").await, 0);
@@ -500,8 +494,8 @@ async fn a_payu_retry_with_a_new_txnid_pays_the_order_named_in_udf1() {
         "success",
         &env.spec("order_u", "txn_u_2", "evt_u_2", 50000),
     );
-    post_ok(&env, &base, "payu", &failed).await;
-    post_ok(&env, &base, "payu", &retried).await;
+    env.post_ok(&base, "payu", &failed).await;
+    env.post_ok(&base, "payu", &retried).await;
     wait_processed(&env, 2).await;
     let (status, _, paid_by, _) = books(&env, "order_u").await;
     assert_eq!(

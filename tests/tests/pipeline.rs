@@ -5,62 +5,27 @@
 use std::time::Duration;
 
 use oncehook_common::dead_letter::{DeadLetterKind, DeadLetteredBy};
-use oncehook_e2e::{SmtpSink, TestEnv, broker, eventually, shop};
+use oncehook_e2e::{PipelineSpec, Shop, SmtpSink, TestEnv, broker, eventually, shop};
 use oncehook_gateways::Gateway;
 
 const WAIT: Duration = Duration::from_secs(30);
 
-/// Order `ref` for 2 x MUG + 1 x TSHIRT (stock 10 each), 500.00 INR.
-async fn seed(env: &TestEnv, order_ref: &str) {
-    shop::product(&env.pool, "MUG", 10).await;
-    shop::product(&env.pool, "TSHIRT", 10).await;
-    shop::order(
-        &env.pool,
-        order_ref,
-        50_000,
-        "INR",
-        &[("MUG", 2), ("TSHIRT", 1)],
-    )
-    .await;
-}
-
-async fn wait_paid(env: &TestEnv, order_ref: &str) {
-    eventually(&format!("order {order_ref} paid"), WAIT, || async {
-        (shop::order_status(&env.pool, order_ref).await == "paid").then_some(())
-    })
-    .await;
-}
-
-async fn wait_emails_sent(env: &TestEnv, order_ref: &str, n: usize) {
-    eventually(
-        &format!("{n} email(s) of {order_ref} sent"),
-        WAIT,
-        || async {
-            let emails = shop::emails(&env.pool, order_ref).await;
-            (emails.len() == n && emails.iter().all(|(_, sent)| *sent)).then_some(())
-        },
-    )
-    .await;
-}
-
 #[tokio::test]
 async fn same_captured_event_posted_twice_has_one_effect() {
     let mut env = TestEnv::new().await;
-    seed(&env, "order_1").await;
-    let (_ingest, url) = env.start_ingest().await;
-    let _worker = env.start_worker().await;
-    let _mailer = env.start_mailer().await;
+    Shop::basket("order_1").seed(&env.pool).await;
+    let app = env.pipeline().await;
 
     let spec = env.spec("order_1", "pay_A1", "evt_A1", 50_000);
     let delivery = env.sign(Gateway::Razorpay, "payment.captured", &spec);
-    let (status, body) = env.post(&url, "razorpay", &delivery).await;
+    let (status, body) = env.post(&app.url, "razorpay", &delivery).await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"accepted\""), "{body}");
-    wait_paid(&env, "order_1").await;
-    wait_emails_sent(&env, "order_1", 1).await;
+    shop::wait_paid(&env.pool, "order_1").await;
+    shop::wait_emails_sent(&env.pool, "order_1", 1).await;
 
     // The gateway retries later (it did not see our 200, say).
-    let (status, _) = env.post(&url, "razorpay", &delivery).await;
+    let (status, _) = env.post(&app.url, "razorpay", &delivery).await;
     assert_eq!(status, 200);
     eventually("second copy counted", WAIT, || async {
         let hooks = shop::webhooks(&env.pool, "order_1").await;
@@ -107,22 +72,21 @@ async fn same_captured_event_posted_twice_has_one_effect() {
 #[tokio::test]
 async fn thirty_concurrent_copies_with_three_workers_have_one_effect() {
     let mut env = TestEnv::new().await;
-    seed(&env, "order_2").await;
+    Shop::basket("order_2").seed(&env.pool).await;
     let smtp = SmtpSink::start().await;
-    env.set_env("ONCEHOOK_SMTP_URL", &smtp.url());
-    let (_ingest, url) = env.start_ingest().await;
-    let _w1 = env.start_worker().await;
-    let _w2 = env.start_worker().await;
-    let _w3 = env.start_worker().await;
-    let _mailer = env.start_mailer().await;
+    let app = env
+        .pipeline_with(PipelineSpec::default().workers(3).smtp(&smtp.url()))
+        .await;
 
     let spec = env.spec("order_2", "pay_B1", "evt_B1", 50_000);
     let delivery = env.sign(Gateway::Razorpay, "payment.captured", &spec);
-    let results = env.post_concurrently(&url, "razorpay", &delivery, 30).await;
+    let results = env
+        .post_concurrently(&app.url, "razorpay", &delivery, 30)
+        .await;
     assert!(results.iter().all(|(s, _)| *s == 200), "{results:?}");
 
-    wait_paid(&env, "order_2").await;
-    wait_emails_sent(&env, "order_2", 1).await;
+    shop::wait_paid(&env.pool, "order_2").await;
+    shop::wait_emails_sent(&env.pool, "order_2", 1).await;
     eventually("all 30 copies seen", WAIT, || async {
         let hooks = shop::webhooks(&env.pool, "order_2").await;
         (hooks.len() == 1 && hooks[0].2 == 30).then_some(())
@@ -147,16 +111,17 @@ async fn thirty_concurrent_copies_with_three_workers_have_one_effect() {
 #[tokio::test]
 async fn failed_then_captured_pays_once_and_records_the_failure() {
     let mut env = TestEnv::new().await;
-    seed(&env, "order_3").await;
-    let (_ingest, url) = env.start_ingest().await;
-    let _worker = env.start_worker().await;
+    Shop::basket("order_3").seed(&env.pool).await;
+    let app = env
+        .pipeline_with(PipelineSpec::default().without_mailer())
+        .await;
 
     let failed = env.sign(
         Gateway::Razorpay,
         "payment.failed",
         &env.spec("order_3", "pay_C1", "evt_C1", 50_000),
     );
-    assert_eq!(env.post(&url, "razorpay", &failed).await.0, 200);
+    assert_eq!(env.post(&app.url, "razorpay", &failed).await.0, 200);
     eventually("failure recorded", WAIT, || async {
         (!shop::payments(&env.pool, "order_3").await.is_empty()).then_some(())
     })
@@ -168,10 +133,10 @@ async fn failed_then_captured_pays_once_and_records_the_failure() {
         "payment.captured",
         &env.spec("order_3", "pay_C2", "evt_C2", 50_000),
     );
-    assert_eq!(env.post(&url, "razorpay", &captured).await.0, 200);
-    wait_paid(&env, "order_3").await;
+    assert_eq!(env.post(&app.url, "razorpay", &captured).await.0, 200);
+    shop::wait_paid(&env.pool, "order_3").await;
     // A late copy of the failure must not move the paid order back.
-    assert_eq!(env.post(&url, "razorpay", &failed).await.0, 200);
+    assert_eq!(env.post(&app.url, "razorpay", &failed).await.0, 200);
     env.wait_events_drained().await;
     tokio::time::sleep(Duration::from_millis(500)).await;
 
@@ -188,10 +153,8 @@ async fn failed_then_captured_pays_once_and_records_the_failure() {
 #[tokio::test]
 async fn authorized_captured_and_order_paid_for_one_payment_decrement_once() {
     let mut env = TestEnv::new().await;
-    seed(&env, "order_4").await;
-    let (_ingest, url) = env.start_ingest().await;
-    let _worker = env.start_worker().await;
-    let _mailer = env.start_mailer().await;
+    Shop::basket("order_4").seed(&env.pool).await;
+    let app = env.pipeline().await;
 
     for (event, id) in [
         ("payment.authorized", "evt_D1"),
@@ -203,13 +166,13 @@ async fn authorized_captured_and_order_paid_for_one_payment_decrement_once() {
             event,
             &env.spec("order_4", "pay_D", id, 50_000),
         );
-        assert_eq!(env.post(&url, "razorpay", &d).await.0, 200, "{event}");
+        assert_eq!(env.post(&app.url, "razorpay", &d).await.0, 200, "{event}");
     }
     eventually("three events processed", WAIT, || async {
         (shop::webhooks(&env.pool, "order_4").await.len() == 3).then_some(())
     })
     .await;
-    wait_emails_sent(&env, "order_4", 1).await;
+    shop::wait_emails_sent(&env.pool, "order_4", 1).await;
     env.wait_events_drained().await;
     tokio::time::sleep(Duration::from_millis(700)).await;
 
@@ -361,15 +324,16 @@ async fn ingest_without_a_broker_answers_503_and_is_not_ready() {
 #[tokio::test]
 async fn captured_event_for_an_unknown_order_is_dead_lettered_with_the_reason() {
     let mut env = TestEnv::new().await;
-    let (_ingest, url) = env.start_ingest().await;
-    let _worker = env.start_worker().await;
+    let app = env
+        .pipeline_with(PipelineSpec::default().without_mailer())
+        .await;
 
     let d = env.sign(
         Gateway::Razorpay,
         "payment.captured",
         &env.spec("order_missing", "pay_G", "evt_G", 50_000),
     );
-    assert_eq!(env.post(&url, "razorpay", &d).await.0, 200);
+    assert_eq!(env.post(&app.url, "razorpay", &d).await.0, 200);
     let dead_queue = format!("{}.dead", env.prefix);
     eventually("dead letter", WAIT, || async {
         (broker::depth(&dead_queue).await == Some(1)).then_some(())
@@ -406,20 +370,18 @@ async fn captured_event_for_an_unknown_order_is_dead_lettered_with_the_reason() 
 async fn an_email_that_cannot_be_sent_is_marked_failed_and_dead_lettered_while_the_order_stays_paid()
  {
     let mut env = TestEnv::new().await;
-    seed(&env, "order_8").await;
+    Shop::basket("order_8").seed(&env.pool).await;
     let nowhere = format!("smtp://127.0.0.1:{}", oncehook_e2e::free_port());
     env.set_env("ONCEHOOK_SMTP_URL", &nowhere);
     env.set_env("ONCEHOOK_MAX_ATTEMPTS", "2");
-    let (_ingest, url) = env.start_ingest().await;
-    let _worker = env.start_worker().await;
-    let _mailer = env.start_mailer().await;
+    let app = env.pipeline().await;
 
     let d = env.sign(
         Gateway::Razorpay,
         "payment.captured",
         &env.spec("order_8", "pay_H", "evt_H", 50_000),
     );
-    assert_eq!(env.post(&url, "razorpay", &d).await.0, 200);
+    assert_eq!(env.post(&app.url, "razorpay", &d).await.0, 200);
     let dead_queue = format!("{}.dead", env.prefix);
     eventually("email dead-lettered", WAIT, || async {
         (broker::depth(&dead_queue).await == Some(1)).then_some(())
@@ -542,12 +504,12 @@ async fn the_edge_refuses_oversized_headers_stalled_bodies_and_wrong_methods_wit
 #[tokio::test]
 async fn oncehookctl_send_signs_for_every_gateway_and_reports_the_answers() {
     let mut env = TestEnv::new().await;
-    shop::product(&env.pool, "MUG", 10).await;
-    for o in ["ord_s1", "ord_s2", "ord_s3", "ord_s4", "ord_s5"] {
-        shop::order(&env.pool, o, 50_000, "INR", &[("MUG", 1)]).await;
-    }
-    let (_ingest, url) = env.start_ingest().await;
-    let _worker = env.start_worker().await;
+    Shop::mugs(10, &["ord_s1", "ord_s2", "ord_s3", "ord_s4", "ord_s5"])
+        .seed(&env.pool)
+        .await;
+    let app = env
+        .pipeline_with(PipelineSpec::default().without_mailer())
+        .await;
 
     for (source, event, order) in [
         ("razorpay", "payment.captured", "ord_s1"),
@@ -568,7 +530,7 @@ async fn oncehookctl_send_signs_for_every_gateway_and_reports_the_answers() {
                 "--concurrency",
                 "3",
                 "--url",
-                &url,
+                &app.url,
             ])
             .await;
         assert_eq!(code, 0, "{source}: {out}{err}");
@@ -577,21 +539,21 @@ async fn oncehookctl_send_signs_for_every_gateway_and_reports_the_answers() {
     // Refusals are what --tamper and --stale are for: exit 0 when refused as expected.
     let (code, out, _) = env
         .ctl(&[
-            "send", "razorpay", "captured", "--order", "ord_s1", "--tamper", "--url", &url,
+            "send", "razorpay", "captured", "--order", "ord_s1", "--tamper", "--url", &app.url,
         ])
         .await;
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("401 x1"), "{out}");
     let (code, out, _) = env
         .ctl(&[
-            "send", "stripe", "captured", "--order", "ord_s4", "--stale", "--url", &url,
+            "send", "stripe", "captured", "--order", "ord_s4", "--stale", "--url", &app.url,
         ])
         .await;
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("stale_timestamp"), "{out}");
     // An unknown source is a clear error, not a post.
     let (code, _, err) = env
-        .ctl(&["send", "paypal", "captured", "--url", &url])
+        .ctl(&["send", "paypal", "captured", "--url", &app.url])
         .await;
     assert_ne!(code, 0);
     assert!(err.contains("no source named \"paypal\""), "{err}");
@@ -612,8 +574,11 @@ async fn oncehookctl_send_signs_for_every_gateway_and_reports_the_answers() {
 async fn ctrl_c_stops_ingest_gracefully_letting_an_in_flight_request_finish() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut env = TestEnv::new().await;
-    shop::product(&env.pool, "sku_int", 5).await;
-    shop::order(&env.pool, "order_int", 50000, "INR", &[("sku_int", 1)]).await;
+    Shop::new()
+        .product("sku_int", 5)
+        .order("order_int", &[("sku_int", 1)])
+        .seed(&env.pool)
+        .await;
     let (mut ingest, base) = env.start_ingest().await;
     let delivery = env.sign(
         Gateway::Razorpay,
@@ -655,10 +620,7 @@ async fn ctrl_c_stops_ingest_gracefully_letting_an_in_flight_request_finish() {
     );
     // It was published, not lost.
     let _worker = env.start_worker().await;
-    eventually("order paid", Duration::from_secs(30), || async {
-        (shop::order_status(&env.pool, "order_int").await == "paid").then_some(())
-    })
-    .await;
+    shop::wait_paid(&env.pool, "order_int").await;
 }
 
 #[tokio::test]
@@ -706,17 +668,12 @@ async fn every_binary_stops_on_sigterm_even_after_its_log_reader_went_away() {
 #[tokio::test]
 async fn a_worker_keeps_to_its_database_connection_budget() {
     let mut env = TestEnv::new().await;
-    shop::product(&env.pool, "sku_budget", 100).await;
-    for n in 0..20 {
-        shop::order(
-            &env.pool,
-            &format!("order_b{n}"),
-            50_000,
-            "INR",
-            &[("sku_budget", 1)],
-        )
+    (0..20)
+        .fold(Shop::new().product("sku_budget", 100), |shop, n| {
+            shop.order(&format!("order_b{n}"), &[("sku_budget", 1)])
+        })
+        .seed(&env.pool)
         .await;
-    }
     let (_ingest, url) = env.start_ingest().await;
     // The worker's connections are told apart by their application name.
     let worker_url = format!("{}?application_name=oncehook_budget", env.database_url);
@@ -775,15 +732,12 @@ async fn a_worker_keeps_to_its_database_connection_budget() {
 async fn the_mailer_sends_concurrently_on_reused_smtp_sessions() {
     const ORDERS: usize = 24;
     let mut env = TestEnv::new().await;
-    shop::product(&env.pool, "MUG", 1_000).await;
-    for n in 0..ORDERS {
-        let order_ref = format!("order_m{n}");
-        shop::order(&env.pool, &order_ref, 50_000, "INR", &[("MUG", 1)]).await;
-    }
+    let orders: Vec<String> = (0..ORDERS).map(|n| format!("order_m{n}")).collect();
+    Shop::mugs(1_000, &orders).seed(&env.pool).await;
     let smtp = SmtpSink::start_with_delay(Duration::from_millis(300)).await;
-    env.set_env("ONCEHOOK_SMTP_URL", &smtp.url());
-    let (_ingest, url) = env.start_ingest().await;
-    let _worker = env.start_worker().await;
+    let app = env
+        .pipeline_with(PipelineSpec::default().smtp(&smtp.url()).without_mailer())
+        .await;
     for n in 0..ORDERS {
         let spec = env.spec(
             &format!("order_m{n}"),
@@ -792,7 +746,7 @@ async fn the_mailer_sends_concurrently_on_reused_smtp_sessions() {
             50_000,
         );
         let delivery = env.sign(Gateway::Razorpay, "payment.captured", &spec);
-        assert_eq!(env.post(&url, "razorpay", &delivery).await.0, 200);
+        assert_eq!(env.post(&app.url, "razorpay", &delivery).await.0, 200);
     }
     // Every email waits in the queue before the mailer starts, so it has
     // enough work to fill all its slots at once.
@@ -812,7 +766,7 @@ async fn the_mailer_sends_concurrently_on_reused_smtp_sessions() {
         )
         .await;
     for n in 0..ORDERS {
-        wait_emails_sent(&env, &format!("order_m{n}"), 1).await;
+        shop::wait_emails_sent(&env.pool, &format!("order_m{n}"), 1).await;
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
 
@@ -872,7 +826,7 @@ async fn only_delivery_of(env: &TestEnv, order_ref: &str) -> Option<(String, i32
     })
 }
 
-/// The one effect of order `order_ref` (seeded by [`seed`]): one captured
+/// The one effect of order `order_ref` (seeded by [`Shop::basket`]): one captured
 /// payment, stock moved once, one confirmation email.
 async fn assert_paid_once(env: &TestEnv, order_ref: &str) {
     assert_eq!(shop::order_status(&env.pool, order_ref).await, "paid");
@@ -915,7 +869,7 @@ async fn redelivered_bodies(env: &TestEnv, metrics: &str) -> Vec<(String, String
 async fn a_razorpay_body_replayed_under_fresh_event_ids_is_counted_on_its_one_delivery() {
     const REPLAYS: usize = 4;
     let mut env = TestEnv::new().await;
-    seed(&env, "order_replay").await;
+    Shop::basket("order_replay").seed(&env.pool).await;
     let (_ingest, url) = env.start_ingest().await;
     let (_worker, metrics) = env
         .start_consumer_with_metrics("oncehook-worker", &[])
@@ -924,7 +878,7 @@ async fn a_razorpay_body_replayed_under_fresh_event_ids_is_counted_on_its_one_de
     let spec = env.spec("order_replay", "pay_R1", "evt_R1", 50_000);
     let genuine = env.sign(Gateway::Razorpay, "payment.captured", &spec);
     assert_eq!(env.post(&url, "razorpay", &genuine).await.0, 200);
-    wait_paid(&env, "order_replay").await;
+    shop::wait_paid(&env.pool, "order_replay").await;
 
     let replays: Vec<_> = (0..REPLAYS)
         .map(|n| with_header(&genuine, "x-razorpay-event-id", &format!("evt_forged_{n}")))
@@ -999,10 +953,10 @@ async fn a_razorpay_body_replayed_under_fresh_event_ids_is_counted_on_its_one_de
 async fn a_cashfree_body_replayed_under_fresh_idempotency_keys_is_counted_on_its_one_delivery() {
     const REPLAYS: usize = 5;
     let mut env = TestEnv::new().await;
-    seed(&env, "order_cf_replay").await;
-    let (_ingest, url) = env.start_ingest().await;
-    let _w1 = env.start_worker().await;
-    let _w2 = env.start_worker().await;
+    Shop::basket("order_cf_replay").seed(&env.pool).await;
+    let app = env
+        .pipeline_with(PipelineSpec::default().workers(2).without_mailer())
+        .await;
 
     let spec = env.spec("order_cf_replay", "pay_cf_R1", "idem_R1", 50_000);
     let genuine = env.sign(Gateway::Cashfree, "PAYMENT_SUCCESS_WEBHOOK", &spec);
@@ -1011,7 +965,9 @@ async fn a_cashfree_body_replayed_under_fresh_idempotency_keys_is_counted_on_its
         (0..REPLAYS)
             .map(|n| with_header(&genuine, "x-idempotency-key", &format!("idem_forged_{n}"))),
     );
-    let answers = env.post_all(&url, "cashfree", copies, REPLAYS + 1).await;
+    let answers = env
+        .post_all(&app.url, "cashfree", copies, REPLAYS + 1)
+        .await;
     assert!(answers.iter().all(|(s, _)| *s == 200), "{answers:?}");
 
     // Whichever copy was processed first is the delivery; the others are

@@ -10,29 +10,19 @@
 use std::time::Duration;
 
 use oncehook_e2e::pgbouncer::PgBouncer;
-use oncehook_e2e::{TestEnv, eventually, shop};
+use oncehook_e2e::{PipelineSpec, Shop, TestEnv, eventually, shop};
 use oncehook_gateways::Gateway;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 const WAIT: Duration = Duration::from_secs(30);
-
-async fn seed(env: &TestEnv, orders: &[&str]) {
-    shop::product(&env.pool, "MUG", 100).await;
-    for order_ref in orders {
-        shop::order(&env.pool, order_ref, 50_000, "INR", &[("MUG", 1)]).await;
-    }
-}
 
 #[tokio::test]
 async fn the_pipeline_runs_through_pgbouncer_in_transaction_mode() {
     let mut env = TestEnv::through_pgbouncer().await;
     let orders: Vec<String> = (0..12).map(|i| format!("order_pool_{i}")).collect();
     let refs: Vec<&str> = orders.iter().map(String::as_str).collect();
-    seed(&env, &refs).await;
-    let (_ingest, url) = env.start_ingest().await;
-    let _w1 = env.start_worker().await;
-    let _w2 = env.start_worker().await;
-    let _mailer = env.start_mailer().await;
+    Shop::mugs(100, &refs).seed(&env.pool).await;
+    let app = env.pipeline_with(PipelineSpec::default().workers(2)).await;
 
     for (i, order_ref) in refs.iter().enumerate() {
         let spec = env.spec(
@@ -44,17 +34,12 @@ async fn the_pipeline_runs_through_pgbouncer_in_transaction_mode() {
         let d = env.sign(Gateway::Razorpay, "payment.captured", &spec);
         // Every event twice: the dedup record works through the pooler too.
         for _ in 0..2 {
-            let (status, body) = env.post(&url, "razorpay", &d).await;
+            let (status, body) = env.post(&app.url, "razorpay", &d).await;
             assert_eq!(status, 200, "{body}");
         }
     }
     for order_ref in &refs {
-        eventually(&format!("{order_ref} paid, email sent"), WAIT, || async {
-            let paid = shop::order_status(&env.pool, order_ref).await == "paid";
-            let emails = shop::emails(&env.pool, order_ref).await;
-            (paid && emails.len() == 1 && emails[0].1).then_some(())
-        })
-        .await;
+        shop::wait_paid_and_mailed(&env.pool, order_ref).await;
     }
     env.wait_events_drained().await;
     assert_eq!(shop::stock(&env.pool, "MUG").await, 100 - refs.len() as i32);
@@ -70,7 +55,7 @@ async fn the_pipeline_runs_through_pgbouncer_in_transaction_mode() {
 #[tokio::test]
 async fn without_the_pooler_setting_pgbouncer_breaks_prepared_statements() {
     let mut env = TestEnv::through_pgbouncer().await;
-    seed(&env, &["order_nopool"]).await;
+    Shop::mugs(100, &["order_nopool"]).seed(&env.pool).await;
     let (_ingest, url) = env.start_ingest().await;
     // The worker told it talks to Postgres directly: statements are cached
     // per connection, and PgBouncer drops them between transactions, so
