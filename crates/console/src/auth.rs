@@ -20,6 +20,7 @@ use maud::html;
 use oncehook_common::config::ConsoleRole;
 use oncehook_common::store::audit::NewAuditEntry;
 use oncehook_ctl::password;
+use tokio::sync::OwnedSemaphorePermit;
 
 use crate::form::Pairs;
 use crate::html::{self, Page};
@@ -187,65 +188,110 @@ pub async fn login(req: HttpRequest, state: web::Data<State>, body: web::Bytes) 
         return forbidden(None, "This request came from another site.");
     }
     let form = Pairs::parse(&body);
-    let name = form.get("user").unwrap_or_default();
-    let password = form.raw("password").unwrap_or_default();
-    let next = input::next_page(form.get("next").as_deref()).to_owned();
-    let addr = req
-        .peer_addr()
-        .map(|a| a.ip().to_string())
-        .unwrap_or_default();
-    let name_key: String = name.chars().take(MAX_NAME_KEY).collect();
-    let keys = [format!("user:{name_key}"), format!("addr:{addr}")];
+    let login = LoginForm::read(&req, &form);
+    let keys = login.throttle_keys();
     let attempt = match state.throttle.attempt(&keys) {
         Ok(a) => a,
-        Err(wait) => {
-            tracing::warn!(user = %name, %addr, "console login refused: too many failures");
-            audit_login(
-                &state,
-                &name,
-                "login",
-                false,
-                "refused: too many failed logins",
-                &addr,
-            )
-            .await;
-            return refused(
-                actix_web::http::StatusCode::TOO_MANY_REQUESTS,
-                &next,
-                wait,
-                &format!(
-                    "Too many failed logins. Try again in {} minute(s).",
-                    wait.as_secs().max(1).div_ceil(60)
-                ),
-            );
-        }
+        Err(wait) => return too_many_failures(&state, &login, wait).await,
     };
     // One of the console's few password checks, or a refusal now: a burst
     // of logins cannot pile argon2 hashes up (the attempt stays counted).
     // The permit goes into the check, so it is held until the hash is done
     // even if the browser goes away first.
     let Ok(permit) = state.password_checks.clone().try_acquire_owned() else {
-        tracing::warn!(user = %name, %addr, "console login refused: every password check is taken");
-        audit_login(
-            &state,
-            &name,
-            "login",
+        return busy(&state, &login).await;
+    };
+    let password = form.raw("password").unwrap_or_default();
+    if !password_matches(&state, &login.name, password, permit).await {
+        tracing::warn!(user = %login.name, addr = %login.addr, "console login failed");
+        login.audit(&state, false, "wrong name or password").await;
+        return login_form(
+            actix_web::http::StatusCode::UNAUTHORIZED,
+            &login.next,
+            Some("Wrong name or password."),
+        );
+    }
+    state.throttle.forgive(attempt);
+    state.throttle.clear(&keys[0]);
+    open_session(&state, &login).await
+}
+
+/// A login form as sent: who, from where, and the page asked for (the
+/// password is read only for its check).
+struct LoginForm {
+    name: String,
+    next: String,
+    addr: String,
+}
+
+impl LoginForm {
+    fn read(req: &HttpRequest, form: &Pairs) -> LoginForm {
+        LoginForm {
+            name: form.get("user").unwrap_or_default(),
+            next: input::next_page(form.get("next").as_deref()).to_owned(),
+            addr: peer_addr(req),
+        }
+    }
+
+    /// What the throttle counts failures against: the account (its name
+    /// cut to [`MAX_NAME_KEY`]) and the address.
+    fn throttle_keys(&self) -> [String; 2] {
+        let name_key: String = self.name.chars().take(MAX_NAME_KEY).collect();
+        [format!("user:{name_key}"), format!("addr:{}", self.addr)]
+    }
+
+    async fn audit(&self, state: &State, ok: bool, result: &str) {
+        audit_login(state, &self.name, "login", ok, result, &self.addr).await;
+    }
+}
+
+/// The answer while the throttle holds this account or address back.
+async fn too_many_failures(state: &State, login: &LoginForm, wait: Duration) -> HttpResponse {
+    tracing::warn!(user = %login.name, addr = %login.addr, "console login refused: too many failures");
+    login
+        .audit(state, false, "refused: too many failed logins")
+        .await;
+    refused(
+        actix_web::http::StatusCode::TOO_MANY_REQUESTS,
+        &login.next,
+        wait,
+        &format!(
+            "Too many failed logins. Try again in {} minute(s).",
+            wait.as_secs().max(1).div_ceil(60)
+        ),
+    )
+}
+
+/// The answer while every password check is taken.
+async fn busy(state: &State, login: &LoginForm) -> HttpResponse {
+    tracing::warn!(user = %login.name, addr = %login.addr, "console login refused: every password check is taken");
+    login
+        .audit(
+            state,
             false,
             "refused: the console was busy checking other logins",
-            &addr,
         )
         .await;
-        return refused(
-            actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
-            &next,
-            throttle::BUSY_RETRY,
-            "The console is busy checking other logins. Try again in a few seconds.",
-        );
-    };
+    refused(
+        actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+        &login.next,
+        throttle::BUSY_RETRY,
+        "The console is busy checking other logins. Try again in a few seconds.",
+    )
+}
+
+/// Whether `password` is `name`'s, checked off the async threads while
+/// `permit` is held. An unknown name is checked against the decoy hash, so
+/// it costs the same as a wrong password.
+async fn password_matches(
+    state: &State,
+    name: &str,
+    password: String,
+    permit: OwnedSemaphorePermit,
+) -> bool {
     let hash = state
-        .user(&name)
+        .user(name)
         .map(|u| u.password_hash.expose().to_owned());
-    // Unknown names cost the same as wrong passwords.
     let known = hash.is_some();
     let hash = hash.unwrap_or_else(|| state.decoy_hash.clone());
     let ok = web::block(move || {
@@ -254,38 +300,31 @@ pub async fn login(req: HttpRequest, state: web::Data<State>, body: web::Bytes) 
         ok
     })
     .await
-    .unwrap_or(false)
-        && known;
-    if !ok {
-        tracing::warn!(user = %name, %addr, "console login failed");
-        audit_login(
-            &state,
-            &name,
-            "login",
-            false,
-            "wrong name or password",
-            &addr,
-        )
-        .await;
-        return login_form(
-            actix_web::http::StatusCode::UNAUTHORIZED,
-            &next,
-            Some("Wrong name or password."),
-        );
-    }
-    state.throttle.forgive(attempt);
-    state.throttle.clear(&keys[0]);
-    let (_, value) = state.sessions.open(&name);
-    tracing::info!(user = %name, %addr, "console login");
-    audit_login(&state, &name, "login", true, "session opened", &addr).await;
+    .unwrap_or(false);
+    ok && known
+}
+
+/// A session for the user who just logged in, and the way to the page they
+/// asked for.
+async fn open_session(state: &State, login: &LoginForm) -> HttpResponse {
+    let (_, value) = state.sessions.open(&login.name);
+    tracing::info!(user = %login.name, addr = %login.addr, "console login");
+    login.audit(state, true, "session opened").await;
     // `next` passed `input::next_page`, so it is a valid header value.
     HttpResponse::SeeOther()
-        .insert_header((header::LOCATION, next))
+        .insert_header((header::LOCATION, login.next.clone()))
         .insert_header((
             header::SET_COOKIE,
-            session_cookie(&state, &value, state.sessions.ttl()),
+            session_cookie(state, &value, state.sessions.ttl()),
         ))
         .finish()
+}
+
+/// The address the request came from, as the audit trail writes it.
+fn peer_addr(req: &HttpRequest) -> String {
+    req.peer_addr()
+        .map(|a| a.ip().to_string())
+        .unwrap_or_default()
 }
 
 /// The login form again with `message`, refused with `status` and a
@@ -312,10 +351,7 @@ pub async fn logout(req: HttpRequest, state: web::Data<State>, body: web::Bytes)
     };
     state.sessions.close(&who.session.id);
     tracing::info!(user = %who.session.user, "console logout");
-    let addr = req
-        .peer_addr()
-        .map(|a| a.ip().to_string())
-        .unwrap_or_default();
+    let addr = peer_addr(&req);
     audit_login(
         &state,
         &who.session.user,

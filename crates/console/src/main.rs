@@ -24,9 +24,11 @@ mod throttle;
 use actix_web::middleware::DefaultHeaders;
 use actix_web::{App, HttpServer, web};
 use anyhow::Context;
+use oncehook_common::config::ConsoleConfig;
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::{Config, Topology, db, telemetry};
 use rand::RngCore as _;
+use sqlx::PgPool;
 
 use session::{SessionKey, Sessions};
 use state::State;
@@ -51,63 +53,16 @@ async fn main() -> anyhow::Result<()> {
     let settings = Config::load().context("reading configuration")?;
     telemetry::init_logging(&settings.telemetry, "oncehook-console");
     let console = settings.console.clone();
-    if console.users.is_empty() {
-        tracing::warn!(
-            "no [[console.user]] configured: nobody can log in (`oncehookctl console-user NAME` prints an entry)"
-        );
-    }
-    let key = match &console.session_key {
-        Some(k) => SessionKey::new(k.expose().as_bytes()),
-        None => {
-            tracing::warn!(
-                "ONCEHOOK_CONSOLE_SESSION_KEY is not set: sessions are signed with a random key and end when the console restarts"
-            );
-            SessionKey::random()
-        }
-    };
-    if !console.secure_cookies {
-        tracing::warn!(
-            "ONCEHOOK_CONSOLE_SECURE_COOKIES=false: session cookies also travel over plain http (local use only)"
-        );
-    }
+    warn_about(&console);
     let pool = db::service_pool(&settings.database, settings.database.pool_size(4))
         .context("database URL")?;
-    let decoy_hash = {
-        let mut noise = [0u8; 24];
-        rand::rng().fill_bytes(&mut noise);
-        oncehook_ctl::password::hash(&hex::encode(noise))?
-    };
-    let topology = Topology::new(settings.broker.prefix.clone());
-    let state = web::Data::new(State {
-        dead_letters: dead_letters::DeadLetters::new(settings.clone(), topology.clone()),
-        topology,
-        sessions: Sessions::new(key, console.session_ttl),
-        throttle: throttle::Throttle::default(),
-        password_checks: std::sync::Arc::new(tokio::sync::Semaphore::new(throttle::MAX_CHECKS)),
-        pool: pool.clone(),
-        decoy_hash,
-        settings,
-    });
+    let state = web::Data::new(shared_state(settings, &console, pool.clone())?);
     let server = HttpServer::new(move || {
         App::new()
             .app_data(state.clone())
             .app_data(web::PayloadConfig::new(1024 * 1024))
             .wrap(security_headers())
-            .route("/login", web::get().to(auth::login_page))
-            .route("/login", web::post().to(auth::login))
-            .route("/logout", web::post().to(auth::logout))
-            .route("/", web::get().to(pages::overview::show))
-            .route("/letters", web::get().to(pages::letters::list))
-            .route("/letters/preview", web::post().to(pages::letters::preview))
-            .route("/letters/replay", web::post().to(pages::letters::replay))
-            .route("/letters/purge", web::post().to(pages::letters::purge))
-            .route("/letters/{id}", web::get().to(pages::letters::detail))
-            .route("/events", web::get().to(pages::events::show))
-            .route("/trace", web::get().to(pages::trace::show))
-            .route("/audit", web::get().to(pages::audit::show))
-            .route("/static/console.css", web::get().to(assets::css))
-            .route("/static/console.js", web::get().to(assets::js))
-            .default_service(web::to(assets::not_found))
+            .configure(routes)
     })
     .workers(2)
     .disable_signals()
@@ -130,4 +85,75 @@ async fn main() -> anyhow::Result<()> {
     pool.close().await;
     tracing::info!("oncehook-console stopped");
     Ok(())
+}
+
+/// Says at start-up what in `[console]` makes it less than production-ready
+/// (nobody can log in, cookies over plain http).
+fn warn_about(console: &ConsoleConfig) {
+    if console.users.is_empty() {
+        tracing::warn!(
+            "no [[console.user]] configured: nobody can log in (`oncehookctl console-user NAME` prints an entry)"
+        );
+    }
+    if !console.secure_cookies {
+        tracing::warn!(
+            "ONCEHOOK_CONSOLE_SECURE_COOKIES=false: session cookies also travel over plain http (local use only)"
+        );
+    }
+}
+
+/// The key sessions are signed with: the configured one, or a random one
+/// (sessions then end when the console restarts).
+fn session_key(console: &ConsoleConfig) -> SessionKey {
+    match &console.session_key {
+        Some(k) => SessionKey::new(k.expose().as_bytes()),
+        None => {
+            tracing::warn!(
+                "ONCEHOOK_CONSOLE_SESSION_KEY is not set: sessions are signed with a random key and end when the console restarts"
+            );
+            SessionKey::random()
+        }
+    }
+}
+
+/// A hash of random noise nobody knows: unknown names are checked against
+/// it, so they cost as much as a wrong password.
+fn decoy_hash() -> anyhow::Result<String> {
+    let mut noise = [0u8; 24];
+    rand::rng().fill_bytes(&mut noise);
+    oncehook_ctl::password::hash(&hex::encode(noise))
+}
+
+/// What every handler shares.
+fn shared_state(settings: Config, console: &ConsoleConfig, pool: PgPool) -> anyhow::Result<State> {
+    let topology = Topology::new(settings.broker.prefix.clone());
+    Ok(State {
+        dead_letters: dead_letters::DeadLetters::new(settings.clone(), topology.clone()),
+        topology,
+        sessions: Sessions::new(session_key(console), console.session_ttl),
+        throttle: throttle::Throttle::default(),
+        password_checks: std::sync::Arc::new(tokio::sync::Semaphore::new(throttle::MAX_CHECKS)),
+        pool,
+        decoy_hash: decoy_hash()?,
+        settings,
+    })
+}
+
+/// Every page, action and asset of the console.
+fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/login", web::get().to(auth::login_page))
+        .route("/login", web::post().to(auth::login))
+        .route("/logout", web::post().to(auth::logout))
+        .route("/", web::get().to(pages::overview::show))
+        .route("/letters", web::get().to(pages::letters::list))
+        .route("/letters/preview", web::post().to(pages::letters::preview))
+        .route("/letters/replay", web::post().to(pages::letters::replay))
+        .route("/letters/purge", web::post().to(pages::letters::purge))
+        .route("/letters/{id}", web::get().to(pages::letters::detail))
+        .route("/events", web::get().to(pages::events::show))
+        .route("/trace", web::get().to(pages::trace::show))
+        .route("/audit", web::get().to(pages::audit::show))
+        .route("/static/console.css", web::get().to(assets::css))
+        .route("/static/console.js", web::get().to(assets::js))
+        .default_service(web::to(assets::not_found));
 }

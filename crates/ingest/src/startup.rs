@@ -27,6 +27,32 @@ pub struct IngestState {
     pub metrics: PrometheusHandle,
 }
 
+impl IngestState {
+    /// The configured sources by name and a publisher, whose broker session
+    /// runs until `shutdown`; every source's counters start at zero.
+    fn new(settings: &IngestSettings, metrics: PrometheusHandle, shutdown: Shutdown) -> Self {
+        let publisher = Publisher::start(
+            settings.broker.nodes.clone(),
+            Topology::new(settings.broker.prefix.clone()),
+            settings.broker.queue_settings(),
+            settings.broker.publish_timeout,
+            shutdown,
+        );
+        routes::zero_counters(settings.ingest.sources.iter().map(|s| s.name.as_str()));
+        IngestState {
+            sources: settings
+                .ingest
+                .sources
+                .iter()
+                .map(|s| (s.name.clone(), s.clone()))
+                .collect(),
+            publisher,
+            body_limit: settings.ingest.body_limit_bytes,
+            metrics,
+        }
+    }
+}
+
 /// A bound, not yet running, ingest server.
 pub struct Application {
     addr: SocketAddr,
@@ -41,80 +67,17 @@ impl Application {
         metrics: PrometheusHandle,
     ) -> std::io::Result<Self> {
         let shutdown = Shutdown::new();
-        let publisher = Publisher::start(
-            settings.broker.nodes.clone(),
-            Topology::new(settings.broker.prefix.clone()),
-            settings.broker.queue_settings(),
-            settings.broker.publish_timeout,
-            shutdown.clone(),
-        );
-        routes::zero_counters(settings.ingest.sources.iter().map(|s| s.name.as_str()));
-        let state = web::Data::new(IngestState {
-            sources: settings
-                .ingest
-                .sources
-                .iter()
-                .map(|s| (s.name.clone(), s.clone()))
-                .collect(),
-            publisher,
-            body_limit: settings.ingest.body_limit_bytes,
-            metrics,
-        });
-
-        let listener = TcpListener::bind(settings.ingest.addr).map_err(|e| {
-            std::io::Error::new(
-                e.kind(),
-                format!("binding the webhook listener {}: {e}", settings.ingest.addr),
-            )
-        })?;
-        let addr = listener.local_addr()?;
-        let app_state = state.clone();
-        let mut server = HttpServer::new(move || {
-            App::new()
-                .app_data(app_state.clone())
-                // Every answer, errors included: a browser pointed at this
-                // port must never guess a type for what it gets back.
-                .wrap(DefaultHeaders::new().add((X_CONTENT_TYPE_OPTIONS, "nosniff")))
-                .configure(routes::configure)
-        });
-        if let Some(workers) = settings.ingest.workers {
-            server = server.workers(usize::from(workers));
-        }
-        let server = server
-            .client_request_timeout(Duration::from_secs(5))
-            .client_disconnect_timeout(Duration::from_secs(2))
-            .shutdown_timeout(10)
-            // actix treats SIGINT as a forced stop; ours are all graceful (see
-            // `run_until_stopped`), so Ctrl-C drains like SIGTERM.
-            .disable_signals()
-            .listen(listener)?;
-
+        let state = web::Data::new(IngestState::new(&settings, metrics, shutdown.clone()));
+        let (addr, server) = webhook_server(&settings, state.clone())?;
         // Metrics, liveness and readiness: a listener of their own, never the public port.
         let metrics_addr = match settings.metrics_addr {
-            Some(maddr) => Some(
-                health::serve(
-                    maddr,
-                    state.metrics.clone(),
-                    state.publisher.readiness(),
-                    shutdown.clone(),
-                )
-                .await
-                .map_err(|e| {
-                    std::io::Error::new(
-                        e.kind(),
-                        format!(
-                            "binding the metrics listener {maddr}: {e} (set ONCEHOOK_METRICS_ADDR to another address, or `off`)"
-                        ),
-                    )
-                })?,
-            ),
+            Some(maddr) => Some(metrics_listener(maddr, &state, shutdown.clone()).await?),
             None => None,
         };
-
         Ok(Application {
             addr,
             metrics_addr,
-            server: server.run(),
+            server,
             shutdown,
         })
     }
@@ -141,4 +104,63 @@ impl Application {
         self.shutdown.trigger();
         result
     }
+}
+
+/// The public webhook listener, bound (its address, for a port 0) but not
+/// yet running.
+fn webhook_server(
+    settings: &IngestSettings,
+    state: web::Data<IngestState>,
+) -> std::io::Result<(SocketAddr, Server)> {
+    let listener = TcpListener::bind(settings.ingest.addr).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("binding the webhook listener {}: {e}", settings.ingest.addr),
+        )
+    })?;
+    let addr = listener.local_addr()?;
+    let mut server = HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            // Every answer, errors included: a browser pointed at this
+            // port must never guess a type for what it gets back.
+            .wrap(DefaultHeaders::new().add((X_CONTENT_TYPE_OPTIONS, "nosniff")))
+            .configure(routes::configure)
+    });
+    if let Some(workers) = settings.ingest.workers {
+        server = server.workers(usize::from(workers));
+    }
+    let server = server
+        .client_request_timeout(Duration::from_secs(5))
+        .client_disconnect_timeout(Duration::from_secs(2))
+        .shutdown_timeout(10)
+        // actix treats SIGINT as a forced stop; ours are all graceful (see
+        // `Application::run_until_stopped`), so Ctrl-C drains like SIGTERM.
+        .disable_signals()
+        .listen(listener)?;
+    Ok((addr, server.run()))
+}
+
+/// The metrics, liveness and readiness listener on `addr`, running until
+/// `shutdown`; its bound address.
+async fn metrics_listener(
+    addr: SocketAddr,
+    state: &IngestState,
+    shutdown: Shutdown,
+) -> std::io::Result<SocketAddr> {
+    health::serve(
+        addr,
+        state.metrics.clone(),
+        state.publisher.readiness(),
+        shutdown,
+    )
+    .await
+    .map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!(
+                "binding the metrics listener {addr}: {e} (set ONCEHOOK_METRICS_ADDR to another address, or `off`)"
+            ),
+        )
+    })
 }

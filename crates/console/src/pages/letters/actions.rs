@@ -1,0 +1,237 @@
+//! The operator's actions on dead letters: the dry run that counts and
+//! lists what a bulk replay or purge would touch and asks to confirm
+//! exactly those IDs, and the confirmed replay and purge, run by the ctl
+//! library on the queue, audited, and answered after the snapshot was read
+//! again.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use lapin::Connection;
+use maud::html;
+use oncehook_common::config::ConsoleRole;
+use oncehook_common::store::audit::NewAuditEntry;
+use oncehook_ctl::broker;
+use oncehook_ctl::dlq::Filter;
+use oncehook_ctl::dlq::letter::Letter;
+use oncehook_ctl::dlq::purge::{self, PurgeArgs};
+use oncehook_ctl::dlq::replay::{self, ReplayArgs};
+use oncehook_ctl::output::{Output, Report, truncate};
+use serde_json::Value;
+use time::OffsetDateTime;
+
+use super::{Filtered, freshness, letter_table, scope_text};
+use crate::auth::{self, Who};
+use crate::form::Pairs;
+use crate::html::{self, Page};
+use crate::state::State;
+
+/// Results are printed as JSON documents; nothing goes to a terminal.
+const QUIET: Output = Output { json: true };
+
+/// `POST /letters/preview`: how many dead letters a replay or purge would
+/// touch, which ones, and the confirmation form for exactly those.
+pub async fn preview(req: HttpRequest, state: web::Data<State>, body: web::Bytes) -> HttpResponse {
+    let form = Pairs::parse(&body);
+    let who = match auth::action(&req, &state, &form, ConsoleRole::Operator) {
+        Ok(w) => w,
+        Err(r) => return *r,
+    };
+    let action = match form.get("action").as_deref() {
+        Some("purge") => "purge",
+        _ => "replay",
+    };
+    let ids = form.all("ids");
+    let Filtered {
+        filter,
+        within,
+        view,
+    } = match Filtered::read(&who, &state, &form).await {
+        Ok(f) => f,
+        Err(page) => return page,
+    };
+    let now = OffsetDateTime::now_utc();
+    let chosen: Vec<&Letter> = view
+        .snapshot
+        .letters
+        .iter()
+        .filter(|l| {
+            if ids.is_empty() {
+                filter.matches(l, now)
+            } else {
+                ids.contains(&l.facts.id)
+            }
+        })
+        .collect();
+    let scope = if ids.is_empty() {
+        scope_text(&filter, within)
+    } else {
+        ids.join(" ")
+    };
+    let verb = if action == "purge" { "Purge" } else { "Replay" };
+    html::ok(Page::new(&format!("{verb} dead letters"), Some(&who)).body(html! {
+        h1 { (verb) " dead letters" }
+        p.dry-run { "Dry run: " strong { (chosen.len()) } " dead letter(s) match " code { (scope) } ". Nothing has changed yet." }
+        (freshness(&view))
+        @if chosen.is_empty() { p { a href="/letters" { "Back to the dead letters" } } } @else {
+            (letter_table(&chosen))
+            form.confirm method="post" action=(format!("/letters/{action}")) {
+                input type="hidden" name="csrf" value=(who.csrf);
+                @if ids.is_empty() { input type="hidden" name="scope" value=(scope); }
+                @for l in &chosen { input type="hidden" name="ids" value=(l.facts.id); }
+                label {
+                    input type="checkbox" name="confirm" value="yes" required;
+                    @if action == "purge" { " Delete these " (chosen.len()) " dead letter(s) for good" }
+                    @else { " Replay these " (chosen.len()) " dead letter(s) to the queue they came from" }
+                }
+                button type="submit" class=(action) { (verb) " " (chosen.len()) }
+                " " a href="/letters" { "Cancel" }
+            }
+        }
+    }))
+}
+
+/// `POST /letters/replay`: replays the given IDs (confirmed), audited.
+pub async fn replay(req: HttpRequest, state: web::Data<State>, body: web::Bytes) -> HttpResponse {
+    act(req, state, body, "replay", |state, conn, ids| {
+        Box::pin(async move {
+            let args = ReplayArgs {
+                ids,
+                all: false,
+                filter: Filter::default(),
+                dry_run: false,
+                yes: true,
+            };
+            let r = replay::run(&state.settings, conn, &state.topology, args, &QUIET).await?;
+            Ok(outcome_of(&r))
+        })
+    })
+    .await
+}
+
+/// `POST /letters/purge`: deletes the given IDs for good (confirmed), audited.
+pub async fn purge(req: HttpRequest, state: web::Data<State>, body: web::Bytes) -> HttpResponse {
+    act(req, state, body, "purge", |state, conn, ids| {
+        Box::pin(async move {
+            let args = PurgeArgs {
+                ids,
+                all: false,
+                yes: true,
+            };
+            let r = purge::run(conn, &state.topology, args, &QUIET).await?;
+            Ok(outcome_of(&r))
+        })
+    })
+    .await
+}
+
+/// What a ctl verb's report says: whether it all went well, its text, its JSON.
+type Outcome = (bool, String, Value);
+
+/// The ctl verb behind an action, run on a broker connection with the IDs.
+type Verb = for<'a> fn(
+    &'a State,
+    &'a Connection,
+    Vec<String>,
+) -> Pin<Box<dyn Future<Output = anyhow::Result<Outcome>> + 'a>>;
+
+fn outcome_of<R: Report + serde::Serialize>(r: &R) -> Outcome {
+    (
+        r.ok(),
+        r.to_string(),
+        serde_json::to_value(r).unwrap_or_default(),
+    )
+}
+
+/// A confirmed operator action: checks the role and CSRF token, runs `verb`
+/// on the queue, reads the snapshot again, audits and shows what happened.
+async fn act(
+    req: HttpRequest,
+    state: web::Data<State>,
+    body: web::Bytes,
+    action: &str,
+    verb: Verb,
+) -> HttpResponse {
+    let form = Pairs::parse(&body);
+    let who = match auth::action(&req, &state, &form, ConsoleRole::Operator) {
+        Ok(w) => w,
+        Err(r) => return *r,
+    };
+    let Some(ids) = confirmed_ids(&form) else {
+        return unconfirmed(&who);
+    };
+    let done = async {
+        let conn = broker::connect(&state.settings).await?;
+        let done = verb(&state, &conn, ids.clone()).await;
+        broker::close(conn).await;
+        done
+    }
+    .await;
+    if let Err(e) = state.dead_letters.refresh().await {
+        tracing::warn!(error = %format!("{e:#}"), action, "could not read the dead letters again after the action");
+    }
+    finish(&req, &state, &who, action, &ids, form.get("scope"), done).await
+}
+
+/// The IDs of a confirmed action; `None` without `confirm=yes` or IDs.
+fn confirmed_ids(form: &Pairs) -> Option<Vec<String>> {
+    let ids = form.all("ids");
+    (form.get("confirm").as_deref() == Some("yes") && !ids.is_empty()).then_some(ids)
+}
+
+fn unconfirmed(who: &Who) -> HttpResponse {
+    html::respond(
+        actix_web::http::StatusCode::BAD_REQUEST,
+        Page::new("Not confirmed", Some(who)).body(html! {
+            h1 { "Nothing was done" }
+            p.error { "The action was not confirmed, or named no dead letters." }
+            p { a href="/letters" { "Back to the dead letters" } }
+        }),
+    )
+}
+
+/// Writes the audit row and shows what happened.
+async fn finish(
+    req: &HttpRequest,
+    state: &State,
+    who: &Who,
+    action: &str,
+    ids: &[String],
+    scope: Option<String>,
+    outcome: anyhow::Result<(bool, String, Value)>,
+) -> HttpResponse {
+    let (ok, text, doc) = match outcome {
+        Ok(o) => o,
+        Err(e) => (false, format!("{e:#}"), Value::Null),
+    };
+    let address = req.peer_addr().map(|a| a.ip().to_string());
+    let entry = NewAuditEntry {
+        actor: &who.session.user,
+        role: who.role.as_str(),
+        action,
+        letters: ids,
+        scope: scope.as_deref(),
+        ok,
+        result: &truncate(&text, 2_000),
+        address: address.as_deref(),
+    };
+    let recorded = state.audit(&entry).await;
+    tracing::info!(user = %who.session.user, action, letters = ids.len(), ok, "console action");
+    let status = if ok {
+        actix_web::http::StatusCode::OK
+    } else {
+        actix_web::http::StatusCode::BAD_GATEWAY
+    };
+    let results = doc.get("results").cloned().unwrap_or(Value::Null);
+    html::respond(
+        status,
+        Page::new(action, Some(who)).body(html! {
+            h1 { (if action == "purge" { "Purge" } else { "Replay" }) }
+            p class=(if ok { "result ok" } else { "result error" }) role="status" { pre { (text) } }
+            @if !results.is_null() { (html::value(&results)) }
+            @if !recorded { p.error { "Warning: the audit row could not be written; see the console's log." } }
+            p { a href="/letters" { "Back to the dead letters" } " · " a href="/audit" { "Audit" } }
+        }),
+    )
+}
