@@ -76,12 +76,7 @@ impl DeadLetterSink for BrokerDeadLetters {
         kind: &DeadLetterKind,
         error: &str,
     ) -> Published {
-        let why = DeadLetter {
-            kind: kind.clone(),
-            error: error.to_owned(),
-            origin: self.origin.clone(),
-            attempts: message.attempts(),
-        };
+        let why = DeadLetter::of(message, kind, error, &self.origin);
         dead_letter::publish(
             &self.channel,
             &self.exchange,

@@ -9,7 +9,7 @@ use lapin::BasicProperties;
 
 use super::queue::{DeadLetterSink, Delivery, Message, Published};
 use crate::amqp::PublishError;
-use crate::dead_letter::DeadLetterKind;
+use crate::dead_letter::{DeadLetter, DeadLetterKind};
 
 /// How a [`MemoryDelivery`] was settled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,6 +106,21 @@ pub struct PublishedDeadLetter {
     pub body: Vec<u8>,
 }
 
+impl PublishedDeadLetter {
+    fn new(message: &dyn Message, why: DeadLetter) -> Self {
+        PublishedDeadLetter {
+            kind: why.kind,
+            error: why.error,
+            attempts: why.attempts,
+            message_id: message.message_id(),
+            body: message.body().to_vec(),
+        }
+    }
+}
+
+/// The queue a [`MemoryDelivery`] comes from, as a dead letter records it.
+const MEMORY_ORIGIN: &str = "memory";
+
 /// A dead-letter sink in memory; [`MemoryDeadLetters::failing`] refuses
 /// every publish (as a broker that nacks or times out would).
 #[derive(Debug, Clone, Default)]
@@ -138,16 +153,11 @@ impl DeadLetterSink for MemoryDeadLetters {
         if self.fail {
             return Err(PublishError::Nacked);
         }
+        let why = DeadLetter::of(message, kind, error, MEMORY_ORIGIN);
         self.published
             .lock()
             .expect("dead letters")
-            .push(PublishedDeadLetter {
-                kind: kind.clone(),
-                error: error.to_owned(),
-                attempts: message.attempts(),
-                message_id: message.message_id(),
-                body: message.body().to_vec(),
-            });
+            .push(PublishedDeadLetter::new(message, why));
         Ok(())
     }
 }

@@ -9,7 +9,7 @@ use std::future::Future;
 use lapin::BasicProperties;
 
 use crate::amqp::PublishError;
-use crate::dead_letter::DeadLetterKind;
+use crate::dead_letter::{DeadLetter, DeadLetterKind};
 
 /// A received message as a handler sees it: read-only.
 pub trait Message: Send + Sync {
@@ -62,4 +62,18 @@ pub trait DeadLetterSink: Send + Sync + 'static {
         kind: &DeadLetterKind,
         error: &str,
     ) -> impl Future<Output = Published> + Send;
+}
+
+impl DeadLetter {
+    /// Why `message` is dead-lettered, as every sink records it: `kind`,
+    /// `error`, this delivery's attempt number and `origin`, the queue it
+    /// came from.
+    pub fn of(message: &dyn Message, kind: &DeadLetterKind, error: &str, origin: &str) -> Self {
+        DeadLetter {
+            kind: kind.clone(),
+            error: error.to_owned(),
+            origin: origin.to_owned(),
+            attempts: message.attempts(),
+        }
+    }
 }
