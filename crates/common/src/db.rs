@@ -138,9 +138,8 @@ pub async fn wait_for_database(pool: &PgPool, shutdown: &crate::shutdown::Shutdo
         let delay = delays
             .next()
             .unwrap_or(RetryPolicy::DATABASE_WAIT.max_delay);
-        tokio::select! {
-            () = tokio::time::sleep(delay) => {}
-            () = shutdown.wait() => return false,
+        if !shutdown.sleep(delay).await {
+            return false;
         }
     }
 }
@@ -205,9 +204,8 @@ pub async fn wait_for_schema(pool: &PgPool, shutdown: &crate::shutdown::Shutdown
         let delay = delays
             .next()
             .unwrap_or(RetryPolicy::DATABASE_WAIT.max_delay);
-        tokio::select! {
-            () = tokio::time::sleep(delay) => {}
-            () = shutdown.wait() => return false,
+        if !shutdown.sleep(delay).await {
+            return false;
         }
     }
 }
@@ -226,11 +224,7 @@ pub async fn hold(
     if is_connection_problem(err) {
         return wait_for_database(pool, shutdown).await;
     }
-    let delay = delays.next().unwrap_or(cap);
-    tokio::select! {
-        () = tokio::time::sleep(delay) => true,
-        () = shutdown.wait() => false,
-    }
+    shutdown.sleep(delays.next().unwrap_or(cap)).await
 }
 
 #[cfg(test)]

@@ -2,6 +2,8 @@
 //! or SIGINT, that every task can wait on or poll. Tasks stop taking new work
 //! when it fires and finish what they hold.
 
+use std::time::Duration;
+
 use tokio::sync::watch;
 
 /// A cloneable "stop now" signal.
@@ -46,6 +48,15 @@ impl Shutdown {
 
     pub fn is_triggered(&self) -> bool {
         *self.rx.borrow()
+    }
+
+    /// Sleeps for `pause`: `true` once it passed, `false` as soon as
+    /// shutdown is triggered.
+    pub async fn sleep(&self, pause: Duration) -> bool {
+        tokio::select! {
+            () = tokio::time::sleep(pause) => true,
+            () = self.wait() => false,
+        }
     }
 
     /// Resolves once shutdown was triggered.

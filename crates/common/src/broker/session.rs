@@ -109,9 +109,8 @@ impl Supervisor {
                 }
             };
             readiness.set(false);
-            tokio::select! {
-                () = tokio::time::sleep(pause) => {}
-                () = shutdown.wait() => break,
+            if !shutdown.sleep(pause).await {
+                break;
             }
         }
         readiness.set(false);
