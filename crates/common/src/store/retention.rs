@@ -93,15 +93,9 @@ async fn in_batches(pool: &PgPool, days: u32, lock: Lock) -> Result<Option<Count
                 return Ok((!first).then_some(counts));
             }
             first = false;
-            let deleted = match table {
-                Table::ProcessedWebhooks => delete_webhooks(&mut tx, days).await?,
-                Table::EmailOutbox => delete_emails(&mut tx, days).await?,
-            };
+            let deleted = table.delete_batch(&mut tx, days).await?;
             tx.commit().await?;
-            match table {
-                Table::ProcessedWebhooks => counts.processed_webhooks += deleted,
-                Table::EmailOutbox => counts.email_outbox += deleted,
-            }
+            table.count(&mut counts, deleted);
             if deleted < BATCH as u64 {
                 break;
             }
@@ -118,34 +112,46 @@ async fn try_lock(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
         .await
 }
 
-/// One batch of `processed_webhooks` (by `ctid`: the table has no
-/// single-column key to batch on).
-async fn delete_webhooks(conn: &mut PgConnection, days: u32) -> Result<u64, sqlx::Error> {
-    let done = sqlx::query!(
-        "DELETE FROM processed_webhooks WHERE ctid = ANY(ARRAY(
+impl Table {
+    /// One batch of this table's rows older than `days`; how many it deleted.
+    async fn delete_batch(self, conn: &mut PgConnection, days: u32) -> Result<u64, sqlx::Error> {
+        let done = match self {
+            // By `ctid`: the table has no single-column key to batch on.
+            Table::ProcessedWebhooks => {
+                sqlx::query!(
+                    "DELETE FROM processed_webhooks WHERE ctid = ANY(ARRAY(
              SELECT ctid FROM processed_webhooks
              WHERE processed_at < now() - make_interval(days => $1)
              LIMIT $2))",
-        days_param(days),
-        BATCH
-    )
-    .execute(conn)
-    .await?;
-    Ok(done.rows_affected())
-}
-
-/// One batch of `email_outbox` rows sent (or given up on) before the
-/// horizon; a row neither sent nor failed is never deleted.
-async fn delete_emails(conn: &mut PgConnection, days: u32) -> Result<u64, sqlx::Error> {
-    let done = sqlx::query!(
-        "DELETE FROM email_outbox WHERE id = ANY(ARRAY(
+                    days_param(days),
+                    BATCH
+                )
+                .execute(conn)
+                .await?
+            }
+            // Rows sent (or given up on) before the horizon; a row neither
+            // sent nor failed is never deleted.
+            Table::EmailOutbox => {
+                sqlx::query!(
+                    "DELETE FROM email_outbox WHERE id = ANY(ARRAY(
              SELECT id FROM email_outbox
              WHERE coalesce(sent_at, failed_at) < now() - make_interval(days => $1)
              LIMIT $2))",
-        days_param(days),
-        BATCH
-    )
-    .execute(conn)
-    .await?;
-    Ok(done.rows_affected())
+                    days_param(days),
+                    BATCH
+                )
+                .execute(conn)
+                .await?
+            }
+        };
+        Ok(done.rows_affected())
+    }
+
+    /// Adds `deleted` to this table's count.
+    fn count(self, counts: &mut Counts, deleted: u64) {
+        match self {
+            Table::ProcessedWebhooks => counts.processed_webhooks += deleted,
+            Table::EmailOutbox => counts.email_outbox += deleted,
+        }
+    }
 }
