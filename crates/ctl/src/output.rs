@@ -112,6 +112,20 @@ pub fn or_dash(v: Option<impl ToString>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| v.to_string())
 }
 
+/// `--dry-run` and `--yes`, for the verbs that change what cannot be had
+/// back (`dlq replay`, `retention`): look first, or skip the question. A
+/// verb words their help for itself (`#[command(mut_arg(…))]`).
+#[derive(clap::Args, Debug, Clone, Copy, Default)]
+pub struct Caution {
+    /// Show what would change; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Do not ask for confirmation (asked only on a terminal; where a
+    /// question is needed and stdin is no terminal, required).
+    #[arg(long)]
+    pub yes: bool,
+}
+
 /// Asks `question` on the terminal; `true` only if the answer is `yes`.
 /// Callers check that stdin is a terminal first.
 pub async fn confirm(question: String) -> anyhow::Result<bool> {

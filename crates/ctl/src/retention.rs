@@ -13,19 +13,17 @@ use oncehook_common::store::retention::{self, Counts};
 use oncehook_common::{Config, db};
 use serde::Serialize;
 
-use crate::output::{Report, approve};
+use crate::output::{Caution, Report, approve};
 
 #[derive(Args)]
+#[command(mut_arg("dry_run", |a| a.help("Only count what would be deleted")))]
+#[command(mut_arg("yes", |a| a.help("Do not ask before `--days 0` (required for it when stdin is not a terminal)")))]
 pub struct RetentionArgs {
     /// Keep this many days, 0..=3650 (default: ONCEHOOK_RETENTION_DAYS or 90); 0 deletes everything.
     #[arg(long, value_parser = clap::value_parser!(u32).range(0..=i64::from(*RETENTION_DAYS.end())))]
     pub days: Option<u32>,
-    /// Only count what would be deleted.
-    #[arg(long)]
-    pub dry_run: bool,
-    /// Do not ask before `--days 0` (required for it when stdin is not a terminal).
-    #[arg(long)]
-    pub yes: bool,
+    #[command(flatten)]
+    pub caution: Caution,
 }
 
 /// How many rows went (or would go): the total and per table.
@@ -51,8 +49,8 @@ pub enum RetentionReport {
 pub async fn run(settings: &Config, args: RetentionArgs) -> anyhow::Result<RetentionReport> {
     let days = args.days.unwrap_or(settings.worker.retention_days);
     if days == 0
-        && !args.dry_run
-        && !args.yes
+        && !args.caution.dry_run
+        && !args.caution.yes
         && !approve("delete every processed_webhooks row and every sent or failed email_outbox row (--days 0)")
             .await?
     {
@@ -61,7 +59,7 @@ pub async fn run(settings: &Config, args: RetentionArgs) -> anyhow::Result<Reten
     let pool = db::connect(settings.database.url.expose(), 2, 3)
         .await
         .context("connecting to the database")?;
-    let result = if args.dry_run {
+    let result = if args.caution.dry_run {
         retention::count_older(&pool, days)
             .await
             .map(|tables| RetentionReport::DryRun {

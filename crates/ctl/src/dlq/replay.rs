@@ -19,12 +19,14 @@ use time::OffsetDateTime;
 use super::letter::{LIST_HEADERS, Letter, LetterSummary};
 use super::{Filter, normalise_ids, not_found, not_found_lines};
 use crate::broker::{self, PEEK_LIMIT};
-use crate::output::{Output, Report, confirm, table};
+use crate::output::{Caution, Output, Report, confirm, table};
 
 /// Replays at most this many are listed one by one in text output.
 const LIST_EACH_UP_TO: usize = 50;
 
 #[derive(Args)]
+#[command(mut_arg("dry_run", |a| a.help("Show what would be replayed; change nothing")))]
+#[command(mut_arg("yes", |a| a.help("Do not ask for confirmation (only asked on a terminal, for --all and filters)")))]
 pub struct ReplayArgs {
     /// IDs from `dlq list`.
     #[arg(conflicts_with_all = ["all", "gateway", "source", "error_kind", "since"])]
@@ -34,12 +36,8 @@ pub struct ReplayArgs {
     pub all: bool,
     #[command(flatten)]
     pub filter: Filter,
-    /// Show what would be replayed; change nothing.
-    #[arg(long)]
-    pub dry_run: bool,
-    /// Do not ask for confirmation (only asked on a terminal, for --all and filters).
-    #[arg(long)]
-    pub yes: bool,
+    #[command(flatten)]
+    pub caution: Caution,
 }
 
 /// What a replay did (or, with `--dry-run`, would do).
@@ -121,14 +119,14 @@ pub async fn run(
             ids.contains(&l.facts.id)
         }
     };
-    let peek = broker::peek(conn, topology, |l| !args.dry_run && selected(l)).await?;
+    let peek = broker::peek(conn, topology, |l| !args.caution.dry_run && selected(l)).await?;
     let chosen: Vec<&Letter> = peek.letters.iter().filter(|l| selected(l)).collect();
     let context = Scope {
         queue: topology.dead(),
         truncated: peek.truncated,
     };
     let not_found = not_found(&ids, &chosen);
-    let (report, acked) = if args.dry_run {
+    let (report, acked) = if args.caution.dry_run {
         (
             ReplayReport::DryRun(DryRun::of(&chosen, not_found, context)),
             0,
@@ -158,8 +156,8 @@ pub async fn run(
 /// `--all` without a filter replays the whole queue: without a terminal to
 /// ask on, it needs `--yes` (refused before anything is peeked).
 fn refuse_unconfirmed_all(args: &ReplayArgs) -> anyhow::Result<()> {
-    let everything = args.all && args.filter.is_empty() && !args.dry_run;
-    if everything && !args.yes && !std::io::stdin().is_terminal() {
+    let everything = args.all && args.filter.is_empty() && !args.caution.dry_run;
+    if everything && !args.caution.yes && !std::io::stdin().is_terminal() {
         bail!(
             "refusing to replay every dead letter without confirmation: stdin is not a terminal; pass --yes (or narrow it with --gateway, --source, --error-kind or --since)"
         );
@@ -170,7 +168,7 @@ fn refuse_unconfirmed_all(args: &ReplayArgs) -> anyhow::Result<()> {
 /// Asks on a terminal before replaying by filter or `--all` (without one,
 /// a filtered replay goes ahead; see [`refuse_unconfirmed_all`]).
 async fn approved(args: &ReplayArgs, n: usize, queue: &str) -> anyhow::Result<bool> {
-    if n == 0 || args.yes || !std::io::stdin().is_terminal() {
+    if n == 0 || args.caution.yes || !std::io::stdin().is_terminal() {
         return Ok(true);
     }
     confirm(format!(

@@ -17,7 +17,7 @@ use oncehook_ctl::dlq::Filter;
 use oncehook_ctl::dlq::letter::Letter;
 use oncehook_ctl::dlq::purge::{self, PurgeArgs};
 use oncehook_ctl::dlq::replay::{self, ReplayArgs};
-use oncehook_ctl::output::{Output, Report, truncate};
+use oncehook_ctl::output::{Caution, Output, Report, truncate};
 use serde_json::Value;
 use time::OffsetDateTime;
 
@@ -100,8 +100,10 @@ pub async fn replay(req: HttpRequest, state: web::Data<State>, body: web::Bytes)
                 ids,
                 all: false,
                 filter: Filter::default(),
-                dry_run: false,
-                yes: true,
+                caution: Caution {
+                    dry_run: false,
+                    yes: true,
+                },
             };
             let r = replay::run(&state.settings, conn, &state.topology, args, &QUIET).await?;
             Ok(outcome_of(&r))
