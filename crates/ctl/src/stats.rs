@@ -17,9 +17,9 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::output::{Report, table};
-use crate::timefmt::{age_secs, human_duration, parse_duration, rfc3339, whole_secs};
+use crate::timefmt::{age_secs, human_duration, parse_duration, rfc3339};
 pub use gather::Looked;
-use gather::{BrokerStats, DatabaseStats};
+use gather::{BrokerStats, DatabaseStats, Ledger, Outbox};
 use received::ReceivedView;
 
 #[derive(Args)]
@@ -40,8 +40,8 @@ pub struct StatsReport {
     database: Availability,
     queues: Option<Vec<QueueView>>,
     dead_letters: Option<DeadView>,
-    outbox: Option<OutboxView>,
-    ledger: Option<LedgerView>,
+    outbox: Option<Outbox>,
+    ledger: Option<Ledger>,
     gateways: Vec<GatewayView>,
     /// Accepted and refused webhooks per source, from ingest's counters in
     /// Prometheus; `null` when no `ONCEHOOK_PROMETHEUS_URL` is set.
@@ -75,23 +75,6 @@ struct DeadView {
     oldest_age_secs: Option<i64>,
     by_gateway: BTreeMap<String, u64>,
     by_kind: BTreeMap<String, u64>,
-}
-
-#[derive(Serialize)]
-struct OutboxView {
-    backlog: i64,
-    unpublished: i64,
-    failed: i64,
-    oldest_backlog_age_secs: Option<i64>,
-}
-
-#[derive(Serialize)]
-struct LedgerView {
-    oversold_orders: i64,
-    payments_needing_refund: i64,
-    payments_amount_mismatch: i64,
-    parked_events: i64,
-    oldest_parked_age_secs: Option<i64>,
 }
 
 /// One gateway's outcomes (`null` without the database) and dead letters
@@ -147,8 +130,8 @@ pub async fn run_with(
             .as_ref()
             .is_ok_and(|b| b.dead.is_none())
             .then_some(dead_queue),
-        outbox: database.as_ref().ok().map(outbox_view),
-        ledger: database.as_ref().ok().map(ledger_view),
+        outbox: database.as_ref().ok().map(|db| db.outbox.clone()),
+        ledger: database.as_ref().ok().map(|db| db.ledger.clone()),
         received,
     })
 }
@@ -186,27 +169,6 @@ fn dead_view(b: &BrokerStats, queue: &str, now: OffsetDateTime) -> Option<DeadVi
         by_gateway: d.by_gateway.clone(),
         by_kind: d.by_kind.clone(),
     })
-}
-
-fn outbox_view(db: &DatabaseStats) -> OutboxView {
-    let o = &db.outbox;
-    OutboxView {
-        backlog: o.backlog,
-        unpublished: o.unpublished,
-        failed: o.failed,
-        oldest_backlog_age_secs: o.oldest_age_secs.map(whole_secs),
-    }
-}
-
-fn ledger_view(db: &DatabaseStats) -> LedgerView {
-    let l = &db.ledger;
-    LedgerView {
-        oversold_orders: l.oversold_orders,
-        payments_needing_refund: l.needs_refund,
-        payments_amount_mismatch: l.amount_mismatch,
-        parked_events: l.parked,
-        oldest_parked_age_secs: l.oldest_parked_age_secs.map(whole_secs),
-    }
 }
 
 /// Per gateway: outcomes from the database, dead letters from the DLQ.

@@ -8,11 +8,13 @@ use anyhow::Context;
 use oncehook_common::redact::redact;
 use oncehook_common::store::{dedup, ledger, outbox, parking};
 use oncehook_common::{Config, Topology};
+use serde::Serialize;
 use sqlx::Connection as _;
 use time::OffsetDateTime;
 
 use crate::broker;
 use crate::dlq::letter::Letter;
+use crate::timefmt::whole_secs;
 
 /// How long the database may take to answer before its sections are reported unavailable.
 const DB_TIMEOUT: Duration = Duration::from_secs(15);
@@ -39,11 +41,13 @@ pub struct BrokerStats {
     pub dead: Option<DeadStats>,
 }
 
+/// The email outbox, as the report says it (ages in whole seconds).
+#[derive(Serialize, Clone)]
 pub struct Outbox {
     pub backlog: i64,
     pub unpublished: i64,
     pub failed: i64,
-    pub oldest_age_secs: Option<f64>,
+    pub oldest_backlog_age_secs: Option<i64>,
 }
 
 #[derive(Default, Clone)]
@@ -54,13 +58,15 @@ pub struct GatewayRow {
     pub duplicates: i64,
 }
 
-/// Books that need a human, and events waiting for their order's link.
+/// Books that need a human, and events waiting for their order's link, as
+/// the report says them (ages in whole seconds).
+#[derive(Serialize, Clone)]
 pub struct Ledger {
     pub oversold_orders: i64,
-    pub needs_refund: i64,
-    pub amount_mismatch: i64,
-    pub parked: i64,
-    pub oldest_parked_age_secs: Option<f64>,
+    pub payments_needing_refund: i64,
+    pub payments_amount_mismatch: i64,
+    pub parked_events: i64,
+    pub oldest_parked_age_secs: Option<i64>,
 }
 
 pub struct DatabaseStats {
@@ -167,7 +173,7 @@ async fn database_queries(
         backlog: counts.backlog,
         unpublished: counts.unpublished,
         failed: counts.failed,
-        oldest_age_secs: counts.oldest_age_secs,
+        oldest_backlog_age_secs: counts.oldest_age_secs.map(whole_secs),
     };
     let ledger = ledger(conn).await?;
     let gateways = gateways(conn, window).await?;
@@ -187,10 +193,10 @@ async fn ledger(conn: &mut sqlx::PgConnection) -> anyhow::Result<Ledger> {
         .context("reading parked_events")?;
     Ok(Ledger {
         oversold_orders: attention.oversold_orders,
-        needs_refund: attention.needs_refund,
-        amount_mismatch: attention.amount_mismatch,
-        parked: parked.parked,
-        oldest_parked_age_secs: parked.oldest_age_secs,
+        payments_needing_refund: attention.needs_refund,
+        payments_amount_mismatch: attention.amount_mismatch,
+        parked_events: parked.parked,
+        oldest_parked_age_secs: parked.oldest_age_secs.map(whole_secs),
     })
 }
 
