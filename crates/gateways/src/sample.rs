@@ -24,7 +24,7 @@ pub(crate) mod text;
 
 use crate::{Gateway, Headers};
 
-pub use crate::payu::SAMPLE_PAYU_KEY;
+pub use crate::payu::{PAYU_HASHED_FIELDS, SAMPLE_PAYU_KEY, payu_hash};
 
 /// Parameters of a sample event.
 #[derive(Debug, Clone)]

@@ -4,6 +4,7 @@
 mod common;
 
 use common::*;
+use oncehook_gateways::sample::{PAYU_HASHED_FIELDS, payu_hash};
 use oncehook_gateways::{
     Credentials, EventKind, Gateway, Headers, ParseError, VerifyError, parse, verify,
 };

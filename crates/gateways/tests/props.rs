@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use oncehook_gateways::sample::{self, SAMPLE_PAYU_KEY, SampleSpec};
+use oncehook_gateways::sample::{self, PAYU_HASHED_FIELDS, SAMPLE_PAYU_KEY, SampleSpec};
 use oncehook_gateways::{
     Gateway, Headers, format_decimal_minor, parse, parse_decimal_minor, verify,
 };

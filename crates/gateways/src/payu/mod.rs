@@ -6,7 +6,7 @@
 mod sample;
 mod scheme;
 
-pub use sample::SAMPLE_PAYU_KEY;
+pub use sample::{PAYU_HASHED_FIELDS, SAMPLE_PAYU_KEY, payu_hash};
 
 use crate::sample::SampleSpec;
 use crate::scheme::{ContentType, GatewayScheme, folder_items};

@@ -13,10 +13,23 @@ use crate::sample::{SampleError, SampleSpec, SignedDelivery};
 use crate::Headers;
 use crate::amount::{currency_exponent, format_decimal_minor};
 use crate::form::Form;
-use super::scheme::{CURRENCY, HASH_FIELD, hash_hex};
+use super::scheme::{CURRENCY, HASH_FIELD, HASHED_FIELDS, hash_hex};
 
 /// The merchant key written into every PayU sample's `key` field.
 pub const SAMPLE_PAYU_KEY: &str = "oncehook_test";
+
+/// The form fields PayU's reverse hash covers, in order, after the salt
+/// (and before them, `additional_charges` when the form has it).
+pub const PAYU_HASHED_FIELDS: [&str; 17] = HASHED_FIELDS;
+
+/// The `hash` PayU would post for a form of `fields` under `salt` (the
+/// first value of a repeated name counts), for tests that write forms of
+/// their own. Verification uses the same hash, checked against PayU's
+/// vendored vector.
+pub fn payu_hash(fields: &[(&str, &str)], salt: &str) -> String {
+    let form = Form::from_pairs(fields.iter().map(|&(k, v)| (k.to_owned(), v.to_owned())));
+    hash_hex(salt, &form)
+}
 
 pub(super) const TABLE: &[(&str, &str)] = &[
     ("success", "success"),

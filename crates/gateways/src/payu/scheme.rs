@@ -36,7 +36,7 @@ pub(crate) const CURRENCY: &str = "INR";
 pub(crate) const HASH_FIELD: &str = "hash";
 
 /// Fields covered by the reverse hash, in order, after the salt.
-const HASHED_FIELDS: [&str; 17] = [
+pub(crate) const HASHED_FIELDS: [&str; 17] = [
     "status",
     "udf10",
     "udf9",

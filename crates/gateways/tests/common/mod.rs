@@ -2,10 +2,9 @@
 //! (`tests/fixtures/`) and sample specs.
 #![allow(dead_code)]
 
-use oncehook_gateways::sample::{SAMPLE_PAYU_KEY, SampleSpec};
+use oncehook_gateways::sample::{SAMPLE_PAYU_KEY, SampleSpec, payu_hash};
 use oncehook_gateways::{Credentials, Gateway, Headers};
 use serde_json::Value;
-use sha2::{Digest, Sha512};
 
 /// The merchant key of the PayU vector (`vectors.json` → `payu.key`).
 pub const VECTOR_PAYU_KEY: &str = "TESTKEY1";
@@ -18,49 +17,6 @@ pub fn creds(secrets: &[String]) -> Credentials<'_> {
 /// Credentials for the vectors: `secrets` and the PayU vector's merchant key.
 pub fn vector_creds(secrets: &[String]) -> Credentials<'_> {
     Credentials::new(secrets).with_merchant_key(Some(VECTOR_PAYU_KEY))
-}
-
-/// The fields PayU's reverse hash covers, in order, after the salt.
-pub const PAYU_HASHED_FIELDS: [&str; 17] = [
-    "status",
-    "udf10",
-    "udf9",
-    "udf8",
-    "udf7",
-    "udf6",
-    "udf5",
-    "udf4",
-    "udf3",
-    "udf2",
-    "udf1",
-    "email",
-    "firstname",
-    "productinfo",
-    "amount",
-    "txnid",
-    "key",
-];
-
-/// PayU's reverse hash of `fields` under `salt`, written independently of
-/// the crate's implementation.
-pub fn payu_hash(fields: &[(&str, &str)], salt: &str) -> String {
-    let get = |k: &str| fields.iter().find(|(n, _)| *n == k).map_or("", |(_, v)| *v);
-    let mut input = String::new();
-    let charges = get("additional_charges");
-    let charges = if charges.is_empty() {
-        get("additionalCharges")
-    } else {
-        charges
-    };
-    if !charges.is_empty() {
-        input = format!("{charges}|");
-    }
-    input.push_str(salt);
-    for k in PAYU_HASHED_FIELDS {
-        input.push('|');
-        input.push_str(get(k));
-    }
-    hex::encode(Sha512::digest(input.as_bytes()))
 }
 
 /// A form body of `fields` with `hash` set to `hash`.
