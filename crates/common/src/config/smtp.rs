@@ -12,6 +12,8 @@
 
 use std::path::PathBuf;
 
+use percent_encoding::percent_decode_str;
+
 use super::mail::{ENV_SMTP_ALLOW_INSECURE_AUTH, ENV_SMTP_TLS, ENV_SMTP_URL};
 use super::mail::{ENV_SMTP_CA_FILE, ENV_SMTP_PASSWORD, ENV_SMTP_USERNAME};
 use super::{ConfigError, Secret};
@@ -279,21 +281,14 @@ fn credentials(
     }
 }
 
+/// A URL's user or password as it was before percent-encoding; `None` if
+/// that is not UTF-8. A `%` without two hex digits after it stays as
+/// written (as URL parsers read it).
 fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
+    percent_decode_str(s)
+        .decode_utf8()
+        .ok()
+        .map(std::borrow::Cow::into_owned)
 }
 
 fn bad(key: &str, reason: &str) -> ConfigError {

@@ -83,6 +83,16 @@ fn credentials_from_the_url_are_decoded_and_kept_secret() {
 }
 
 #[test]
+fn a_login_in_the_url_must_decode_to_utf8() {
+    let e = err(raw("smtps://apikey:p%FFss@smtp.example.com"));
+    assert!(e.contains("not valid percent-encoded UTF-8"), "{e}");
+    assert!(!e.contains("p%FFss"), "{e}");
+    // A `%` without two hex digits after it is taken as written.
+    let c = ok(raw("smtps://apikey:100%zz@smtp.example.com"));
+    assert_eq!(c.credentials.expect("login").password.expose(), "100%zz");
+}
+
+#[test]
 fn credentials_from_the_settings() {
     let c = ok(RawSmtp {
         tls: Some("starttls".into()),
