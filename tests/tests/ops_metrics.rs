@@ -1,7 +1,8 @@
-//! The Prometheus endpoints of every process after traffic (the documented
-//! metrics, dead-letter kinds counted from zero, only the load balancer's
-//! check on ingest's public port), and the queue gauges: a queue deleted
-//! under the worker does not stop the outbox relay.
+//! The Prometheus endpoints of every process after traffic (what each
+//! counted of it, the documented metrics, refusals and dead-letter kinds
+//! counted from zero, only the load balancer's check on ingest's public
+//! port), and the queue gauges: a queue deleted under the worker does not
+//! stop the outbox relay.
 
 use std::time::Duration;
 
@@ -46,80 +47,122 @@ async fn metrics_endpoints_expose_the_documented_metrics_after_traffic() {
     })
     .await;
 
-    for (base, names) in [
-        (
-            ingest_metrics.as_str(),
-            &[
+    // Ingest counted the one delivery it accepted, under its source.
+    let body = scrape_until(
+        &env,
+        &ingest_metrics,
+        "the accepted delivery counted",
+        |body| {
+            sample(
+                body,
                 "oncehook_ingest_requests_total",
-                "oncehook_ingest_request_duration_seconds_bucket",
-            ][..],
+                &[("source", "razorpay"), ("outcome", "accepted")],
+            ) == Some(1.0)
+        },
+    )
+    .await;
+    assert!(
+        has(&body, "oncehook_ingest_request_duration_seconds_bucket"),
+        "{body}"
+    );
+    assert_eq!(
+        sample(
+            &body,
+            "oncehook_ingest_requests_total",
+            &[("source", "razorpay"), ("outcome", "invalid_signature")],
         ),
-        (
-            worker_metrics.as_str(),
-            &[
-                "oncehook_worker_events_total",
-                "oncehook_worker_transaction_duration_seconds_bucket",
-                "oncehook_outbox_backlog",
-                "oncehook_queue_messages",
-            ][..],
-        ),
-        (
-            mailer_metrics.as_str(),
-            &["oncehook_mailer_emails_total"][..],
-        ),
+        Some(0.0),
+        "refusals are counted from zero:\n{body}"
+    );
+
+    // The worker applied it; the dashboards' other series are there.
+    let body = scrape_until(&env, &worker_metrics, "the applied event counted", |body| {
+        sample(
+            body,
+            "oncehook_worker_events_total",
+            &[("gateway", "razorpay"), ("outcome", "applied")],
+        ) == Some(1.0)
+    })
+    .await;
+    for name in [
+        "oncehook_worker_transaction_duration_seconds_bucket",
+        "oncehook_outbox_backlog",
+        "oncehook_queue_messages",
     ] {
-        let endpoint = format!("{base}/metrics");
-        let body = eventually(&format!("{names:?} at {endpoint}"), WAIT, || async {
-            let body = env
-                .http
-                .get(&endpoint)
-                .send()
-                .await
-                .ok()?
-                .text()
-                .await
-                .ok()?;
-            names
+        assert!(has(&body, name), "{name}:\n{body}");
+    }
+    assert_eq!(
+        sample(
+            &body,
+            "oncehook_worker_events_total",
+            &[("gateway", "payu"), ("outcome", "dead")],
+        ),
+        Some(0.0),
+        "every gateway's dead letters are counted from zero:\n{body}"
+    );
+    assert_counts_every_kind_from_zero(&body, Writer::Worker);
+
+    // The mailer counted every email it sent.
+    let sent = shop::emails(&env.pool, "order_metrics").await.len() as f64;
+    let body = scrape_until(&env, &mailer_metrics, "the sent emails counted", |body| {
+        sample(body, "oncehook_mailer_emails_total", &[("outcome", "sent")]) == Some(sent)
+    })
+    .await;
+    assert_counts_every_kind_from_zero(&body, Writer::Mailer);
+}
+
+/// The value of the sample of `name` whose labels include every one of
+/// `labels`, in a Prometheus text exposition.
+fn sample(body: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let rest = series.strip_prefix(name)?;
+            let labelled = rest.is_empty() || rest.starts_with('{');
+            let matches = labels
                 .iter()
-                .all(|n| body.lines().any(|l| l.starts_with(n)))
-                .then_some(body)
+                .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
+            (labelled && matches).then(|| value.parse().ok()).flatten()
         })
-        .await;
-        if base == url {
-            assert!(
-                body.lines()
-                    .any(|l| l.starts_with("oncehook_ingest_requests_total")
-                        && l.contains("outcome=\"accepted\"")),
-                "{body}"
-            );
-        }
-        if base == mailer_metrics {
-            assert!(
-                body.lines()
-                    .any(|l| l.starts_with("oncehook_mailer_emails_total") && l.contains("sent")),
-                "{body}"
-            );
-        }
-        // Every kind a service dead-letters with is counted from zero.
-        let writer = if base == worker_metrics {
-            Some(Writer::Worker)
-        } else if base == mailer_metrics {
-            Some(Writer::Mailer)
-        } else {
-            None
-        };
-        for kind in writer.into_iter().flat_map(Kind::written_by) {
-            let line = format!("oncehook_dead_letters_total{{kind=\"{kind}\"}} 0");
-            assert!(body.lines().any(|l| l == line), "{line}:\n{body}");
-        }
-        if base == worker_metrics {
-            let dead_payu = |l: &&str| {
-                l.starts_with("oncehook_worker_events_total{")
-                    && l.contains("gateway=\"payu\"")
-                    && l.contains("outcome=\"dead\"")
-            };
-            assert!(body.lines().any(|l| dead_payu(&l)), "{body}");
-        }
+}
+
+/// Whether the exposition has a series called `name`.
+fn has(body: &str, name: &str) -> bool {
+    body.lines().any(|l| {
+        l.strip_prefix(name)
+            .is_some_and(|rest| rest.starts_with(['{', ' ']))
+    })
+}
+
+/// Scrapes `{base}/metrics` until `ready` holds for it; its text.
+async fn scrape_until(
+    env: &TestEnv,
+    base: &str,
+    what: &str,
+    ready: impl Fn(&str) -> bool,
+) -> String {
+    let endpoint = format!("{base}/metrics");
+    eventually(&format!("{what} at {endpoint}"), WAIT, || async {
+        let body = env
+            .http
+            .get(&endpoint)
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        ready(&body).then_some(body)
+    })
+    .await
+}
+
+/// Every kind `writer` dead-letters with is counted, from zero.
+fn assert_counts_every_kind_from_zero(body: &str, writer: Writer) {
+    for kind in Kind::written_by(writer) {
+        let line = format!("oncehook_dead_letters_total{{kind=\"{kind}\"}} 0");
+        assert!(body.lines().any(|l| l == line), "{line}:\n{body}");
     }
 }
 
