@@ -76,6 +76,9 @@ pub async fn depth_on(urls: &str, queue: &str) -> Option<u32> {
 pub struct Dead {
     /// Its headers as read back by `oncehook_common::dead_letter`.
     pub record: Record,
+    /// Its ID, as `oncehook_common::dead_letter` derives it for `oncehookctl
+    /// dlq` and the console.
+    pub id: String,
     pub headers: BTreeMap<String, String>,
     pub message_id: Option<String>,
     pub body: Vec<u8>,
@@ -91,6 +94,7 @@ impl Dead {
 impl std::fmt::Debug for Dead {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Dead")
+            .field("id", &self.id)
             .field("kind", self.kind())
             .field("headers", &self.headers)
             .field("message_id", &self.message_id)
@@ -123,8 +127,10 @@ pub async fn peek_on(urls: &str, queue: &str) -> Vec<Dead> {
                 }
             }
         }
+        let record = Record::read(props.headers().as_ref());
         out.push(Dead {
-            record: Record::read(props.headers().as_ref()),
+            id: record.letter_id(props, &msg.delivery.data),
+            record,
             headers,
             message_id: props.message_id().as_ref().map(|m| m.as_str().to_owned()),
             body: msg.delivery.data.clone(),

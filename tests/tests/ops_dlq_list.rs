@@ -7,6 +7,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use oncehook_common::Topology;
 use oncehook_common::dead_letter::{DeadLetterKind as Kind, HEADER_ERROR_KIND, HEADER_ORIGIN};
 use oncehook_e2e::ops::{
     ctl_json, ctl_ok, dead_queue, dlq_list, find, ids, payu_failure, publish_dead_letters,
@@ -51,7 +52,7 @@ async fn dlq_list_and_show_describe_each_failure_without_consuming_it() {
 
     let items = dlq_list(&env, &[]).await;
     assert_eq!(items.len(), 4, "{items:#?}");
-    let events = format!("{}.events", env.prefix);
+    let events = Topology::new(env.prefix.clone()).events();
     let unknown = find(&items, "event_id", "evt_L1");
     assert_eq!(unknown["gateway"], "razorpay");
     assert_eq!(unknown["kind"], Kind::UnknownOrder.as_str());
@@ -88,18 +89,20 @@ async fn dlq_list_and_show_describe_each_failure_without_consuming_it() {
             .is_some_and(|e| e == "403993715531:failure"),
         "{payu:#}"
     );
+    // The IDs are those the shared code gives each message in the queue
+    // (the console's, replay's and purge's too), one per letter.
     let all_ids = ids(&items);
-    assert!(
-        all_ids
-            .iter()
-            .all(|id| id.len() == 12 && id.chars().all(|c| c.is_ascii_hexdigit())),
+    let queued: BTreeSet<String> = broker::peek(&dead_queue(&env))
+        .await
+        .into_iter()
+        .map(|d| d.id)
+        .collect();
+    assert_eq!(
+        all_ids.iter().cloned().collect::<BTreeSet<_>>(),
+        queued,
         "{all_ids:?}"
     );
-    assert_eq!(
-        all_ids.iter().collect::<BTreeSet<_>>().len(),
-        4,
-        "IDs are unique: {all_ids:?}"
-    );
+    assert_eq!(queued.len(), 4, "IDs are unique: {all_ids:?}");
 
     // Peeking again sees the same messages, in the same order, with the same IDs.
     assert_eq!(ids(&dlq_list(&env, &[]).await), all_ids);
@@ -252,7 +255,7 @@ async fn concurrent_dlq_lists_each_see_every_dead_letter() {
 #[tokio::test]
 async fn a_dlq_list_waits_for_a_held_peek_instead_of_showing_nothing() {
     use lapin::options::BasicGetOptions;
-    use oncehook_common::{Topology, peek_lock};
+    use oncehook_common::peek_lock;
     let mut env = TestEnv::new().await;
     let _worker = env.start_worker().await;
     publish_dead_letters(&env, 5).await;
