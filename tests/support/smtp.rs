@@ -4,12 +4,15 @@
 //! take its time to accept a message (like a server that scans it first:
 //! the delay is before the answer to the end of `DATA`), and counts the
 //! connections it accepted and the most sessions it had open at once.
+//!
+//! Its dialogue ([`dialogue`]) is the one `smtp_tls` extends with
+//! `STARTTLS` and `AUTH`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
@@ -137,45 +140,143 @@ impl Drop for OpenSession {
     }
 }
 
+/// What a plain session does with a message: holds its answer for the
+/// listener's delay, keeps it and counts it.
+struct PlainSession<'a> {
+    messages: &'a Mutex<Vec<String>>,
+    counters: &'a Counters,
+    answer_delay: Duration,
+}
+
+impl<S> Extensions<S> for PlainSession<'_> {
+    async fn accept(&mut self, message: String) {
+        if !self.answer_delay.is_zero() {
+            tokio::time::sleep(self.answer_delay).await;
+        }
+        if let Ok(mut m) = self.messages.lock() {
+            m.push(message);
+        }
+        self.counters.accepted.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 async fn session(
     stream: tokio::net::TcpStream,
     messages: &Mutex<Vec<String>>,
     counters: &Counters,
     answer_delay: Duration,
 ) -> std::io::Result<()> {
-    let (read, mut write) = stream.into_split();
-    let mut lines = BufReader::new(read).lines();
-    write.write_all(b"220 oncehook-test-sink ESMTP\r\n").await?;
-    while let Some(line) = lines.next_line().await? {
+    let mut plain = PlainSession {
+        messages,
+        counters,
+        answer_delay,
+    };
+    dialogue(stream, "oncehook-test-sink", true, &mut plain).await?;
+    Ok(())
+}
+
+/// What a session of one of the test listeners adds to [`dialogue`]: more
+/// capabilities, commands of its own (`STARTTLS`, `AUTH`, refusals), and
+/// what it does with a message.
+pub(crate) trait Extensions<S> {
+    /// Capabilities `EHLO` lists after the name and `8BITMIME`.
+    fn capabilities(&self) -> Vec<&'static str> {
+        Vec::new()
+    }
+
+    /// Answers `line` (`upper`: in capitals) if it is a command of its own.
+    async fn command(
+        &mut self,
+        _io: &mut BufReader<S>,
+        _line: &str,
+        _upper: &str,
+    ) -> std::io::Result<Step> {
+        Ok(Step::Unhandled)
+    }
+
+    /// A message the client sent (dot-unstuffed), before it is answered.
+    async fn accept(&mut self, message: String);
+}
+
+/// What [`Extensions::command`] made of a line.
+pub(crate) enum Step {
+    /// Not one of its commands: the dialogue answers it.
+    Unhandled,
+    /// Answered.
+    Answered,
+    /// `STARTTLS` accepted: the dialogue hands the stream back.
+    StartTls,
+}
+
+/// One SMTP dialogue on `stream`, greeting as `name` when `greet`: `EHLO`,
+/// `DATA`, `QUIT`, `250 ok` to anything else, and what `ext` adds. Returns
+/// the stream when the client said `STARTTLS` (to go on encrypted), `None`
+/// when the dialogue is over.
+pub(crate) async fn dialogue<S, E>(
+    stream: S,
+    name: &str,
+    greet: bool,
+    ext: &mut E,
+) -> std::io::Result<Option<S>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    E: Extensions<S>,
+{
+    let mut io = BufReader::new(stream);
+    if greet {
+        io.get_mut()
+            .write_all(format!("220 {name} ESMTP\r\n").as_bytes())
+            .await?;
+    }
+    while let Some(line) = read_line(&mut io).await? {
         let upper = line.to_ascii_uppercase();
+        match ext.command(&mut io, &line, &upper).await? {
+            Step::Unhandled => {}
+            Step::Answered => continue,
+            Step::StartTls => return Ok(Some(io.into_inner())),
+        }
         if upper.starts_with("EHLO") || upper.starts_with("HELO") {
-            write
-                .write_all(b"250-oncehook-test-sink\r\n250 8BITMIME\r\n")
-                .await?;
+            let caps: Vec<&str> = [name, "8BITMIME"]
+                .into_iter()
+                .chain(ext.capabilities())
+                .collect();
+            let last = caps.len() - 1;
+            let mut text = String::new();
+            for (i, c) in caps.iter().enumerate() {
+                text.push_str(&format!("250{}{c}\r\n", if i == last { ' ' } else { '-' }));
+            }
+            io.get_mut().write_all(text.as_bytes()).await?;
         } else if upper.starts_with("DATA") {
-            write.write_all(b"354 end with <CRLF>.<CRLF>\r\n").await?;
+            io.get_mut()
+                .write_all(b"354 end with <CRLF>.<CRLF>\r\n")
+                .await?;
             let mut data = String::new();
-            while let Some(l) = lines.next_line().await? {
+            while let Some(l) = read_line(&mut io).await? {
                 if l == "." {
                     break;
                 }
                 data.push_str(l.strip_prefix('.').unwrap_or(&l));
                 data.push('\n');
             }
-            if !answer_delay.is_zero() {
-                tokio::time::sleep(answer_delay).await;
-            }
-            if let Ok(mut m) = messages.lock() {
-                m.push(data);
-            }
-            counters.accepted.fetch_add(1, Ordering::Relaxed);
-            write.write_all(b"250 queued\r\n").await?;
+            ext.accept(data).await;
+            io.get_mut().write_all(b"250 queued\r\n").await?;
         } else if upper.starts_with("QUIT") {
-            write.write_all(b"221 bye\r\n").await?;
-            return Ok(());
+            io.get_mut().write_all(b"221 bye\r\n").await?;
+            return Ok(None);
         } else {
-            write.write_all(b"250 ok\r\n").await?;
+            io.get_mut().write_all(b"250 ok\r\n").await?;
         }
     }
-    Ok(())
+    Ok(None)
+}
+
+/// The next line without its line end; `None` at the end of the stream.
+pub(crate) async fn read_line<S: AsyncRead + Unpin>(
+    io: &mut BufReader<S>,
+) -> std::io::Result<Option<String>> {
+    let mut line = String::new();
+    if io.read_line(&mut line).await? == 0 {
+        return Ok(None);
+    }
+    Ok(Some(line.trim_end_matches(['\r', '\n']).to_owned()))
 }

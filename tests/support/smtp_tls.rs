@@ -8,6 +8,8 @@
 //! The password it accepts can be changed while it runs (a provider-side
 //! fix after a bad key), and it counts logins, refused logins and any
 //! attempt to log in over the plain connection.
+//!
+//! It speaks the plain listener's dialogue (`smtp::dialogue`), extended.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,11 +17,13 @@ use std::sync::{Arc, Mutex};
 
 use base64::Engine;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::{self, ServerConfig};
+
+use crate::smtp::{Extensions, Step, dialogue, read_line};
 
 /// How the listener protects its sessions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,108 +174,116 @@ async fn serve(
     match mode {
         SinkTls::Implicit => {
             let tls = acceptor.accept(tcp).await?;
-            dialogue(tls, state, true, false, true).await?;
+            secure_dialogue(tls, state, true, false, true).await?;
         }
         SinkTls::StartTls | SinkTls::NoStartTls => {
             let offer = mode == SinkTls::StartTls;
-            if let Some(plain) = dialogue(tcp, state, false, offer, true).await? {
+            if let Some(plain) = secure_dialogue(tcp, state, false, offer, true).await? {
                 let tls = acceptor.accept(plain).await?;
-                dialogue(tls, state, true, false, false).await?;
+                secure_dialogue(tls, state, true, false, false).await?;
             }
         }
     }
     Ok(())
 }
 
-/// One SMTP dialogue on `stream`; returns the stream when the client said
-/// `STARTTLS` (to go on encrypted), `None` when it is over.
-async fn dialogue<S: AsyncRead + AsyncWrite + Unpin>(
+/// What a session adds to the plain dialogue: `STARTTLS` offered on a
+/// plain connection that may take it, `AUTH` only once encrypted, `MAIL`
+/// refused before a login.
+struct SecureSession<'a> {
+    state: &'a State,
+    encrypted: bool,
+    offer_starttls: bool,
+    logged_in: bool,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Extensions<S> for SecureSession<'_> {
+    fn capabilities(&self) -> Vec<&'static str> {
+        let mut caps = Vec::new();
+        if self.offer_starttls && !self.encrypted {
+            caps.push("STARTTLS");
+        }
+        if self.encrypted {
+            caps.push("AUTH PLAIN LOGIN");
+        }
+        caps
+    }
+
+    async fn command(
+        &mut self,
+        io: &mut BufReader<S>,
+        line: &str,
+        upper: &str,
+    ) -> std::io::Result<Step> {
+        if upper.starts_with("STARTTLS") && self.offer_starttls && !self.encrypted {
+            io.get_mut().write_all(b"220 go ahead\r\n").await?;
+            return Ok(Step::StartTls);
+        }
+        if upper.starts_with("AUTH") {
+            self.login(io, line).await?;
+        } else if upper.starts_with("MAIL") && !self.logged_in {
+            io.get_mut()
+                .write_all(b"530 5.7.0 authentication required\r\n")
+                .await?;
+        } else {
+            return Ok(Step::Unhandled);
+        }
+        Ok(Step::Answered)
+    }
+
+    async fn accept(&mut self, message: String) {
+        if let Ok(mut m) = self.state.messages.lock() {
+            m.push(message);
+        }
+    }
+}
+
+impl SecureSession<'_> {
+    /// Answers an `AUTH`: refused before encryption (and counted), else
+    /// the login checked against the current password.
+    async fn login<S: AsyncRead + AsyncWrite + Unpin>(
+        &mut self,
+        io: &mut BufReader<S>,
+        line: &str,
+    ) -> std::io::Result<()> {
+        let state = self.state;
+        if !self.encrypted {
+            state.plaintext_logins.fetch_add(1, Ordering::Relaxed);
+            return io
+                .get_mut()
+                .write_all(b"538 5.7.11 encryption required\r\n")
+                .await;
+        }
+        let (user, password) = read_login(io, line).await?;
+        let right = state.password.lock().map(|p| p.clone()).unwrap_or_default();
+        if user == state.user && password == right {
+            self.logged_in = true;
+            state.logins.fetch_add(1, Ordering::Relaxed);
+            io.get_mut().write_all(b"235 2.7.0 accepted\r\n").await
+        } else {
+            state.refused_logins.fetch_add(1, Ordering::Relaxed);
+            io.get_mut()
+                .write_all(b"535 5.7.8 authentication credentials invalid\r\n")
+                .await
+        }
+    }
+}
+
+/// One dialogue of the listener on `stream` (see [`dialogue`]).
+async fn secure_dialogue<S: AsyncRead + AsyncWrite + Unpin>(
     stream: S,
     state: &State,
     encrypted: bool,
     offer_starttls: bool,
     greet: bool,
 ) -> std::io::Result<Option<S>> {
-    let mut io = BufReader::new(stream);
-    if greet {
-        io.get_mut()
-            .write_all(b"220 oncehook-tls-sink ESMTP\r\n")
-            .await?;
-    }
-    let mut logged_in = false;
-    loop {
-        let Some(line) = read_line(&mut io).await? else {
-            return Ok(None);
-        };
-        let upper = line.to_ascii_uppercase();
-        let out = io.get_mut();
-        if upper.starts_with("EHLO") || upper.starts_with("HELO") {
-            let mut caps = vec!["oncehook-tls-sink", "8BITMIME"];
-            if offer_starttls && !encrypted {
-                caps.push("STARTTLS");
-            }
-            if encrypted {
-                caps.push("AUTH PLAIN LOGIN");
-            }
-            let last = caps.len() - 1;
-            let mut text = String::new();
-            for (i, c) in caps.iter().enumerate() {
-                text.push_str(&format!("250{}{c}\r\n", if i == last { ' ' } else { '-' }));
-            }
-            out.write_all(text.as_bytes()).await?;
-        } else if upper.starts_with("STARTTLS") && offer_starttls && !encrypted {
-            out.write_all(b"220 go ahead\r\n").await?;
-            return Ok(Some(io.into_inner()));
-        } else if upper.starts_with("AUTH") {
-            if !encrypted {
-                state.plaintext_logins.fetch_add(1, Ordering::Relaxed);
-                out.write_all(b"538 5.7.11 encryption required\r\n").await?;
-                continue;
-            }
-            let (user, password) = read_login(&mut io, &line).await?;
-            let right = state.password.lock().map(|p| p.clone()).unwrap_or_default();
-            if user == state.user && password == right {
-                logged_in = true;
-                state.logins.fetch_add(1, Ordering::Relaxed);
-                io.get_mut().write_all(b"235 2.7.0 accepted\r\n").await?;
-            } else {
-                state.refused_logins.fetch_add(1, Ordering::Relaxed);
-                io.get_mut()
-                    .write_all(b"535 5.7.8 authentication credentials invalid\r\n")
-                    .await?;
-            }
-        } else if upper.starts_with("MAIL") && !logged_in {
-            out.write_all(b"530 5.7.0 authentication required\r\n")
-                .await?;
-        } else if upper.starts_with("DATA") {
-            out.write_all(b"354 end with <CRLF>.<CRLF>\r\n").await?;
-            let mut data = String::new();
-            while let Some(l) = read_line(&mut io).await? {
-                if l == "." {
-                    break;
-                }
-                data.push_str(l.strip_prefix('.').unwrap_or(&l));
-                data.push('\n');
-            }
-            if let Ok(mut m) = state.messages.lock() {
-                m.push(data);
-            }
-            io.get_mut().write_all(b"250 queued\r\n").await?;
-        } else if upper.starts_with("QUIT") {
-            out.write_all(b"221 bye\r\n").await?;
-            return Ok(None);
-        } else {
-            out.write_all(b"250 ok\r\n").await?;
-        }
-    }
-}
-
-async fn read_line<S: AsyncRead + Unpin>(io: &mut BufReader<S>) -> std::io::Result<Option<String>> {
-    let mut line = String::new();
-    if io.read_line(&mut line).await? == 0 {
-        return Ok(None);
-    }
-    Ok(Some(line.trim_end_matches(['\r', '\n']).to_owned()))
+    let mut session = SecureSession {
+        state,
+        encrypted,
+        offer_starttls,
+        logged_in: false,
+    };
+    dialogue(stream, "oncehook-tls-sink", greet, &mut session).await
 }
 
 /// The user and password of an `AUTH PLAIN` (inline or after `334`) or
