@@ -4,6 +4,9 @@ CARGO ?= cargo
 export ONCEHOOK_CONFIG ?= $(CURDIR)/deploy/local/oncehook.toml
 export ONCEHOOK_MAIL_DIR ?= $(CURDIR)/var/mail
 CTL := target/debug/oncehookctl
+# The pipeline's end-to-end tests (tests/tests/pipeline_*.rs), one --test each:
+# `make test` runs them once more through PgBouncer and once without group commit.
+PIPELINE_TESTS := $(patsubst tests/tests/%.rs,--test %,$(sort $(wildcard tests/tests/pipeline_*.rs)))
 
 .PHONY: run test lint services tools alerts-test k8s-validate compose-test build demo bench bench-smoke chaos confluence fmt clean
 
@@ -20,8 +23,8 @@ run: services build
 test: services tools
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace
-	ONCEHOOK_TEST_POOLER=pgbouncer $(CARGO) test -p oncehook-e2e --test pipeline
-	ONCEHOOK_TEST_WORKER_BATCH_SIZE=1 $(CARGO) test -p oncehook-e2e --test pipeline
+	ONCEHOOK_TEST_POOLER=pgbouncer $(CARGO) test -p oncehook-e2e $(PIPELINE_TESTS)
+	ONCEHOOK_TEST_WORKER_BATCH_SIZE=1 $(CARGO) test -p oncehook-e2e $(PIPELINE_TESTS)
 	$(MAKE) bench-smoke
 	$(MAKE) alerts-test
 	$(MAKE) k8s-validate

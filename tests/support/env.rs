@@ -522,6 +522,18 @@ pub async fn send(http: &reqwest::Client, url: &str, delivery: &SignedDelivery) 
     }
 }
 
+/// `delivery` with header `name` set to `value` (replacing the one it had).
+pub fn with_header(delivery: &SignedDelivery, name: &str, value: &str) -> SignedDelivery {
+    let mut copy = delivery.clone();
+    copy.headers = delivery
+        .headers
+        .iter()
+        .filter(|(n, _)| *n != name)
+        .chain(std::iter::once((name, value)))
+        .collect();
+    copy
+}
+
 fn config_toml() -> String {
     format!(
         r#"

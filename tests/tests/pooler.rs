@@ -4,8 +4,8 @@
 //! the traffic went through it. Without the setting the same PgBouncer
 //! breaks them, which is why the setting exists; and a statement run on its
 //! own needs a transaction there, which is why the store gives it one
-//! behind this pooler. (`make test` also runs all of tests/tests/pipeline.rs
-//! through PgBouncer.)
+//! behind this pooler. (`make test` also runs all of
+//! tests/tests/pipeline_*.rs through PgBouncer.)
 
 use std::time::Duration;
 
