@@ -43,7 +43,6 @@ use sqlx::PgConnection;
 
 use crate::pipeline::{Delivery, Effect, EffectError, Effects};
 use facts::Event;
-use outcome::Told;
 use plan::Plan;
 use recompute::recompute;
 use record::Recording;
@@ -99,40 +98,13 @@ impl Effect for Ledger {
         parked.extend(unreadable);
         parking_store::park_many(conn, &parked).await?;
 
-        let mut effects = Effects::default();
-        for (i, ev) in events.iter().enumerate() {
-            let place = plan.places[i];
-            let order = plan.order(place);
-            let adopted_here = adopted
-                .iter()
-                .zip(&fresh.adopted)
-                .filter(|(a, new)| **new && plan.linked_by.get(&a.payment) == Some(&i))
-                .count();
-            let told = Told {
-                ev,
-                place,
-                fresh: fresh.events[i],
-                adopted: adopted_here,
-                order,
-                state: order.and_then(|o| recomputed.states.get(&o.id)),
-            };
-            effects.applied.push(told.applied());
-        }
-        for a in &adopted {
-            let Some(&by) = plan.linked_by.get(&a.payment) else {
-                continue;
-            };
-            let order_id = plan.places[by];
-            let plan::Place::Order(order_id) = order_id else {
-                continue;
-            };
-            tracing::info!(event_id = %a.event.event_id, linked_by = %events[by].event.event_id, "parked event applied");
-            effects.settled_earlier.push((
-                a.parked.key.clone(),
-                outcome::adopted_detail(&events[by], &plan, order_id),
-            ));
-        }
-        Ok(effects)
+        Ok(outcome::tell(
+            &events,
+            &plan,
+            &adopted,
+            &fresh,
+            &recomputed.states,
+        ))
     }
 }
 

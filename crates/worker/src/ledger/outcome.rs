@@ -2,28 +2,76 @@
 //! operator reads in `oncehookctl trace` (`processed_webhooks.detail`).
 //! Pure: everything was decided and written before.
 
-use super::emails::money;
-use super::facts::{Event, Fact};
-use super::plan::{Place, Plan};
-use super::state::{FLAG_AMOUNT_MISMATCH, FLAG_NEEDS_REFUND, OrderState};
-use crate::pipeline::{Applied, Outcome};
+use std::collections::BTreeMap;
+
 use oncehook_common::store::ledger::books::OrderRow;
 
+use super::emails::money;
+use super::facts::{Event, Fact};
+use super::parking::Adopted;
+use super::plan::{Place, Plan};
+use super::record::Fresh;
+use super::state::{FLAG_AMOUNT_MISMATCH, FLAG_NEEDS_REFUND, OrderState};
+use crate::pipeline::{Applied, Effects, Outcome};
+
+/// Every event's outcome, and those of the parked events its links applied.
+pub fn tell(
+    events: &[Event<'_>],
+    plan: &Plan,
+    adopted: &[Adopted],
+    fresh: &Fresh,
+    states: &BTreeMap<i64, OrderState>,
+) -> Effects {
+    let mut effects = Effects::default();
+    for (i, ev) in events.iter().enumerate() {
+        let place = plan.places[i];
+        let order = plan.order(place);
+        let adopted_here = adopted
+            .iter()
+            .zip(&fresh.adopted)
+            .filter(|(a, new)| **new && plan.linked_by.get(&a.payment) == Some(&i))
+            .count();
+        let told = Told {
+            ev,
+            place,
+            fresh: fresh.events[i],
+            adopted: adopted_here,
+            order,
+            state: order.and_then(|o| states.get(&o.id)),
+        };
+        effects.applied.push(told.applied());
+    }
+    for a in adopted {
+        let Some(&by) = plan.linked_by.get(&a.payment) else {
+            continue;
+        };
+        let Place::Order(order_id) = plan.places[by] else {
+            continue;
+        };
+        tracing::info!(event_id = %a.event.event_id, linked_by = %events[by].event.event_id, "parked event applied");
+        effects.settled_earlier.push((
+            a.parked.key.clone(),
+            adopted_detail(&events[by], plan, order_id),
+        ));
+    }
+    effects
+}
+
 /// What one event did.
-pub struct Told<'a> {
-    pub ev: &'a Event<'a>,
-    pub place: Place,
+struct Told<'a> {
+    ev: &'a Event<'a>,
+    place: Place,
     /// Its fact was new.
-    pub fresh: bool,
+    fresh: bool,
     /// How many parked facts its link applied.
-    pub adopted: usize,
-    pub order: Option<&'a OrderRow>,
+    adopted: usize,
+    order: Option<&'a OrderRow>,
     /// The order's recomputed state, if the group recomputed it.
-    pub state: Option<&'a OrderState>,
+    state: Option<&'a OrderState>,
 }
 
 impl Told<'_> {
-    pub fn applied(&self) -> Applied {
+    fn applied(&self) -> Applied {
         let event = self.ev.event;
         let payment_id = event.payment_id.as_deref().unwrap_or("-");
         let (order, fact) = match (self.place, self.order, &self.ev.fact) {
@@ -140,7 +188,7 @@ impl Told<'_> {
 }
 
 /// The outcome of a parked event applied when `ev`'s link arrived.
-pub fn adopted_detail(ev: &Event<'_>, plan: &Plan, order_id: i64) -> Applied {
+fn adopted_detail(ev: &Event<'_>, plan: &Plan, order_id: i64) -> Applied {
     let order_ref = plan
         .orders
         .get(&order_id)

@@ -1,7 +1,7 @@
 //! The one transaction path: a group of deliveries (a lone delivery is a
 //! group of one) in one transaction — claim all (insert-first: a copy
 //! under the same event id, or of the same signed body under another, is a
-//! duplicate and only counted), apply the effect to the fresh ones, record
+//! duplicate and only counted, copies inside the group too), apply the effect to the fresh ones, record
 //! every outcome, commit. The statements do not grow with the group: one
 //! claim, the effect's own (set-based), one outcome update. This is the
 //! only place in the worker where a delivery's transaction commits.
@@ -10,11 +10,12 @@
 //! cause is fixed is processed, not absorbed); `group` then redoes each
 //! delivery of a failed group alone, through this same function.
 
+use std::collections::HashSet;
 use std::time::Instant;
 
 use oncehook_common::dead_letter::DeadLetterKind;
 use oncehook_common::store::dedup::{self as dedup_store, Finish};
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 use super::{Delivery, Effect, Effects, ProcessError, Processed, Rejection};
 
@@ -41,13 +42,7 @@ async fn transaction<E: Effect>(
     deliveries: &[&Delivery],
 ) -> Result<Vec<Processed>, ProcessError> {
     let mut tx = pool.begin().await?;
-    let claims: Vec<_> = deliveries.iter().map(|d| d.claim()).collect();
-    // In the deliveries' order: `Some` for a duplicate, `None` for a fresh claim.
-    let duplicates: Vec<Option<Processed>> = dedup_store::claim_many(&mut tx, &claims)
-        .await?
-        .into_iter()
-        .map(Processed::duplicate)
-        .collect();
+    let duplicates = claim(&mut tx, deliveries).await?;
     let fresh: Vec<&Delivery> = deliveries
         .iter()
         .zip(&duplicates)
@@ -98,6 +93,34 @@ async fn transaction<E: Effect>(
                 .unwrap_or(Processed::Duplicate { same_body_as: None })
         })
         .collect())
+}
+
+/// Claims every delivery: `Some` for a duplicate, `None` for a fresh
+/// claim, in the deliveries' order. One statement cannot claim one signed
+/// body twice, so copies inside the group are claimed in a round after
+/// their first (where they meet it as a duplicate): one statement for a
+/// group without copies, one more per extra copy of a body.
+async fn claim(
+    tx: &mut PgConnection,
+    deliveries: &[&Delivery],
+) -> Result<Vec<Option<Processed>>, sqlx::Error> {
+    let mut results: Vec<Option<Option<Processed>>> = vec![None; deliveries.len()];
+    let mut left: Vec<usize> = (0..deliveries.len()).collect();
+    while !left.is_empty() {
+        let mut bodies = HashSet::new();
+        let (round, later): (Vec<usize>, Vec<usize>) = left
+            .iter()
+            .partition(|&&i| bodies.insert(deliveries[i].key.signed_body()));
+        let claims: Vec<_> = round.iter().map(|&i| deliveries[i].claim()).collect();
+        for (i, claimed) in round
+            .iter()
+            .zip(dedup_store::claim_many(tx, &claims).await?)
+        {
+            results[*i] = Some(Processed::duplicate(claimed));
+        }
+        left = later;
+    }
+    Ok(results.into_iter().map(Option::flatten).collect())
 }
 
 /// A lone delivery's permanent database error names its event.

@@ -7,9 +7,8 @@
 //! committer that is free takes the next delivery at once (nothing waits
 //! for company: a lone delivery is committed alone, at once) together with
 //! whatever else is queued by then, up to `size`; while its transaction
-//! runs, new deliveries queue for the next free committer. Two copies of
-//! one delivery (the same signed body, or the same event id) never share a
-//! group: the second waits for the next one, where it is a duplicate.
+//! runs, new deliveries queue for the next free committer. Copies of one
+//! delivery in one group are duplicates of the first, as across groups.
 //!
 //! A group that fails — a permanent rejection of one delivery, a database
 //! error, a failed commit, a deadlock — is rolled back whole, and each of
@@ -18,7 +17,6 @@
 //! answered before its commit, so the consume loop acks only committed
 //! deliveries.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use sqlx::PgPool;
@@ -86,9 +84,8 @@ async fn run_committer<E: Effect>(
             // committer may hold it until the next delivery comes.
             drain(&mut queue, &mut held, size);
         }
-        let group;
-        (group, held) = form(std::mem::take(&mut held), size);
-        run(&pool, &*effect, group).await;
+        let rest = held.split_off(held.len().min(size));
+        run(&pool, &*effect, std::mem::replace(&mut held, rest)).await;
     }
 }
 
@@ -100,26 +97,6 @@ fn drain(queue: &mut mpsc::UnboundedReceiver<Job>, held: &mut Vec<Job>, size: us
             Err(_) => break,
         }
     }
-}
-
-/// Splits `jobs` into a group of up to `size` jobs in which no two are
-/// copies of one delivery, and the rest.
-fn form(jobs: Vec<Job>, size: usize) -> (Vec<Job>, Vec<Job>) {
-    let mut seen = HashSet::new();
-    let (mut group, mut rest) = (Vec::new(), Vec::new());
-    for job in jobs {
-        let key = &job.delivery.key;
-        let body = (key.source.clone(), "body", key.body_sha256.clone());
-        let id = (key.source.clone(), "id", key.event_id.clone());
-        if group.len() < size && !seen.contains(&body) && !seen.contains(&id) {
-            seen.insert(body);
-            seen.insert(id);
-            group.push(job);
-        } else {
-            rest.push(job);
-        }
-    }
-    (group, rest)
 }
 
 /// Commits one group and answers every job in it.
