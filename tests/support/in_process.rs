@@ -12,7 +12,6 @@ use std::sync::Arc;
 
 use oncehook_common::consume::dispatch;
 use oncehook_common::consume::memory::{MemoryDeadLetters, MemoryDelivery, Settled};
-use oncehook_common::envelope::ENVELOPE_VERSION;
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::{Config, Envelope};
 use oncehook_gateways::Gateway;
@@ -21,27 +20,18 @@ use oncehook_worker::consumer::Worker;
 use oncehook_worker::pipeline::{self, Effect, ProcessError, Processed};
 use sqlx::PgPool;
 use time::OffsetDateTime;
-use uuid::Uuid;
 
 /// A signed delivery from `source` wrapped as ingest publishes it (with
 /// ingest's parse of the body).
 pub fn envelope(source: &str, gateway: Gateway, signed: &SignedDelivery) -> Envelope {
-    let event = oncehook_gateways::parse(gateway, &signed.headers, &signed.body).ok();
-    Envelope {
-        version: ENVELOPE_VERSION,
-        receipt_id: Uuid::new_v4(),
-        source: source.to_owned(),
+    Envelope::verified(
+        source,
         gateway,
-        event_id: None,
-        event_type: None,
-        received_at: OffsetDateTime::now_utc(),
-        verified_at: OffsetDateTime::now_utc(),
-        signed_at: None,
-        headers: signed.headers.clone(),
-        body_b64: Envelope::encode_body(&signed.body),
-        event: None,
-    }
-    .with_event(event)
+        signed.headers.clone(),
+        &signed.body,
+        OffsetDateTime::now_utc(),
+        None,
+    )
 }
 
 /// A worker in this process; see the module documentation.

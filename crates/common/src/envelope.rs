@@ -132,6 +132,35 @@ fn unknown_gateway(bytes: &[u8]) -> Option<EnvelopeError> {
 }
 
 impl Envelope {
+    /// A delivery whose signature was verified just now, as ingest wraps
+    /// it: a new receipt id, the body as received, and ingest's one parse
+    /// of it (`event: None` when it cannot be read).
+    pub fn verified(
+        source: &str,
+        gateway: Gateway,
+        headers: Headers,
+        body: &[u8],
+        received_at: OffsetDateTime,
+        signed_at: Option<i64>,
+    ) -> Envelope {
+        let parsed = oncehook_gateways::parse(gateway, &headers, body).ok();
+        Envelope {
+            version: ENVELOPE_VERSION,
+            receipt_id: Uuid::new_v4(),
+            source: source.to_owned(),
+            gateway,
+            event_id: None,
+            event_type: None,
+            received_at,
+            verified_at: OffsetDateTime::now_utc(),
+            signed_at,
+            headers,
+            body_b64: Envelope::encode_body(body),
+            event: None,
+        }
+        .with_event(parsed)
+    }
+
     pub fn body(&self) -> Result<Vec<u8>, EnvelopeError> {
         Ok(STANDARD.decode(&self.body_b64)?)
     }

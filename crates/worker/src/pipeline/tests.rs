@@ -1,10 +1,8 @@
 //! Decoding deliveries: the event ingest parsed is the one used.
 
-use oncehook_common::envelope::ENVELOPE_VERSION;
 use oncehook_gateways::Gateway;
 use oncehook_gateways::sample::{self, SampleSpec};
 use time::OffsetDateTime;
-use uuid::Uuid;
 
 use super::decode;
 use oncehook_common::Envelope;
@@ -25,22 +23,19 @@ fn spec() -> SampleSpec {
 /// An envelope as ingest builds it for a Razorpay `captured` sample.
 fn envelope(parsed_by_ingest: bool) -> Envelope {
     let d = sample::build(Gateway::Razorpay, "captured", &spec(), "s").expect("sample");
-    let event = oncehook_gateways::parse(Gateway::Razorpay, &d.headers, &d.body).ok();
-    Envelope {
-        version: ENVELOPE_VERSION,
-        receipt_id: Uuid::new_v4(),
-        source: "rzp".into(),
-        gateway: Gateway::Razorpay,
-        event_id: None,
-        event_type: None,
-        received_at: OffsetDateTime::now_utc(),
-        verified_at: OffsetDateTime::now_utc(),
-        signed_at: None,
-        headers: d.headers,
-        body_b64: Envelope::encode_body(&d.body),
-        event: None,
+    let env = Envelope::verified(
+        "rzp",
+        Gateway::Razorpay,
+        d.headers,
+        &d.body,
+        OffsetDateTime::now_utc(),
+        None,
+    );
+    if parsed_by_ingest {
+        env
+    } else {
+        env.with_event(None)
     }
-    .with_event(event.filter(|_| parsed_by_ingest))
 }
 
 #[test]
