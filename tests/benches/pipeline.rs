@@ -56,6 +56,7 @@ use oncehook_gateways::sample::SignedDelivery;
 
 mod console;
 mod cpu;
+mod inside;
 mod speed;
 mod table;
 
@@ -1407,6 +1408,9 @@ async fn main() {
     rows.extend(extra.rows);
     notes.extend(extra.notes);
     cpu.extend(extra.cpu);
+    let (inside_rows, inside_notes) = inside::phase(&knobs).await;
+    rows.extend(inside_rows);
+    notes.extend(inside_notes);
     let (console_rows, console_notes) = console::phase().await;
     rows.extend(console_rows);
     notes.extend(console_notes);

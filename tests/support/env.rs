@@ -203,6 +203,18 @@ impl TestEnv {
     /// unless `extra` names one (the per-binary defaults would collide
     /// between tests running in parallel); [`Proc::metrics`] says where.
     pub fn spawn(&mut self, bin: &str, extra: &[(&str, &str)], args: &[&str]) -> Proc {
+        self.spawn_from(&crate::process::bin_dir(), bin, extra, args)
+    }
+
+    /// [`TestEnv::spawn`] with the binary taken from `dir` (a baseline
+    /// build beside the one under test).
+    pub fn spawn_from(
+        &mut self,
+        dir: &std::path::Path,
+        bin: &str,
+        extra: &[(&str, &str)],
+        args: &[&str],
+    ) -> Proc {
         const SERVICES: [&str; 3] = ["oncehook-ingest", "oncehook-worker", "oncehook-mailer"];
         let mut envs = if SERVICES.contains(&bin) {
             self.service_envs()
@@ -226,7 +238,13 @@ impl TestEnv {
         }
         self.spawned += 1;
         let log = self.dir.join(format!("{:02}-{bin}.log", self.spawned));
-        let mut proc = Proc::spawn(bin, log, &envs, args);
+        let program = dir.join(bin);
+        assert!(
+            program.exists(),
+            "{} is missing: build it first",
+            program.display()
+        );
+        let mut proc = Proc::spawn_program(&program.display().to_string(), bin, log, &envs, args);
         proc.metrics = metrics;
         proc
     }

@@ -16,6 +16,7 @@ pub mod chaos;
 pub mod cluster;
 pub mod console;
 pub mod env;
+pub mod in_process;
 pub mod ledger_gen;
 pub mod ledger_model;
 pub mod ops;
@@ -26,6 +27,7 @@ pub mod prometheus;
 pub mod shop;
 pub mod smtp;
 pub mod smtp_tls;
+pub mod statements;
 pub mod webdriver;
 
 pub use env::{Secrets, TestEnv};

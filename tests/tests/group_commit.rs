@@ -76,7 +76,6 @@ async fn a_bad_event_in_a_batch_is_dead_lettered_alone_and_the_rest_commit_once(
             &[
                 ("ONCEHOOK_PREFETCH", "16"),
                 ("ONCEHOOK_WORKER_BATCH_SIZE", "8"),
-                ("ONCEHOOK_WORKER_BATCH_LINGER_MS", "20"),
             ],
         )
         .await;

@@ -22,7 +22,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable};
-use oncehook_gateways::{Gateway, Headers, NormalizedEvent, UnknownGateway};
+use oncehook_gateways::{Gateway, Headers, NormalizedEvent, ParseError, UnknownGateway};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -49,6 +49,21 @@ pub enum EnvelopeError {
         /// The envelope's configured source name.
         source_name: String,
         gateway: UnknownGateway,
+    },
+}
+
+/// Why an envelope's event could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum EventError {
+    #[error(transparent)]
+    Envelope(#[from] EnvelopeError),
+    #[error("its {gateway} envelope carries a {provider} event")]
+    Mismatch { gateway: Gateway, provider: Gateway },
+    #[error("{gateway} delivery (receipt {receipt_id}) is authentic but not understood: {error}")]
+    Unparseable {
+        gateway: Gateway,
+        receipt_id: Uuid,
+        error: ParseError,
     },
 }
 
@@ -117,6 +132,35 @@ fn unknown_gateway(bytes: &[u8]) -> Option<EnvelopeError> {
 }
 
 impl Envelope {
+    /// A delivery whose signature was verified just now, as ingest wraps
+    /// it: a new receipt id, the body as received, and ingest's one parse
+    /// of it (`event: None` when it cannot be read).
+    pub fn verified(
+        source: &str,
+        gateway: Gateway,
+        headers: Headers,
+        body: &[u8],
+        received_at: OffsetDateTime,
+        signed_at: Option<i64>,
+    ) -> Envelope {
+        let parsed = oncehook_gateways::parse(gateway, &headers, body).ok();
+        Envelope {
+            version: ENVELOPE_VERSION,
+            receipt_id: Uuid::new_v4(),
+            source: source.to_owned(),
+            gateway,
+            event_id: None,
+            event_type: None,
+            received_at,
+            verified_at: OffsetDateTime::now_utc(),
+            signed_at,
+            headers,
+            body_b64: Envelope::encode_body(body),
+            event: None,
+        }
+        .with_event(parsed)
+    }
+
     pub fn body(&self) -> Result<Vec<u8>, EnvelopeError> {
         Ok(STANDARD.decode(&self.body_b64)?)
     }
@@ -153,6 +197,28 @@ impl Envelope {
         match &self.event {
             Some(event) => Some(&event.event_type),
             None => self.event_type.as_deref(),
+        }
+    }
+
+    /// The event this envelope carries: ingest's parse, else (an older
+    /// ingest's envelope) the body parsed now.
+    pub fn normalized_event(&self) -> Result<NormalizedEvent, EventError> {
+        match &self.event {
+            Some(event) if event.provider != self.gateway => Err(EventError::Mismatch {
+                gateway: self.gateway,
+                provider: event.provider,
+            }),
+            Some(event) => Ok(event.clone()),
+            None => {
+                let body = self.body()?;
+                oncehook_gateways::parse(self.gateway, &self.headers, &body).map_err(|error| {
+                    EventError::Unparseable {
+                        gateway: self.gateway,
+                        receipt_id: self.receipt_id,
+                        error,
+                    }
+                })
+            }
         }
     }
 

@@ -4,8 +4,8 @@
 //! delivery by the verdict returned here; this module adds the worker's
 //! session tasks (outbox relay, parked-event sweeper, queue gauges).
 //!
-//! Delivery: decode → process (one transaction, or a share of a batch's
-//! transaction: see `batch`) → `Ack` after commit.
+//! Delivery: decode → the pipeline's grouper (one transaction for the
+//! deliveries in flight together: see `pipeline`) → `Ack` after commit.
 //! Duplicates — a copy under the same event id, or of the same signed body
 //! under another — are acked and counted. Permanent failures become
 //! `DeadLetter` (published to `P.dead` with the reason, then acked).
@@ -32,15 +32,13 @@ use sqlx::PgPool;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::batch::{Batcher, Reply};
-use crate::effect::Effect;
-use crate::processor::{self, Decoded, ProcessError, Processed, Rejection};
+use crate::pipeline::{self, Delivery, Effect, Grouper, ProcessError, Processed, Rejection};
 use crate::relay;
 
 /// Shared state of one worker process.
 pub struct Worker<E: Effect> {
     pub pool: PgPool,
-    pub effect: E,
+    pub effect: Arc<E>,
     pub settings: WorkerSettings,
     pub topology: Topology,
     pub readiness: Readiness,
@@ -48,20 +46,20 @@ pub struct Worker<E: Effect> {
     pub retry: RetryPolicy,
     shutdown: Shutdown,
     relay_wakeup: Arc<Notify>,
-    /// Group commit, when `[worker] batch.size` is above 1.
-    batcher: Option<Batcher>,
+    /// Groups the deliveries in flight into transactions (`[worker] batch.size`).
+    grouper: Grouper,
 }
 
 impl<E: Effect> Worker<E> {
     pub fn new(pool: PgPool, effect: E, settings: WorkerSettings, shutdown: Shutdown) -> Arc<Self> {
-        let batcher = (settings.worker.batch_size > 1).then(|| {
-            Batcher::new(
-                usize::from(settings.worker.batch_size),
-                settings.worker.batch_linger,
-            )
-        });
+        let effect = Arc::new(effect);
+        let size = usize::from(settings.worker.batch_size.max(1));
+        // Enough committers that the prefetched deliveries fill groups of
+        // `size`; with `batch.size = 1`, one transaction per delivery in flight.
+        let committers = usize::from(settings.worker.prefetch).div_ceil(size).max(1);
+        let grouper = Grouper::start(pool.clone(), effect.clone(), size, committers);
         Arc::new(Worker {
-            batcher,
+            grouper,
             pool,
             effect,
             topology: Topology::new(settings.broker.prefix.clone()),
@@ -98,23 +96,27 @@ impl<E: Effect> Worker<E> {
         .await;
     }
 
-    /// Processes a decoded event until it has a verdict. Transient database
+    /// Commits a delivery until it has a verdict. Transient database
     /// errors never settle it: the delivery is held (unacked) and retried —
     /// by the policy's backoff, then at its capped delay, or once Postgres
     /// answers again — for as long as the trouble lasts, so they never count
     /// toward the queue's delivery limit. Only shutdown gives it back.
-    async fn process(&self, decoded: &Decoded) -> Verdict {
-        let gateway = decoded.event.provider.as_str();
-        let event_id = &decoded.event.event_id;
+    async fn process(&self, delivery: Arc<Delivery>) -> Verdict {
+        let gateway = delivery.event.provider.as_str();
+        let event_id = &delivery.event.event_id;
         let mut backoff = self.retry.backoff();
         let mut tries: u32 = 0;
         loop {
-            let err = match processor::process(&self.pool, &self.effect, decoded).await {
-                Ok(processed) => {
-                    self.record(decoded, &processed);
+            let err = match self.grouper.submit(delivery.clone()).await {
+                Some(Ok(processed)) => {
+                    self.record(&delivery, &processed);
                     return Verdict::Ack;
                 }
-                Err(err) => err,
+                Some(Err(err)) => err,
+                None => {
+                    tracing::info!(gateway, %event_id, "stopping; requeueing the delivery");
+                    return Verdict::Retry;
+                }
             };
             let err = match next_step(err) {
                 Step::Settle(verdict) => return verdict,
@@ -149,12 +151,12 @@ impl<E: Effect> Worker<E> {
     }
 
     /// Counts and logs a committed delivery, and wakes the relay for its emails.
-    fn record(&self, decoded: &Decoded, processed: &Processed) {
+    fn record(&self, decoded: &Delivery, processed: &Processed) {
         let gateway = decoded.event.provider.as_str();
         let event = &decoded.event;
         let receipt = &decoded.envelope.receipt_id;
         match processed {
-            Processed::Done { outcome, detail } => {
+            Processed::Done(pipeline::Applied { outcome, detail }) => {
                 self.relay_wakeup.notify_one();
                 metrics::counter!("oncehook_worker_events_total", "gateway" => gateway, "outcome" => outcome.as_str())
                     .increment(1);
@@ -210,35 +212,22 @@ pub fn zero_counters<'a>(sources: impl IntoIterator<Item = &'a str>) {
 
 impl<E: Effect> Handler for Worker<E> {
     async fn handle(&self, message: &dyn Message) -> Verdict {
-        let decoded = match processor::decode(message.body(), &message.message_id()) {
+        let delivery = match pipeline::decode(message.body(), &message.message_id()) {
             Ok(d) => d,
             Err(rejection) => return rejected(rejection),
         };
         if let Some(bad) = &self.settings.worker.fault_panic_order_ref
-            && decoded.event.order_ref.as_deref() == Some(bad.as_str())
+            && delivery.event.order_ref.as_deref() == Some(bad.as_str())
         {
             panic!("fault injection: configured to panic on order {bad}");
         }
-        let Some(batcher) = &self.batcher else {
-            return self.process(&decoded).await;
-        };
-        let decoded = Arc::new(decoded);
-        match batcher
-            .submit(&self.pool, &self.effect, decoded.clone())
-            .await
-        {
-            Reply::Done(processed) => {
-                self.record(&decoded, &processed);
-                Verdict::Ack
-            }
-            Reply::Alone => self.process(&decoded).await,
-        }
+        self.process(Arc::new(delivery)).await
     }
 
     fn dead_lettered(&self, message: &dyn Message, kind: &str, error: &str) {
         let message_id = message.message_id();
         // Decoded again only for its gateway label (dead letters are rare).
-        let gateway = processor::decode(message.body(), &message_id)
+        let gateway = pipeline::decode(message.body(), &message_id)
             .map_or("unknown", |d| d.event.provider.as_str());
         metrics::counter!("oncehook_worker_events_total", "gateway" => gateway, "outcome" => "dead")
             .increment(1);
@@ -298,7 +287,7 @@ impl SessionTasks for WorkerTasks {
             self.relay_wakeup.clone(),
             stop.clone(),
         ));
-        let sweeper = tokio::spawn(crate::parking::run_sweeper(
+        let sweeper = tokio::spawn(crate::ledger::parking::run_sweeper(
             self.pool.clone(),
             channel.clone(),
             self.topology.clone(),

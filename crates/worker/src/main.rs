@@ -5,9 +5,9 @@
 use anyhow::Context;
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::{Config, db, health, telemetry};
-use oncehook_worker::commerce::CommerceEffect;
 use oncehook_worker::consumer::{self, Worker};
-use oncehook_worker::{parking, retention};
+use oncehook_worker::ledger::{Ledger, parking};
+use oncehook_worker::retention;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -38,12 +38,7 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     let pool = db::service_pool(&settings.database, pool_size).context("database URL")?;
-    let worker = Worker::new(
-        pool.clone(),
-        CommerceEffect,
-        settings.clone(),
-        shutdown.clone(),
-    );
+    let worker = Worker::new(pool.clone(), Ledger, settings.clone(), shutdown.clone());
     if let Some(addr) = settings.metrics_addr {
         let bound = health::serve(addr, metrics, worker.readiness.clone(), shutdown.clone())
             .await

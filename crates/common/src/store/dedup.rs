@@ -99,35 +99,6 @@ const UNIQUE_VIOLATION: &str = "23505";
 /// The table's primary key, `(source, event_id, body_sha256)`.
 const PRIMARY_KEY: &str = "processed_webhooks_pkey";
 
-/// Claims the delivery; anything but [`Claimed::Fresh`] is a duplicate,
-/// whose sighting is counted on the row it conflicted with.
-pub async fn claim(conn: &mut PgConnection, c: Claim<'_>) -> Result<Claimed, sqlx::Error> {
-    let row = sqlx::query!(
-        r#"INSERT INTO processed_webhooks
-               (source, event_id, body_sha256, provider, event_type, order_ref, receipt_id, outcome, received_at, payment_id)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, 'applied', $8, $9)
-           ON CONFLICT (source, body_sha256) WHERE body_sha256 <> '' DO UPDATE
-               SET deliveries = processed_webhooks.deliveries
-                       + (processed_webhooks.event_id = EXCLUDED.event_id)::int,
-                   body_redeliveries = processed_webhooks.body_redeliveries
-                       + (processed_webhooks.event_id <> EXCLUDED.event_id)::int,
-                   last_seen_at = now()
-           RETURNING event_id, (xmax = 0) AS "inserted!""#,
-        c.key.source,
-        c.key.event_id,
-        c.key.body_sha256,
-        c.provider,
-        c.event_type,
-        c.order_ref,
-        c.receipt_id,
-        c.received_at,
-        c.payment_id,
-    )
-    .fetch_one(conn)
-    .await?;
-    Ok(Claimed::of(row.inserted, row.event_id, &c.key.event_id))
-}
-
 /// Claims several deliveries in one statement (group commit); returns what
 /// each claim found, in the order of `claims`. The signed bodies
 /// ([`DeliveryKey::signed_body`]) must be distinct; they are inserted in
@@ -213,27 +184,6 @@ pub async fn finish_many(conn: &mut PgConnection, done: &[Finish<'_>]) -> Result
         &col(|f| f.key.body_sha256.clone()),
         &col(|f| f.outcome.to_owned()),
         &col(|f| f.detail.to_owned()),
-    )
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
-/// Records the outcome of a claimed delivery (same transaction).
-pub async fn finish(
-    conn: &mut PgConnection,
-    key: &DeliveryKey,
-    outcome: &str,
-    detail: &str,
-) -> Result<(), sqlx::Error> {
-    sqlx::query!(
-        "UPDATE processed_webhooks SET outcome = $4, detail = $5, processed_at = now()
-         WHERE source = $1 AND event_id = $2 AND body_sha256 = $3",
-        key.source,
-        key.event_id,
-        key.body_sha256,
-        outcome,
-        detail,
     )
     .execute(conn)
     .await?;

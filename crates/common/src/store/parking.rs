@@ -1,28 +1,13 @@
 //! `parked_events`: events whose payment is not linked to an order yet,
 //! with their envelope, until a link arrives or the TTL passes. An advisory
-//! lock per payment ([`lock_payment`]) orders "park" against "link".
+//! lock per payment (`ledger::books::lock_payments`) orders "park" against
+//! "link".
 
 use std::time::Duration;
 
 use sqlx::PgConnection;
 
 use super::dedup::DeliveryKey;
-
-/// Serialises park/link decisions for one payment until the transaction ends.
-pub async fn lock_payment(
-    conn: &mut PgConnection,
-    provider: &str,
-    payment_id: &str,
-) -> Result<(), sqlx::Error> {
-    sqlx::query!(
-        "SELECT pg_advisory_xact_lock(hashtextextended($1 || ':' || $2, 7))",
-        provider,
-        payment_id
-    )
-    .fetch_one(conn)
-    .await?;
-    Ok(())
-}
 
 /// A parked event.
 #[derive(Debug, Clone)]
@@ -61,41 +46,54 @@ impl From<Row> for Parked {
     }
 }
 
-/// Keeps an event until its payment is linked.
-pub async fn park(conn: &mut PgConnection, p: &Parked) -> Result<(), sqlx::Error> {
+/// Parks events (a second park of one is a no-op), one statement for a
+/// batch; hold the payments' advisory locks (`ledger::books::lock_payments`).
+pub async fn park_many(conn: &mut PgConnection, parked: &[Parked]) -> Result<(), sqlx::Error> {
+    if parked.is_empty() {
+        return Ok(());
+    }
+    let text = |f: fn(&Parked) -> &str| parked.iter().map(|p| f(p).to_owned()).collect::<Vec<_>>();
     sqlx::query!(
         "INSERT INTO parked_events (source, event_id, body_sha256, provider, payment_id, routing_key, envelope)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)
+         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bytea[])
          ON CONFLICT DO NOTHING",
-        p.key.source,
-        p.key.event_id,
-        p.key.body_sha256,
-        p.provider,
-        p.payment_id,
-        p.routing_key,
-        p.envelope
+        &text(|p| &p.key.source),
+        &text(|p| &p.key.event_id),
+        &text(|p| &p.key.body_sha256),
+        &text(|p| &p.provider),
+        &text(|p| &p.payment_id),
+        &text(|p| &p.routing_key),
+        &parked.iter().map(|p| p.envelope.clone()).collect::<Vec<_>>(),
     )
     .execute(conn)
     .await?;
     Ok(())
 }
 
-/// Removes and returns the events parked for a payment (hold [`lock_payment`]).
-pub async fn take(
+/// Removes and returns the events parked for these payments
+/// (`(provider, payment_id)` pairs; hold their advisory locks).
+pub async fn take_many(
     conn: &mut PgConnection,
-    provider: &str,
-    payment_id: &str,
+    providers: &[String],
+    payment_ids: &[String],
 ) -> Result<Vec<Parked>, sqlx::Error> {
+    if providers.is_empty() {
+        return Ok(Vec::new());
+    }
     let rows = sqlx::query_as!(
         Row,
-        "DELETE FROM parked_events WHERE provider = $1 AND payment_id = $2
-         RETURNING source, event_id, body_sha256, provider, payment_id, routing_key, envelope",
-        provider,
-        payment_id
+        "DELETE FROM parked_events p USING unnest($1::text[], $2::text[]) AS t(provider, payment_id)
+         WHERE p.provider = t.provider AND p.payment_id = t.payment_id
+         RETURNING p.source, p.event_id, p.body_sha256, p.provider, p.payment_id, p.routing_key, p.envelope",
+        providers,
+        payment_ids
     )
     .fetch_all(conn)
     .await?;
-    Ok(rows.into_iter().map(Parked::from).collect())
+    let mut parked: Vec<Parked> = rows.into_iter().map(Parked::from).collect();
+    // One order however Postgres returns them.
+    parked.sort_by(|a, b| a.key.event_id.cmp(&b.key.event_id));
+    Ok(parked)
 }
 
 /// Locks (skipping those another sweeper holds) up to `limit` events parked

@@ -14,10 +14,8 @@ use std::time::{Duration, Instant};
 use actix_web::{HttpRequest, HttpResponse, web};
 use futures_lite::StreamExt;
 use oncehook_common::Envelope;
-use oncehook_common::envelope::ENVELOPE_VERSION;
 use oncehook_gateways::{Gateway, Headers};
 use time::OffsetDateTime;
-use uuid::Uuid;
 
 use crate::error::IngestError;
 use crate::refusals;
@@ -120,23 +118,14 @@ async fn handle(
     // id) and travels in the envelope so the worker does not parse again. An
     // authentic payload we cannot parse is still accepted (`event: None`) and
     // dead-lettered by the worker with the reason.
-    let parsed = oncehook_gateways::parse(source.gateway, &headers, &body).ok();
-    let receipt_id = Uuid::new_v4();
-    let envelope = Envelope {
-        version: ENVELOPE_VERSION,
-        receipt_id,
-        source: source_name.to_owned(),
-        gateway: source.gateway,
-        event_id: None,
-        event_type: None,
-        received_at,
-        verified_at: OffsetDateTime::now_utc(),
-        signed_at: verification.signed_at,
+    let envelope = Envelope::verified(
+        source_name,
+        source.gateway,
         headers,
-        body_b64: Envelope::encode_body(&body),
-        event: None,
-    }
-    .with_event(parsed);
+        &body,
+        received_at,
+        verification.signed_at,
+    );
 
     publish(state, &envelope, verification.secret_index).await
 }

@@ -9,13 +9,13 @@ use oncehook_common::consume::dispatch;
 use oncehook_common::consume::memory::{MemoryDeadLetters, MemoryDelivery, Settled};
 
 use super::*;
-use crate::commerce::CommerceEffect;
+use crate::ledger::Ledger;
 
-fn worker() -> Arc<Worker<CommerceEffect>> {
+fn worker() -> Arc<Worker<Ledger>> {
     worker_with(&[])
 }
 
-fn worker_with(vars: &[(&str, &str)]) -> Arc<Worker<CommerceEffect>> {
+fn worker_with(vars: &[(&str, &str)]) -> Arc<Worker<Ledger>> {
     let env: HashMap<String, String> = vars
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -25,7 +25,7 @@ fn worker_with(vars: &[(&str, &str)]) -> Arc<Worker<CommerceEffect>> {
         .into_worker();
     // Never connected: the paths under test decide before touching Postgres.
     let pool = db::lazy_pool("postgres://nobody@127.0.0.1:1/none", 1).expect("lazy pool");
-    Worker::new(pool, CommerceEffect, settings, Shutdown::new())
+    Worker::new(pool, Ledger, settings, Shutdown::new())
 }
 
 #[tokio::test]
@@ -60,10 +60,10 @@ async fn an_undecodable_envelope_whose_dead_letter_fails_is_requeued() {
 #[test]
 fn process_errors_map_to_verdicts() {
     let rejection = |kind| {
-        ProcessError::Permanent(Rejection {
-            kind,
-            message: format!("{kind} for evt_1"),
-        })
+        ProcessError::Permanent(Rejection::new(
+            oncehook_common::dead_letter::DeadLetterKind::parse(kind),
+            format!("{kind} for evt_1"),
+        ))
     };
     for kind in ["unknown_order", "unparseable", "database"] {
         match next_step(rejection(kind)) {

@@ -1,8 +1,9 @@
 //! The order ledger's state function (docs/ledger.md), as pure code: the
-//! facts recorded for one order in, the order's state out. The commerce
-//! effect loads the facts, calls [`compute`] and writes the result in the
-//! same transaction that recorded the new fact, so the books depend only on
-//! the *set* of facts, never on the order in which events arrived.
+//! facts recorded for one order in, the order's state out. The ledger reads
+//! the facts of every order a group touched, calls [`compute`] for each and
+//! writes the results in the same transaction that recorded the new facts,
+//! so the books depend only on the *set* of facts, never on the order in
+//! which events arrived.
 
 use std::collections::BTreeMap;
 

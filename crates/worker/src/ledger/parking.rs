@@ -1,21 +1,29 @@
-//! Parked events: events whose payment is not linked to an order yet — a
+//! Parking: events whose payment is not linked to an order yet — a
 //! Stripe `payment_intent.succeeded` that overtook the
-//! `checkout.session.completed` naming its order. The processor parks them
-//! (the delivery is recorded with outcome `parked`); the commerce effect
-//! takes them back when a link for their payment arrives; the sweeper here
-//! dead-letters those no link claimed within `ONCEHOOK_UNLINKED_TTL` (kind
-//! `unknown_order`), and the worker's dead-letter counters start here at
-//! zero. The table belongs to `oncehook_common::store::parking`.
+//! `checkout.session.completed` naming its order. The ledger parks them in
+//! the group's transaction (the delivery is recorded with outcome
+//! `parked`) and takes them back ([`adopt`]) in the transaction of the
+//! group whose event links their payment, recording their facts there;
+//! both happen under the payment's advisory lock, so a park and a link
+//! never miss each other. The sweeper here dead-letters what no link
+//! claimed within `ONCEHOOK_UNLINKED_TTL` (kind `unknown_order`), and the
+//! worker's dead-letter counters start here at zero. The table belongs to
+//! `oncehook_common::store::parking`.
 
 use std::time::Duration;
 
 use lapin::Channel;
 use oncehook_common::amqp::PublishError;
 use oncehook_common::dead_letter::{self, DeadLetter, DeadLetterKind, Writer};
+use oncehook_common::store::ledger::books::PaymentKey;
+use oncehook_common::store::parking::Parked;
 use oncehook_common::store::{dedup, parking};
 use oncehook_common::{Envelope, Topology};
-use oncehook_gateways::Gateway;
-use sqlx::PgPool;
+use oncehook_gateways::{Gateway, NormalizedEvent};
+use sqlx::{PgConnection, PgPool};
+
+use super::facts::{Fact, fact_of};
+use crate::pipeline::Delivery;
 
 /// Sweeps at most this many expired events per transaction.
 const SWEEP_BATCH: i64 = 50;
@@ -134,5 +142,66 @@ pub async fn run_sweeper(
             () = tokio::time::sleep(every) => {}
             () = stop.wait() => return,
         }
+    }
+}
+
+/// A parked event taken back because its payment is now linked.
+#[derive(Debug)]
+pub struct Adopted {
+    pub parked: Parked,
+    pub event: NormalizedEvent,
+    pub fact: Fact,
+    pub payment: PaymentKey,
+}
+
+/// Takes back the events parked for these newly linked payments. One that
+/// can no longer be read is left parked (for the sweeper, then the DLQ),
+/// never lost: it comes back in the second list, to park again.
+pub async fn adopt(
+    conn: &mut PgConnection,
+    payments: &[&PaymentKey],
+) -> Result<(Vec<Adopted>, Vec<Parked>), sqlx::Error> {
+    let (providers, ids): (Vec<String>, Vec<String>) = payments
+        .iter()
+        .map(|p| (p.provider.clone(), p.payment_id.clone()))
+        .unzip();
+    let mut adopted = Vec::new();
+    let mut unreadable = Vec::new();
+    for parked in parking::take_many(conn, &providers, &ids).await? {
+        let read = Envelope::from_bytes(&parked.envelope)
+            .map_err(|e| e.to_string())
+            .and_then(|env| env.normalized_event().map_err(|e| e.to_string()))
+            .and_then(|event| match fact_of(&event) {
+                Ok(Some(fact)) => Ok((event, fact)),
+                Ok(None) => Err("it records no fact".to_owned()),
+                Err(rejection) => Err(rejection.message),
+            });
+        match read {
+            Ok((event, fact)) => adopted.push(Adopted {
+                payment: PaymentKey {
+                    provider: parked.provider.clone(),
+                    payment_id: parked.payment_id.clone(),
+                },
+                parked,
+                event,
+                fact,
+            }),
+            Err(error) => {
+                tracing::error!(event_id = %parked.key.event_id, source = %parked.key.source, %error, "a parked event can no longer be read; left parked");
+                unreadable.push(parked);
+            }
+        }
+    }
+    Ok((adopted, unreadable))
+}
+
+/// The row that parks a delivery.
+pub fn parked(delivery: &Delivery) -> Parked {
+    Parked {
+        key: delivery.key.clone(),
+        provider: delivery.event.provider.as_str().to_owned(),
+        payment_id: delivery.event.payment_id.clone().unwrap_or_default(),
+        routing_key: delivery.envelope.routing_key(),
+        envelope: delivery.envelope.to_bytes(),
     }
 }

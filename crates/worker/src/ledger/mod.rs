@@ -1,0 +1,114 @@
+//! The order ledger (docs/ledger.md): the worker's one effect, applied to a
+//! group of new deliveries inside the pipeline's transaction.
+//!
+//! Every event becomes a fact (`facts`) — a payment attempt, a refund, a
+//! link from a payment to its order. For a group, in a fixed number of
+//! statements whatever its size:
+//!
+//! 1. lock the payments the group names (advisory locks, in key order) and
+//!    the orders it names or its payments are linked to (in id order);
+//! 2. place every event (`plan`): its order by reference, else by its
+//!    payment's link (one recorded already or one the group makes), else it
+//!    waits (`parking`);
+//! 3. take back the events parked for the payments the group links;
+//! 4. record every link, attempt and refund (`record`), one statement;
+//! 5. recompute every order a new fact touched from *all* its facts
+//!    (`recompute`, with the pure `state::compute`): status, refunds,
+//!    primary payment, flags, the one stock movement (`stock`);
+//! 6. write the emails (`emails`: one confirmation per order, one per
+//!    refund fact) and park what stays unlinked;
+//! 7. tell the pipeline each event's outcome (`outcome`).
+//!
+//! So the books depend on the set of events, not on the order or number of
+//! their deliveries, nor on how they were grouped.
+
+mod emails;
+mod facts;
+mod outcome;
+pub mod parking;
+mod plan;
+mod recompute;
+mod record;
+pub mod state;
+mod stock;
+
+pub use emails::money;
+
+use std::collections::BTreeSet;
+
+use oncehook_common::store::ledger::books::{self, PaymentKey};
+use oncehook_common::store::outbox;
+use oncehook_common::store::parking as parking_store;
+use sqlx::PgConnection;
+
+use crate::pipeline::{Delivery, Effect, EffectError, Effects};
+use facts::Event;
+use plan::Plan;
+use recompute::recompute;
+use record::Recording;
+
+/// The order ledger as the pipeline's effect.
+#[derive(Debug, Default, Clone)]
+pub struct Ledger;
+
+impl Effect for Ledger {
+    async fn apply(
+        &self,
+        conn: &mut PgConnection,
+        deliveries: &[&Delivery],
+    ) -> Result<Effects, EffectError> {
+        let events: Vec<Event<'_>> = deliveries
+            .iter()
+            .map(|d| Event::read(&d.event))
+            .collect::<Result<_, _>>()
+            .map_err(EffectError::Permanent)?;
+        let payments: Vec<PaymentKey> = sorted(events.iter().filter_map(|e| e.payment.clone()));
+        books::lock_payments(conn, &payments).await?;
+        let refs: Vec<String> = sorted(
+            events
+                .iter()
+                .filter_map(|e| e.order_ref().map(str::to_owned)),
+        );
+        let locked = books::lock_orders(conn, &refs, &payments).await?;
+        let plan = Plan::new(&events, locked).map_err(EffectError::Permanent)?;
+        let linked: Vec<&PaymentKey> = plan.links.iter().map(|l| &l.payment).collect();
+        let (adopted, unreadable) = parking::adopt(conn, &linked).await?;
+
+        let recording = Recording::new(&events, &plan, &adopted);
+        let written = books::record(conn, &recording.facts).await?;
+        let fresh = recording.fresh(&written);
+        let recomputed = recompute(conn, &recording.touched(&plan, &fresh)).await?;
+
+        let mut emails = recomputed.confirmations;
+        emails.extend(recording.new_refunds(&fresh).filter_map(|r| {
+            plan.orders
+                .get(&r.order_id)
+                .map(|o| emails::Email::refund(o, r))
+        }));
+        let rows: Vec<_> = emails.iter().map(emails::Email::row).collect();
+        if !rows.is_empty() {
+            outbox::write_many(conn, &rows).await?;
+        }
+        let mut parked: Vec<_> = deliveries
+            .iter()
+            .zip(&plan.places)
+            .filter(|(_, place)| **place == plan::Place::Parked)
+            .map(|(d, _)| parking::parked(d))
+            .collect();
+        parked.extend(unreadable);
+        parking_store::park_many(conn, &parked).await?;
+
+        Ok(outcome::tell(
+            &events,
+            &plan,
+            &adopted,
+            &fresh,
+            &recomputed.states,
+        ))
+    }
+}
+
+/// The distinct items, sorted (the order locks are taken in).
+fn sorted<T: Ord>(items: impl Iterator<Item = T>) -> Vec<T> {
+    items.collect::<BTreeSet<T>>().into_iter().collect()
+}

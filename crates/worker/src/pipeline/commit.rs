@@ -1,0 +1,141 @@
+//! The one transaction path: a group of deliveries (a lone delivery is a
+//! group of one) in one transaction — claim all (insert-first: a copy
+//! under the same event id, or of the same signed body under another, is a
+//! duplicate and only counted, copies inside the group too), apply the effect to the fresh ones, record
+//! every outcome, commit. The statements do not grow with the group: one
+//! claim, the effect's own (set-based), one outcome update. This is the
+//! only place in the worker where a delivery's transaction commits.
+//!
+//! Any error rolls everything back, the claims too (so a replay after the
+//! cause is fixed is processed, not absorbed); `group` then redoes each
+//! delivery of a failed group alone, through this same function.
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use oncehook_common::dead_letter::DeadLetterKind;
+use oncehook_common::store::dedup::{self as dedup_store, Finish};
+use sqlx::{PgConnection, PgPool};
+
+use super::{Delivery, Effect, Effects, ProcessError, Processed, Rejection};
+
+/// Commits `deliveries` in one transaction; the results are in their
+/// order. An error means nothing was committed.
+pub async fn commit<E: Effect>(
+    pool: &PgPool,
+    effect: &E,
+    deliveries: &[&Delivery],
+) -> Result<Vec<Processed>, ProcessError> {
+    let started = Instant::now();
+    let results = transaction(pool, effect, deliveries)
+        .await
+        .map_err(|err| name_the_event(err, deliveries))?;
+    metrics::histogram!("oncehook_worker_transaction_duration_seconds")
+        .record(started.elapsed().as_secs_f64());
+    metrics::histogram!("oncehook_worker_batch_size").record(deliveries.len() as f64);
+    Ok(results)
+}
+
+async fn transaction<E: Effect>(
+    pool: &PgPool,
+    effect: &E,
+    deliveries: &[&Delivery],
+) -> Result<Vec<Processed>, ProcessError> {
+    let mut tx = pool.begin().await?;
+    let duplicates = claim(&mut tx, deliveries).await?;
+    let fresh: Vec<&Delivery> = deliveries
+        .iter()
+        .zip(&duplicates)
+        .filter(|(_, duplicate)| duplicate.is_none())
+        .map(|(d, _)| *d)
+        .collect();
+    let Effects {
+        applied,
+        settled_earlier,
+    } = if fresh.is_empty() {
+        Effects::default()
+    } else {
+        effect.apply(&mut tx, &fresh).await?
+    };
+    if applied.len() != fresh.len() {
+        return Err(Rejection::new(
+            DeadLetterKind::Database,
+            format!(
+                "the effect answered {} outcomes for {} deliveries",
+                applied.len(),
+                fresh.len()
+            ),
+        )
+        .into());
+    }
+    let finished: Vec<Finish<'_>> = fresh
+        .iter()
+        .map(|d| &d.key)
+        .zip(&applied)
+        .chain(settled_earlier.iter().map(|(key, applied)| (key, applied)))
+        .map(|(key, applied)| Finish {
+            key,
+            outcome: applied.outcome.as_str(),
+            detail: &applied.detail,
+        })
+        .collect();
+    if !finished.is_empty() {
+        dedup_store::finish_many(&mut tx, &finished).await?;
+    }
+    drop(finished);
+    tx.commit().await?;
+    let mut applied = applied.into_iter();
+    Ok(duplicates
+        .into_iter()
+        .map(|duplicate| {
+            duplicate
+                .or_else(|| applied.next().map(Processed::Done))
+                .unwrap_or(Processed::Duplicate { same_body_as: None })
+        })
+        .collect())
+}
+
+/// Claims every delivery: `Some` for a duplicate, `None` for a fresh
+/// claim, in the deliveries' order. One statement cannot claim one signed
+/// body twice, so copies inside the group are claimed in a round after
+/// their first (where they meet it as a duplicate): one statement for a
+/// group without copies, one more per extra copy of a body.
+async fn claim(
+    tx: &mut PgConnection,
+    deliveries: &[&Delivery],
+) -> Result<Vec<Option<Processed>>, sqlx::Error> {
+    let mut results: Vec<Option<Option<Processed>>> = vec![None; deliveries.len()];
+    let mut left: Vec<usize> = (0..deliveries.len()).collect();
+    while !left.is_empty() {
+        let mut bodies = HashSet::new();
+        let (round, later): (Vec<usize>, Vec<usize>) = left
+            .iter()
+            .partition(|&&i| bodies.insert(deliveries[i].key.signed_body()));
+        let claims: Vec<_> = round.iter().map(|&i| deliveries[i].claim()).collect();
+        for (i, claimed) in round
+            .iter()
+            .zip(dedup_store::claim_many(tx, &claims).await?)
+        {
+            results[*i] = Some(Processed::duplicate(claimed));
+        }
+        left = later;
+    }
+    Ok(results.into_iter().map(Option::flatten).collect())
+}
+
+/// A lone delivery's permanent database error names its event.
+fn name_the_event(err: ProcessError, deliveries: &[&Delivery]) -> ProcessError {
+    match (err, deliveries) {
+        (ProcessError::Permanent(mut rejection), [lone]) => {
+            let event = &lone.event;
+            if !rejection.message.contains(&event.event_id) {
+                rejection.message = format!(
+                    "{} event {} ({}): {}",
+                    event.provider, event.event_id, event.event_type, rejection.message
+                );
+            }
+            ProcessError::Permanent(rejection)
+        }
+        (err, _) => err,
+    }
+}

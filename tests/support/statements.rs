@@ -1,0 +1,147 @@
+//! Counting the statements a client sends Postgres: a TCP proxy on
+//! 127.0.0.1:0 in front of the real server that reads the frontend side of
+//! the wire protocol and counts every statement executed — `Execute` in the
+//! extended protocol (sqlx's prepared statements) and `Query` in the simple
+//! one (`BEGIN`, `COMMIT`) — and every `COMMIT`. Point a pool (or a worker
+//! binary's `ONCEHOOK_DATABASE_URL`) at [`StatementCounter::url`]; the bytes
+//! pass through unchanged. TLS is refused (the server's answer to an
+//! `SSLRequest` is passed on), so every message is readable.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// What the proxy has counted so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counted {
+    /// Statements executed (`Execute` + simple `Query` messages).
+    pub statements: u64,
+    /// Simple queries that were `COMMIT`.
+    pub commits: u64,
+}
+
+/// The proxy; see the module documentation.
+pub struct StatementCounter {
+    url: String,
+    statements: Arc<AtomicU64>,
+    commits: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl StatementCounter {
+    /// Starts a proxy to the Postgres `database_url` points at (a
+    /// `postgres://user@host:port/db` URL); its own URL has the proxy's port.
+    pub async fn start(database_url: &str) -> StatementCounter {
+        let upstream = host_port(database_url).expect("a postgres://user@host:port/db URL");
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the statement counter");
+        let port = listener.local_addr().expect("local address").port();
+        let url = database_url.replacen(&upstream, &format!("127.0.0.1:{port}"), 1);
+        let statements = Arc::new(AtomicU64::new(0));
+        let commits = Arc::new(AtomicU64::new(0));
+        let (s, c) = (statements.clone(), commits.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = TcpStream::connect(&upstream).await else {
+                    continue;
+                };
+                tokio::spawn(relay(client, server, s.clone(), c.clone()));
+            }
+        });
+        StatementCounter {
+            url,
+            statements,
+            commits,
+            task,
+        }
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn counted(&self) -> Counted {
+        Counted {
+            statements: self.statements.load(Ordering::SeqCst),
+            commits: self.commits.load(Ordering::SeqCst),
+        }
+    }
+}
+
+impl Drop for StatementCounter {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn host_port(url: &str) -> Option<String> {
+    let rest = url.split_once("://")?.1;
+    let authority = rest.split('/').next()?;
+    Some(authority.rsplit('@').next()?.to_owned())
+}
+
+async fn relay(
+    client: TcpStream,
+    server: TcpStream,
+    statements: Arc<AtomicU64>,
+    commits: Arc<AtomicU64>,
+) {
+    let (mut client_rx, mut client_tx) = client.into_split();
+    let (mut server_rx, mut server_tx) = server.into_split();
+    let down = tokio::spawn(async move {
+        let _ = tokio::io::copy(&mut server_rx, &mut client_tx).await;
+    });
+    let _ = read_frontend(&mut client_rx, &mut server_tx, &statements, &commits).await;
+    down.abort();
+}
+
+/// Passes the client's messages on, counting them.
+async fn read_frontend(
+    rx: &mut tokio::net::tcp::OwnedReadHalf,
+    tx: &mut tokio::net::tcp::OwnedWriteHalf,
+    statements: &AtomicU64,
+    commits: &AtomicU64,
+) -> std::io::Result<()> {
+    // Startup packets carry no type byte: an SSLRequest (answered `N` by
+    // a server without TLS, or refused by the client's settings), then the
+    // startup message itself.
+    loop {
+        let len = rx.read_u32().await?;
+        let mut body = vec![0; (len as usize).saturating_sub(4)];
+        rx.read_exact(&mut body).await?;
+        tx.write_u32(len).await?;
+        tx.write_all(&body).await?;
+        let code = body
+            .get(..4)
+            .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
+        // 80877103: SSLRequest; 80877104: GSSENCRequest.
+        if !matches!(code, Some(80_877_103 | 80_877_104)) {
+            break;
+        }
+    }
+    loop {
+        let kind = rx.read_u8().await?;
+        let len = rx.read_u32().await?;
+        let mut body = vec![0; (len as usize).saturating_sub(4)];
+        rx.read_exact(&mut body).await?;
+        match kind {
+            b'E' => {
+                statements.fetch_add(1, Ordering::SeqCst);
+            }
+            b'Q' => {
+                statements.fetch_add(1, Ordering::SeqCst);
+                let text = String::from_utf8_lossy(&body).to_ascii_uppercase();
+                if text.trim_start().starts_with("COMMIT") {
+                    commits.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            _ => {}
+        }
+        tx.write_u8(kind).await?;
+        tx.write_u32(len).await?;
+        tx.write_all(&body).await?;
+    }
+}

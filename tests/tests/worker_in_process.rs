@@ -1,0 +1,357 @@
+//! The worker's pipeline and ledger in process (real Postgres, the
+//! in-memory queue seam, no broker, no sleeps): what a group shares, what a
+//! group costs in statements, and a second effect through the same pipeline.
+
+use oncehook_common::consume::memory::Settled;
+use oncehook_common::store::dedup::DeliveryKey;
+use oncehook_e2e::in_process::{InProcess, commit_group, envelope};
+use oncehook_e2e::statements::StatementCounter;
+use oncehook_e2e::{TestEnv, shop};
+use oncehook_gateways::Gateway;
+use oncehook_worker::ledger::Ledger;
+use oncehook_worker::pipeline::{
+    Applied, Delivery, Effect, EffectError, Effects, Outcome, ProcessError, Processed,
+};
+use sqlx::{PgConnection, PgPool};
+
+const SOURCE: &str = "razorpay";
+
+fn captured(env: &TestEnv, order: &str, payment: &str, event: &str) -> oncehook_common::Envelope {
+    envelope(
+        SOURCE,
+        Gateway::Razorpay,
+        &env.captured(order, payment, event),
+    )
+}
+
+fn refunded(
+    env: &TestEnv,
+    order: &str,
+    payment: &str,
+    event: &str,
+    amount: i64,
+) -> oncehook_common::Envelope {
+    let signed = env.sign(
+        Gateway::Razorpay,
+        "refund.processed",
+        &env.spec(order, payment, event, amount),
+    );
+    envelope(SOURCE, Gateway::Razorpay, &signed)
+}
+
+async fn order_books(pool: &PgPool, order_ref: &str) -> (String, i64, bool) {
+    sqlx::query_as("SELECT status, refunded_minor, stock_applied FROM orders WHERE order_ref = $1")
+        .bind(order_ref)
+        .fetch_one(pool)
+        .await
+        .expect("order")
+}
+
+fn outcomes(processed: &[Processed]) -> Vec<&str> {
+    processed
+        .iter()
+        .map(|p| match p {
+            Processed::Done(applied) => applied.outcome.as_str(),
+            Processed::Duplicate { .. } => "duplicate",
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn one_group_pays_refunds_and_links_as_one_by_one_would() {
+    let env = TestEnv::new().await;
+    shop::product(&env.pool, "ip_a", 10).await;
+    shop::order(&env.pool, "ip_1", 50_000, "INR", &[("ip_a", 2)]).await;
+    shop::order(&env.pool, "ip_2", 50_000, "INR", &[("ip_a", 1)]).await;
+    // One group: order 1's capture and a refund of it; a refund of order
+    // 2's payment naming no order (placed by the link the capture behind it
+    // makes in the same group), that capture; a copy of order 1's capture
+    // under another event id (the same signed body: a duplicate), and
+    // Razorpay's order.paid for it (another body, the same fact: ignored).
+    let group = [
+        captured(&env, "ip_1", "pay_ip1", "evt_ip1"),
+        refunded(&env, "ip_1", "pay_ip1", "evt_ip1_r", 10_000),
+        refunded(&env, "", "pay_ip2", "evt_ip2_r", 50_000),
+        captured(&env, "ip_2", "pay_ip2", "evt_ip2"),
+        captured(&env, "ip_1", "pay_ip1", "evt_ip1_again"),
+        envelope(
+            SOURCE,
+            Gateway::Razorpay,
+            &env.sign(
+                Gateway::Razorpay,
+                "order.paid",
+                &env.spec("ip_1", "pay_ip1", "evt_ip1_paid", 50_000),
+            ),
+        ),
+    ];
+    let processed = commit_group(&env.pool, &Ledger, &group)
+        .await
+        .expect("committed");
+    assert_eq!(
+        outcomes(&processed),
+        [
+            "applied",
+            "applied",
+            "applied",
+            "applied",
+            "duplicate",
+            "ignored"
+        ]
+    );
+    assert_eq!(
+        order_books(&env.pool, "ip_1").await,
+        ("partially_refunded".into(), 10_000, true)
+    );
+    assert_eq!(
+        order_books(&env.pool, "ip_2").await,
+        ("refunded".into(), 50_000, true)
+    );
+    assert_eq!(
+        shop::stock(&env.pool, "ip_a").await,
+        7,
+        "each order's stock moved once"
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM email_outbox WHERE kind = 'confirmation'")
+            .await,
+        2
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM email_outbox WHERE kind = 'refund'")
+            .await,
+        2
+    );
+    // The same group again: every delivery is a duplicate, nothing moves.
+    let again = commit_group(&env.pool, &Ledger, &group)
+        .await
+        .expect("committed");
+    assert_eq!(outcomes(&again), ["duplicate"; 6]);
+    assert_eq!(shop::stock(&env.pool, "ip_a").await, 7);
+}
+
+#[tokio::test]
+async fn an_unlinked_event_parked_by_one_group_is_applied_by_the_group_that_links_it() {
+    let env = TestEnv::new().await;
+    shop::product(&env.pool, "ip_b", 10).await;
+    shop::order(&env.pool, "ip_3", 50_000, "INR", &[("ip_b", 1)]).await;
+    let refund = refunded(&env, "", "pay_ip3", "evt_ip3_r", 20_000);
+    let parked = commit_group(&env.pool, &Ledger, &[refund])
+        .await
+        .expect("parked");
+    assert_eq!(outcomes(&parked), ["parked"]);
+    assert_eq!(env.count("SELECT count(*) FROM parked_events").await, 1);
+
+    let capture = captured(&env, "ip_3", "pay_ip3", "evt_ip3");
+    let linked = commit_group(&env.pool, &Ledger, &[capture])
+        .await
+        .expect("linked");
+    let Processed::Done(Applied { outcome, detail }) = &linked[0] else {
+        panic!("{linked:?}");
+    };
+    assert_eq!(*outcome, Outcome::Applied);
+    assert!(detail.contains("1 parked fact(s) applied"), "{detail}");
+    assert_eq!(env.count("SELECT count(*) FROM parked_events").await, 0);
+    assert_eq!(
+        order_books(&env.pool, "ip_3").await,
+        ("partially_refunded".into(), 20_000, true)
+    );
+    let detail: String = sqlx::query_scalar(
+        "SELECT outcome || ': ' || detail FROM processed_webhooks WHERE event_id = 'evt_ip3_r'",
+    )
+    .fetch_one(&env.pool)
+    .await
+    .expect("the parked delivery's record");
+    assert!(
+        detail.starts_with("applied: applied when evt_ip3 linked payment pay_ip3"),
+        "{detail}"
+    );
+}
+
+#[tokio::test]
+async fn statements_per_group_do_not_grow_with_its_size() {
+    let env = TestEnv::new().await;
+    shop::product(&env.pool, "ip_c", 1_000).await;
+    for n in 0..9 {
+        shop::order(
+            &env.pool,
+            &format!("ip_s{n}"),
+            50_000,
+            "INR",
+            &[("ip_c", 1)],
+        )
+        .await;
+    }
+    let counter = StatementCounter::start(&env.database_url).await;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(counter.url())
+        .await
+        .expect("a pool through the counter");
+    // Warm the connection (and sqlx's prepared statements) first.
+    commit_group(
+        &pool,
+        &Ledger,
+        &[captured(&env, "ip_s0", "pay_s0", "evt_s0")],
+    )
+    .await
+    .expect("committed");
+    let measure = |envelopes: Vec<oncehook_common::Envelope>| {
+        let pool = pool.clone();
+        let counter = &counter;
+        async move {
+            let before = counter.counted();
+            let processed = commit_group(&pool, &Ledger, &envelopes)
+                .await
+                .expect("committed");
+            assert!(
+                outcomes(&processed).iter().all(|o| *o == "applied"),
+                "{processed:?}"
+            );
+            let after = counter.counted();
+            (
+                after.statements - before.statements,
+                after.commits - before.commits,
+            )
+        }
+    };
+    let one = measure(vec![captured(&env, "ip_s1", "pay_s1", "evt_s1")]).await;
+    let eight = measure(
+        (2..9)
+            .map(|n| {
+                captured(
+                    &env,
+                    &format!("ip_s{n}"),
+                    &format!("pay_s{n}"),
+                    &format!("evt_s{n}"),
+                )
+            })
+            .chain([refunded(&env, "ip_s1", "pay_s1", "evt_s1_r", 100)])
+            .collect(),
+    )
+    .await;
+    println!("statements per group: 1 delivery {one:?}, 8 deliveries {eight:?}");
+    assert_eq!(one.1, 1, "one commit");
+    assert_eq!(eight.1, 1, "one commit");
+    assert!(one.0 >= 8, "the counter sees the statements: {one:?}");
+    assert_eq!(
+        one.0, eight.0,
+        "a group of eight runs as many statements as a group of one"
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM orders WHERE status = 'paid'")
+            .await,
+        8
+    );
+}
+
+#[tokio::test]
+async fn a_bad_delivery_fails_alone_and_the_others_of_its_group_commit() {
+    let env = TestEnv::new().await;
+    shop::product(&env.pool, "ip_d", 10).await;
+    shop::order(&env.pool, "ip_g", 50_000, "INR", &[("ip_d", 1)]).await;
+    let worker = InProcess::start(
+        &env.pool,
+        Ledger,
+        &[
+            ("ONCEHOOK_WORKER_BATCH_SIZE", "8"),
+            ("ONCEHOOK_PREFETCH", "8"),
+        ],
+    );
+    let good = captured(&env, "ip_g", "pay_g", "evt_g");
+    let bad = captured(&env, "ip_nowhere", "pay_bad", "evt_bad");
+    let (a, b, c) = tokio::join!(
+        worker.deliver(&good),
+        worker.deliver(&bad),
+        worker.deliver(&good)
+    );
+    assert_eq!([a, b, c], [[Settled::Acked]; 3]);
+    let letters = worker.dead_letters.published();
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    assert_eq!(letters[0].kind, "unknown_order");
+    assert!(letters[0].error.contains("evt_bad"), "{}", letters[0].error);
+    assert_eq!(order_books(&env.pool, "ip_g").await.0, "paid");
+    assert_eq!(
+        env.count("SELECT sum(deliveries)::bigint FROM processed_webhooks")
+            .await,
+        2,
+        "the good delivery once, its copy counted; the bad one left no record"
+    );
+}
+
+/// A second effect, written without touching the pipeline: it records
+/// each fresh delivery's event id in a table of its own.
+struct Tally;
+
+impl Effect for Tally {
+    async fn apply(
+        &self,
+        conn: &mut PgConnection,
+        deliveries: &[&Delivery],
+    ) -> Result<Effects, EffectError> {
+        let ids: Vec<String> = deliveries
+            .iter()
+            .map(|d| d.event.event_id.clone())
+            .collect();
+        sqlx::query("INSERT INTO tally (event_id) SELECT unnest($1::text[])")
+            .bind(&ids)
+            .execute(&mut *conn)
+            .await?;
+        Ok(Effects {
+            applied: deliveries
+                .iter()
+                .map(|_| Applied::new(Outcome::Applied, "tallied"))
+                .collect(),
+            settled_earlier: Vec::<(DeliveryKey, Applied)>::new(),
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_second_effect_runs_through_the_same_pipeline_exactly_once() {
+    let env = TestEnv::new().await;
+    sqlx::query("CREATE TABLE tally (event_id text NOT NULL)")
+        .execute(&env.pool)
+        .await
+        .expect("tally table");
+    let worker = InProcess::start(&env.pool, Tally, &[("ONCEHOOK_WORKER_BATCH_SIZE", "4")]);
+    // No order exists: the tally does not care, the ledger would.
+    let deliveries: Vec<_> = (0..6)
+        .map(|n| {
+            captured(
+                &env,
+                &format!("t_{n}"),
+                &format!("pay_t{n}"),
+                &format!("evt_t{n}"),
+            )
+        })
+        .collect();
+    let twice: Vec<_> = deliveries.iter().chain(&deliveries).cloned().collect();
+    let all = worker.deliver_all(&twice).await;
+    assert!(all.iter().all(|s| *s == [Settled::Acked]), "{all:?}");
+    assert_eq!(env.count("SELECT count(*) FROM tally").await, 6);
+    assert_eq!(
+        env.count("SELECT count(DISTINCT event_id) FROM tally")
+            .await,
+        6
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM processed_webhooks WHERE detail = 'tallied'")
+            .await,
+        6
+    );
+    assert!(worker.dead_letters.published().is_empty());
+    // A failing effect rolls the claim back: nothing is absorbed later.
+    let err = commit_group(
+        &env.pool,
+        &Ledger,
+        &[captured(&env, "t_0", "pay_x", "evt_x")],
+    )
+    .await
+    .expect_err("the ledger knows no order t_0");
+    assert!(matches!(err, ProcessError::Permanent(_)), "{err:?}");
+    assert_eq!(
+        env.count("SELECT count(*) FROM processed_webhooks WHERE event_id = 'evt_x'")
+            .await,
+        0
+    );
+}
