@@ -82,7 +82,11 @@ impl Auth {
                 "forbidden",
                 format!(
                     "this key lacks the scope {}",
-                    scopes.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" or ")
+                    scopes
+                        .iter()
+                        .map(|s| s.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" or ")
                 ),
             ));
         }
@@ -181,7 +185,59 @@ mod tests {
             }],
             5,
         );
-        assert_eq!(auth.find("ohk_secret").map(|k| k.name.as_str()), Some("shop"));
+        assert_eq!(
+            auth.find("ohk_secret").map(|k| k.name.as_str()),
+            Some("shop")
+        );
         assert!(auth.find("ohk_other").is_none());
+    }
+}
+
+/// The scopes a route needs, as a type (so the check runs as the handler's
+/// first extractor, before its body is read: a caller without a key gets
+/// 401, never a body error).
+pub trait Needs {
+    const SCOPES: &'static [ApiScope];
+}
+
+macro_rules! needs {
+    ($($name:ident => [$($scope:ident),+];)+) => {$(
+        pub struct $name;
+        impl Needs for $name {
+            const SCOPES: &'static [ApiScope] = &[$(ApiScope::$scope),+];
+        }
+    )+};
+}
+
+needs! {
+    OrdersWrite => [OrdersWrite];
+    OrdersRead => [OrdersRead];
+    ProductsWrite => [ProductsWrite];
+    ProductsRead => [ProductsWrite, OrdersRead];
+}
+
+/// The caller, checked for `N`'s scopes.
+pub struct Authed<N: Needs> {
+    pub caller: Caller,
+    needs: std::marker::PhantomData<N>,
+}
+
+impl<N: Needs> actix_web::FromRequest for Authed<N> {
+    type Error = ApiError;
+    type Future = std::future::Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
+        let result = match req.app_data::<actix_web::web::Data<crate::state::State>>() {
+            Some(state) => state.auth.check_any(req, N::SCOPES).map(|caller| Authed {
+                caller,
+                needs: std::marker::PhantomData,
+            }),
+            None => Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "the API is not configured",
+            )),
+        };
+        std::future::ready(result)
     }
 }

@@ -56,7 +56,11 @@ impl ApiError {
     }
 
     pub fn not_found(what: &str) -> ApiError {
-        ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no such {what}"))
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no such {what}"),
+        )
     }
 
     pub fn throttled(retry_after: u64) -> ApiError {

@@ -7,9 +7,7 @@ use oncehook_common::{Config, telemetry};
 
 #[actix_web::main]
 async fn main() -> anyhow::Result<()> {
-    let settings = Config::load()
-        .context("reading configuration")?
-        .into_api();
+    let settings = Config::load().context("reading configuration")?.into_api();
     telemetry::init_logging(&settings.telemetry, "oncehook-api");
     let metrics = telemetry::init_metrics().map_err(anyhow::Error::msg)?;
     let app = Application::build(settings, metrics)

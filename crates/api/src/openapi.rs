@@ -59,7 +59,14 @@ mod tests {
                 "{method} {path} is not in the document"
             );
         }
-        let documented: usize = paths.values().map(|p| p.as_object().map_or(0, |o| o.len())).sum();
-        assert_eq!(documented, ROUTES.len(), "the document has routes the API does not serve");
+        let documented: usize = paths
+            .values()
+            .map(|p| p.as_object().map_or(0, |o| o.len()))
+            .sum();
+        assert_eq!(
+            documented,
+            ROUTES.len(),
+            "the document has routes the API does not serve"
+        );
     }
 }

@@ -40,7 +40,11 @@ impl Application {
         }
         let pool = db::service_pool(&settings.database, settings.database.pool_size(8))?;
         let ready = Readiness::default();
-        tokio::spawn(watch_database(pool.clone(), ready.clone(), shutdown.clone()));
+        tokio::spawn(watch_database(
+            pool.clone(),
+            ready.clone(),
+            shutdown.clone(),
+        ));
         let state = web::Data::new(State {
             pool,
             auth: Auth::new(api.keys.clone(), api.auth_failures_per_minute),
@@ -125,7 +129,9 @@ async fn count(
     req: ServiceRequest,
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let route = req.match_pattern().unwrap_or_else(|| "unmatched".to_owned());
+    let route = req
+        .match_pattern()
+        .unwrap_or_else(|| "unmatched".to_owned());
     let method = req.method().to_string();
     let resp = next.call(req).await?;
     metrics::counter!("oncehook_api_requests_total",

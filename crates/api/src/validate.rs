@@ -102,7 +102,9 @@ pub fn email(e: &str) -> bool {
         && !domain.starts_with('.')
         && !domain.ends_with('.')
         && !domain.contains("..")
-        && !e.chars().any(|c| c.is_whitespace() || c.is_control() || c == '"')
+        && !e
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || c == '"')
 }
 
 /// The order as it is stored, or the first field at fault.

@@ -26,10 +26,7 @@ pub fn amount(minor: i64, currency: &str) -> Amount {
 }
 
 /// The order with this reference, `None` if there is none.
-pub async fn order(
-    conn: &mut PgConnection,
-    order_ref: &str,
-) -> Result<Option<Order>, sqlx::Error> {
+pub async fn order(conn: &mut PgConnection, order_ref: &str) -> Result<Option<Order>, sqlx::Error> {
     let Some(o) = ledger::order_by_ref(conn, order_ref).await? else {
         return Ok(None);
     };

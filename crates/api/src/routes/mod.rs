@@ -112,8 +112,7 @@ async fn fallback(req: HttpRequest) -> HttpResponse {
 fn matches(pattern: &str, path: &str) -> bool {
     let (a, b): (Vec<&str>, Vec<&str>) = (pattern.split('/').collect(), path.split('/').collect());
     a.len() == b.len()
-        && a
-            .iter()
+        && a.iter()
             .zip(&b)
             .all(|(p, s)| (p.starts_with('{') && !s.is_empty()) || p == s)
 }

@@ -10,13 +10,12 @@
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
-use oncehook_common::config::ApiScope;
 use oncehook_common::store::shop::{self, Claim, Created, ShopOrder};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::audit::{self, Write};
-use crate::auth::Caller;
+use crate::auth::{self, Authed, Caller};
 use crate::error::{ApiError, ErrorBody};
 use crate::model::{Order, OrderCreate};
 use crate::state::State;
@@ -36,11 +35,12 @@ const MAX_KEY: usize = 255;
         (status = "4XX", description = "refused: validation_failed, malformed_json, idempotency_key_reused, order_ref_conflict, …", body = ErrorBody),
         (status = 503, description = "database unavailable", body = ErrorBody)))]
 pub async fn create(
+    auth: Authed<auth::OrdersWrite>,
     req: HttpRequest,
     state: web::Data<State>,
     body: web::Json<OrderCreate>,
 ) -> Result<HttpResponse, ApiError> {
-    let caller = state.auth.check(&req, ApiScope::OrdersWrite)?;
+    let caller = auth.caller;
     let write = Write::order(&caller, "order.create", &body.order_ref);
     let done = async {
         let key = idempotency_key(&req)?;
@@ -139,8 +139,14 @@ async fn create_once(
         .await?
         .ok_or_else(|| ApiError::not_found("order"))?;
     let json = serde_json::to_value(&view).unwrap_or(Value::Null);
-    shop::finish_idempotency(&mut tx, &caller.name, key, i32::from(status.as_u16()), &json)
-        .await?;
+    shop::finish_idempotency(
+        &mut tx,
+        &caller.name,
+        key,
+        i32::from(status.as_u16()),
+        &json,
+    )
+    .await?;
     audit::ok(&mut tx, write, result).await?;
     tx.commit().await?;
     Ok((status, json))

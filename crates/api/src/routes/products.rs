@@ -4,11 +4,11 @@
 //! `GET /v1/products/{sku}`. Every write is audited.
 
 use actix_web::http::StatusCode;
-use actix_web::{HttpRequest, HttpResponse, web};
-use oncehook_common::config::ApiScope;
+use actix_web::{HttpResponse, web};
 use oncehook_common::store::shop::{self, ProductRow};
 
 use crate::audit::{self, Write};
+use crate::auth::{self, Authed};
 use crate::error::{ApiError, ErrorBody};
 use crate::model::{Product, ProductPut, StockDelta};
 use crate::state::State;
@@ -33,12 +33,12 @@ fn product(p: ProductRow) -> Product {
         (status = "4XX", description = "refused", body = ErrorBody),
         (status = 503, description = "database unavailable", body = ErrorBody)))]
 pub async fn put(
-    req: HttpRequest,
+    auth: Authed<auth::ProductsWrite>,
     state: web::Data<State>,
     sku: web::Path<String>,
     body: web::Json<ProductPut>,
 ) -> Result<HttpResponse, ApiError> {
-    let caller = state.auth.check(&req, ApiScope::ProductsWrite)?;
+    let caller = auth.caller;
     let write = Write::product(&caller, "product.put", &sku);
     let done = async {
         validate::sku("sku", &sku)?;
@@ -69,28 +69,35 @@ pub async fn put(
         (status = "4XX", description = "refused", body = ErrorBody),
         (status = 503, description = "database unavailable", body = ErrorBody)))]
 pub async fn stock(
-    req: HttpRequest,
+    auth: Authed<auth::ProductsWrite>,
     state: web::Data<State>,
     sku: web::Path<String>,
     body: web::Json<StockDelta>,
 ) -> Result<HttpResponse, ApiError> {
-    let caller = state.auth.check(&req, ApiScope::ProductsWrite)?;
+    let caller = auth.caller;
     let write = Write::product(&caller, "product.stock", &sku);
     let done = async {
         validate::sku("sku", &sku)?;
         validate::delta(&body)?;
         let mut tx = state.pool.begin().await?;
         let reason = body.reason.as_deref().unwrap_or("");
-        let row = match shop::adjust_stock(&mut tx, &sku, body.delta, reason, &caller.name).await
-        {
+        let row = match shop::adjust_stock(&mut tx, &sku, body.delta, reason, &caller.name).await {
             Ok(Some(row)) => row,
             Ok(None) => return Err(ApiError::not_found("product")),
             Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("22003") => {
-                return Err(ApiError::invalid("delta", "the stock would leave its range"));
+                return Err(ApiError::invalid(
+                    "delta",
+                    "the stock would leave its range",
+                ));
             }
             Err(e) => return Err(e.into()),
         };
-        audit::ok(&mut tx, &write, &format!("delta {:+} → {}", body.delta, row.stock)).await?;
+        audit::ok(
+            &mut tx,
+            &write,
+            &format!("delta {:+} → {}", body.delta, row.stock),
+        )
+        .await?;
         tx.commit().await?;
         Ok(HttpResponse::Ok().json(product(row)))
     }
@@ -107,13 +114,10 @@ pub async fn stock(
         (status = "4XX", description = "refused", body = ErrorBody),
         (status = 503, description = "database unavailable", body = ErrorBody)))]
 pub async fn get(
-    req: HttpRequest,
+    _auth: Authed<auth::ProductsRead>,
     state: web::Data<State>,
     sku: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    state
-        .auth
-        .check_any(&req, &[ApiScope::ProductsWrite, ApiScope::OrdersRead])?;
     validate::sku("sku", &sku)?;
     let mut conn = state.pool.acquire().await?;
     match shop::product(&mut conn, &sku).await? {

@@ -4,14 +4,14 @@
 //! opaque: the last row's change time and id, base64url.
 
 use actix_web::http::StatusCode;
-use actix_web::{HttpRequest, HttpResponse, web};
+use actix_web::{HttpResponse, web};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use oncehook_common::config::ApiScope;
 use oncehook_common::store::shop;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
+use crate::auth::{self, Authed};
 use crate::error::{ApiError, ErrorBody};
 use crate::model::{ListQuery, Order, OrderPage};
 use crate::state::State;
@@ -29,11 +29,10 @@ const DEFAULT_LIMIT: u32 = 50;
         (status = "4XX", description = "refused or not found", body = ErrorBody),
         (status = 503, description = "database unavailable", body = ErrorBody)))]
 pub async fn get(
-    req: HttpRequest,
+    _auth: Authed<auth::OrdersRead>,
     state: web::Data<State>,
     order_ref: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    state.auth.check(&req, ApiScope::OrdersRead)?;
     validate::order_ref("order_ref", &order_ref)?;
     let mut conn = state.pool.acquire().await?;
     match view::order(&mut conn, &order_ref).await? {
@@ -51,12 +50,13 @@ pub async fn get(
         (status = "4XX", description = "refused", body = ErrorBody),
         (status = 503, description = "database unavailable", body = ErrorBody)))]
 pub async fn list(
-    req: HttpRequest,
+    _auth: Authed<auth::OrdersRead>,
     state: web::Data<State>,
     query: web::Query<ListQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    state.auth.check(&req, ApiScope::OrdersRead)?;
-    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
+    let limit = query
+        .limit
+        .unwrap_or(DEFAULT_LIMIT.min(state.max_page_size));
     if limit == 0 || limit > state.max_page_size {
         return Err(ApiError::invalid(
             "limit",
@@ -67,24 +67,40 @@ pub async fn list(
     if let Some(s) = status
         && (s.len() > 32 || !s.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
     {
-        return Err(ApiError::invalid("status", "a status such as pending or paid"));
+        return Err(ApiError::invalid(
+            "status",
+            "a status such as pending or paid",
+        ));
     }
     let updated_after = match query.updated_after.as_deref().filter(|s| !s.is_empty()) {
         None => None,
         Some(t) => Some(OffsetDateTime::parse(t, &Rfc3339).map_err(|_| {
-            ApiError::invalid("updated_after", "an RFC 3339 instant (2026-12-01T10:00:00Z)")
+            ApiError::invalid(
+                "updated_after",
+                "an RFC 3339 instant (2026-12-01T10:00:00Z)",
+            )
         })?),
     };
     let after = match query.cursor.as_deref().filter(|s| !s.is_empty()) {
         None => None,
         Some(c) => Some(decode_cursor(c).ok_or_else(|| {
-            ApiError::new(StatusCode::BAD_REQUEST, "invalid_cursor", "not a cursor of this API")
-                .with_field("cursor")
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_cursor",
+                "not a cursor of this API",
+            )
+            .with_field("cursor")
         })?),
     };
     let mut conn = state.pool.acquire().await?;
-    let mut rows =
-        shop::list_orders(&mut conn, status, updated_after, after, i64::from(limit) + 1).await?;
+    let mut rows = shop::list_orders(
+        &mut conn,
+        status,
+        updated_after,
+        after,
+        i64::from(limit) + 1,
+    )
+    .await?;
     let more = rows.len() > limit as usize;
     rows.truncate(limit as usize);
     let next_cursor = more
