@@ -95,11 +95,18 @@ mod tests {
         };
         let a = api_key(args(&["orders:write", "orders:read"])).expect("key");
         let b = api_key(args(&["orders:write"])).expect("key");
-        assert!(a.key.starts_with("ohk_") && a.key.len() == 4 + 43, "{}", a.key);
+        assert!(
+            a.key.starts_with("ohk_") && a.key.len() == 4 + 43,
+            "{}",
+            a.key
+        );
         assert_ne!(a.key, b.key);
         assert_eq!(a.hash, hash(&a.key));
         assert_eq!(a.hash.len(), 64);
-        assert!(a.to_string().contains("scopes = [\"orders:write\", \"orders:read\"]"));
+        assert!(
+            a.to_string()
+                .contains("scopes = [\"orders:write\", \"orders:read\"]")
+        );
         assert!(api_key(args(&["orders:delete"])).is_err());
     }
 }

@@ -9,9 +9,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use oncehook_common::Config;
-use oncehook_ctl::{
-    api_key, demo, dlq, migrate, output, password, retention, send, stats, trace,
-};
+use oncehook_ctl::{api_key, demo, dlq, migrate, output, password, retention, send, stats, trace};
 
 #[derive(Parser)]
 #[command(

@@ -213,10 +213,7 @@ pub enum Created {
 
 /// Creates a pending order with its items and gateway references (call it
 /// inside a transaction: on anything but [`Created::Order`] roll back).
-pub async fn create_order(
-    conn: &mut PgConnection,
-    o: &ShopOrder,
-) -> Result<Created, sqlx::Error> {
+pub async fn create_order(conn: &mut PgConnection, o: &ShopOrder) -> Result<Created, sqlx::Error> {
     let Some(id) = sqlx::query_scalar!(
         "INSERT INTO orders (order_ref, customer_email, amount_minor, currency, metadata)
          VALUES ($1, $2, $3, $4, $5) ON CONFLICT (order_ref) DO NOTHING RETURNING id",
