@@ -8,7 +8,7 @@ CTL := target/debug/oncehookctl
 # `make test` runs them once more through PgBouncer and once without group commit.
 PIPELINE_TESTS := $(patsubst tests/tests/%.rs,--test %,$(sort $(wildcard tests/tests/pipeline_*.rs)))
 
-.PHONY: run test lint services tools alerts-test k8s-validate compose-test build demo bench bench-smoke chaos confluence fmt clean
+.PHONY: run test lint services tools alerts-test api-schema-test k8s-validate compose-test build demo bench bench-smoke chaos confluence fmt clean
 
 ## run: start Postgres + RabbitMQ if needed, migrate, seed demo data, run ingest + worker + mailer + console
 run: services build
@@ -18,8 +18,8 @@ run: services build
 
 ## test: unit, property and end-to-end tests against real Postgres and RabbitMQ, the pipeline's
 ## tests once more through a real PgBouncer in transaction mode and once without group commit
-## (batch size 1), the bench once with tiny loads, then the alert rules' tests and the
-## Kubernetes manifests' schema check. (`make compose-test` is not part of it: see deploy/compose/README.md.)
+## (batch size 1), the bench once with tiny loads, then the alert rules' tests, schemathesis
+## against the shop API and the Kubernetes manifests' schema check. (`make compose-test` is not part of it: see deploy/compose/README.md.)
 test: services tools
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace
@@ -27,12 +27,19 @@ test: services tools
 	ONCEHOOK_TEST_WORKER_BATCH_SIZE=1 $(CARGO) test -p oncehook-e2e $(PIPELINE_TESTS)
 	$(MAKE) bench-smoke
 	$(MAKE) alerts-test
+	$(MAKE) api-schema-test
 	$(MAKE) k8s-validate
 
 ## alerts-test: check the alert rules and run their unit tests (promtool, from Debian's prometheus package)
 alerts-test: tools
 	promtool check rules deploy/observability/alerts.yaml
 	promtool test rules deploy/observability/alerts.test.yaml
+
+## api-schema-test: schemathesis (PyPI, in var/tools/) against a running oncehook-api and its own
+## OpenAPI document, 30 examples per operation: no 5xx, every answer as documented (about 10 s)
+api-schema-test: services tools
+	$(CARGO) build -p oncehook-api -p oncehook-ctl --bins
+	bash deploy/local/api-schema-test.sh
 
 ## k8s-validate: deploy/k8s rendered and checked against the Kubernetes schemas (kubernetes-validate
 ## --strict, offline) and KEDA's objects against deploy/k8s/keda-schema.json; about two seconds

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs ingest, worker, mailer and the operators' console together in the foreground with one log
+# Runs ingest, worker, mailer, the operators' console and the shop's API together in the foreground with one log
 # stream (each line prefixed with its process). Ctrl-C (or SIGTERM) stops all
 # of them gracefully. Expects the binaries built in target/debug (make run does it).
 set -uo pipefail
@@ -34,7 +34,9 @@ start ingest
 start worker
 start mailer
 start console
+start api
 echo "[run] ingest on http://${ONCEHOOK_INGEST_ADDR:-127.0.0.1:8080} (metrics: ingest 127.0.0.1:9100, worker 9101, mailer 9102); mail goes to ${ONCEHOOK_SMTP_URL:-${ONCEHOOK_MAIL_DIR:-./var/mail}}."
+echo "[run] shop API on http://${ONCEHOOK_API_ADDR:-127.0.0.1:8082} (demo key: ohk_demo_local_only_never_in_production; metrics 9103)."
 echo "[run] console on http://${ONCEHOOK_CONSOLE_ADDR:-127.0.0.1:8081} (demo operator: demo / demo-operator). Ctrl-C stops everything."
 wait
 rm -rf "$piddir"

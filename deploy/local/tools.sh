@@ -7,7 +7,7 @@
 # kubernetes-validate (PyPI), which checks deploy/k8s against the Kubernetes
 # schemas. Installs with apt on Debian/Ubuntu, the way services.sh installs
 # PostgreSQL (kubernetes-validate with pip into var/tools/). Idempotent; says
-# what it did.
+# what it did. Also schemathesis (PyPI, into var/tools/), for `make api-schema-test`.
 set -euo pipefail
 
 say() { printf 'tools: %s\n' "$*"; }
@@ -67,6 +67,24 @@ else
   python3 -m venv "$K8S_VENV" && "$K8S_VENV/bin/pip" install -q kubernetes-validate || {
     rm -rf "$K8S_VENV"
     say "could not install kubernetes-validate: pip install kubernetes-validate (PyPI), then retry"
+    exit 1
+  }
+fi
+
+# schemathesis (PyPI) for `make api-schema-test`: the shop API tested
+# against its own OpenAPI document. Into a virtualenv of its own under
+# var/tools/, like kubernetes-validate.
+ST_VENV="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/var/tools/schemathesis"
+if command -v st >/dev/null 2>&1 && st --version >/dev/null 2>&1; then
+  say "schemathesis is installed ($(st --version 2>&1 | head -n 1))"
+elif [ -x "$ST_VENV/bin/st" ]; then
+  say "schemathesis is installed in $ST_VENV"
+else
+  python3 -m venv --help >/dev/null 2>&1 && python3 -c 'import ensurepip' 2>/dev/null || apt_install python3-venv
+  say "installing schemathesis from PyPI into $ST_VENV"
+  python3 -m venv "$ST_VENV" && "$ST_VENV/bin/pip" install -q schemathesis || {
+    rm -rf "$ST_VENV"
+    say "could not install schemathesis: pip install schemathesis (PyPI), then retry"
     exit 1
   }
 fi

@@ -11,6 +11,7 @@
 //! Binaries are taken from the workspace's `target/debug` (override with
 //! `ONCEHOOK_BIN_DIR`); `make test` builds them before running the tests.
 
+pub mod api;
 pub mod broker;
 pub mod chaos;
 pub mod cluster;

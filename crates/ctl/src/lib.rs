@@ -4,6 +4,7 @@
 //! both act on dead letters, traces and stats the same way — the same peek
 //! lock, the same replay-then-remove order, the same words.
 
+pub mod api_key;
 pub mod broker;
 pub mod demo;
 pub mod dlq;

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use oncehook_common::Config;
-use oncehook_ctl::{demo, dlq, migrate, output, password, retention, send, stats, trace};
+use oncehook_ctl::{api_key, demo, dlq, migrate, output, password, retention, send, stats, trace};
 
 #[derive(Parser)]
 #[command(
@@ -52,6 +52,8 @@ enum Command {
     Stats(stats::StatsArgs),
     /// Hash a console password (read from stdin) into a `[[console.user]]` entry.
     ConsoleUser(password::ConsoleUserArgs),
+    /// A new random key for the shop's API, printed once, and its `[[api.key]]` entry.
+    ApiKey(api_key::ApiKeyArgs),
 }
 
 #[tokio::main]
@@ -80,6 +82,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         // Needs no configuration: it prints a line for the configuration.
         return Ok(out.finish(&password::console_user(args)?));
     }
+    if let Command::ApiKey(args) = cli.command {
+        return Ok(out.finish(&api_key::api_key(args)?));
+    }
     let settings = Config::load().context("reading configuration")?;
     Ok(match cli.command {
         Command::Migrate => out.finish(&migrate::run(&settings).await?),
@@ -89,6 +94,6 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Trace { command } => out.finish(&trace::run(&settings, command).await?),
         Command::Retention(args) => out.finish(&retention::run(&settings, args).await?),
         Command::Stats(args) => out.finish(&stats::run(&settings, args).await?),
-        Command::ConsoleUser(_) => ExitCode::SUCCESS,
+        Command::ConsoleUser(_) | Command::ApiKey(_) => ExitCode::SUCCESS,
     })
 }

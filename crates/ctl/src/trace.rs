@@ -2,7 +2,8 @@
 //! command — the order and its items, every payment attempt, every webhook
 //! delivery that touched it (with outcome, how many copies arrived — under
 //! its event id, and of its signed body under other event ids — and when),
-//! refunds, and its emails with their status.
+//! refunds, its emails with their status, and the shop API's writes
+//! about it (`api_audit`).
 
 use std::fmt;
 
@@ -11,6 +12,7 @@ use clap::Subcommand;
 use oncehook_common::store::dedup::{self, WebhookRow};
 use oncehook_common::store::ledger::{self, ItemStock, OrderDetail, PaymentRecord, RefundRecord};
 use oncehook_common::store::outbox::{self, EmailRecord};
+use oncehook_common::store::shop::{self, ApiAuditEntry};
 use oncehook_common::{Config, db};
 use oncehook_gateways::{currency_exponent, format_decimal_minor};
 use serde::Serialize;
@@ -53,6 +55,8 @@ pub struct OrderStory {
     webhooks: Vec<WebhookRow>,
     refunds: Vec<RefundRecord>,
     emails: Vec<EmailRecord>,
+    /// The shop API's writes about this order (`api_audit`).
+    api: Vec<ApiAuditEntry>,
 }
 
 /// No such order.
@@ -153,6 +157,7 @@ async fn order_story(
         webhooks: dedup::touching_order(conn, order_ref, id).await?,
         refunds: ledger::refunds_of(conn, id).await?,
         emails: outbox::emails_of(conn, id).await?,
+        api: shop::audit_of_order(conn, order_ref).await?,
         order,
     }))
 }
@@ -296,6 +301,18 @@ impl fmt::Display for OrderStory {
                 ("ATTEMPTS", "attempts"),
                 ("SENT", "sent_at"),
                 ("LAST ERROR", "last_error"),
+            ],
+        )?;
+        section(
+            f,
+            "shop API",
+            &self.api,
+            &[
+                ("AT", "at"),
+                ("KEY", "key_name"),
+                ("ACTION", "action"),
+                ("OK", "ok"),
+                ("RESULT", "result"),
             ],
         )
     }

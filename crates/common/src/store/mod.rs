@@ -13,6 +13,9 @@
 //! - [`retention`]: trimming `processed_webhooks` and sent or failed
 //!   `email_outbox` rows (the worker's schedule and `oncehookctl retention`).
 //! - [`audit`]: `console_audit`, what operators did through the console.
+//! - [`shop`]: the shop API's writes and reads — products and stock
+//!   deltas (`stock_adjustments`), orders with items and
+//!   `order_gateway_refs`, `api_idempotency`, `api_audit`, order pages.
 //! - [`schema`]: `_sqlx_migrations`, which migrations are applied.
 //! - [`ping`]: whether the database answers at all.
 //!
@@ -34,6 +37,7 @@ pub mod outbox;
 pub mod parking;
 pub mod retention;
 pub mod schema;
+pub mod shop;
 
 /// A pool and the [`Pooler`] between it and Postgres.
 #[derive(Debug, Clone)]

@@ -1,6 +1,7 @@
 //! Trace: what `oncehookctl trace order` prints, found by order ref,
 //! payment id or event id — the order, its items, every payment attempt,
-//! every webhook delivery that touched it, refunds and emails. The term is
+//! every webhook delivery that touched it, refunds, emails and the shop
+//! API's writes about it. The term is
 //! checked first (at most 256 characters, no control characters; else 400).
 
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -19,13 +20,14 @@ use crate::state::State;
 const MAX_TERM: usize = 256;
 
 /// The sections of an order's story, in the order `trace order` prints them.
-const SECTIONS: [(&str, &str); 6] = [
+const SECTIONS: [(&str, &str); 7] = [
     ("order", "Order"),
     ("items", "Items"),
     ("payments", "Payments"),
     ("webhooks", "Webhook deliveries"),
     ("refunds", "Refunds"),
     ("emails", "Emails"),
+    ("api", "Shop API"),
 ];
 
 pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {

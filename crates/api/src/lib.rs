@@ -1,0 +1,15 @@
+//! `oncehook-api`: the shop's machine-to-machine API (docs/shop-integration.md).
+//! `startup` wires it; `routes` are the endpoints in one table; `auth`
+//! checks keys and scopes; `validate` checks what a shop sends; `view`
+//! shows an order; `audit` records every write; `openapi` describes it all.
+
+pub mod audit;
+pub mod auth;
+pub mod error;
+pub mod model;
+pub mod openapi;
+pub mod routes;
+pub mod startup;
+pub mod state;
+pub mod validate;
+pub mod view;

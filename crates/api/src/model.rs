@@ -1,0 +1,196 @@
+//! What the API reads and writes, as JSON: the request bodies (unknown
+//! fields refused) and the answers, each with its OpenAPI schema (utoipa
+//! derives them from these types; nothing in the document is written by
+//! hand).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+
+/// `PUT /v1/products/{sku}`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProductPut {
+    /// The product's name (1 to 200 characters).
+    pub name: String,
+    /// The stock when the product is new (0 if left out); ignored when it exists.
+    pub stock: Option<i32>,
+}
+
+/// `POST /v1/products/{sku}/stock`: moves the stock, never sets it.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StockDelta {
+    /// Added to the stock (negative takes away); not zero.
+    pub delta: i32,
+    /// Why (`restock`, `damaged`, …), recorded with the adjustment.
+    pub reason: Option<String>,
+}
+
+/// A product.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Product {
+    pub sku: String,
+    pub name: String,
+    pub stock: i32,
+}
+
+/// `POST /v1/orders`.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OrderCreate {
+    /// The shop's order reference (`[A-Za-z0-9._:-]`, 1 to 128 characters).
+    pub order_ref: String,
+    pub customer_email: String,
+    /// An ISO 4217 code in capitals (`INR`).
+    pub currency: String,
+    /// The order's amount in the currency's minor unit; the sum of its items.
+    pub amount_minor: i64,
+    pub items: Vec<ItemIn>,
+    /// Each gateway's own reference for this order (`{"razorpay": "order_…"}`).
+    #[serde(default)]
+    pub gateway_refs: BTreeMap<String, String>,
+    /// The shop's own data, returned as written (a JSON object, at most 4 KiB).
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub metadata: Option<Value>,
+}
+
+/// One item of an order to create.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ItemIn {
+    pub sku: String,
+    /// At least 1.
+    pub qty: i32,
+    /// The price of one unit, in minor units.
+    pub unit_minor: i64,
+}
+
+/// One item of an order.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Item {
+    pub sku: String,
+    pub qty: i32,
+    /// `null` for orders written before the API.
+    pub unit_minor: Option<i64>,
+}
+
+/// An amount in minor units and as text with the currency's exponent.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Amount {
+    pub minor: i64,
+    /// `500.00`, `5000` (JPY), `12.345` (KWD).
+    pub formatted: String,
+}
+
+/// A payment attempt the ledger recorded.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Payment {
+    pub provider: String,
+    pub payment_id: String,
+    /// `authorized`, `captured` or `failed`.
+    pub status: String,
+    pub amount_minor: Option<i64>,
+    pub currency: Option<String>,
+    /// `needs_refund`, `amount_mismatch`, `refunded` or `null`.
+    pub flag: Option<String>,
+    /// RFC 3339.
+    pub created_at: String,
+}
+
+/// A refund the ledger recorded.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Refund {
+    pub provider: String,
+    pub refund_id: String,
+    pub payment_id: Option<String>,
+    pub amount_minor: i64,
+    /// A payment's refunded total rather than one refund (Stripe).
+    pub cumulative: bool,
+    pub created_at: String,
+}
+
+/// An email the ledger wrote for the order.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Email {
+    /// `confirmation` or `refund`.
+    pub kind: String,
+    pub to: String,
+    /// `sent`, `failed`, `queued` or `pending`.
+    pub status: String,
+    pub created_at: String,
+    pub sent_at: Option<String>,
+}
+
+/// An order: what the shop wrote and what the ledger made of it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Order {
+    pub order_ref: String,
+    /// `pending`, `paid`, `partially_refunded`, `refunded`, …
+    pub status: String,
+    pub customer_email: String,
+    pub currency: String,
+    pub amount: Amount,
+    pub refunded_minor: i64,
+    pub refunded: Amount,
+    pub items: Vec<Item>,
+    pub payments: Vec<Payment>,
+    pub refunds: Vec<Refund>,
+    pub emails: Vec<Email>,
+    /// A capture is owed back (paid twice, …).
+    pub needs_refund: bool,
+    /// A capture's amount or currency is not the order's.
+    pub amount_mismatch: bool,
+    /// Paying it took a product's stock below zero.
+    pub oversold: bool,
+    pub paid_by: Option<String>,
+    pub paid_at: Option<String>,
+    /// Grows with every change of the order's state.
+    pub version: i64,
+    #[schema(value_type = BTreeMap<String, String>)]
+    pub gateway_refs: BTreeMap<String, String>,
+    #[schema(value_type = Object)]
+    pub metadata: Value,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// An order in a page of `GET /v1/orders`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct OrderSummary {
+    pub order_ref: String,
+    pub status: String,
+    pub currency: String,
+    pub amount: Amount,
+    pub refunded_minor: i64,
+    pub oversold: bool,
+    pub version: i64,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// One keyset page.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct OrderPage {
+    pub data: Vec<OrderSummary>,
+    /// Pass as `cursor` for the next page; `null` on the last.
+    pub next_cursor: Option<String>,
+}
+
+/// `GET /v1/orders`'s query.
+#[derive(Debug, Clone, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// Only orders in this status.
+    pub status: Option<String>,
+    /// Only orders changed after this instant (RFC 3339).
+    pub updated_after: Option<String>,
+    /// Orders per page (1 to `api.limits.max_page_size`, default 50).
+    pub limit: Option<u32>,
+    /// The `next_cursor` of the page before.
+    pub cursor: Option<String>,
+}

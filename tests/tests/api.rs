@@ -1,0 +1,458 @@
+//! The shop's API end to end: the real `oncehook-api` binary against a
+//! database of its own — every endpoint, every error code, idempotent
+//! creates (twenty at once make one order), keys and scopes, malformed and
+//! oversized bodies, the audit in `oncehookctl trace`, and an order created
+//! through the API paid by a real webhook.
+
+use oncehook_e2e::api::{Api, FULL_KEY, PRODUCTS_KEY, READ_KEY, order_body};
+use oncehook_e2e::env::TestEnv;
+use serde_json::Value;
+
+#[tokio::test]
+async fn products_are_created_renamed_and_moved_by_deltas() {
+    let mut env = TestEnv::new().await;
+    let api = Api::start(&mut env, &[]).await;
+    let put = |body: &'static str| {
+        api.call(
+            "PUT",
+            "/v1/products/tee-1",
+            Some(PRODUCTS_KEY),
+            Some(body),
+            &[],
+        )
+    };
+    let a = put(r#"{"name": "Tee", "stock": 10}"#).await;
+    assert_eq!(
+        (a.status, a.json["stock"].as_i64()),
+        (201, Some(10)),
+        "{a:?}"
+    );
+    let a = put(r#"{"name": "Tee, blue", "stock": 99}"#).await;
+    assert_eq!(a.status, 200, "{a:?}");
+    assert_eq!(a.json["name"], "Tee, blue");
+    assert_eq!(
+        a.json["stock"], 10,
+        "the stock is set only when the product is new"
+    );
+
+    let stock = |body: &'static str| {
+        api.call(
+            "POST",
+            "/v1/products/tee-1/stock",
+            Some(PRODUCTS_KEY),
+            Some(body),
+            &[],
+        )
+    };
+    let a = stock(r#"{"delta": 50, "reason": "restock"}"#).await;
+    assert_eq!(
+        (a.status, a.json["stock"].as_i64()),
+        (200, Some(60)),
+        "{a:?}"
+    );
+    let a = stock(r#"{"delta": -5}"#).await;
+    assert_eq!(a.json["stock"], 55);
+    let a = stock(r#"{"delta": 0}"#).await;
+    assert_eq!(
+        (a.status, a.code(), a.field()),
+        (400, "validation_failed", "delta")
+    );
+    let a = api
+        .call(
+            "POST",
+            "/v1/products/nope/stock",
+            Some(PRODUCTS_KEY),
+            Some(r#"{"delta": 1}"#),
+            &[],
+        )
+        .await;
+    assert_eq!((a.status, a.code()), (404, "not_found"));
+
+    let a = api.get("/v1/products/tee-1", READ_KEY).await;
+    assert_eq!((a.status, a.json["stock"].as_i64()), (200, Some(55)));
+    assert_eq!(api.get("/v1/products/none", READ_KEY).await.status, 404);
+    let a = api.get("/v1/products/bad%20sku", READ_KEY).await;
+    assert_eq!((a.status, a.field()), (400, "sku"));
+    let a = put(r#"{"name": "", "stock": 1}"#).await;
+    assert_eq!((a.status, a.field()), (400, "name"));
+    let a = api
+        .call(
+            "PUT",
+            "/v1/products/x",
+            Some(PRODUCTS_KEY),
+            Some(r#"{"name": "x", "stock": -1}"#),
+            &[],
+        )
+        .await;
+    assert_eq!((a.status, a.field()), (400, "stock"));
+    assert_eq!(
+        env.count(
+            "SELECT count(*) FROM stock_adjustments WHERE sku = 'tee-1' AND key_name = 'stock'"
+        )
+        .await,
+        2
+    );
+    assert!(
+        env.count("SELECT count(*) FROM api_audit WHERE sku = 'tee-1' AND NOT ok")
+            .await
+            >= 1
+    );
+}
+
+#[tokio::test]
+async fn an_order_is_created_once_per_key_and_shown_as_the_ledger_sees_it() {
+    let mut env = TestEnv::new().await;
+    let api = Api::start(&mut env, &[]).await;
+    api.product("tee", 10).await;
+    let body = order_body("o-1", "tee", 2);
+    let first = api.create_order("k-1", &body).await;
+    assert_eq!(first.status, 201, "{first:?}");
+    let o = &first.json;
+    assert_eq!(o["status"], "pending");
+    assert_eq!(o["amount"]["minor"], 50_000);
+    assert_eq!(o["amount"]["formatted"], "500.00");
+    assert_eq!(o["gateway_refs"]["razorpay"], "order_rzp_o-1");
+    assert_eq!(o["metadata"]["cart"], "c-1");
+    assert_eq!(o["items"][0]["unit_minor"], 25_000);
+    assert_eq!(o["version"], 1);
+    assert_eq!(
+        (o["needs_refund"].as_bool(), o["oversold"].as_bool()),
+        (Some(false), Some(false))
+    );
+
+    let again = api.create_order("k-1", &body).await;
+    assert_eq!(
+        (again.status, &again.json),
+        (201, &first.json),
+        "same key, same body, same answer"
+    );
+    let other = api.create_order("k-1", &order_body("o-1", "tee", 3)).await;
+    assert_eq!(
+        (other.status, other.code()),
+        (422, "idempotency_key_reused")
+    );
+    let conflict = api.create_order("k-2", &order_body("o-1", "tee", 3)).await;
+    assert_eq!(
+        (conflict.status, conflict.code(), conflict.field()),
+        (409, "order_ref_conflict", "order_ref")
+    );
+    let same = api.create_order("k-3", &body).await;
+    assert_eq!(
+        same.status, 200,
+        "the same order under another key: {same:?}"
+    );
+    let taken = order_body("o-2", "tee", 1).replace("order_rzp_o-2", "order_rzp_o-1");
+    let a = api.create_order("k-4", &taken).await;
+    assert_eq!(
+        (a.status, a.code(), a.field()),
+        (409, "gateway_ref_conflict", "gateway_refs.razorpay")
+    );
+
+    let shown = api.get("/v1/orders/o-1", READ_KEY).await;
+    assert_eq!(
+        (shown.status, &shown.json["order_ref"]),
+        (200, &Value::from("o-1"))
+    );
+    assert_eq!(
+        api.get("/v1/orders/o-none", READ_KEY).await.code(),
+        "not_found"
+    );
+    assert_eq!(env.count("SELECT count(*) FROM orders").await, 1);
+
+    let (code, out, _) = env.ctl(&["trace", "order", "o-1"]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("shop API") && out.contains("order.create") && out.contains("full"),
+        "{out}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn twenty_concurrent_posts_with_one_key_make_one_order() {
+    let mut env = TestEnv::new().await;
+    let api = Api::start(&mut env, &[]).await;
+    api.product("cap", 100).await;
+    let body = order_body("o-race", "cap", 1);
+    let answers = {
+        let mut tasks = Vec::new();
+        for _ in 0..20 {
+            let http = api.http.clone();
+            let (base, body) = (api.base.clone(), body.clone());
+            tasks.push(tokio::spawn(async move {
+                let r = http
+                    .post(format!("{base}/v1/orders"))
+                    .header("Authorization", format!("Bearer {FULL_KEY}"))
+                    .header("Content-Type", "application/json")
+                    .header("Idempotency-Key", "race-1")
+                    .body(body)
+                    .send()
+                    .await
+                    .expect("post");
+                (r.status().as_u16(), r.text().await.unwrap_or_default())
+            }));
+        }
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.expect("task"));
+        }
+        out
+    };
+    let first = &answers[0];
+    for a in &answers {
+        assert_eq!(a, first, "every post answers the same");
+    }
+    assert_eq!(first.0, 201);
+    assert_eq!(env.count("SELECT count(*) FROM orders").await, 1);
+    assert_eq!(env.count("SELECT count(*) FROM order_items").await, 1);
+    assert_eq!(
+        env.count("SELECT count(*) FROM api_audit WHERE ok AND action = 'order.create'")
+            .await,
+        1
+    );
+}
+
+#[tokio::test]
+async fn every_validation_error_names_its_field() {
+    let mut env = TestEnv::new().await;
+    let api = Api::start(&mut env, &[("ONCEHOOK_API_MAX_ITEMS", "2")]).await;
+    api.product("tee", 10).await;
+    let good = order_body("o-v", "tee", 1);
+    for (from, to, field) in [
+        (
+            r#""amount_minor": 25000"#,
+            r#""amount_minor": 24000"#,
+            "amount_minor",
+        ),
+        (r#""currency": "INR""#, r#""currency": "ABC""#, "currency"),
+        ("buyer@shop.example", "not-an-email", "customer_email"),
+        (r#""qty": 1"#, r#""qty": 0"#, "items[0].qty"),
+        (r#""sku": "tee""#, r#""sku": "ghost""#, "items[0].sku"),
+        (
+            r#""order_ref": "o-v""#,
+            r#""order_ref": "o v""#,
+            "order_ref",
+        ),
+        (r#""razorpay""#, r#""paypal""#, "gateway_refs.paypal"),
+        (r#"{"cart": "c-1"}"#, "[1]", "metadata"),
+    ] {
+        let body = good.replace(from, to);
+        assert_ne!(body, good, "{from}");
+        let a = api.create_order(&format!("v-{field}"), &body).await;
+        assert_eq!((a.status, a.field()), (400, field), "{to}: {a:?}");
+    }
+    let items = r#""items": [{"sku": "a", "qty": 1, "unit_minor": 1}, {"sku": "b", "qty": 1, "unit_minor": 1}, {"sku": "c", "qty": 1, "unit_minor": 1}]"#;
+    let body = good.replace(r#""amount_minor": 25000"#, r#""amount_minor": 3"#);
+    let start = body.find("\"items\"").expect("items");
+    let end = body.find("],").expect("end of items") + 1;
+    let body = format!("{}{items}{}", &body[..start], &body[end..]);
+    let a = api.create_order("v-items", &body).await;
+    assert_eq!((a.status, a.field()), (400, "items"), "{a:?}");
+    let a = api
+        .call("POST", "/v1/orders", Some(FULL_KEY), Some(&good), &[])
+        .await;
+    assert_eq!((a.status, a.code()), (400, "idempotency_key_required"));
+    let a = api.create_order("v-missing", r#"{"order_ref": "x"}"#).await;
+    assert_eq!(
+        (a.status, a.code(), a.field()),
+        (400, "malformed_json", "customer_email")
+    );
+    assert_eq!(env.count("SELECT count(*) FROM orders").await, 0);
+    assert!(
+        env.count("SELECT count(*) FROM api_audit WHERE NOT ok")
+            .await
+            >= 9
+    );
+}
+
+#[tokio::test]
+async fn orders_are_listed_in_keyset_pages() {
+    let mut env = TestEnv::new().await;
+    let api = Api::start(&mut env, &[("ONCEHOOK_API_MAX_PAGE_SIZE", "10")]).await;
+    api.product("tee", 100).await;
+    for i in 0..5 {
+        let a = api
+            .create_order(&format!("l-{i}"), &order_body(&format!("o-{i}"), "tee", 1))
+            .await;
+        assert_eq!(a.status, 201);
+    }
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            None => "/v1/orders?limit=2&status=pending".to_owned(),
+            Some(c) => format!("/v1/orders?limit=2&status=pending&cursor={c}"),
+        };
+        let page = api.get(&path, READ_KEY).await;
+        assert_eq!(page.status, 200, "{page:?}");
+        for o in page.json["data"].as_array().expect("data") {
+            seen.push(o["order_ref"].as_str().expect("ref").to_owned());
+        }
+        match page.json["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["o-0", "o-1", "o-2", "o-3", "o-4"]);
+    let paid = api.get("/v1/orders?status=paid", READ_KEY).await;
+    assert_eq!(paid.json["data"], Value::Array(vec![]), "{paid:?}");
+    let later = api
+        .get("/v1/orders?updated_after=2999-01-01T00:00:00Z", READ_KEY)
+        .await;
+    assert_eq!(later.json["data"], Value::Array(vec![]), "{later:?}");
+    for (query, code, field) in [
+        ("limit=0", "validation_failed", "limit"),
+        ("limit=11", "validation_failed", "limit"),
+        (
+            "updated_after=yesterday",
+            "validation_failed",
+            "updated_after",
+        ),
+        ("cursor=zzz", "invalid_cursor", "cursor"),
+        ("limit=abc", "invalid_query", ""),
+        ("colour=red", "invalid_query", "colour"),
+    ] {
+        let a = api.get(&format!("/v1/orders?{query}"), READ_KEY).await;
+        assert_eq!((a.status, a.code()), (400, code), "{query}: {a:?}");
+        if !field.is_empty() {
+            assert_eq!(a.field(), field, "{query}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn keys_scopes_and_throttling() {
+    let mut env = TestEnv::new().await;
+    let api = Api::start(&mut env, &[("ONCEHOOK_API_AUTH_FAILURES_PER_MINUTE", "3")]).await;
+    let a = api.call("GET", "/v1/orders", None, None, &[]).await;
+    assert_eq!((a.status, a.code()), (401, "unauthorized"));
+    let a = api.get("/v1/orders", "ohk_wrong").await;
+    assert_eq!(a.status, 401);
+    let a = api.get("/v1/orders", PRODUCTS_KEY).await;
+    assert_eq!(
+        (a.status, a.code()),
+        (403, "forbidden"),
+        "a key without the scope"
+    );
+    let a = api.create_order("k", &order_body("o", "tee", 1)).await;
+    assert_ne!(a.status, 403);
+    let a = api
+        .call(
+            "POST",
+            "/v1/orders",
+            Some(READ_KEY),
+            Some("{}"),
+            &[("Idempotency-Key", "k")],
+        )
+        .await;
+    assert_eq!(a.status, 403);
+    let metrics = api
+        .http
+        .get(format!("{}/metrics", api.metrics))
+        .send()
+        .await
+        .expect("metrics");
+    let text = metrics.text().await.expect("text");
+    assert!(
+        text.contains("oncehook_api_auth_failures_total{key=\"unknown\"} 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("oncehook_api_auth_failures_total{key=\"stock\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("oncehook_api_auth_failures_total{key=\"reader\"} 1"),
+        "{text}"
+    );
+    assert_eq!(api.get("/v1/orders", "ohk_wrong").await.status, 401);
+    let a = api.get("/v1/orders", FULL_KEY).await;
+    assert_eq!((a.status, a.code()), (429, "too_many_failed_attempts"));
+    assert!(a.headers.get("retry-after").is_some());
+    let log = api.proc.log_text();
+    assert!(
+        !log.contains("ohk_wrong") && !log.contains(FULL_KEY),
+        "keys are never logged"
+    );
+}
+
+#[tokio::test]
+async fn every_failure_is_json_even_from_the_http_layer() {
+    let mut env = TestEnv::new().await;
+    let api = Api::start(&mut env, &[("ONCEHOOK_API_BODY_LIMIT_BYTES", "2048")]).await;
+    let a = api.create_order("k", "{not json").await;
+    assert_eq!((a.status, a.code()), (400, "malformed_json"));
+    let a = api
+        .call(
+            "POST",
+            "/v1/orders",
+            Some(FULL_KEY),
+            None,
+            &[("Idempotency-Key", "k"), ("Content-Type", "text/plain")],
+        )
+        .await;
+    assert_eq!((a.status, a.code()), (415, "unsupported_media_type"));
+    let huge = format!(r#"{{"order_ref": "{}"}}"#, "x".repeat(10_000));
+    let a = api.create_order("k", &huge).await;
+    assert_eq!((a.status, a.code()), (413, "body_too_large"));
+    let a = api.get("/v2/nothing", FULL_KEY).await;
+    assert_eq!((a.status, a.code()), (404, "not_found"));
+    let a = api
+        .call("DELETE", "/v1/orders", Some(FULL_KEY), None, &[])
+        .await;
+    assert_eq!((a.status, a.code()), (405, "method_not_allowed"));
+    assert_eq!(
+        a.headers
+            .get("x-content-type-options")
+            .map(|v| v.as_bytes()),
+        Some(&b"nosniff"[..])
+    );
+    let doc = api.call("GET", "/v1/openapi.json", None, None, &[]).await;
+    assert_eq!(doc.status, 200);
+    for path in [
+        "/v1/orders",
+        "/v1/orders/{order_ref}",
+        "/v1/products/{sku}",
+        "/v1/products/{sku}/stock",
+    ] {
+        assert!(doc.json["paths"].get(path).is_some(), "{path}");
+    }
+}
+
+#[tokio::test]
+async fn an_order_created_through_the_api_is_paid_by_its_webhook() {
+    let mut env = TestEnv::new().await;
+    let api = Api::start(&mut env, &[]).await;
+    let (_ingest, base) = env.start_ingest().await;
+    let _worker = env.start_worker().await;
+    api.product("tee", 10).await;
+    assert_eq!(
+        api.create_order("k", &order_body("o-pay", "tee", 2))
+            .await
+            .status,
+        201
+    );
+    env.post_ok(
+        &base,
+        "razorpay",
+        &env.captured("o-pay", "pay_api_1", "evt_api_1"),
+    )
+    .await;
+    let order = oncehook_e2e::eventually("the order paid", oncehook_e2e::WAIT, || async {
+        let a = api.get("/v1/orders/o-pay", READ_KEY).await;
+        (a.json["status"] == "paid").then_some(a.json)
+    })
+    .await;
+    assert!(order["version"].as_i64().expect("version") > 1, "{order}");
+    assert_eq!(order["payments"][0]["payment_id"], "pay_api_1");
+    assert_eq!(order["emails"][0]["kind"], "confirmation");
+    assert!(
+        order["paid_by"]
+            .as_str()
+            .is_some_and(|p| p.contains("pay_api_1")),
+        "{order}"
+    );
+    let stock = api.get("/v1/products/tee", READ_KEY).await;
+    assert_eq!(stock.json["stock"], 8);
+    let page = api.get("/v1/orders?status=paid", READ_KEY).await;
+    assert_eq!(page.json["data"][0]["order_ref"], "o-pay");
+}
