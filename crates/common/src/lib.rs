@@ -32,7 +32,7 @@ pub mod telemetry;
 pub mod topology;
 
 pub use config::{
-    Config, ConfigError, IngestSettings, MailerSettings, SourceConfig, WorkerSettings,
+    ApiSettings, Config, ConfigError, IngestSettings, MailerSettings, SourceConfig, WorkerSettings,
 };
 pub use envelope::Envelope;
 pub use retry::RetryPolicy;

@@ -22,6 +22,7 @@ mod registry;
 
 mod amount;
 mod crypto;
+mod currency;
 mod event;
 mod form;
 mod headers;
@@ -47,6 +48,7 @@ registry! {
 }
 
 pub use amount::{AmountError, currency_exponent, format_decimal_minor, parse_decimal_minor};
+pub use currency::is_known_currency;
 pub use event::{EventKind, NormalizedEvent};
 pub use headers::Headers;
 pub use registry::{UnknownGateway, parse, verify};

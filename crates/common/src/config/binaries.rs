@@ -6,8 +6,10 @@
 use std::net::SocketAddr;
 
 use super::error::invalid;
+use super::{
+    API_METRICS_ADDR, ApiConfig, INGEST_METRICS_ADDR, MAILER_METRICS_ADDR, WORKER_METRICS_ADDR,
+};
 use super::{BrokerConfig, Config, ConfigError, DatabaseConfig, ENV_CONFIG};
-use super::{INGEST_METRICS_ADDR, MAILER_METRICS_ADDR, WORKER_METRICS_ADDR};
 use super::{IngestConfig, MailConfig, TelemetryConfig, WorkerConfig};
 
 /// What `oncehook-ingest` is given: it never sees the database or mail settings.
@@ -42,6 +44,17 @@ pub struct MailerSettings {
     pub mail: MailConfig,
 }
 
+/// What `oncehook-api` is given: the database and its own section, never
+/// the broker, the sources or the mail settings.
+#[derive(Debug, Clone)]
+pub struct ApiSettings {
+    /// The metrics/health listener, resolved against this binary's default.
+    pub metrics_addr: Option<SocketAddr>,
+    pub database: DatabaseConfig,
+    pub telemetry: TelemetryConfig,
+    pub api: ApiConfig,
+}
+
 impl Config {
     /// The sections `oncehook-ingest` reads; it refuses to start without a
     /// source.
@@ -69,6 +82,16 @@ impl Config {
             database: self.database,
             telemetry: self.telemetry,
             worker: self.worker,
+        }
+    }
+
+    /// The sections `oncehook-api` reads.
+    pub fn into_api(self) -> ApiSettings {
+        ApiSettings {
+            metrics_addr: self.telemetry.metrics.resolve(API_METRICS_ADDR),
+            database: self.database,
+            telemetry: self.telemetry,
+            api: self.api,
         }
     }
 

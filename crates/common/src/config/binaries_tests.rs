@@ -30,3 +30,11 @@ fn worker_and_mailer_take_their_own_sections() {
     assert_eq!(c.clone().into_worker().worker.batch_size, 4);
     assert_eq!(c.into_mailer().mail.concurrency, 3);
 }
+
+#[test]
+fn the_api_takes_its_own_section_and_listener() {
+    let c = load_env(&[("ONCEHOOK_API_MAX_ITEMS", "7")]).expect("config");
+    let api = c.into_api();
+    assert_eq!(api.api.max_items, 7);
+    assert_eq!(api.metrics_addr, Some(crate::config::API_METRICS_ADDR));
+}

@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 use figment::value::Value;
 
 use super::ENV_CONFIG;
+use super::api::KeyEntry;
 use super::console::UserEntry;
 use super::keys;
 use super::load::Sections;
@@ -24,6 +25,7 @@ fn keys_with_defaults() -> Vec<(String, Option<String>)> {
     // One item in each list, so that its keys show.
     sections.source.push(FileSource::default());
     sections.console.user.push(UserEntry::default());
+    sections.api.key.push(KeyEntry::default());
     let value = Value::serialize(&sections).expect("the sections serialize");
     let mut out = Vec::new();
     walk("", &value, &mut out);

@@ -5,7 +5,7 @@
 //! section's keys that the loader (`load.rs`) and the error messages
 //! (`error.rs`) read.
 
-use super::{broker, console, database, ingest, mail, telemetry, worker};
+use super::{api, broker, console, database, ingest, mail, telemetry, worker};
 
 /// The file named by this variable is read under the environment.
 pub const ENV_CONFIG: &str = "ONCEHOOK_CONFIG";
@@ -67,6 +67,7 @@ pub(super) fn all() -> impl Iterator<Item = &'static Key> {
         worker::KEYS,
         mail::KEYS,
         console::KEYS,
+        api::KEYS,
     ]
     .into_iter()
     .flatten()

@@ -16,6 +16,7 @@ use figment::Figment;
 use figment::providers::Serialized;
 use serde::{Deserialize, Serialize};
 
+use super::api::ApiSection;
 use super::broker::BrokerSection;
 use super::console::ConsoleSection;
 use super::database::DatabaseSection;
@@ -38,6 +39,7 @@ pub(super) struct Sections {
     pub worker: WorkerSection,
     pub mail: MailSection,
     pub console: ConsoleSection,
+    pub api: ApiSection,
     /// `[[source]]` stays a top-level table (the documented layout).
     pub source: Vec<FileSource>,
 }

@@ -1,7 +1,7 @@
 //! Configuration, in sections per concern, one file each: `[broker]`
 //! (`broker.rs`), `[database]`, `[telemetry]`, `[ingest]` with the
 //! top-level `[[source]]`s (`sources.rs`), `[worker]`, `[mail]` (its SMTP
-//! checks in `smtp.rs`) and `[console]`. A section's file holds all there
+//! checks in `smtp.rs`), `[console]` and `[api]`. A section's file holds all there
 //! is to one of its settings: the public typed struct the binaries read, the
 //! section as written with its defaults, its environment variables and its
 //! checks.
@@ -16,9 +16,10 @@
 //! and a test holds it to the code (`docs_tests.rs`).
 //!
 //! Each binary takes only the sections it needs ([`Config::into_ingest`],
-//! [`Config::into_worker`], [`Config::into_mailer`], in `binaries.rs`);
+//! [`Config::into_worker`], [`Config::into_mailer`], [`Config::into_api`], in `binaries.rs`);
 //! `oncehookctl`, the operators' tool, reads the whole [`Config`].
 
+mod api;
 mod binaries;
 mod broker;
 mod console;
@@ -37,7 +38,9 @@ mod worker;
 
 use std::collections::HashMap;
 
-pub use binaries::{IngestSettings, MailerSettings, WorkerSettings};
+pub use api::{ApiConfig, ApiKey, ApiScope, ENV_API_ADDR, ENV_API_AUTH_FAILURES_PER_MINUTE};
+pub use api::{ENV_API_BODY_LIMIT_BYTES, ENV_API_MAX_ITEMS, ENV_API_MAX_PAGE_SIZE};
+pub use binaries::{ApiSettings, IngestSettings, MailerSettings, WorkerSettings};
 pub use broker::{BrokerConfig, DEFAULT_AMQP_URL};
 pub use broker::{ENV_AMQP_PREFIX, ENV_AMQP_URL, ENV_DELIVERY_LIMIT};
 pub use broker::{ENV_PUBLISH_TIMEOUT_MS, ENV_QUORUM_INITIAL_GROUP_SIZE};
@@ -55,8 +58,10 @@ pub use mail::{ENV_SMTP_TLS, ENV_SMTP_URL, ENV_SMTP_USERNAME};
 pub use secret::Secret;
 pub use smtp::{SmtpConfig, SmtpCredentials, SmtpTls};
 pub use sources::{DEFAULT_TOLERANCE_SECS, MAX_TOLERANCE_SECS, SourceConfig};
+pub use telemetry::{
+    API_METRICS_ADDR, INGEST_METRICS_ADDR, MAILER_METRICS_ADDR, WORKER_METRICS_ADDR,
+};
 pub use telemetry::{ENV_LOG, ENV_LOG_FORMAT, ENV_METRICS_ADDR, ENV_PROMETHEUS_URL};
-pub use telemetry::{INGEST_METRICS_ADDR, MAILER_METRICS_ADDR, WORKER_METRICS_ADDR};
 pub use telemetry::{MetricsListener, TelemetryConfig};
 pub use worker::{BATCH_LINGER_MS, BATCH_SIZE, RETENTION_DAYS, WorkerConfig};
 pub use worker::{ENV_FAULT_PANIC_ORDER_REF, ENV_RETENTION_DAYS, ENV_RETENTION_INTERVAL_SECS};
@@ -72,6 +77,7 @@ pub struct Config {
     pub worker: WorkerConfig,
     pub mail: MailConfig,
     pub console: ConsoleConfig,
+    pub api: ApiConfig,
 }
 
 impl Config {
@@ -93,6 +99,7 @@ impl Config {
             worker: sections.worker.into(),
             mail: sections.mail.validate()?,
             console: sections.console.validate()?,
+            api: sections.api.validate()?,
         })
     }
 

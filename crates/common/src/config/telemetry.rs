@@ -55,6 +55,8 @@ pub const INGEST_METRICS_ADDR: SocketAddr = loopback(9100);
 pub const WORKER_METRICS_ADDR: SocketAddr = loopback(9101);
 /// The mailer's metrics/health listener when `ONCEHOOK_METRICS_ADDR` is unset.
 pub const MAILER_METRICS_ADDR: SocketAddr = loopback(9102);
+/// The shop API's metrics/health listener when `ONCEHOOK_METRICS_ADDR` is unset.
+pub const API_METRICS_ADDR: SocketAddr = loopback(9103);
 
 impl MetricsListener {
     /// The address to bind, given the binary's default; `None` when off.
