@@ -507,3 +507,41 @@ async fn a_payu_retry_with_a_new_txnid_pays_the_order_named_in_udf1() {
         Some(0)
     );
 }
+
+#[tokio::test]
+async fn a_razorpay_shop_keeps_its_own_order_ids_through_a_gateway_reference() {
+    let mut env = TestEnv::new().await;
+    shop::product(&env.pool, "sku_gr", 10).await;
+    shop::order(&env.pool, "shop_1001", 50000, "INR", &[("sku_gr", 1)]).await;
+    sqlx::query(
+        "INSERT INTO order_gateway_refs (gateway, gateway_ref, order_id)
+         SELECT 'razorpay', 'order_RZPgr1', id FROM orders WHERE order_ref = 'shop_1001'",
+    )
+    .execute(&env.pool)
+    .await
+    .expect("gateway reference");
+    let (_ingest, base) = env.start_ingest().await;
+    let _worker = env.start_worker().await;
+    // Razorpay's payload names its own order id, never the shop's.
+    let capture = env.sign(
+        Gateway::Razorpay,
+        "payment.captured",
+        &env.spec("order_RZPgr1", "pay_gr1", "evt_gr1", 50000),
+    );
+    env.post_ok(&base, "razorpay", &capture).await;
+    eventually("the shop's order paid", Duration::from_secs(30), || async {
+        (books(&env, "shop_1001").await.0 == "paid").then_some(())
+    })
+    .await;
+    let (status, refunded, paid_by, oversold) = books(&env, "shop_1001").await;
+    assert_eq!(
+        (status.as_str(), refunded, paid_by.as_deref(), oversold),
+        ("paid", 0, Some("razorpay:pay_gr1"), false)
+    );
+    assert_eq!(shop::stock(&env.pool, "sku_gr").await, 9);
+    assert_eq!(
+        env.count("SELECT count(*) FROM email_outbox WHERE kind = 'confirmation'")
+            .await,
+        1
+    );
+}

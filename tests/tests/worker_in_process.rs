@@ -355,3 +355,46 @@ async fn a_second_effect_runs_through_the_same_pipeline_exactly_once() {
         0
     );
 }
+
+#[tokio::test]
+async fn a_webhook_finds_its_order_by_a_gateway_reference_of_its_own_gateway_only() {
+    let env = TestEnv::new().await;
+    shop::product(&env.pool, "ip_r", 10).await;
+    shop::order(&env.pool, "shop_42", 50_000, "INR", &[("ip_r", 1)]).await;
+    shop::order(&env.pool, "shop_77", 50_000, "INR", &[("ip_r", 1)]).await;
+    sqlx::query(
+        "INSERT INTO order_gateway_refs (gateway, gateway_ref, order_id)
+         SELECT 'razorpay', 'order_RZP42', id FROM orders WHERE order_ref = 'shop_42'
+         UNION ALL SELECT 'cashfree', 'cf_77', id FROM orders WHERE order_ref = 'shop_77'",
+    )
+    .execute(&env.pool)
+    .await
+    .expect("gateway references");
+    // Razorpay echoes its own order id: the shop keeps its own reference.
+    let paid = commit_group(
+        &env.pool,
+        &Ledger,
+        &[captured(&env, "order_RZP42", "pay_42", "evt_42")],
+    )
+    .await
+    .expect("committed");
+    assert_eq!(outcomes(&paid), ["applied"]);
+    assert_eq!(
+        order_books(&env.pool, "shop_42").await,
+        ("paid".into(), 0, true)
+    );
+    // A reference registered for another gateway names nothing here.
+    let err = commit_group(
+        &env.pool,
+        &Ledger,
+        &[captured(&env, "cf_77", "pay_77", "evt_77")],
+    )
+    .await
+    .expect_err("cf_77 is Cashfree's reference, not Razorpay's");
+    let ProcessError::Permanent(rejection) = err else {
+        panic!("{err:?}");
+    };
+    assert_eq!(rejection.kind.as_str(), "unknown_order");
+    assert!(rejection.message.contains("cf_77"), "{rejection}");
+    assert_eq!(order_books(&env.pool, "shop_77").await.0, "pending");
+}

@@ -6,7 +6,8 @@
 //! statements whatever its size:
 //!
 //! 1. lock the payments the group names (advisory locks, in key order) and
-//!    the orders it names or its payments are linked to (in id order);
+//!    the orders it names (by the shop's reference or a gateway's one) or
+//!    its payments are linked to (in id order);
 //! 2. place every event (`plan`): its order by reference, else by its
 //!    payment's link (one recorded already or one the group makes), else it
 //!    waits (`parking`);
@@ -69,7 +70,8 @@ impl Effect for Ledger {
                 .iter()
                 .filter_map(|e| e.order_ref().map(str::to_owned)),
         );
-        let locked = books::lock_orders(conn, &refs, &payments).await?;
+        let named = sorted(events.iter().filter_map(plan::gateway_ref));
+        let locked = books::lock_orders(conn, &refs, &named, &payments).await?;
         let plan = Plan::new(&events, locked).map_err(EffectError::Permanent)?;
         let linked: Vec<&PaymentKey> = plan.links.iter().map(|l| &l.payment).collect();
         let (adopted, unreadable) = parking::adopt(conn, &linked).await?;

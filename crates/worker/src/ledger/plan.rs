@@ -1,12 +1,15 @@
-//! Where each event of a group belongs: its order by reference, else the
-//! order its payment is linked to — by a link already recorded, or by one
+//! Where each event of a group belongs: its order by reference (the shop's
+//! `order_ref`, or a gateway's own reference registered with the order,
+//! such as Razorpay's `order_…` id), else the order its payment is linked to — by a link already recorded, or by one
 //! an earlier event of the same group makes — else nowhere yet (parked).
 //! Pure: the orders were locked, with the group's links, before.
 
 use std::collections::{BTreeMap, HashMap};
 
 use oncehook_common::dead_letter::DeadLetterKind;
-use oncehook_common::store::ledger::books::{LockedOrder, NewLink, OrderRow, PaymentKey};
+use oncehook_common::store::ledger::books::{
+    GatewayRef, LockedOrder, NewLink, OrderRow, PaymentKey,
+};
 
 use super::facts::{Event, describe};
 use crate::pipeline::Rejection;
@@ -42,8 +45,17 @@ impl Plan {
         let mut plan = Plan::default();
         let mut by_ref: HashMap<String, i64> = HashMap::new();
         let mut links: HashMap<PaymentKey, i64> = HashMap::new();
-        for LockedOrder { order, linked } in locked {
+        let mut by_gateway_ref: HashMap<GatewayRef, i64> = HashMap::new();
+        for LockedOrder {
+            order,
+            linked,
+            known_as,
+        } in locked
+        {
             by_ref.insert(order.order_ref.clone(), order.id);
+            for name in known_as {
+                by_gateway_ref.insert(name, order.id);
+            }
             for payment in linked {
                 links.insert(payment, order.id);
             }
@@ -55,13 +67,17 @@ impl Plan {
             let Some(order_ref) = ev.order_ref() else {
                 continue;
             };
-            let Some(&id) = by_ref.get(order_ref) else {
+            let found = by_ref
+                .get(order_ref)
+                .or_else(|| by_gateway_ref.get(&gateway_ref(ev)?));
+            let Some(&id) = found else {
                 if ev.fact.is_some() {
                     return Err(Rejection::new(
                         DeadLetterKind::UnknownOrder,
                         format!(
-                            "{}: no order matches order_ref {order_ref:?}",
-                            describe(ev.event)
+                            "{}: no order matches order_ref {order_ref:?}, by the shop's reference or a {} reference registered with an order",
+                            describe(ev.event),
+                            ev.event.provider
                         ),
                     ));
                 }
@@ -98,4 +114,12 @@ impl Plan {
             Place::Parked | Place::Ignored => None,
         }
     }
+}
+
+/// The event's order reference read as its gateway's own reference.
+pub fn gateway_ref(ev: &Event<'_>) -> Option<GatewayRef> {
+    Some(GatewayRef {
+        gateway: ev.event.provider.as_str().to_owned(),
+        gateway_ref: ev.order_ref()?.to_owned(),
+    })
 }

@@ -59,26 +59,46 @@ pub async fn lock_payments(
     Ok(())
 }
 
-/// An order locked by a batch, with the batch's payments already linked to it.
+/// A gateway's own reference for an order (Razorpay's `order_…` id), as
+/// registered with the order (`order_gateway_refs`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Deserialize)]
+pub struct GatewayRef {
+    pub gateway: String,
+    pub gateway_ref: String,
+}
+
+/// An order locked by a batch, with the batch's payments already linked to
+/// it and the batch's gateway references registered for it.
 #[derive(Debug, Clone)]
 pub struct LockedOrder {
     pub order: OrderRow,
     pub linked: Vec<PaymentKey>,
+    pub known_as: Vec<GatewayRef>,
 }
 
-/// Locks, in id order, the orders with these references and the orders
-/// these payments are linked to; each comes with which of `payments` are
-/// linked to it.
+/// Locks, in id order, the orders with these references, the orders
+/// registered under these gateway references and the orders these payments
+/// are linked to; each comes with which of `payments` are linked to it and
+/// which of `gateway_refs` name it.
 pub async fn lock_orders(
     conn: &mut PgConnection,
     order_refs: &[String],
+    gateway_refs: &[GatewayRef],
     payments: &[PaymentKey],
 ) -> Result<Vec<LockedOrder>, sqlx::Error> {
     let (providers, ids) = columns(payments);
+    let (gateways, refs): (Vec<String>, Vec<String>) = gateway_refs
+        .iter()
+        .map(|g| (g.gateway.clone(), g.gateway_ref.clone()))
+        .unzip();
     let rows = sqlx::query!(
         r#"WITH batch AS (SELECT * FROM unnest($2::text[], $3::text[]) AS t(provider, payment_id)),
+           named AS (SELECT * FROM unnest($4::text[], $5::text[]) AS t(gateway, gateway_ref)),
            wanted AS (
                SELECT id FROM orders WHERE order_ref = ANY($1::text[])
+               UNION
+               SELECT g.order_id FROM order_gateway_refs g
+               JOIN named n ON n.gateway = g.gateway AND n.gateway_ref = g.gateway_ref
                UNION
                SELECT l.order_id FROM payment_links l
                JOIN batch b ON b.provider = l.provider AND b.payment_id = l.payment_id),
@@ -94,11 +114,17 @@ pub async fn lock_orders(
                   COALESCE((SELECT jsonb_agg(jsonb_build_object('provider', l.provider, 'payment_id', l.payment_id))
                             FROM payment_links l JOIN batch b
                               ON b.provider = l.provider AND b.payment_id = l.payment_id
-                            WHERE l.order_id = k.id), '[]'::jsonb) AS "linked!: Json<Vec<PaymentKey>>"
+                            WHERE l.order_id = k.id), '[]'::jsonb) AS "linked!: Json<Vec<PaymentKey>>",
+                  COALESCE((SELECT jsonb_agg(jsonb_build_object('gateway', g.gateway, 'gateway_ref', g.gateway_ref))
+                            FROM order_gateway_refs g JOIN named n
+                              ON n.gateway = g.gateway AND n.gateway_ref = g.gateway_ref
+                            WHERE g.order_id = k.id), '[]'::jsonb) AS "known_as!: Json<Vec<GatewayRef>>"
            FROM locked k ORDER BY k.id"#,
         order_refs,
         &providers,
-        &ids
+        &ids,
+        &gateways,
+        &refs
     )
     .fetch_all(conn)
     .await?;
@@ -117,6 +143,7 @@ pub async fn lock_orders(
                 stock_applied: r.stock_applied,
             },
             linked: r.linked.0,
+            known_as: r.known_as.0,
         })
         .collect())
 }
