@@ -183,6 +183,10 @@ impl TestEnv {
             ("ONCEHOOK_MAIL_DIR", self.mail_dir.display().to_string()),
             ("ONCEHOOK_LOG", "info".to_owned()),
             ("ONCEHOOK_DELIVERY_LIMIT", "5".to_owned()),
+            // An event for an order that never comes is dead-lettered within
+            // seconds; tests of waiting (parked events, permutations) set
+            // it longer with `set_env`.
+            ("ONCEHOOK_UNLINKED_TTL", "2s".to_owned()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))

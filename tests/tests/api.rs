@@ -456,3 +456,72 @@ async fn an_order_created_through_the_api_is_paid_by_its_webhook() {
     let page = api.get("/v1/orders?status=paid", READ_KEY).await;
     assert_eq!(page.json["data"][0]["order_ref"], "o-pay");
 }
+
+#[tokio::test]
+async fn a_webhook_before_its_order_waits_and_is_applied_when_the_api_creates_it() {
+    let mut env = TestEnv::new().await;
+    let api = Api::start(&mut env, &[]).await;
+    let (_ingest, base) = env.start_ingest().await;
+    let _worker = env.start_worker().await;
+    api.product("mug", 10).await;
+    // The customer paid while the shop's create call was in flight: the
+    // capture names Razorpay's own order id, which no order has yet.
+    env.post_ok(
+        &base,
+        "razorpay",
+        &env.captured("order_rzp_o-early", "pay_early", "evt_early"),
+    )
+    .await;
+    oncehook_e2e::eventually("the capture waits", oncehook_e2e::WAIT, || async {
+        (env.count("SELECT count(*) FROM parked_events").await == 1).then_some(())
+    })
+    .await;
+    let created = api
+        .create_order("k-early", &order_body("o-early", "mug", 2))
+        .await;
+    assert_eq!(created.status, 201, "{}", created.json);
+    assert_eq!(created.json["status"], "paid", "{}", created.json);
+    assert_eq!(created.json["payments"][0]["payment_id"], "pay_early");
+    assert_eq!(env.count("SELECT count(*) FROM parked_events").await, 0);
+    assert_eq!(api.get("/v1/products/mug", READ_KEY).await.json["stock"], 8);
+    assert_eq!(
+        env.count("SELECT count(*) FROM email_outbox WHERE kind = 'confirmation'")
+            .await,
+        1
+    );
+    // The gateway's retry of the same webhook is a duplicate.
+    env.post_ok(
+        &base,
+        "razorpay",
+        &env.captured("order_rzp_o-early", "pay_early", "evt_early"),
+    )
+    .await;
+    oncehook_e2e::eventually("the copy absorbed", oncehook_e2e::WAIT, || async {
+        (env.count("SELECT sum(deliveries)::bigint FROM processed_webhooks")
+            .await
+            == 2)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(api.get("/v1/products/mug", READ_KEY).await.json["stock"], 8);
+
+    // An order that is never created: dead-lettered after the TTL (2 s in
+    // the tests), naming the reference.
+    env.post_ok(
+        &base,
+        "razorpay",
+        &env.captured("o-never", "pay_never", "evt_never"),
+    )
+    .await;
+    let dead = format!("{}.dead", env.prefix);
+    oncehook_e2e::eventually(
+        "dead-lettered after the TTL",
+        oncehook_e2e::WAIT,
+        || async { (oncehook_e2e::broker::depth(&dead).await == Some(1)).then_some(()) },
+    )
+    .await;
+    let letters = oncehook_e2e::broker::peek(&dead).await;
+    assert_eq!(letters[0].kind().as_str(), "unknown_order");
+    let error = &letters[0].record.error;
+    assert!(error.contains("o-never"), "{error}");
+}

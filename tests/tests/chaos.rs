@@ -69,6 +69,7 @@ fn run_load(s: &Stack, plan: &Plan) -> tokio::task::JoinHandle<chaos::LoadResult
 async fn chaos_sigkill_workers_during_load() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let mut env = TestEnv::new().await;
+    env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
     let plan = chaos::plan(&env, orders(), "kill").await;
     let mut s = stack(&mut env, 3).await;
     let load = run_load(&s, &plan);
@@ -91,6 +92,7 @@ async fn chaos_sigkill_workers_during_load() {
 async fn chaos_restart_rabbitmq_during_load() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let mut env = TestEnv::new().await;
+    env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
     let plan = chaos::plan(&env, orders(), "rmq").await;
     let s = stack(&mut env, 2).await;
     let load = run_load(&s, &plan);
@@ -127,6 +129,7 @@ async fn chaos_restart_rabbitmq_during_load() {
 async fn chaos_restart_postgres_during_load() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let mut env = TestEnv::new().await;
+    env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
     let plan = chaos::plan(&env, orders(), "pg").await;
     let s = stack(&mut env, 2).await;
     let load = run_load(&s, &plan);
@@ -145,6 +148,7 @@ async fn chaos_restart_postgres_during_load() {
 async fn chaos_restart_postgres_with_a_low_delivery_limit() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let mut env = TestEnv::new().await;
+    env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
     env.set_env("ONCEHOOK_DELIVERY_LIMIT", "2");
     env.set_env("ONCEHOOK_MAX_ATTEMPTS", "2");
     let plan = chaos::plan(&env, orders(), "pglimit").await;
@@ -195,6 +199,7 @@ async fn restart_postgres() {
 async fn chaos_smtp_down_for_a_while() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let mut env = TestEnv::new().await;
+    env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
     let mut smtp = SmtpSink::start().await;
     env.set_env("ONCEHOOK_SMTP_URL", &smtp.url());
     let plan = chaos::plan(&env, orders(), "smtp").await;
@@ -226,6 +231,7 @@ async fn chaos_smtp_down_for_a_while() {
 async fn chaos_poison_message_is_dead_lettered_by_the_delivery_limit() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let mut env = TestEnv::new().await;
+    env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
     let plan = chaos::plan(&env, orders(), "poison").await;
     let poison = plan.orders[3].clone();
     env.set_env("ONCEHOOK_FAULT_PANIC_ORDER_REF", &poison);
@@ -258,6 +264,7 @@ async fn chaos_poison_message_is_dead_lettered_by_the_delivery_limit() {
 async fn chaos_sigterm_each_binary_mid_load() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let mut env = TestEnv::new().await;
+    env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
     let plan = chaos::plan(&env, orders(), "term").await;
     let mut s = stack(&mut env, 2).await;
     let load = run_load(&s, &plan);
@@ -322,6 +329,7 @@ async fn chaos_cluster_node_loss() {
     };
     let _restart = cluster.restart_on_panic();
     let mut env = TestEnv::new().await;
+    env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
     env.use_broker(&cluster.urls);
     let plan = chaos::plan(&env, orders(), "cluster").await;
     let s = stack(&mut env, 2).await;

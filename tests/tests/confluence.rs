@@ -77,6 +77,7 @@ async fn confluence_same_facts_give_the_same_books() {
     let started = Instant::now();
 
     let mut env = TestEnv::new().await;
+    env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
     let (_ingest, url) = env.start_ingest().await;
     let _workers = [env.start_worker().await, env.start_worker().await];
 

@@ -47,6 +47,7 @@ async fn books(env: &TestEnv, order_ref: &str) -> (String, i64, Option<String>, 
 #[tokio::test]
 async fn a_refund_that_overtakes_its_capture_is_not_forgotten() {
     let mut env = TestEnv::new().await;
+    env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
     shop::product(&env.pool, "sku_r", 10).await;
     shop::order(&env.pool, "order_r", 50000, "INR", &[("sku_r", 2)]).await;
     let (_ingest, base) = env.start_ingest().await;
@@ -88,6 +89,7 @@ async fn a_refund_that_overtakes_its_capture_is_not_forgotten() {
 #[tokio::test]
 async fn an_event_naming_only_its_payment_waits_for_the_link_then_applies() {
     let mut env = TestEnv::new().await;
+    env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
     shop::product(&env.pool, "sku_p", 10).await;
     shop::order(&env.pool, "order_p", 50000, "INR", &[("sku_p", 1)]).await;
     let (_ingest, base) = env.start_ingest().await;
@@ -138,6 +140,7 @@ async fn an_event_naming_only_its_payment_waits_for_the_link_then_applies() {
 #[tokio::test]
 async fn an_event_never_linked_is_dead_lettered_after_the_ttl_leaving_nothing_to_absorb_a_replay() {
     let mut env = TestEnv::new().await;
+    env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
     env.set_env("ONCEHOOK_UNLINKED_TTL", "1s");
     let (_ingest, base) = env.start_ingest().await;
     let _worker = env.start_worker().await;
@@ -171,6 +174,7 @@ async fn an_event_never_linked_is_dead_lettered_after_the_ttl_leaving_nothing_to
 #[tokio::test]
 async fn two_accounts_of_one_gateway_do_not_share_event_ids() {
     let mut env = TestEnv::new().await;
+    env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
     shop::product(&env.pool, "sku_a", 10).await;
     shop::order(&env.pool, "order_a1", 50000, "INR", &[("sku_a", 1)]).await;
     shop::order(&env.pool, "order_a2", 50000, "INR", &[("sku_a", 1)]).await;
@@ -219,6 +223,7 @@ async fn two_accounts_of_one_gateway_do_not_share_event_ids() {
 #[tokio::test]
 async fn an_unsigned_event_id_cannot_make_another_body_a_duplicate() {
     let mut env = TestEnv::new().await;
+    env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
     shop::product(&env.pool, "sku_d", 10).await;
     shop::order(&env.pool, "order_d", 50000, "INR", &[("sku_d", 1)]).await;
     let (_ingest, base) = env.start_ingest().await;
@@ -263,6 +268,7 @@ async fn an_unsigned_event_id_cannot_make_another_body_a_duplicate() {
 #[tokio::test]
 async fn zero_decimal_currencies_are_mailed_with_their_own_exponent() {
     let mut env = TestEnv::new().await;
+    env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
     shop::product(&env.pool, "sku_j", 10).await;
     shop::order(&env.pool, "order_jpy", 5000, "JPY", &[("sku_j", 1)]).await;
     let (_ingest, base) = env.start_ingest().await;
@@ -288,6 +294,7 @@ async fn zero_decimal_currencies_are_mailed_with_their_own_exponent() {
 #[tokio::test]
 async fn an_oversell_is_recorded_on_the_order_and_shown_by_trace_and_stats() {
     let mut env = TestEnv::new().await;
+    env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
     shop::product(&env.pool, "sku_last", 1).await;
     shop::order(&env.pool, "order_o1", 50000, "INR", &[("sku_last", 1)]).await;
     shop::order(&env.pool, "order_o2", 50000, "INR", &[("sku_last", 1)]).await;
@@ -398,6 +405,7 @@ async fn the_migration_upgrades_an_existing_database_in_place() {
 #[tokio::test]
 async fn stripe_cumulative_refund_totals_are_not_added_up() {
     let mut env = TestEnv::new().await;
+    env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
     shop::product(&env.pool, "sku_s", 10).await;
     shop::order(&env.pool, "order_s", 500, "INR", &[("sku_s", 1)]).await;
     let (_ingest, base) = env.start_ingest().await;
@@ -430,6 +438,7 @@ async fn stripe_cumulative_refund_totals_are_not_added_up() {
 #[tokio::test]
 async fn a_stripe_checkout_intent_that_overtakes_its_session_is_not_dead_lettered() {
     let mut env = TestEnv::new().await;
+    env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
     shop::product(&env.pool, "sku_c", 10).await;
     shop::order(&env.pool, "order_c", 2500, "INR", &[("sku_c", 1)]).await;
     let (_ingest, base) = env.start_ingest().await;
@@ -479,6 +488,7 @@ async fn a_stripe_checkout_intent_that_overtakes_its_session_is_not_dead_lettere
 #[tokio::test]
 async fn a_payu_retry_with_a_new_txnid_pays_the_order_named_in_udf1() {
     let mut env = TestEnv::new().await;
+    env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
     shop::product(&env.pool, "sku_u", 10).await;
     shop::order(&env.pool, "order_u", 50000, "INR", &[("sku_u", 1)]).await;
     let (_ingest, base) = env.start_ingest().await;
@@ -511,6 +521,7 @@ async fn a_payu_retry_with_a_new_txnid_pays_the_order_named_in_udf1() {
 #[tokio::test]
 async fn a_razorpay_shop_keeps_its_own_order_ids_through_a_gateway_reference() {
     let mut env = TestEnv::new().await;
+    env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
     shop::product(&env.pool, "sku_gr", 10).await;
     shop::order(&env.pool, "shop_1001", 50000, "INR", &[("sku_gr", 1)]).await;
     sqlx::query(

@@ -258,7 +258,11 @@ async fn a_bad_delivery_fails_alone_and_the_others_of_its_group_commit() {
         ],
     );
     let good = captured(&env, "ip_g", "pay_g", "evt_g");
-    let bad = captured(&env, "ip_nowhere", "pay_bad", "evt_bad");
+    // A capture without a payment id can never be recorded.
+    let mut bad = captured(&env, "ip_g", "pay_bad", "evt_bad");
+    if let Some(event) = bad.event.as_mut() {
+        event.payment_id = None;
+    }
     let (a, b, c) = tokio::join!(
         worker.deliver(&good),
         worker.deliver(&bad),
@@ -267,7 +271,7 @@ async fn a_bad_delivery_fails_alone_and_the_others_of_its_group_commit() {
     assert_eq!([a, b, c], [[Settled::Acked]; 3]);
     let letters = worker.dead_letters.published();
     assert_eq!(letters.len(), 1, "{letters:?}");
-    assert_eq!(letters[0].kind, "unknown_order");
+    assert_eq!(letters[0].kind, "missing_payment_id");
     assert!(letters[0].error.contains("evt_bad"), "{}", letters[0].error);
     assert_eq!(order_books(&env.pool, "ip_g").await.0, "paid");
     assert_eq!(
@@ -341,13 +345,13 @@ async fn a_second_effect_runs_through_the_same_pipeline_exactly_once() {
     );
     assert!(worker.dead_letters.published().is_empty());
     // A failing effect rolls the claim back: nothing is absorbed later.
-    let err = commit_group(
-        &env.pool,
-        &Ledger,
-        &[captured(&env, "t_0", "pay_x", "evt_x")],
-    )
-    .await
-    .expect_err("the ledger knows no order t_0");
+    let mut bad = captured(&env, "t_0", "pay_x", "evt_x");
+    if let Some(event) = bad.event.as_mut() {
+        event.payment_id = None;
+    }
+    let err = commit_group(&env.pool, &Ledger, &[bad])
+        .await
+        .expect_err("a capture without a payment id");
     assert!(matches!(err, ProcessError::Permanent(_)), "{err:?}");
     assert_eq!(
         env.count("SELECT count(*) FROM processed_webhooks WHERE event_id = 'evt_x'")
@@ -383,18 +387,94 @@ async fn a_webhook_finds_its_order_by_a_gateway_reference_of_its_own_gateway_onl
         order_books(&env.pool, "shop_42").await,
         ("paid".into(), 0, true)
     );
-    // A reference registered for another gateway names nothing here.
-    let err = commit_group(
+    // A reference registered for another gateway names nothing here: the
+    // event waits for an order with that reference.
+    let waiting = commit_group(
         &env.pool,
         &Ledger,
         &[captured(&env, "cf_77", "pay_77", "evt_77")],
     )
     .await
-    .expect_err("cf_77 is Cashfree's reference, not Razorpay's");
-    let ProcessError::Permanent(rejection) = err else {
-        panic!("{err:?}");
-    };
-    assert_eq!(rejection.kind.as_str(), "unknown_order");
-    assert!(rejection.message.contains("cf_77"), "{rejection}");
+    .expect("committed");
+    assert_eq!(outcomes(&waiting), ["parked"]);
+    assert_eq!(
+        env.count("SELECT count(*) FROM parked_events WHERE order_ref = 'cf_77'")
+            .await,
+        1
+    );
     assert_eq!(order_books(&env.pool, "shop_77").await.0, "pending");
+}
+
+#[tokio::test]
+async fn a_webhook_before_its_order_waits_and_is_applied_by_the_transaction_that_creates_it() {
+    use oncehook_common::store::ledger::books::GatewayRef;
+    use oncehook_common::store::ledger::{self as store, NewOrder};
+    use oncehook_worker::ledger::waiting;
+
+    let env = TestEnv::new().await;
+    shop::product(&env.pool, "ip_w", 10).await;
+    // The customer paid (and was refunded in part) before the shop's
+    // create call landed; one capture names the shop's reference, the
+    // other Razorpay's own order id.
+    let early = [
+        captured(&env, "order_RZPw1", "pay_w1", "evt_w1"),
+        refunded(&env, "order_RZPw1", "pay_w1", "evt_w1_r", 5_000),
+    ];
+    let parked = commit_group(&env.pool, &Ledger, &early)
+        .await
+        .expect("parked");
+    assert_eq!(outcomes(&parked), ["parked", "parked"]);
+    assert_eq!(env.count("SELECT count(*) FROM orders").await, 0);
+
+    let refs = [GatewayRef {
+        gateway: "razorpay".into(),
+        gateway_ref: "order_RZPw1".into(),
+    }];
+    let mut tx = env.pool.begin().await.expect("begin");
+    waiting::lock_refs(&mut tx, "shop_w1", &refs)
+        .await
+        .expect("locks");
+    let id = store::insert_order(
+        &mut tx,
+        NewOrder {
+            order_ref: "shop_w1",
+            customer_email: "w@example.com",
+            amount_minor: 50_000,
+            currency: "INR",
+        },
+    )
+    .await
+    .expect("insert")
+    .expect("a new order");
+    store::insert_order_item(&mut tx, id, "ip_w", 1)
+        .await
+        .expect("item");
+    sqlx::query("INSERT INTO order_gateway_refs (gateway, gateway_ref, order_id) VALUES ('razorpay', 'order_RZPw1', $1)")
+        .bind(id)
+        .execute(&mut *tx)
+        .await
+        .expect("gateway reference");
+    let applied = waiting::apply_waiting(&mut tx, "shop_w1", &refs)
+        .await
+        .expect("applied");
+    tx.commit().await.expect("commit");
+    assert_eq!(applied, 2);
+    assert_eq!(
+        order_books(&env.pool, "shop_w1").await,
+        ("partially_refunded".into(), 5_000, true)
+    );
+    assert_eq!(shop::stock(&env.pool, "ip_w").await, 9);
+    assert_eq!(env.count("SELECT count(*) FROM parked_events").await, 0);
+    let recorded: Vec<String> =
+        sqlx::query_scalar("SELECT outcome FROM processed_webhooks ORDER BY event_id")
+            .fetch_all(&env.pool)
+            .await
+            .expect("outcomes");
+    assert_eq!(recorded, ["applied", "applied"]);
+    // The same webhooks again: duplicates, nothing moves.
+    let again = commit_group(&env.pool, &Ledger, &early)
+        .await
+        .expect("committed");
+    assert_eq!(outcomes(&again), ["duplicate", "duplicate"]);
+    assert_eq!(shop::stock(&env.pool, "ip_w").await, 9);
 }

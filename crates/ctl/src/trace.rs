@@ -232,6 +232,34 @@ fn fmt_event_summary(e: &WebhookRow, f: &mut fmt::Formatter<'_>) -> fmt::Result 
     writeln!(f)
 }
 
+impl OrderStory {
+    /// The webhook deliveries section, with the note on redelivered bodies.
+    fn fmt_webhooks(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        section(
+            f,
+            "webhook deliveries",
+            &self.webhooks,
+            &[
+                ("PROVIDER", "provider"),
+                ("EVENT", "event_id"),
+                ("TYPE", "event_type"),
+                ("OUTCOME", "outcome"),
+                ("COPIES", "deliveries"),
+                ("REDELIVERED", "body_redeliveries"),
+                ("RECEIVED", "received_at"),
+                ("DETAIL", "detail"),
+            ],
+        )?;
+        if self.webhooks.iter().any(|w| w.body_redeliveries > 0) {
+            write!(
+                f,
+                "\n  REDELIVERED: copies of the same signed body under another event id (absorbed like duplicates, no effect)"
+            )?;
+        }
+        Ok(())
+    }
+}
+
 impl fmt::Display for OrderStory {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.fmt_order(f)?;
@@ -255,27 +283,7 @@ impl fmt::Display for OrderStory {
                 ("AT", "created_at"),
             ],
         )?;
-        section(
-            f,
-            "webhook deliveries",
-            &self.webhooks,
-            &[
-                ("PROVIDER", "provider"),
-                ("EVENT", "event_id"),
-                ("TYPE", "event_type"),
-                ("OUTCOME", "outcome"),
-                ("COPIES", "deliveries"),
-                ("REDELIVERED", "body_redeliveries"),
-                ("RECEIVED", "received_at"),
-                ("DETAIL", "detail"),
-            ],
-        )?;
-        if self.webhooks.iter().any(|w| w.body_redeliveries > 0) {
-            write!(
-                f,
-                "\n  REDELIVERED: copies of the same signed body under another event id (absorbed like duplicates, no effect)"
-            )?;
-        }
+        self.fmt_webhooks(f)?;
         section(
             f,
             "refunds",

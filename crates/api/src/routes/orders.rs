@@ -11,6 +11,7 @@
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use oncehook_common::store::shop::{self, Claim, Created, ShopOrder};
+use oncehook_worker::ledger::waiting;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -123,8 +124,19 @@ async fn create_once(
             format!("no product {missing:?}: create it with PUT /v1/products/{{sku}}"),
         ));
     }
+    // Webhooks that came before the order (the customer paid while this
+    // call was in flight) wait, parked, for these references: locked
+    // first, applied once the order exists, in this transaction.
+    waiting::lock_refs(&mut tx, &order.order_ref, &order.gateway_refs).await?;
     let (status, result) = match shop::create_order(&mut tx, order).await? {
-        Created::Order(_) => (StatusCode::CREATED, "created"),
+        Created::Order(_) => {
+            let applied =
+                waiting::apply_waiting(&mut tx, &order.order_ref, &order.gateway_refs).await?;
+            if applied > 0 {
+                tracing::info!(order_ref = %order.order_ref, applied, "order created with the webhooks that waited for it");
+            }
+            (StatusCode::CREATED, "created")
+        }
         Created::RefTaken => same_content(&mut tx, order).await?,
         Created::GatewayRefTaken(g) => {
             return Err(ApiError::new(

@@ -15,6 +15,9 @@ pub struct Parked {
     pub key: DeliveryKey,
     pub provider: String,
     pub payment_id: String,
+    /// The order reference it waits for (no order has it yet); `None`: it
+    /// waits for its payment's link.
+    pub order_ref: Option<String>,
     pub routing_key: String,
     pub envelope: Vec<u8>,
 }
@@ -26,6 +29,7 @@ struct Row {
     body_sha256: String,
     provider: String,
     payment_id: String,
+    order_ref: Option<String>,
     routing_key: String,
     envelope: Vec<u8>,
 }
@@ -40,6 +44,7 @@ impl From<Row> for Parked {
             },
             provider: r.provider,
             payment_id: r.payment_id,
+            order_ref: r.order_ref,
             routing_key: r.routing_key,
             envelope: r.envelope,
         }
@@ -54,14 +59,15 @@ pub async fn park_many(conn: &mut PgConnection, parked: &[Parked]) -> Result<(),
     }
     let text = |f: fn(&Parked) -> &str| parked.iter().map(|p| f(p).to_owned()).collect::<Vec<_>>();
     sqlx::query!(
-        "INSERT INTO parked_events (source, event_id, body_sha256, provider, payment_id, routing_key, envelope)
-         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bytea[])
+        "INSERT INTO parked_events (source, event_id, body_sha256, provider, payment_id, order_ref, routing_key, envelope)
+         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bytea[])
          ON CONFLICT DO NOTHING",
         &text(|p| &p.key.source),
         &text(|p| &p.key.event_id),
         &text(|p| &p.key.body_sha256),
         &text(|p| &p.provider),
         &text(|p| &p.payment_id),
+        &parked.iter().map(|p| p.order_ref.clone()).collect::<Vec<_>>() as &[Option<String>],
         &text(|p| &p.routing_key),
         &parked.iter().map(|p| p.envelope.clone()).collect::<Vec<_>>(),
     )
@@ -83,8 +89,8 @@ pub async fn take_many(
     let rows = sqlx::query_as!(
         Row,
         "DELETE FROM parked_events p USING unnest($1::text[], $2::text[]) AS t(provider, payment_id)
-         WHERE p.provider = t.provider AND p.payment_id = t.payment_id
-         RETURNING p.source, p.event_id, p.body_sha256, p.provider, p.payment_id, p.routing_key, p.envelope",
+         WHERE p.provider = t.provider AND p.payment_id = t.payment_id AND p.order_ref IS NULL
+         RETURNING p.source, p.event_id, p.body_sha256, p.provider, p.payment_id, p.order_ref, p.routing_key, p.envelope",
         providers,
         payment_ids
     )
@@ -92,6 +98,33 @@ pub async fn take_many(
     .await?;
     let mut parked: Vec<Parked> = rows.into_iter().map(Parked::from).collect();
     // One order however Postgres returns them.
+    parked.sort_by(|a, b| a.key.event_id.cmp(&b.key.event_id));
+    Ok(parked)
+}
+
+/// Removes and returns the events waiting for an order known by
+/// `order_ref` or, from a gateway, by one of its own references
+/// (`(gateway, reference)` pairs); hold the references' advisory locks
+/// (`ledger::books::lock_keys`).
+pub async fn take_for_order(
+    conn: &mut PgConnection,
+    order_ref: &str,
+    gateways: &[String],
+    gateway_refs: &[String],
+) -> Result<Vec<Parked>, sqlx::Error> {
+    let rows = sqlx::query_as!(
+        Row,
+        "DELETE FROM parked_events p
+         WHERE p.order_ref = $1
+            OR (p.provider, p.order_ref) IN (SELECT * FROM unnest($2::text[], $3::text[]))
+         RETURNING p.source, p.event_id, p.body_sha256, p.provider, p.payment_id, p.order_ref, p.routing_key, p.envelope",
+        order_ref,
+        gateways,
+        gateway_refs
+    )
+    .fetch_all(conn)
+    .await?;
+    let mut parked: Vec<Parked> = rows.into_iter().map(Parked::from).collect();
     parked.sort_by(|a, b| a.key.event_id.cmp(&b.key.event_id));
     Ok(parked)
 }
@@ -105,7 +138,7 @@ pub async fn lock_expired(
 ) -> Result<Vec<Parked>, sqlx::Error> {
     let rows = sqlx::query_as!(
         Row,
-        "SELECT source, event_id, body_sha256, provider, payment_id, routing_key, envelope
+        "SELECT source, event_id, body_sha256, provider, payment_id, order_ref, routing_key, envelope
          FROM parked_events
          WHERE parked_at < now() - make_interval(secs => $1)
          ORDER BY parked_at

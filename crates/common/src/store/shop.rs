@@ -180,12 +180,9 @@ pub struct ShopItem {
     pub unit_minor: Option<i64>,
 }
 
-/// One gateway's reference for an order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct GatewayRef {
-    pub gateway: String,
-    pub gateway_ref: String,
-}
+/// One gateway's reference for an order (the ledger's type: the webhook
+/// side looks orders up by it).
+pub use super::ledger::books::GatewayRef;
 
 /// An order as the shop wrote it: what "the same content" compares.
 #[derive(Debug, Clone, PartialEq)]

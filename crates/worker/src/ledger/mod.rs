@@ -10,7 +10,8 @@
 //!    its payments are linked to (in id order);
 //! 2. place every event (`plan`): its order by reference, else by its
 //!    payment's link (one recorded already or one the group makes), else it
-//!    waits (`parking`);
+//!    waits (`parking`) for its payment's link, or for its order when it
+//!    names one no order has yet;
 //! 3. take back the events parked for the payments the group links;
 //! 4. record every link, attempt and refund (`record`), one statement;
 //! 5. recompute every order a new fact touched from *all* its facts
@@ -32,6 +33,7 @@ mod recompute;
 mod record;
 pub mod state;
 mod stock;
+pub mod waiting;
 
 pub use emails::money;
 
@@ -64,15 +66,15 @@ impl Effect for Ledger {
             .collect::<Result<_, _>>()
             .map_err(EffectError::Permanent)?;
         let payments: Vec<PaymentKey> = sorted(events.iter().filter_map(|e| e.payment.clone()));
-        books::lock_payments(conn, &payments).await?;
         let refs: Vec<String> = sorted(
             events
                 .iter()
                 .filter_map(|e| e.order_ref().map(str::to_owned)),
         );
+        books::lock_keys(conn, &payments, &refs).await?;
         let named = sorted(events.iter().filter_map(plan::gateway_ref));
         let locked = books::lock_orders(conn, &refs, &named, &payments).await?;
-        let plan = Plan::new(&events, locked).map_err(EffectError::Permanent)?;
+        let plan = Plan::new(&events, locked);
         let linked: Vec<&PaymentKey> = plan.links.iter().map(|l| &l.payment).collect();
         let (adopted, unreadable) = parking::adopt(conn, &linked).await?;
 
@@ -94,8 +96,11 @@ impl Effect for Ledger {
         let mut parked: Vec<_> = deliveries
             .iter()
             .zip(&plan.places)
-            .filter(|(_, place)| **place == plan::Place::Parked)
-            .map(|(d, _)| parking::parked(d))
+            .filter_map(|(d, place)| match place {
+                plan::Place::Parked => Some(parking::parked(d, None)),
+                plan::Place::AwaitingOrder => Some(parking::parked(d, d.event.order_ref.clone())),
+                _ => None,
+            })
             .collect();
         parked.extend(unreadable);
         parking_store::park_many(conn, &parked).await?;

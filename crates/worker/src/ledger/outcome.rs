@@ -75,6 +75,15 @@ impl Told<'_> {
         let event = self.ev.event;
         let payment_id = event.payment_id.as_deref().unwrap_or("-");
         let (order, fact) = match (self.place, self.order, &self.ev.fact) {
+            (Place::AwaitingOrder, ..) => {
+                return Applied::new(
+                    Outcome::Parked,
+                    format!(
+                        "order {} does not exist yet; parked until it is created (or ONCEHOOK_UNLINKED_TTL passes)",
+                        event.order_ref.as_deref().unwrap_or("-")
+                    ),
+                );
+            }
             (Place::Parked, ..) => {
                 return Applied::new(
                     Outcome::Parked,

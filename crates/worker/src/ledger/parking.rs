@@ -59,12 +59,19 @@ pub async fn sweep(
         let properties = Envelope::from_bytes(&parked.envelope)
             .map(|e| e.properties())
             .unwrap_or_default();
-        let why = DeadLetter {
-            kind: DeadLetterKind::UnknownOrder,
-            error: format!(
+        let error = match &parked.order_ref {
+            Some(order_ref) => format!(
+                "{} event {} (source {}): no order {order_ref:?} was created within {ttl_text} (ONCEHOOK_UNLINKED_TTL), by the shop's reference or a {} reference registered with an order; create the order, then replay",
+                parked.provider, key.event_id, key.source, parked.provider
+            ),
+            None => format!(
                 "{} event {} (source {}): no event linked payment {} to an order within {ttl_text} (ONCEHOOK_UNLINKED_TTL); create or link the order, then replay",
                 parked.provider, key.event_id, key.source, parked.payment_id
             ),
+        };
+        let why = DeadLetter {
+            kind: DeadLetterKind::UnknownOrder,
+            error,
             origin: topology.events(),
             attempts: 1,
         };
@@ -195,12 +202,14 @@ pub async fn adopt(
     Ok((adopted, unreadable))
 }
 
-/// The row that parks a delivery.
-pub fn parked(delivery: &Delivery) -> Parked {
+/// The row that parks a delivery (waiting for the order `order_ref`, or
+/// with `None` for its payment's link).
+pub fn parked(delivery: &Delivery, order_ref: Option<String>) -> Parked {
     Parked {
         key: delivery.key.clone(),
         provider: delivery.event.provider.as_str().to_owned(),
         payment_id: delivery.event.payment_id.clone().unwrap_or_default(),
+        order_ref,
         routing_key: delivery.envelope.routing_key(),
         envelope: delivery.envelope.to_bytes(),
     }

@@ -6,13 +6,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use oncehook_common::dead_letter::DeadLetterKind;
 use oncehook_common::store::ledger::books::{
     GatewayRef, LockedOrder, NewLink, OrderRow, PaymentKey,
 };
 
-use super::facts::{Event, describe};
-use crate::pipeline::Rejection;
+use super::facts::Event;
 
 /// Where one event belongs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,6 +19,9 @@ pub enum Place {
     Order(i64),
     /// Its payment is linked to no order yet: it waits, parked.
     Parked,
+    /// It names an order no order has as its reference yet: it waits,
+    /// parked, for the order's creation.
+    AwaitingOrder,
     /// An event type not acted on, naming no order oncehook knows.
     Ignored,
 }
@@ -39,9 +40,9 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Places every event; an order reference that matches no order is
-    /// permanent for an event that records a fact.
-    pub fn new(events: &[Event<'_>], locked: Vec<LockedOrder>) -> Result<Plan, Rejection> {
+    /// Places every event; an event that records a fact for an order
+    /// reference no order has waits for that order.
+    pub fn new(events: &[Event<'_>], locked: Vec<LockedOrder>) -> Plan {
         let mut plan = Plan::default();
         let mut by_ref: HashMap<String, i64> = HashMap::new();
         let mut links: HashMap<PaymentKey, i64> = HashMap::new();
@@ -72,14 +73,7 @@ impl Plan {
                 .or_else(|| by_gateway_ref.get(&gateway_ref(ev)?));
             let Some(&id) = found else {
                 if ev.fact.is_some() {
-                    return Err(Rejection::new(
-                        DeadLetterKind::UnknownOrder,
-                        format!(
-                            "{}: no order matches order_ref {order_ref:?}, by the shop's reference or a {} reference registered with an order",
-                            describe(ev.event),
-                            ev.event.provider
-                        ),
-                    ));
+                    plan.places[i] = Place::AwaitingOrder;
                 }
                 continue;
             };
@@ -105,13 +99,13 @@ impl Plan {
                 None => Place::Parked,
             };
         }
-        Ok(plan)
+        plan
     }
 
     pub fn order(&self, place: Place) -> Option<&OrderRow> {
         match place {
             Place::Order(id) => self.orders.get(&id),
-            Place::Parked | Place::Ignored => None,
+            Place::Parked | Place::AwaitingOrder | Place::Ignored => None,
         }
     }
 }

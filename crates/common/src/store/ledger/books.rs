@@ -34,25 +34,31 @@ pub struct PaymentKey {
     pub payment_id: String,
 }
 
-/// Takes the advisory lock of every payment (in key order): a park and a
-/// link of one payment never miss each other (`parking`).
-pub async fn lock_payments(
+/// Takes the advisory locks of every payment and every order reference
+/// (the shop's or a gateway's) a group names, in key order: a park and a
+/// link of one payment, and a park for an order and that order's
+/// creation, never miss each other (`parking`).
+pub async fn lock_keys(
     conn: &mut PgConnection,
     payments: &[PaymentKey],
+    order_refs: &[String],
 ) -> Result<(), sqlx::Error> {
-    if payments.is_empty() {
+    if payments.is_empty() && order_refs.is_empty() {
         return Ok(());
     }
     let (providers, ids) = columns(payments);
     sqlx::query_scalar!(
         r#"WITH keys AS MATERIALIZED (
-               SELECT DISTINCT hashtextextended(p || ':' || i, 7) AS k
-               FROM unnest($1::text[], $2::text[]) AS t(p, i)),
+               SELECT hashtextextended(p || ':' || i, 7) AS k
+               FROM unnest($1::text[], $2::text[]) AS t(p, i)
+               UNION
+               SELECT hashtextextended('order:' || r, 7) FROM unnest($3::text[]) AS t(r)),
            locked AS MATERIALIZED (
                SELECT pg_advisory_xact_lock(s.k) FROM (SELECT k FROM keys ORDER BY k) s)
            SELECT count(*) AS "locked!" FROM locked"#,
         &providers,
-        &ids
+        &ids,
+        order_refs
     )
     .fetch_one(conn)
     .await?;
@@ -61,7 +67,9 @@ pub async fn lock_payments(
 
 /// A gateway's own reference for an order (Razorpay's `order_…` id), as
 /// registered with the order (`order_gateway_refs`).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Deserialize, serde::Serialize,
+)]
 pub struct GatewayRef {
     pub gateway: String,
     pub gateway_ref: String,

@@ -1,0 +1,113 @@
+//! Orders created after their webhooks: a customer may pay while the
+//! shop's create call is still in flight, so the capture names an order no
+//! order has yet. The ledger parks such an event with the reference it
+//! names; whoever creates the order (`POST /v1/orders` in `oncehook-api`)
+//! calls [`lock_refs`] before inserting it and [`apply_waiting`] after, in
+//! the same transaction, and the waiting events are applied there — facts,
+//! recompute, stock, emails, their outcomes — exactly as the worker would.
+//! The references' advisory locks make a park and a creation never miss
+//! each other; events still waiting after `ONCEHOOK_UNLINKED_TTL` are
+//! dead-lettered by the sweeper (`parking`).
+
+use oncehook_common::Envelope;
+use oncehook_common::store::dedup::{self as dedup_store, Finish};
+use oncehook_common::store::ledger::books::{self, GatewayRef};
+use oncehook_common::store::parking::{self as parking_store, Parked};
+use sqlx::PgConnection;
+
+use super::Ledger;
+use crate::pipeline::{Delivery, Effect, EffectError, Effects};
+
+/// Takes the advisory locks of an order's references, before it is inserted.
+pub async fn lock_refs(
+    conn: &mut PgConnection,
+    order_ref: &str,
+    gateway_refs: &[GatewayRef],
+) -> Result<(), sqlx::Error> {
+    let mut refs: Vec<String> = gateway_refs.iter().map(|g| g.gateway_ref.clone()).collect();
+    refs.push(order_ref.to_owned());
+    refs.sort_unstable();
+    refs.dedup();
+    books::lock_keys(conn, &[], &refs).await
+}
+
+/// Applies the events waiting for the order just inserted with these
+/// references (in `conn`'s transaction, after [`lock_refs`]); returns how
+/// many were applied.
+pub async fn apply_waiting(
+    conn: &mut PgConnection,
+    order_ref: &str,
+    gateway_refs: &[GatewayRef],
+) -> Result<usize, sqlx::Error> {
+    let (gateways, refs): (Vec<String>, Vec<String>) = gateway_refs
+        .iter()
+        .map(|g| (g.gateway.clone(), g.gateway_ref.clone()))
+        .unzip();
+    let parked = parking_store::take_for_order(conn, order_ref, &gateways, &refs).await?;
+    if parked.is_empty() {
+        return Ok(0);
+    }
+    let (deliveries, mut unreadable) = read(parked);
+    let list: Vec<&Delivery> = deliveries.iter().map(|(d, _)| d).collect();
+    let applied = match Ledger.apply(conn, &list).await {
+        Ok(Effects {
+            applied,
+            settled_earlier,
+        }) => {
+            let finished: Vec<Finish<'_>> = list
+                .iter()
+                .map(|d| &d.key)
+                .zip(&applied)
+                .chain(settled_earlier.iter().map(|(key, applied)| (key, applied)))
+                .map(|(key, applied)| Finish {
+                    key,
+                    outcome: applied.outcome.as_str(),
+                    detail: &applied.detail,
+                })
+                .collect();
+            dedup_store::finish_many(conn, &finished).await?;
+            for (delivery, outcome) in list.iter().zip(&applied) {
+                tracing::info!(event_id = %delivery.event.event_id, %order_ref, outcome = outcome.outcome.as_str(), "waiting event applied to its new order");
+            }
+            applied.len()
+        }
+        Err(EffectError::Database(err)) => return Err(err),
+        Err(EffectError::Permanent(rejection)) => {
+            // Read when parked, so not expected: keep them for the sweeper.
+            tracing::error!(%order_ref, error = %rejection, "waiting events could not be applied; left parked");
+            unreadable.extend(deliveries.into_iter().map(|(_, p)| p));
+            0
+        }
+    };
+    parking_store::park_many(conn, &unreadable).await?;
+    Ok(applied)
+}
+
+/// The parked rows as deliveries; those that can no longer be read apart.
+fn read(parked: Vec<Parked>) -> (Vec<(Delivery, Parked)>, Vec<Parked>) {
+    let mut deliveries = Vec::new();
+    let mut unreadable = Vec::new();
+    for p in parked {
+        let read = Envelope::from_bytes(&p.envelope)
+            .map_err(|e| e.to_string())
+            .and_then(|envelope| {
+                let event = envelope.normalized_event().map_err(|e| e.to_string())?;
+                Ok((envelope, event))
+            });
+        match read {
+            Ok((envelope, event)) => deliveries.push((
+                Delivery {
+                    envelope,
+                    event,
+                    key: p.key.clone(),
+                },
+                p,
+            )),
+            Err(error) => {
+                tracing::error!(event_id = %p.key.event_id, %error, "a waiting event can no longer be read; left parked");
+                unreadable.push(p);
+            }
+        }
+    }
+    (deliveries, unreadable)
+}
