@@ -525,3 +525,50 @@ async fn a_webhook_before_its_order_waits_and_is_applied_when_the_api_creates_it
     let error = &letters[0].record.error;
     assert!(error.contains("o-never"), "{error}");
 }
+
+#[tokio::test]
+async fn an_order_is_cancelled_and_a_late_capture_is_owed_back() {
+    let mut env = TestEnv::new().await;
+    let api = Api::start(&mut env, &[]).await;
+    let (_ingest, base) = env.start_ingest().await;
+    let _worker = env.start_worker().await;
+    api.product("cap", 10).await;
+    assert_eq!(
+        api.create_order("k-c", &order_body("o-cancel", "cap", 2))
+            .await
+            .status,
+        201
+    );
+    let body = Some(r#"{"reason": "customer left"}"#);
+    let cancel =
+        |path: &'static str, key: &'static str| api.call("POST", path, Some(key), body, &[]);
+    let cancelled = cancel("/v1/orders/o-cancel/cancel", FULL_KEY).await;
+    assert_eq!(cancelled.status, 200, "{}", cancelled.json);
+    assert_eq!(cancelled.json["status"], "cancelled");
+    let again = cancel("/v1/orders/o-cancel/cancel", FULL_KEY).await;
+    assert_eq!(again.status, 200, "twice answers the same: {}", again.json);
+    let unknown = cancel("/v1/orders/o-none/cancel", FULL_KEY).await;
+    assert_eq!((unknown.status, unknown.code()), (404, "not_found"));
+    assert_eq!(
+        cancel("/v1/orders/o-cancel/cancel", READ_KEY).await.status,
+        403
+    );
+    // The customer's payment arrives after the cancellation.
+    env.post_ok(
+        &base,
+        "razorpay",
+        &env.captured("o-cancel", "pay_cancel", "evt_cancel"),
+    )
+    .await;
+    let order = oncehook_e2e::eventually("the capture recorded", oncehook_e2e::WAIT, || async {
+        let a = api.get("/v1/orders/o-cancel", READ_KEY).await;
+        (a.json["payments"].as_array().is_some_and(|p| !p.is_empty())).then_some(a.json)
+    })
+    .await;
+    assert_eq!(order["status"], "cancelled", "{order}");
+    assert_eq!(order["payments"][0]["flag"], "needs_refund", "{order}");
+    assert_eq!(
+        api.get("/v1/products/cap", READ_KEY).await.json["stock"],
+        10
+    );
+}

@@ -478,3 +478,101 @@ async fn a_webhook_before_its_order_waits_and_is_applied_by_the_transaction_that
     assert_eq!(outcomes(&again), ["duplicate", "duplicate"]);
     assert_eq!(shop::stock(&env.pool, "ip_w").await, 9);
 }
+
+async fn cancel_order(
+    pool: &PgPool,
+    order_ref: &str,
+) -> oncehook_worker::ledger::cancel::Cancelled {
+    let mut tx = pool.begin().await.expect("begin");
+    let done = oncehook_worker::ledger::cancel::cancel(&mut tx, order_ref, "test", "customer left")
+        .await
+        .expect("cancel");
+    tx.commit().await.expect("commit");
+    done
+}
+
+async fn flag_of(pool: &PgPool, payment_id: &str) -> Option<String> {
+    sqlx::query_scalar("SELECT flag FROM payments WHERE payment_id = $1 AND status = 'captured'")
+        .bind(payment_id)
+        .fetch_one(pool)
+        .await
+        .expect("the capture")
+}
+
+#[tokio::test]
+async fn cancel_and_capture_give_the_same_books_in_either_order() {
+    use oncehook_worker::ledger::cancel::Cancelled;
+
+    let env = TestEnv::new().await;
+    shop::product(&env.pool, "ip_x", 10).await;
+    shop::order(&env.pool, "cx_first", 50_000, "INR", &[("ip_x", 2)]).await;
+    shop::order(&env.pool, "cx_then", 50_000, "INR", &[("ip_x", 3)]).await;
+    // Paid, then cancelled: its stock comes back, its payment is owed back.
+    commit_group(
+        &env.pool,
+        &Ledger,
+        &[captured(&env, "cx_first", "pay_cx1", "evt_cx1")],
+    )
+    .await
+    .expect("paid");
+    assert_eq!(shop::stock(&env.pool, "ip_x").await, 8);
+    assert_eq!(cancel_order(&env.pool, "cx_first").await, Cancelled::Now);
+    // Cancelled, then paid: recorded, owed back, no stock taken.
+    assert_eq!(cancel_order(&env.pool, "cx_then").await, Cancelled::Now);
+    let late = commit_group(
+        &env.pool,
+        &Ledger,
+        &[captured(&env, "cx_then", "pay_cx2", "evt_cx2")],
+    )
+    .await
+    .expect("recorded");
+    assert_eq!(outcomes(&late), ["flagged"]);
+    for (order, payment) in [("cx_first", "pay_cx1"), ("cx_then", "pay_cx2")] {
+        assert_eq!(
+            order_books(&env.pool, order).await,
+            ("cancelled".into(), 0, false),
+            "{order}"
+        );
+        assert_eq!(
+            flag_of(&env.pool, payment).await.as_deref(),
+            Some("needs_refund"),
+            "{order}"
+        );
+    }
+    assert_eq!(
+        shop::stock(&env.pool, "ip_x").await,
+        10,
+        "no stock taken for cancelled orders"
+    );
+    assert_eq!(cancel_order(&env.pool, "cx_then").await, Cancelled::Already);
+    assert_eq!(cancel_order(&env.pool, "nobody").await, Cancelled::Unknown);
+    // The payment owed back is refunded: settled, the same for both.
+    commit_group(
+        &env.pool,
+        &Ledger,
+        &[
+            refunded(&env, "cx_first", "pay_cx1", "evt_cx1_r", 50_000),
+            refunded(&env, "cx_then", "pay_cx2", "evt_cx2_r", 50_000),
+        ],
+    )
+    .await
+    .expect("refunded");
+    for (order, payment) in [("cx_first", "pay_cx1"), ("cx_then", "pay_cx2")] {
+        assert_eq!(
+            order_books(&env.pool, order).await,
+            ("cancelled".into(), 50_000, false),
+            "{order}"
+        );
+        assert_eq!(
+            flag_of(&env.pool, payment).await.as_deref(),
+            Some("refunded"),
+            "{order}"
+        );
+    }
+    // The one email that cannot differ: the confirmation sent while paid.
+    assert_eq!(
+        env.count("SELECT count(*) FROM email_outbox WHERE kind = 'confirmation'")
+            .await,
+        1
+    );
+}

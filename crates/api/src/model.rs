@@ -29,6 +29,14 @@ pub struct StockDelta {
     pub reason: Option<String>,
 }
 
+/// `POST /v1/orders/{order_ref}/cancel`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OrderCancel {
+    /// Why (`customer_left`, …), recorded with the cancellation.
+    pub reason: Option<String>,
+}
+
 /// A product.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct Product {

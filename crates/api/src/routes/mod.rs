@@ -4,6 +4,7 @@
 //! type, an oversized body, a bad query or path, an unknown route, a wrong
 //! method.
 
+pub mod cancel;
 pub mod orders;
 pub mod products;
 pub mod read;
@@ -36,6 +37,7 @@ routes! {
     POST "/v1/orders" => orders::create;
     GET "/v1/orders" => read::list;
     GET "/v1/orders/{order_ref}" => read::get;
+    POST "/v1/orders/{order_ref}/cancel" => cancel::cancel;
     GET "/v1/openapi.json" => crate::openapi::serve;
 }
 

@@ -87,34 +87,9 @@ async fn create_once(
     order: &ShopOrder,
 ) -> Result<(StatusCode, Value), ApiError> {
     let mut tx = state.pool.begin().await?;
-    match shop::claim_idempotency(&mut tx, &caller.name, key, digest).await? {
-        Claim::Fresh => {}
-        Claim::Used { request_sha256, .. } if request_sha256 != digest => {
-            return Err(ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "idempotency_key_reused",
-                "this Idempotency-Key was used with another request body",
-            )
-            .with_field("Idempotency-Key"));
-        }
-        Claim::Used {
-            status_code: Some(code),
-            response: Some(response),
-            ..
-        } => {
-            let status = u16::try_from(code)
-                .ok()
-                .and_then(|c| StatusCode::from_u16(c).ok())
-                .unwrap_or(StatusCode::OK);
-            return Ok((status, response));
-        }
-        Claim::Used { .. } => {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "idempotency_key_in_use",
-                "a request with this Idempotency-Key is still being answered; retry",
-            ));
-        }
+    let claim = shop::claim_idempotency(&mut tx, &caller.name, key, digest).await?;
+    if let Some(answered) = answered_before(claim, digest)? {
+        return Ok(answered);
     }
     let skus: Vec<String> = order.items.iter().map(|i| i.sku.clone()).collect();
     if let Some(missing) = shop::missing_skus(&mut tx, &skus).await?.first() {
@@ -181,5 +156,35 @@ async fn same_content(
             "an order with this order_ref exists with other content",
         )
         .with_field("order_ref")),
+    }
+}
+
+/// The answer a key already gave (`Some`), a refusal, or `None` for a key
+/// claimed now.
+fn answered_before(claim: Claim, digest: &str) -> Result<Option<(StatusCode, Value)>, ApiError> {
+    match claim {
+        Claim::Fresh => Ok(None),
+        Claim::Used { request_sha256, .. } if request_sha256 != digest => Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "idempotency_key_reused",
+            "this Idempotency-Key was used with another request body",
+        )
+        .with_field("Idempotency-Key")),
+        Claim::Used {
+            status_code: Some(code),
+            response: Some(response),
+            ..
+        } => {
+            let status = u16::try_from(code)
+                .ok()
+                .and_then(|c| StatusCode::from_u16(c).ok())
+                .unwrap_or(StatusCode::OK);
+            Ok(Some((status, response)))
+        }
+        Claim::Used { .. } => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "idempotency_key_in_use",
+            "a request with this Idempotency-Key is still being answered; retry",
+        )),
     }
 }

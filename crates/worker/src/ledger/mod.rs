@@ -24,6 +24,7 @@
 //! So the books depend on the set of events, not on the order or number of
 //! their deliveries, nor on how they were grouped.
 
+pub mod cancel;
 mod emails;
 mod facts;
 mod outcome;

@@ -71,46 +71,47 @@ struct Told<'a> {
 }
 
 impl Told<'_> {
-    fn applied(&self) -> Applied {
+    /// The order and the fact the event recorded, or the outcome of an
+    /// event that recorded none (parked, linking only, not acted on).
+    fn recorded(&self) -> Result<(&OrderRow, &Fact), Applied> {
         let event = self.ev.event;
         let payment_id = event.payment_id.as_deref().unwrap_or("-");
-        let (order, fact) = match (self.place, self.order, &self.ev.fact) {
-            (Place::AwaitingOrder, ..) => {
-                return Applied::new(
-                    Outcome::Parked,
-                    format!(
-                        "order {} does not exist yet; parked until it is created (or ONCEHOOK_UNLINKED_TTL passes)",
-                        event.order_ref.as_deref().unwrap_or("-")
-                    ),
-                );
-            }
-            (Place::Parked, ..) => {
-                return Applied::new(
-                    Outcome::Parked,
-                    format!(
-                        "payment {payment_id} is not linked to an order yet; parked until an event links it"
-                    ),
-                );
-            }
-            (_, Some(order), Some(fact)) => (order, fact),
-            (_, Some(order), None) if self.adopted > 0 => {
-                return Applied::new(
-                    Outcome::Applied,
-                    format!(
-                        "{} linked payment {payment_id} to order {}: {} parked fact(s) applied; order is {}",
-                        event.event_type,
-                        order.order_ref,
-                        self.adopted,
-                        self.status(order)
-                    ),
-                );
-            }
-            _ => {
-                return Applied::new(
-                    Outcome::Ignored,
-                    format!("event type {} is not acted on", event.event_type),
-                );
-            }
+        match (self.place, self.order, &self.ev.fact) {
+            (Place::AwaitingOrder, ..) => Err(Applied::new(
+                Outcome::Parked,
+                format!(
+                    "order {} does not exist yet; parked until it is created (or ONCEHOOK_UNLINKED_TTL passes)",
+                    event.order_ref.as_deref().unwrap_or("-")
+                ),
+            )),
+            (Place::Parked, ..) => Err(Applied::new(
+                Outcome::Parked,
+                format!(
+                    "payment {payment_id} is not linked to an order yet; parked until an event links it"
+                ),
+            )),
+            (_, Some(order), Some(fact)) => Ok((order, fact)),
+            (_, Some(order), None) if self.adopted > 0 => Err(Applied::new(
+                Outcome::Applied,
+                format!(
+                    "{} linked payment {payment_id} to order {}: {} parked fact(s) applied; order is {}",
+                    event.event_type,
+                    order.order_ref,
+                    self.adopted,
+                    self.status(order)
+                ),
+            )),
+            _ => Err(Applied::new(
+                Outcome::Ignored,
+                format!("event type {} is not acted on", event.event_type),
+            )),
+        }
+    }
+
+    fn applied(&self) -> Applied {
+        let (order, fact) = match self.recorded() {
+            Ok(recorded) => recorded,
+            Err(applied) => return applied,
         };
         if !self.fresh && self.adopted == 0 {
             return Applied::new(

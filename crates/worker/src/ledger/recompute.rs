@@ -46,27 +46,35 @@ pub async fn recompute(
         flags.extend(flag_changes(order, &rows, &state));
         done.states.insert(order.id, state);
     }
+    let is_paid = |o: &OrderRow| done.states.get(&o.id).is_some_and(OrderState::is_paid);
     let paid: Vec<&OrderRow> = touched
         .iter()
         .copied()
-        .filter(|o| !o.stock_applied && done.states.get(&o.id).is_some_and(OrderState::is_paid))
+        .filter(|o| !o.stock_applied && is_paid(o))
         .collect();
-    let moved = stock::take(conn, &paid).await?;
+    let returned: Vec<&OrderRow> = touched
+        .iter()
+        .copied()
+        .filter(|o| o.stock_applied && !is_paid(o))
+        .collect();
+    let moved = stock::take(conn, &paid, &returned).await?;
     let updates: Vec<OrderUpdate> = touched
         .iter()
         .filter_map(|order| {
             let state = done.states.get(&order.id)?;
             let moves = moved.get(&order.id);
+            // Out of stock exactly while paid: taken when first paid, given back when cancelled.
+            let stock_applied = state.is_paid();
             let changed = order.status != state.status
                 || order.refunded_minor != state.refunded_minor
                 || order.paid_by != state.paid_by
-                || moves.is_some();
+                || order.stock_applied != stock_applied;
             changed.then(|| OrderUpdate {
                 order_id: order.id,
                 status: state.status.to_owned(),
                 refunded_minor: state.refunded_minor,
                 paid_by: state.paid_by.clone(),
-                stock_moved: moves.is_some(),
+                stock_applied,
                 oversold: moves.is_some_and(|m| stock::oversold(m)),
             })
         })
@@ -105,6 +113,7 @@ fn compute(order: &OrderRow, rows: &[FactRow]) -> OrderState {
     let terms = Terms {
         amount_minor: order.amount_minor,
         currency: order.currency.clone(),
+        cancelled: order.cancelled,
     };
     state::compute(&terms, &captures, &refunds)
 }

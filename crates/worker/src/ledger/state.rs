@@ -18,6 +18,8 @@ pub const FLAG_AMOUNT_MISMATCH: &str = "amount_mismatch";
 pub struct Terms {
     pub amount_minor: i64,
     pub currency: String,
+    /// The shop cancelled the order: nothing pays it any more.
+    pub cancelled: bool,
 }
 
 /// A `captured` payment fact.
@@ -56,7 +58,7 @@ pub struct RefundFact {
 /// What the facts say about the order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OrderState {
-    /// `pending`, `paid`, `partially_refunded` or `refunded`.
+    /// `pending`, `paid`, `partially_refunded`, `refunded` or `cancelled`.
     pub status: &'static str,
     pub refunded_minor: i64,
     /// The primary payment (`provider:payment_id`), if any valid capture exists.
@@ -93,10 +95,15 @@ fn refunded_per_payment(refunds: &[RefundFact]) -> BTreeMap<(String, Option<Stri
 }
 
 /// The state function of docs/ledger.md.
+///
+/// A cancelled order has no primary payment: every capture of it is owed
+/// back (`needs_refund`, or `refunded` once its refunds cover it), every
+/// refund counts, and its status is `cancelled` — whether the cancellation
+/// came before or after the payments.
 pub fn compute(terms: &Terms, captures: &[Capture], refunds: &[RefundFact]) -> OrderState {
     let primary = captures
         .iter()
-        .filter(|c| c.matches(terms))
+        .filter(|c| !terms.cancelled && c.matches(terms))
         .min_by(|a, b| (&a.provider, &a.payment_id).cmp(&(&b.provider, &b.payment_id)));
     let refunded = refunded_per_payment(refunds);
     let refunded_of = |c: &Capture| {
@@ -132,10 +139,11 @@ pub fn compute(terms: &Terms, captures: &[Capture], refunds: &[RefundFact]) -> O
     };
     let order_refunds = refunded
         .iter()
-        .filter(|(k, _)| !not_for_order(k))
+        .filter(|(k, _)| terms.cancelled || !not_for_order(k))
         .fold(0i64, |sum, (_, v)| sum.saturating_add(*v));
 
     let status = match primary {
+        None if terms.cancelled => "cancelled",
         None => "pending",
         Some(_) if order_refunds >= terms.amount_minor && order_refunds > 0 => "refunded",
         Some(_) if order_refunds > 0 => "partially_refunded",
@@ -157,6 +165,7 @@ mod tests {
         Terms {
             amount_minor: 500,
             currency: "INR".into(),
+            cancelled: false,
         }
     }
 
@@ -271,7 +280,32 @@ mod tests {
         let t = Terms {
             amount_minor: 0,
             currency: "INR".into(),
+            cancelled: false,
         };
         assert_eq!(compute(&t, &[cap("pay_1", 0)], &[]).status, "paid");
+    }
+
+    #[test]
+    fn a_cancelled_order_owes_back_every_capture_whenever_it_came() {
+        let cancelled = Terms {
+            cancelled: true,
+            ..terms()
+        };
+        let s = compute(&cancelled, &[cap("pay_1", 500)], &[]);
+        assert_eq!((s.status, s.paid_by.as_deref()), ("cancelled", None));
+        assert_eq!(flag(&s, "pay_1"), Some(FLAG_NEEDS_REFUND));
+        assert!(!s.is_paid(), "no stock is taken for a cancelled order");
+        // Refunded back: settled, and every refund counts.
+        let s = compute(
+            &cancelled,
+            &[cap("pay_1", 500)],
+            &[refund(Some("pay_1"), 500, false)],
+        );
+        assert_eq!(flag(&s, "pay_1"), Some(FLAG_REFUNDED));
+        assert_eq!((s.status, s.refunded_minor), ("cancelled", 500));
+        // A mismatched capture stays a mismatch.
+        let s = compute(&cancelled, &[cap("pay_2", 400)], &[]);
+        assert_eq!(flag(&s, "pay_2"), Some(FLAG_AMOUNT_MISMATCH));
+        assert_eq!(compute(&cancelled, &[], &[]).status, "cancelled");
     }
 }

@@ -3,7 +3,8 @@
 //! once, in sku order, and moved in one statement, so concurrent groups
 //! hold these hot rows only for the group's last statements and commit.
 //! Stock may go negative (the money is taken): that order is recorded as
-//! oversold, never rolled back.
+//! oversold, never rolled back. A paid order the shop then cancels gives
+//! its items back, in the same statements.
 
 use std::collections::BTreeMap;
 
@@ -18,21 +19,31 @@ pub struct StockMove {
     pub stock: i32,
 }
 
-/// Moves the stock of `orders` (in the order they were paid within the
+/// Takes the stock of `orders` (in the order they were paid within the
 /// group: an oversell is the order whose decrement took a product below
-/// zero, as when they come one by one); the moves per order id.
+/// zero, as when they come one by one) and gives back that of `returned`
+/// (cancelled after their stock moved); the moves of `orders` per order id.
 pub async fn take(
     conn: &mut PgConnection,
     orders: &[&OrderRow],
+    returned: &[&OrderRow],
 ) -> Result<BTreeMap<i64, Vec<StockMove>>, sqlx::Error> {
     let mut moved = BTreeMap::new();
-    if orders.is_empty() {
+    if orders.is_empty() && returned.is_empty() {
         return Ok(moved);
     }
-    let ids: Vec<i64> = orders.iter().map(|o| o.id).collect();
+    let ids: Vec<i64> = orders.iter().chain(returned).map(|o| o.id).collect();
     let items = books::lock_stock(conn, &ids).await?;
     let mut stock: BTreeMap<&str, i32> = BTreeMap::new();
     let mut taken: BTreeMap<String, i32> = BTreeMap::new();
+    for order in returned {
+        for item in items.iter().filter(|i| i.order_id == order.id) {
+            let left = stock.entry(&item.sku).or_insert(item.stock);
+            *left = left.saturating_add(item.qty);
+            *taken.entry(item.sku.clone()).or_insert(0) -= item.qty;
+        }
+        tracing::info!(order_ref = %order.order_ref, "cancelled order: its items are back in stock");
+    }
     for order in orders {
         let mut moves = Vec::new();
         for item in items.iter().filter(|i| i.order_id == order.id) {

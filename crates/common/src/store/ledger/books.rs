@@ -25,6 +25,8 @@ pub struct OrderRow {
     pub paid_by: Option<String>,
     pub refunded_minor: i64,
     pub stock_applied: bool,
+    /// The shop cancelled it (`order_cancellations`).
+    pub cancelled: bool,
 }
 
 /// A payment as a provider names it.
@@ -112,13 +114,15 @@ pub async fn lock_orders(
                JOIN batch b ON b.provider = l.provider AND b.payment_id = l.payment_id),
            locked AS MATERIALIZED (
                SELECT o.id, o.order_ref, o.status, o.amount_minor, o.currency, o.customer_email,
-                      o.paid_by, o.refunded_minor, o.stock_applied
+                      o.paid_by, o.refunded_minor, o.stock_applied,
+                      EXISTS (SELECT 1 FROM order_cancellations c WHERE c.order_id = o.id) AS cancelled
                FROM orders o WHERE o.id IN (SELECT id FROM wanted)
                ORDER BY o.id FOR UPDATE)
            SELECT k.id AS "id!", k.order_ref AS "order_ref!", k.status AS "status!",
                   k.amount_minor AS "amount_minor!", k.currency AS "currency!",
                   k.customer_email AS "customer_email!", k.paid_by AS "paid_by?",
                   k.refunded_minor AS "refunded_minor!", k.stock_applied AS "stock_applied!",
+                  k.cancelled AS "cancelled!",
                   COALESCE((SELECT jsonb_agg(jsonb_build_object('provider', l.provider, 'payment_id', l.payment_id))
                             FROM payment_links l JOIN batch b
                               ON b.provider = l.provider AND b.payment_id = l.payment_id
@@ -149,6 +153,7 @@ pub async fn lock_orders(
                 paid_by: r.paid_by,
                 refunded_minor: r.refunded_minor,
                 stock_applied: r.stock_applied,
+                cancelled: r.cancelled,
             },
             linked: r.linked.0,
             known_as: r.known_as.0,
@@ -411,8 +416,9 @@ pub struct OrderUpdate {
     pub status: String,
     pub refunded_minor: i64,
     pub paid_by: Option<String>,
-    /// Stock moved in this transaction (`stock_applied` becomes true).
-    pub stock_moved: bool,
+    /// Whether the order's items are out of stock after this transaction
+    /// (taken when it was first paid, given back when it was cancelled).
+    pub stock_applied: bool,
     /// The stock movement left a product below zero.
     pub oversold: bool,
 }
@@ -429,16 +435,16 @@ pub async fn write_orders(
     sqlx::query!(
         "UPDATE orders o SET status = t.status, refunded_minor = t.refunded_minor, paid_by = t.paid_by,
              paid_at = CASE WHEN t.paid_by IS NULL THEN NULL ELSE COALESCE(o.paid_at, now()) END,
-             stock_applied = o.stock_applied OR t.stock_moved,
+             stock_applied = t.stock_applied,
              oversold = o.oversold OR t.oversold
          FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::boolean[], $6::boolean[])
-              AS t(id, status, refunded_minor, paid_by, stock_moved, oversold)
+              AS t(id, status, refunded_minor, paid_by, stock_applied, oversold)
          WHERE o.id = t.id",
         &updates.iter().map(|u| u.order_id).collect::<Vec<_>>(),
         &updates.iter().map(|u| u.status.clone()).collect::<Vec<_>>(),
         &updates.iter().map(|u| u.refunded_minor).collect::<Vec<_>>(),
         &updates.iter().map(|u| u.paid_by.clone()).collect::<Vec<_>>() as &[Option<String>],
-        &updates.iter().map(|u| u.stock_moved).collect::<Vec<_>>(),
+        &updates.iter().map(|u| u.stock_applied).collect::<Vec<_>>(),
         &updates.iter().map(|u| u.oversold).collect::<Vec<_>>(),
     )
     .execute(conn)
@@ -451,4 +457,24 @@ fn columns(payments: &[PaymentKey]) -> (Vec<String>, Vec<String>) {
         .iter()
         .map(|p| (p.provider.clone(), p.payment_id.clone()))
         .unzip()
+}
+
+/// Records that the shop cancelled an order (locked by the caller);
+/// `false` if it was cancelled already.
+pub async fn record_cancellation(
+    conn: &mut PgConnection,
+    order_id: i64,
+    cancelled_by: &str,
+    reason: &str,
+) -> Result<bool, sqlx::Error> {
+    let row = sqlx::query_scalar!(
+        r#"INSERT INTO order_cancellations (order_id, cancelled_by, reason) VALUES ($1, $2, $3)
+           ON CONFLICT (order_id) DO NOTHING RETURNING 1 AS "one!""#,
+        order_id,
+        cancelled_by,
+        reason
+    )
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.is_some())
 }

@@ -1,0 +1,60 @@
+//! `POST /v1/orders/{order_ref}/cancel`: the shop gives up on an order. One
+//! more fact in the ledger (`oncehook_worker::ledger::cancel`): the order
+//! is `cancelled`, a payment it had or gets is owed back (`needs_refund`),
+//! its stock is not taken (or given back). Cancelling twice answers the
+//! same order again.
+
+use actix_web::{HttpResponse, web};
+use oncehook_worker::ledger::cancel::{self, Cancelled};
+
+use crate::audit::{self, Write};
+use crate::auth::{self, Authed};
+use crate::error::{ApiError, ErrorBody};
+use crate::model::{Order, OrderCancel};
+use crate::state::State;
+use crate::view;
+
+/// The longest reason kept.
+const MAX_REASON: usize = 500;
+
+/// Cancels an order.
+#[utoipa::path(post, path = "/v1/orders/{order_ref}/cancel", tag = "orders",
+    params(("order_ref" = String, Path, description = "the shop's reference")),
+    request_body = OrderCancel,
+    security(("bearer" = ["orders:write"])),
+    responses(
+        (status = 200, description = "the order, cancelled", body = Order),
+        (status = "4XX", description = "refused: not_found, validation_failed, malformed_json, …", body = ErrorBody),
+        (status = 503, description = "database unavailable", body = ErrorBody)))]
+pub async fn cancel(
+    auth: Authed<auth::OrdersWrite>,
+    state: web::Data<State>,
+    order_ref: web::Path<String>,
+    body: web::Json<OrderCancel>,
+) -> Result<HttpResponse, ApiError> {
+    let caller = auth.caller;
+    let write = Write::order(&caller, "order.cancel", &order_ref);
+    let done = async {
+        let reason = body.reason.as_deref().unwrap_or("").trim();
+        if reason.chars().count() > MAX_REASON {
+            return Err(ApiError::invalid(
+                "reason",
+                format!("at most {MAX_REASON} characters"),
+            ));
+        }
+        let mut tx = state.pool.begin().await?;
+        let result = match cancel::cancel(&mut tx, &order_ref, &caller.name, reason).await? {
+            Cancelled::Unknown => return Err(ApiError::not_found("order")),
+            Cancelled::Now => "cancelled",
+            Cancelled::Already => "already cancelled",
+        };
+        let view: Order = view::order(&mut tx, &order_ref)
+            .await?
+            .ok_or_else(|| ApiError::not_found("order"))?;
+        audit::ok(&mut tx, &write, result).await?;
+        tx.commit().await?;
+        Ok(HttpResponse::Ok().json(view))
+    }
+    .await;
+    audit::on_failure(&state, &write, done).await
+}
