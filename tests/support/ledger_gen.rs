@@ -14,7 +14,10 @@
 //!   session carry the same amount and currency);
 //! - every payment id is linked to its order by at least one event of the
 //!   set that carries both (otherwise its events would be dead-lettered
-//!   after `ONCEHOOK_UNLINKED_TTL`).
+//!   after `ONCEHOOK_UNLINKED_TTL`);
+//! - about one order in seven is also cancelled by the shop (a
+//!   [`Fact::Cancel`], applied by the runner through the ledger's
+//!   `cancel`, as `POST /v1/orders/{ref}/cancel` does).
 
 use oncehook_gateways::Gateway;
 use oncehook_gateways::sample::SampleSpec;
@@ -98,6 +101,8 @@ pub struct OrderPlan {
     pub gateway: Gateway,
     pub model: ModelOrder,
     events: Vec<PlannedEvent>,
+    /// The shop cancels the order, somewhere among its events.
+    pub cancel: bool,
 }
 
 /// A concrete event of one twin.
@@ -123,6 +128,8 @@ pub struct GenOrder {
     pub model: ModelOrder,
     pub events: Vec<GenEvent>,
     pub facts: Vec<Fact>,
+    /// The shop cancels it (a [`Fact::Cancel`] among `facts`).
+    pub cancel: bool,
 }
 
 /// The token every id of twin `twin` of order `index` contains, and that
@@ -449,11 +456,15 @@ pub fn plan(rng: &mut Rng, index: usize) -> OrderPlan {
         let mut seen = std::collections::BTreeSet::new();
         events.retain(|e| seen.insert((e.payment, e.name)));
     }
+    // One order in seven is cancelled by the shop, at a random place
+    // among its events (the runner shuffles it in with them).
+    let cancel = rng.chance(15);
     OrderPlan {
         index,
         gateway,
         model,
         events,
+        cancel,
     }
 }
 
@@ -533,6 +544,9 @@ impl OrderPlan {
                 label,
             });
         }
+        if self.cancel {
+            facts.push(Fact::Cancel);
+        }
         GenOrder {
             index: self.index,
             twin,
@@ -541,6 +555,7 @@ impl OrderPlan {
             model: self.model.clone(),
             events,
             facts,
+            cancel: self.cancel,
         }
     }
 }
@@ -601,7 +616,7 @@ mod tests {
             let facts: Vec<&Fact> = o
                 .facts
                 .iter()
-                .filter(|f| !matches!(f, Fact::Link { .. }))
+                .filter(|f| !matches!(f, Fact::Link { .. } | Fact::Cancel))
                 .collect();
             assert_eq!(facts.len(), o.events.len());
             for (e, fact) in o.events.iter().zip(facts) {
@@ -645,7 +660,7 @@ mod tests {
                         assert_eq!(n.amount_minor, Some(*total_minor), "{what}");
                         assert_eq!(n.refund_id, fact.refund_id(), "{what}");
                     }
-                    Fact::Link { .. } => unreachable!(),
+                    Fact::Link { .. } | Fact::Cancel => unreachable!(),
                 }
             }
         }

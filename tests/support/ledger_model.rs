@@ -81,6 +81,8 @@ pub enum Fact {
         provider: String,
         payment_id: String,
     },
+    /// The shop cancelled the order (`order_cancellations`, one per order).
+    Cancel,
 }
 
 /// The identity under which the ledger stores a fact.
@@ -89,6 +91,7 @@ pub enum FactId {
     Attempt(String, String, AttemptStatus),
     Refund(String, String),
     Link(String, String),
+    Cancel,
 }
 
 impl Fact {
@@ -112,6 +115,7 @@ impl Fact {
                 provider,
                 payment_id,
             } => FactId::Link(provider.clone(), payment_id.clone()),
+            Fact::Cancel => FactId::Cancel,
         }
     }
 
@@ -169,7 +173,10 @@ pub struct LedgerState {
     /// Every `payments` row: (provider, payment_id, status) → flag (captured
     /// rows only carry flags; other rows map to `None`).
     pub payments: BTreeMap<(String, String, String), Option<Flag>>,
-    /// Confirmation emails written for the order (0 or 1).
+    /// Confirmation emails written for the order (0 or 1). For a cancelled
+    /// order it depends on whether a capture came before the cancellation
+    /// (emails cannot be unsent): the model says 0, and the comparison
+    /// takes the actual count as it is, if it is 0 or 1.
     pub confirmations: usize,
     /// `dedup_key`s of the order's refund emails.
     pub refund_emails: BTreeSet<String>,
@@ -209,6 +216,9 @@ type PaymentKey = (String, Option<String>);
 /// The expected books of `order` after `facts` (a set; duplicates allowed).
 pub fn expected(order: &ModelOrder, facts: &[Fact]) -> Result<LedgerState, Inconsistent> {
     let facts = dedup(facts)?;
+    // A cancelled order has no primary payment: every capture is owed back
+    // and every refund counts (docs/ledger.md, Cancellation).
+    let cancelled = facts.contains(&Fact::Cancel);
     let a = order.amount_minor;
     let c = order.currency.to_ascii_uppercase();
 
@@ -295,7 +305,7 @@ pub fn expected(order: &ModelOrder, facts: &[Fact]) -> Result<LedgerState, Incon
         .collect();
     let primary: Option<String> = captures
         .iter()
-        .filter(|c| c.valid)
+        .filter(|c| c.valid && !cancelled)
         .map(|c| format!("{}:{}", c.provider, c.payment_id))
         .min();
     let excluded: BTreeSet<PaymentKey> = captures
@@ -305,7 +315,7 @@ pub fn expected(order: &ModelOrder, facts: &[Fact]) -> Result<LedgerState, Incon
         .collect();
     let order_refunds: i64 = refunded
         .iter()
-        .filter(|(k, _)| !excluded.contains(*k))
+        .filter(|(k, _)| cancelled || !excluded.contains(*k))
         .map(|(_, v)| *v)
         .sum();
 
@@ -353,7 +363,9 @@ pub fn expected(order: &ModelOrder, facts: &[Fact]) -> Result<LedgerState, Incon
     }
 
     let paid = primary.is_some();
-    let status = if !paid {
+    let status = if cancelled {
+        "cancelled"
+    } else if !paid {
         "pending"
     } else if order_refunds == 0 {
         "paid"
@@ -432,6 +444,31 @@ mod tests {
 
     fn flag_of(s: &LedgerState, provider: &str, p: &str) -> Option<Flag> {
         s.payments[&(provider.to_owned(), p.to_owned(), "captured".to_owned())]
+    }
+
+    #[test]
+    fn a_cancelled_order_owes_back_its_captures_takes_no_stock_and_counts_every_refund() {
+        let facts = [
+            cap("razorpay", "pay_1", 50_000),
+            Fact::Cancel,
+            refund("rfnd_1", Some("pay_1"), 20_000),
+        ];
+        let s = expected(&order(), &facts).expect("valid");
+        assert_eq!((s.status.as_str(), s.refunded_minor), ("cancelled", 20_000));
+        assert_eq!(s.paid_by, None);
+        assert_eq!((s.stock, s.oversold, s.confirmations), (10, false, 0));
+        assert_eq!(flag_of(&s, "razorpay", "pay_1"), Some(Flag::NeedsRefund));
+        let refunded = [
+            facts[0].clone(),
+            Fact::Cancel,
+            refund("rfnd_2", Some("pay_1"), 50_000),
+        ];
+        let s = expected(&order(), &refunded).expect("valid");
+        assert_eq!(flag_of(&s, "razorpay", "pay_1"), Some(Flag::Refunded));
+        assert_eq!(
+            expected(&order(), &[Fact::Cancel]).expect("valid").status,
+            "cancelled"
+        );
     }
 
     #[test]

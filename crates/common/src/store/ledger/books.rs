@@ -419,7 +419,8 @@ pub struct OrderUpdate {
     /// Whether the order's items are out of stock after this transaction
     /// (taken when it was first paid, given back when it was cancelled).
     pub stock_applied: bool,
-    /// The stock movement left a product below zero.
+    /// The stock movement left a product below zero (an order whose stock
+    /// is given back is no longer oversold).
     pub oversold: bool,
 }
 
@@ -436,7 +437,7 @@ pub async fn write_orders(
         "UPDATE orders o SET status = t.status, refunded_minor = t.refunded_minor, paid_by = t.paid_by,
              paid_at = CASE WHEN t.paid_by IS NULL THEN NULL ELSE COALESCE(o.paid_at, now()) END,
              stock_applied = t.stock_applied,
-             oversold = o.oversold OR t.oversold
+             oversold = CASE WHEN t.stock_applied THEN o.oversold OR t.oversold ELSE false END
          FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::boolean[], $6::boolean[])
               AS t(id, status, refunded_minor, paid_by, stock_applied, oversold)
          WHERE o.id = t.id",
