@@ -35,6 +35,12 @@ start worker
 start mailer
 start console
 start api
+# The demo data goes in the way a shop's does: through the API, once it
+# answers (demo seed waits for it), with the local demo key.
+if ! ONCEHOOK_API_KEY="${ONCEHOOK_API_KEY:-ohk_demo_local_only_never_in_production}" \
+    "$BIN/oncehookctl" demo seed 2>&1 | sed -u 's/^/[demo] /'; then
+  echo "[run] demo seed failed (see above); everything else keeps running"
+fi
 echo "[run] ingest on http://${ONCEHOOK_INGEST_ADDR:-127.0.0.1:8080} (metrics: ingest 127.0.0.1:9100, worker 9101, mailer 9102); mail goes to ${ONCEHOOK_SMTP_URL:-${ONCEHOOK_MAIL_DIR:-./var/mail}}."
 echo "[run] shop API on http://${ONCEHOOK_API_ADDR:-127.0.0.1:8082} (demo key: ohk_demo_local_only_never_in_production; metrics 9103)."
 echo "[run] console on http://${ONCEHOOK_CONSOLE_ADDR:-127.0.0.1:8081} (demo operator: demo / demo-operator). Ctrl-C stops everything."

@@ -126,6 +126,14 @@ async fn an_order_is_created_once_per_key_and_shown_as_the_ledger_sees_it() {
         (201, &first.json),
         "same key, same body, same answer"
     );
+    assert_eq!(
+        again
+            .headers
+            .get("Idempotent-Replayed")
+            .map(|v| v.as_bytes()),
+        Some(&b"true"[..])
+    );
+    assert!(first.headers.get("Idempotent-Replayed").is_none());
     let other = api.create_order("k-1", &order_body("o-1", "tee", 3)).await;
     assert_eq!(
         (other.status, other.code()),
@@ -570,5 +578,179 @@ async fn an_order_is_cancelled_and_a_late_capture_is_owed_back() {
     assert_eq!(
         api.get("/v1/products/cap", READ_KEY).await.json["stock"],
         10
+    );
+}
+
+#[tokio::test]
+async fn a_paid_order_cancelled_owes_its_payment_back_and_gives_its_stock_back() {
+    let mut env = TestEnv::new().await;
+    let api = Api::start(&mut env, &[]).await;
+    let (_ingest, base) = env.start_ingest().await;
+    let _worker = env.start_worker().await;
+    api.product("mug", 10).await;
+    let created = api
+        .create_order("k-p", &order_body("o-paid-cancel", "mug", 2))
+        .await;
+    assert_eq!(created.status, 201, "{}", created.json);
+    let capture = env.captured("o-paid-cancel", "pay_pc", "evt_pc");
+    // The capture comes first: the order is paid and its stock taken.
+    env.post_ok(&base, "razorpay", &capture).await;
+    let paid = oncehook_e2e::eventually("the order paid", oncehook_e2e::WAIT, || async {
+        let a = api.get("/v1/orders/o-paid-cancel", READ_KEY).await;
+        (a.json["status"] == "paid").then_some(a.json)
+    })
+    .await;
+    assert_eq!(api.get("/v1/products/mug", READ_KEY).await.json["stock"], 8);
+    // Then the shop cancels it: the payment is owed back, the stock returns.
+    let cancelled = api
+        .call(
+            "POST",
+            "/v1/orders/o-paid-cancel/cancel",
+            Some(FULL_KEY),
+            Some(r#"{"reason": "out of delivery area"}"#),
+            &[],
+        )
+        .await;
+    assert_eq!(cancelled.status, 200, "{}", cancelled.json);
+    let order = api.get("/v1/orders/o-paid-cancel", READ_KEY).await.json;
+    assert_eq!(order["status"], "cancelled", "{order}");
+    assert_eq!(order["payments"][0]["flag"], "needs_refund", "{order}");
+    assert_eq!(order["needs_refund"], true, "{order}");
+    assert!(
+        order["version"].as_i64() > paid["version"].as_i64(),
+        "the version grows: {paid} then {order}"
+    );
+    assert_eq!(
+        api.get("/v1/products/mug", READ_KEY).await.json["stock"],
+        10
+    );
+    // The capture's retry after the cancellation changes nothing.
+    env.post_ok(&base, "razorpay", &capture).await;
+    let emails = order["emails"].as_array().map_or(0, Vec::len);
+    oncehook_e2e::eventually("the retry absorbed", oncehook_e2e::WAIT, || async {
+        let copies = env
+            .count("SELECT coalesce(max(deliveries), 0)::bigint FROM processed_webhooks WHERE event_id = 'evt_pc'")
+            .await;
+        (copies == 2).then_some(())
+    })
+    .await;
+    let after = api.get("/v1/orders/o-paid-cancel", READ_KEY).await.json;
+    assert_eq!(after["version"], order["version"], "{after}");
+    assert_eq!(after["emails"].as_array().map_or(0, Vec::len), emails);
+    assert_eq!(
+        api.get("/v1/products/mug", READ_KEY).await.json["stock"],
+        10
+    );
+}
+
+#[tokio::test]
+async fn demo_seed_goes_through_the_api_and_a_second_run_changes_nothing() {
+    let mut env = TestEnv::new().await;
+    let api = Api::start(&mut env, &[]).await;
+    // Without a key it says where the key goes, and writes nothing.
+    let (code, _, err) = env.ctl(&["demo", "seed", "--api", &api.base]).await;
+    assert_ne!(code, 0);
+    assert!(err.contains("ONCEHOOK_API_KEY"), "{err}");
+    // A key without products:write is refused by the API, named in the error.
+    env.set_env("ONCEHOOK_API_KEY", READ_KEY);
+    let (code, _, err) = env.ctl(&["demo", "seed", "--api", &api.base]).await;
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("403") && err.contains("products:write"),
+        "{err}"
+    );
+    assert_eq!(env.count("SELECT count(*) FROM products").await, 0);
+
+    env.set_env("ONCEHOOK_API_KEY", FULL_KEY);
+    let (code, out, err) = env.ctl(&["demo", "seed", "--api", &api.base]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("5 orders, 5 new"), "{out}");
+    let order = api.get("/v1/orders/order_1001", READ_KEY).await;
+    assert_eq!(order.json["status"], "pending", "{}", order.json);
+    assert_eq!(
+        order.json["amount"]["formatted"], "1097.00",
+        "{}",
+        order.json
+    );
+    assert_eq!(order.json["items"].as_array().map(Vec::len), Some(2));
+    // The shop moves stock; a second seed keeps it and makes no new orders.
+    let delta = api
+        .call(
+            "POST",
+            "/v1/products/MUG/stock",
+            Some(FULL_KEY),
+            Some(r#"{"delta": -3, "reason": "breakage"}"#),
+            &[],
+        )
+        .await;
+    assert_eq!(delta.status, 200, "{}", delta.json);
+    let (code, out, err) = env
+        .ctl(&["--json", "demo", "seed", "--api", &api.base])
+        .await;
+    assert_eq!(code, 0, "{out}{err}");
+    let report: Value = serde_json::from_str(&out).expect("JSON report");
+    assert!(
+        report["orders"]
+            .as_array()
+            .is_some_and(|o| o.iter().all(|o| o["result"] == "existed")),
+        "{report}"
+    );
+    assert_eq!(
+        api.get("/v1/products/MUG", READ_KEY).await.json["stock"],
+        47
+    );
+    assert_eq!(env.count("SELECT count(*) FROM orders").await, 5);
+    assert_eq!(
+        env.count("SELECT count(*) FROM api_audit WHERE ok AND action = 'order.create'")
+            .await,
+        5,
+        "the first seed's creates are audited; the second's were answered from their keys"
+    );
+}
+
+#[tokio::test]
+async fn idempotency_keys_are_forgotten_after_their_ttl() {
+    let mut env = TestEnv::new().await;
+    let api = Api::start(&mut env, &[("ONCEHOOK_API_IDEMPOTENCY_TTL", "2s")]).await;
+    api.product("pen", 10).await;
+    for (key, order_ref) in [("k-a", "o-a"), ("k-b", "o-b")] {
+        let first = api
+            .create_order(key, &order_body(order_ref, "pen", 1))
+            .await;
+        assert_eq!(first.status, 201, "{}", first.json);
+    }
+    let reused = api
+        .create_order("k-a", &order_body("o-other", "pen", 1))
+        .await;
+    assert_eq!(
+        (reused.status, reused.code()),
+        (422, "idempotency_key_reused"),
+        "while the key is remembered"
+    );
+    oncehook_e2e::eventually("the keys pruned", oncehook_e2e::WAIT, || async {
+        (env.count("SELECT count(*) FROM api_idempotency").await == 0).then_some(())
+    })
+    .await;
+    // Forgotten: another body under a key is a new request; the same body
+    // finds its order by order_ref.
+    let other = api
+        .create_order("k-a", &order_body("o-other", "pen", 1))
+        .await;
+    assert_eq!(other.status, 201, "{}", other.json);
+    let same = api.create_order("k-b", &order_body("o-b", "pen", 1)).await;
+    assert_eq!(same.status, 200, "{}", same.json);
+    assert!(same.headers.get("Idempotent-Replayed").is_none());
+    assert_eq!(env.count("SELECT count(*) FROM orders").await, 3);
+    let metrics = reqwest::get(format!("{}/metrics", api.metrics))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    assert!(
+        metrics.lines().any(
+            |l| l.starts_with("oncehook_api_idempotency_keys_pruned_total ") && !l.ends_with(" 0")
+        ),
+        "{metrics}"
     );
 }

@@ -1,7 +1,8 @@
 //! Wiring: the pool, the keys, the routes and the metrics/health listener,
 //! bound into an [`Application`] that tests start on a random port
 //! (`ONCEHOOK_API_ADDR=127.0.0.1:0`). `/readyz` is green while the database
-//! answers (checked every 5 s). Every answer says `nosniff` and is counted
+//! answers (checked every 5 s); old idempotency keys are pruned in the
+//! background ([`crate::prune`]). Every answer says `nosniff` and is counted
 //! in `oncehook_api_requests_total{route, status}`.
 
 use std::net::{SocketAddr, TcpListener};
@@ -43,6 +44,11 @@ impl Application {
         tokio::spawn(watch_database(
             pool.clone(),
             ready.clone(),
+            shutdown.clone(),
+        ));
+        tokio::spawn(crate::prune::run(
+            pool.clone(),
+            api.idempotency_ttl,
             shutdown.clone(),
         ));
         let state = web::Data::new(State {

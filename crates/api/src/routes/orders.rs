@@ -6,7 +6,8 @@
 //! 422 `idempotency_key_reused`; an existing `order_ref` with the same
 //! content → 200 with the order, with other content → 409
 //! `order_ref_conflict`. Only a created order is stored under the key: a
-//! refusal rolls back, and a retry is checked again.
+//! refusal rolls back, and a retry is checked again. An answer repeated
+//! from the key says so in `Idempotent-Replayed: true`.
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -24,6 +25,16 @@ use crate::{validate, view};
 
 /// The longest `Idempotency-Key`.
 const MAX_KEY: usize = 255;
+/// On an answer repeated from its `Idempotency-Key`.
+const REPLAYED: &str = "Idempotent-Replayed";
+
+/// The answer to a create: its status and body, and whether the key had
+/// given it before.
+struct Answer {
+    status: StatusCode,
+    body: Value,
+    replayed: bool,
+}
 
 /// Creates an order.
 #[utoipa::path(post, path = "/v1/orders", tag = "orders",
@@ -31,8 +42,10 @@ const MAX_KEY: usize = 255;
     request_body = OrderCreate,
     security(("bearer" = ["orders:write"])),
     responses(
-        (status = 201, description = "created", body = Order),
-        (status = 200, description = "the order exists with this content", body = Order),
+        (status = 201, description = "created (`Idempotent-Replayed: true` when repeated from the key)", body = Order,
+            headers(("Idempotent-Replayed" = String, description = "`true` on an answer repeated from its Idempotency-Key"))),
+        (status = 200, description = "the order exists with this content", body = Order,
+            headers(("Idempotent-Replayed" = String, description = "`true` on an answer repeated from its Idempotency-Key"))),
         (status = "4XX", description = "refused: validation_failed, malformed_json, idempotency_key_reused, order_ref_conflict, …", body = ErrorBody),
         (status = 503, description = "database unavailable", body = ErrorBody)))]
 pub async fn create(
@@ -49,8 +62,12 @@ pub async fn create(
         let digest = hex::encode(Sha256::digest(
             serde_json::to_vec(&body.0).map_err(|_| ApiError::invalid("body", "not JSON"))?,
         ));
-        let (status, json) = create_once(&state, &caller, &write, &key, &digest, &order).await?;
-        Ok(HttpResponse::build(status).json(json))
+        let answer = create_once(&state, &caller, &write, &key, &digest, &order).await?;
+        let mut response = HttpResponse::build(answer.status);
+        if answer.replayed {
+            response.insert_header((REPLAYED, "true"));
+        }
+        Ok(response.json(answer.body))
     }
     .await;
     audit::on_failure(&state, &write, done).await
@@ -85,11 +102,15 @@ async fn create_once(
     key: &str,
     digest: &str,
     order: &ShopOrder,
-) -> Result<(StatusCode, Value), ApiError> {
+) -> Result<Answer, ApiError> {
     let mut tx = state.pool.begin().await?;
     let claim = shop::claim_idempotency(&mut tx, &caller.name, key, digest).await?;
-    if let Some(answered) = answered_before(claim, digest)? {
-        return Ok(answered);
+    if let Some((status, body)) = answered_before(claim, digest)? {
+        return Ok(Answer {
+            status,
+            body,
+            replayed: true,
+        });
     }
     let skus: Vec<String> = order.items.iter().map(|i| i.sku.clone()).collect();
     if let Some(missing) = shop::missing_skus(&mut tx, &skus).await?.first() {
@@ -136,7 +157,11 @@ async fn create_once(
     .await?;
     audit::ok(&mut tx, write, result).await?;
     tx.commit().await?;
-    Ok((status, json))
+    Ok(Answer {
+        status,
+        body: json,
+        replayed: false,
+    })
 }
 
 /// The position of `sku` in the request (items are validated by sku).

@@ -2,22 +2,25 @@
 //! public ingest port), its limits (body size, items per order, page size,
 //! failed authentications per client before it is throttled) and its keys
 //! (`[[api.key]]`, in the file only: a name, the SHA-256 of the key in hex,
-//! and the scopes the key is given).
+//! and the scopes the key is given), and how long an `Idempotency-Key` is
+//! remembered (`api.idempotency_ttl`).
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
 use super::error::invalid;
 use super::keys::Key;
-use super::values::{Addr, Within};
+use super::values::{Addr, HumanDuration, Within};
 
 pub const ENV_API_ADDR: &str = "ONCEHOOK_API_ADDR";
 pub const ENV_API_BODY_LIMIT_BYTES: &str = "ONCEHOOK_API_BODY_LIMIT_BYTES";
 pub const ENV_API_MAX_ITEMS: &str = "ONCEHOOK_API_MAX_ITEMS";
 pub const ENV_API_MAX_PAGE_SIZE: &str = "ONCEHOOK_API_MAX_PAGE_SIZE";
 pub const ENV_API_AUTH_FAILURES_PER_MINUTE: &str = "ONCEHOOK_API_AUTH_FAILURES_PER_MINUTE";
+pub const ENV_API_IDEMPOTENCY_TTL: &str = "ONCEHOOK_API_IDEMPOTENCY_TTL";
 
 pub(super) const KEYS: &[Key] = &[
     Key::new(ENV_API_ADDR, "api.addr"),
@@ -28,6 +31,7 @@ pub(super) const KEYS: &[Key] = &[
         ENV_API_AUTH_FAILURES_PER_MINUTE,
         "api.limits.auth_failures_per_minute",
     ),
+    Key::new(ENV_API_IDEMPOTENCY_TTL, "api.idempotency_ttl"),
 ];
 
 /// What an API key may do.
@@ -81,6 +85,9 @@ pub struct ApiConfig {
     /// Failed authentications one client address may make in a minute
     /// before it gets 429.
     pub auth_failures_per_minute: u32,
+    /// How long an `Idempotency-Key` and its answer are kept; the API
+    /// deletes older ones (a retry after that is a new request).
+    pub idempotency_ttl: Duration,
     /// `[[api.key]]`: who may call.
     pub keys: Vec<ApiKey>,
 }
@@ -113,6 +120,7 @@ type FailuresPerMinute = Within<u32, 1, 100_000>;
 #[serde(deny_unknown_fields, default)]
 pub(super) struct ApiSection {
     addr: Addr,
+    idempotency_ttl: HumanDuration,
     limits: Limits,
     /// `[[api.key]]`
     pub key: Vec<KeyEntry>,
@@ -141,6 +149,7 @@ impl Default for ApiSection {
     fn default() -> Self {
         ApiSection {
             addr: Addr(SocketAddr::from(([127, 0, 0, 1], 8082))),
+            idempotency_ttl: HumanDuration(Duration::from_secs(24 * 3_600)),
             limits: Limits::default(),
             key: Vec::new(),
         }
@@ -178,6 +187,7 @@ impl ApiSection {
             max_items: usize::from(self.limits.max_items.0),
             max_page_size: self.limits.max_page_size.0,
             auth_failures_per_minute: self.limits.auth_failures_per_minute.0,
+            idempotency_ttl: self.idempotency_ttl.0,
             keys,
         })
     }

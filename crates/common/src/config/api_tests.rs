@@ -17,6 +17,7 @@ fn defaults() {
     assert_eq!(c.max_items, 100);
     assert_eq!(c.max_page_size, 100);
     assert_eq!(c.auth_failures_per_minute, 20);
+    assert_eq!(c.idempotency_ttl, std::time::Duration::from_secs(86_400));
 }
 
 #[test]
@@ -72,6 +73,7 @@ fn limits_and_the_address_come_from_the_environment() {
         (ENV_API_MAX_ITEMS, "5"),
         (ENV_API_MAX_PAGE_SIZE, "10"),
         (ENV_API_AUTH_FAILURES_PER_MINUTE, "3"),
+        (ENV_API_IDEMPOTENCY_TTL, "7d"),
     ])
     .expect("set")
     .api;
@@ -81,7 +83,13 @@ fn limits_and_the_address_come_from_the_environment() {
         (2048, 5, 10)
     );
     assert_eq!(c.auth_failures_per_minute, 3);
+    assert_eq!(
+        c.idempotency_ttl,
+        std::time::Duration::from_secs(7 * 86_400)
+    );
     for (env, value) in [
+        (ENV_API_IDEMPOTENCY_TTL, "0s"),
+        (ENV_API_IDEMPOTENCY_TTL, "soon"),
         (ENV_API_BODY_LIMIT_BYTES, "10"),
         (ENV_API_MAX_ITEMS, "0"),
         (ENV_API_MAX_PAGE_SIZE, "5000"),

@@ -4,7 +4,8 @@
 //! refund id, or per cumulative total) and `payment_links` (which order a
 //! payment belongs to). The worker's ledger decides; this module only reads
 //! and writes: the worker's set-based statements are in `books`, operators'
-//! reads (trace, stats) in `reads`, the shop's writes (orders, products) here.
+//! reads (trace, stats) in `reads`; plain order inserts for tests here (the
+//! shop's own writes go through the API's `store::shop`).
 
 use sqlx::PgConnection;
 
@@ -15,24 +16,6 @@ pub use reads::{
     Attention, ItemStock, OrderDetail, PaymentRecord, RefundRecord, attention, items_of,
     order_by_ref, payments_of, refunds_of,
 };
-
-/// Adds a product unless its sku exists (stock is left as it is).
-pub async fn upsert_product(
-    conn: &mut PgConnection,
-    sku: &str,
-    name: &str,
-    stock: i32,
-) -> Result<(), sqlx::Error> {
-    sqlx::query!(
-        "INSERT INTO products (sku, name, stock) VALUES ($1, $2, $3) ON CONFLICT (sku) DO NOTHING",
-        sku,
-        name,
-        stock
-    )
-    .execute(conn)
-    .await?;
-    Ok(())
-}
 
 /// A pending order to create.
 #[derive(Debug, Clone, Copy)]

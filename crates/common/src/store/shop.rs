@@ -123,31 +123,59 @@ pub async fn claim_idempotency(
     key: &str,
     sha: &str,
 ) -> Result<Claim, sqlx::Error> {
-    let fresh = sqlx::query_scalar!(
-        "INSERT INTO api_idempotency (key_name, idempotency_key, request_sha256) VALUES ($1, $2, $3)
-         ON CONFLICT DO NOTHING RETURNING 1 AS one",
-        key_name,
-        key,
-        sha
-    )
-    .fetch_optional(&mut *conn)
-    .await?;
-    if fresh.is_some() {
-        return Ok(Claim::Fresh);
+    // Twice at most: a key pruned between the insert and the read is
+    // claimed again, as the new request it now is.
+    for _ in 0..2 {
+        let fresh = sqlx::query_scalar!(
+            "INSERT INTO api_idempotency (key_name, idempotency_key, request_sha256) VALUES ($1, $2, $3)
+             ON CONFLICT DO NOTHING RETURNING 1 AS one",
+            key_name,
+            key,
+            sha
+        )
+        .fetch_optional(&mut *conn)
+        .await?;
+        if fresh.is_some() {
+            return Ok(Claim::Fresh);
+        }
+        let row = sqlx::query!(
+            "SELECT request_sha256, status_code, response FROM api_idempotency
+             WHERE key_name = $1 AND idempotency_key = $2",
+            key_name,
+            key
+        )
+        .fetch_optional(&mut *conn)
+        .await?;
+        if let Some(row) = row {
+            return Ok(Claim::Used {
+                request_sha256: row.request_sha256,
+                status_code: row.status_code,
+                response: row.response,
+            });
+        }
     }
-    let row = sqlx::query!(
-        "SELECT request_sha256, status_code, response FROM api_idempotency
-         WHERE key_name = $1 AND idempotency_key = $2",
-        key_name,
-        key
+    Err(sqlx::Error::RowNotFound)
+}
+
+/// Deletes at most `batch` idempotency keys older than `ttl` (their
+/// answers with them); how many went. A retry under a deleted key is a new
+/// request (its `order_ref` still finds the order it made).
+pub async fn prune_idempotency(
+    conn: &mut PgConnection,
+    ttl: std::time::Duration,
+    batch: i64,
+) -> Result<u64, sqlx::Error> {
+    let done = sqlx::query!(
+        "DELETE FROM api_idempotency WHERE (key_name, idempotency_key) IN (
+             SELECT key_name, idempotency_key FROM api_idempotency
+             WHERE created_at < now() - make_interval(secs => $1)
+             LIMIT $2)",
+        ttl.as_secs_f64(),
+        batch
     )
-    .fetch_one(conn)
+    .execute(conn)
     .await?;
-    Ok(Claim::Used {
-        request_sha256: row.request_sha256,
-        status_code: row.status_code,
-        response: row.response,
-    })
+    Ok(done.rows_affected())
 }
 
 /// Stores the answer of a claimed key (same transaction as the claim).

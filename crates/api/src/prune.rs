@@ -1,0 +1,70 @@
+//! Forgetting old `Idempotency-Key`s: every API process deletes keys older
+//! than `api.idempotency_ttl` (24 h by default) in small batches, at start
+//! and then every `ttl / 4` (between 1 s and 10 min). Several replicas may
+//! prune at once: a row two of them pick is deleted by one, skipped by the
+//! other. A failed pass is logged and tried again at the next tick; the API
+//! answers meanwhile.
+
+use std::time::Duration;
+
+use oncehook_common::shutdown::Shutdown;
+use oncehook_common::store::shop;
+use sqlx::PgPool;
+
+/// Keys deleted per transaction (short transactions, no long locks).
+const BATCH: i64 = 1_000;
+
+/// How often keys older than `ttl` are looked for.
+pub fn interval(ttl: Duration) -> Duration {
+    (ttl / 4).clamp(Duration::from_secs(1), Duration::from_secs(600))
+}
+
+/// Prunes until `shutdown`.
+pub async fn run(pool: PgPool, ttl: Duration, shutdown: Shutdown) {
+    metrics::counter!("oncehook_api_idempotency_keys_pruned_total").absolute(0);
+    loop {
+        match prune_once(&pool, ttl).await {
+            Ok(0) => {}
+            Ok(deleted) => {
+                metrics::counter!("oncehook_api_idempotency_keys_pruned_total").increment(deleted);
+                tracing::info!(deleted, ttl = ?ttl, "idempotency keys older than api.idempotency_ttl deleted");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "deleting old idempotency keys failed; trying again later");
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(interval(ttl)) => {}
+            () = shutdown.wait() => return,
+        }
+    }
+}
+
+/// One pass: batch after batch until a batch is not full.
+async fn prune_once(pool: &PgPool, ttl: Duration) -> Result<u64, sqlx::Error> {
+    let mut total = 0;
+    loop {
+        let mut tx = pool.begin().await?;
+        let deleted = shop::prune_idempotency(&mut tx, ttl, BATCH).await?;
+        tx.commit().await?;
+        total += deleted;
+        if deleted < BATCH as u64 {
+            return Ok(total);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_interval_is_a_quarter_of_the_ttl_within_bounds() {
+        assert_eq!(interval(Duration::from_secs(2)), Duration::from_secs(1));
+        assert_eq!(interval(Duration::from_secs(40)), Duration::from_secs(10));
+        assert_eq!(
+            interval(Duration::from_secs(86_400)),
+            Duration::from_secs(600)
+        );
+    }
+}
