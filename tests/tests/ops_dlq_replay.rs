@@ -122,14 +122,15 @@ async fn dlq_replay_after_the_fix_applies_once_and_a_second_copy_is_a_duplicate(
     let out = ctl_ok(&env, &["dlq", "replay", "--gateway", "payu"]).await;
     assert!(out.contains("replayed 1, failed 0"), "{out}");
     // It waits for its order again and, after the TTL, is dead-lettered
-    // afresh by the parked-event sweeper, which does not carry the replay
-    // count (the parked row keeps the envelope, not the message's headers).
+    // afresh by the parked-event sweeper, which carries the replay count
+    // the event was parked with.
     let back = eventually("the PayU failure back in the DLQ", WAIT, || async {
         let items = dlq_list(&env, &[]).await;
         (items.len() == 1 && items[0]["gateway"] == "payu").then_some(items)
     })
     .await;
     assert_eq!(back[0]["kind"], Kind::UnknownOrder.as_str());
+    assert_eq!(back[0]["replays"], 1, "{:#}", back[0]);
     assert!(
         back[0]["headers"].get("x-death").is_none(),
         "bookkeeping headers are not carried over: {:#}",

@@ -24,6 +24,7 @@ use lapin::{Channel, Connection};
 use oncehook_common::broker::queues;
 use oncehook_common::consume::session::{self, ConsumerSpec, SessionTasks};
 use oncehook_common::consume::{Handler, Message, Verdict};
+use oncehook_common::dead_letter;
 use oncehook_common::health::Readiness;
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::Pooled;
@@ -212,10 +213,11 @@ pub fn zero_counters<'a>(sources: impl IntoIterator<Item = &'a str>) {
 
 impl<E: Effect> Handler for Worker<E> {
     async fn handle(&self, message: &dyn Message) -> Verdict {
-        let delivery = match pipeline::decode(message.body(), &message.message_id()) {
+        let mut delivery = match pipeline::decode(message.body(), &message.message_id()) {
             Ok(d) => d,
             Err(rejection) => return rejected(rejection),
         };
+        delivery.replays = dead_letter::replays(message.properties().headers().as_ref());
         if let Some(bad) = &self.settings.worker.fault_panic_order_ref
             && delivery.event.order_ref.as_deref() == Some(bad.as_str())
         {

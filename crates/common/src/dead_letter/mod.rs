@@ -16,7 +16,8 @@ pub use kind::{DeadLetterKind, OtherKind, Writer, count, zero_counters};
 pub use read::{DeadLetteredBy, Record};
 pub use write::{
     DeadLetter, HEADER_ATTEMPTS, HEADER_DEAD_ID, HEADER_ERROR, HEADER_ERROR_KIND, HEADER_FAILED_AT,
-    HEADER_ORIGIN, HEADER_REPLAYS, HEADER_ROUTING_KEY, publish, replay_headers,
+    HEADER_ORIGIN, HEADER_REPLAYS, HEADER_ROUTING_KEY, publish, replay_headers, replays,
+    with_replays,
 };
 
 #[cfg(test)]

@@ -326,3 +326,20 @@ fn replay_strips_bookkeeping_and_counts_replays() {
     assert_eq!(header_int(Some(&out), HEADER_REPLAYS), Some(2));
     assert_eq!(Record::read(Some(&out)).replays, 2);
 }
+
+#[test]
+fn a_replay_count_put_back_on_rebuilt_headers_reads_back() {
+    let mut h = FieldTable::default();
+    h.insert(HEADER_SOURCE.into(), AMQPValue::LongString("payu".into()));
+    assert_eq!(replays(Some(&h)), 0);
+    let none = with_replays(Some(&h), 0);
+    assert!(none.inner().get(HEADER_REPLAYS).is_none(), "0 is left out");
+    let out = with_replays(Some(&h), 3);
+    assert_eq!(replays(Some(&out)), 3);
+    assert_eq!(Record::read(Some(&out)).replays, 3);
+    assert_eq!(
+        header_string(Some(&out), HEADER_SOURCE).as_deref(),
+        Some("payu")
+    );
+    assert_eq!(replays(None), 0);
+}

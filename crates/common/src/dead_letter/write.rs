@@ -118,6 +118,24 @@ pub fn replay_headers(headers: Option<&FieldTable>) -> FieldTable {
     FieldTable::from(kept)
 }
 
+/// How many times the message was replayed (its `x-oncehook-replays`, 0 if none).
+pub fn replays(headers: Option<&FieldTable>) -> i64 {
+    header_int(headers, HEADER_REPLAYS).unwrap_or(0)
+}
+
+/// `headers` with the replay counter set to `replays` (left out when 0):
+/// for a message rebuilt from a stored copy that lost its headers (a parked
+/// event dead-lettered by the sweeper).
+pub fn with_replays(headers: Option<&FieldTable>, replays: i64) -> FieldTable {
+    let mut kept: BTreeMap<ShortString, AMQPValue> = headers
+        .map(|h| h.into_iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+        .unwrap_or_default();
+    if replays > 0 {
+        kept.insert(HEADER_REPLAYS.into(), AMQPValue::LongLongInt(replays));
+    }
+    FieldTable::from(kept)
+}
+
 /// Whether header `k` records a dead-lettering rather than the message.
 fn is_bookkeeping(k: &str) -> bool {
     [

@@ -59,6 +59,10 @@ pub async fn sweep(
         let properties = Envelope::from_bytes(&parked.envelope)
             .map(|e| e.properties())
             .unwrap_or_default();
+        // The envelope's properties lack the delivery's headers: the replay
+        // count parked with it goes back on.
+        let headers = dead_letter::with_replays(properties.headers().as_ref(), parked.replays);
+        let properties = properties.with_headers(headers);
         let error = match &parked.order_ref {
             Some(order_ref) => format!(
                 "{} event {} (source {}): no order {order_ref:?} was created within {ttl_text} (ONCEHOOK_UNLINKED_TTL), by the shop's reference or a {} reference registered with an order; create the order, then replay",
@@ -212,5 +216,6 @@ pub fn parked(delivery: &Delivery, order_ref: Option<String>) -> Parked {
         order_ref,
         routing_key: delivery.envelope.routing_key(),
         envelope: delivery.envelope.to_bytes(),
+        replays: delivery.replays,
     }
 }

@@ -100,6 +100,7 @@ fn read(parked: Vec<Parked>) -> (Vec<(Delivery, Parked)>, Vec<Parked>) {
                     envelope,
                     event,
                     key: p.key.clone(),
+                    replays: p.replays,
                 },
                 p,
             )),

@@ -21,6 +21,9 @@ pub struct Delivery {
     pub event: NormalizedEvent,
     /// The delivery's dedup identity (source, event id, body digest).
     pub key: DeliveryKey,
+    /// How many times an operator replayed its message (`x-oncehook-replays`);
+    /// kept when it is parked, so a later dead letter counts them.
+    pub replays: i64,
 }
 
 impl Delivery {
@@ -64,6 +67,7 @@ pub fn decode(data: &[u8], message_id: &str) -> Result<Delivery, Rejection> {
         envelope,
         event,
         key,
+        replays: 0,
     })
 }
 
