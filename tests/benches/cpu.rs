@@ -1,9 +1,9 @@
 //! CPU time per operation: where a measurement spends the machine's cores.
 //!
-//! Around a measured window (ceilings B, B′ and C, ingest, every worker run)
-//! the bench reads the CPU time (user + system, all threads, from
-//! `/proc/<pid>/stat`) of each group of processes taking part, and the busy
-//! time of the whole machine (`/proc/stat`):
+//! Around a measured window (ceilings B, B′, C and D, ingest, every worker
+//! run, the shop API) the bench reads the CPU time (user + system, all
+//! threads, from `/proc/<pid>/stat`) of each group of processes taking
+//! part, and the busy time of the whole machine (`/proc/stat`):
 //!
 //! * the bench itself — HTTP clients, publishers, pollers — its own threads
 //!   only (the children it reaps are counted where they belong); while
@@ -11,7 +11,8 @@
 //!   wait sampling) is moved from PostgreSQL to the bench
 //!   ([`CpuUse::reattribute`]);
 //! * pgbench: the CPU of the bench's children reaped during the window;
-//! * the oncehook binaries of the run (ingest, workers), by pid;
+//! * the oncehook binaries of the run (ingest, workers, the shop API), by
+//!   pid;
 //! * PostgreSQL: every `postgres` process, including backends that exited
 //!   meanwhile (added to their parent's `cutime`/`cstime`); the whole
 //!   server, so other load on it counts too;
@@ -40,6 +41,8 @@ pub enum Who {
     Bench,
     Ingest,
     Worker,
+    /// The shop API (`oncehook-api`).
+    Api,
     /// The bench's children reaped during the window (pgbench).
     Pgbench,
     Postgres,
@@ -48,10 +51,11 @@ pub enum Who {
 
 impl Who {
     /// Report order (one column each).
-    const ALL: [Who; 6] = [
+    const ALL: [Who; 7] = [
         Who::Bench,
         Who::Ingest,
         Who::Worker,
+        Who::Api,
         Who::Pgbench,
         Who::Postgres,
         Who::Rabbitmq,
@@ -62,6 +66,7 @@ impl Who {
             Who::Bench => "bench",
             Who::Ingest => "ingest",
             Who::Worker => "worker",
+            Who::Api => "api",
             Who::Pgbench => "pgbench",
             Who::Postgres => "postgres",
             Who::Rabbitmq => "rabbitmq",
@@ -294,7 +299,7 @@ impl CpuMeter {
         }
     }
 
-    /// Adds a group: the processes `pids` (ingest, workers), or for
+    /// Adds a group: the processes `pids` (ingest, workers, the API), or for
     /// [`Who::Pgbench`] the bench's children reaped meanwhile.
     pub fn with(mut self, who: Who, pids: impl IntoIterator<Item = u32>) -> Self {
         self.groups.push((who, pids.into_iter().collect()));
@@ -310,7 +315,7 @@ impl CpuMeter {
                 let t = process_ticks(broker_pid(amqp_port(oncehook_e2e::broker::AMQP_URL))?)?;
                 Some(t.own + t.reaped)
             }
-            Who::Ingest | Who::Worker => {
+            Who::Ingest | Who::Worker | Who::Api => {
                 let all: Vec<ProcTicks> = pids.iter().filter_map(|p| process_ticks(*p)).collect();
                 (!all.is_empty()).then(|| all.iter().map(|t| t.own + t.reaped).sum())
             }
@@ -652,9 +657,10 @@ pub fn limit_line(goal: &str, measured: &Budget, ceiling: &Budget, shared: Who) 
     format!("{here}{bigger}{busiest}")
 }
 
-/// "events" for "event"; the abbreviations stay as they are ("msg", "tx").
+/// "events" for "event", "orders" for "order"; the abbreviations stay as
+/// they are ("msg", "tx").
 fn plural(unit: &str) -> String {
-    if unit == "event" {
+    if unit == "event" || unit == "order" {
         format!("{unit}s")
     } else {
         unit.to_owned()

@@ -10,18 +10,26 @@
 //! * Ceiling C: the worker's transaction as a pgbench script
 //!   (`deploy/bench/worker-tx.sql`) with as many clients as the workers
 //!   process deliveries concurrently (workers × prefetch).
+//! * Ceiling D: the shop API's order-creating transaction as a pgbench
+//!   script (`deploy/bench/api-order-tx.sql`) with as many clients as the
+//!   API has concurrent callers.
 //! * Measured: ingest `POST /webhooks/razorpay` with signed deliveries at the
 //!   same concurrency as A; workers (1, then 2) draining K captured events
 //!   for K distinct pending orders that were loaded through ingest while no
 //!   worker ran, each once with one transaction per delivery (batch 1) and
 //!   once with group commit (`ONCEHOOK_BENCH_BATCH` deliveries per
-//!   transaction).
-//! * CPU per operation (`cpu`): around B, ingest, every worker run and every
-//!   pgbench run the CPU time of each process group taking part (the bench,
-//!   ingest, workers, pgbench, PostgreSQL, RabbitMQ) and of the machine is
-//!   read, and reported per event (per transaction, per message) with what
-//!   it implies: the rate the machine's cores allow, and the ratio to the
-//!   ceiling that CPU allows here and on a machine with cores per service.
+//!   transaction); the shop API (`api`): `POST /v1/orders` from as many
+//!   concurrent clients as A, each a new order under a fresh
+//!   `Idempotency-Key`, against D — every answer must be 201 and the
+//!   database must hold one order per 201, or the run fails once the report
+//!   is written.
+//! * CPU per operation (`cpu`): around B, ingest, every worker run, the
+//!   shop API and every pgbench run the CPU time of each process group
+//!   taking part (the bench, ingest, workers, the API, pgbench, PostgreSQL,
+//!   RabbitMQ) and of the machine is read, and reported per event (per
+//!   transaction, message, order) with what it implies: the rate the
+//!   machine's cores allow, and the ratio to the ceiling that CPU allows
+//!   here and on a machine with cores per service.
 //!
 //! Every environment is a fresh [`TestEnv`] (own database, own AMQP prefix),
 //! cleaned up afterwards. Timings never fail anything: a bench reports.
@@ -36,7 +44,9 @@
 //! Knobs (environment): `ONCEHOOK_BENCH_SECS` (10), `ONCEHOOK_BENCH_CONCURRENCY`
 //! (16), `ONCEHOOK_BENCH_EVENTS` (3000), `ONCEHOOK_BENCH_PREFETCH` (16),
 //! `ONCEHOOK_BENCH_BATCH` (8; 1 skips the group-commit runs),
-//! `ONCEHOOK_BENCH_CLUSTER` (unset: no cluster section).
+//! `ONCEHOOK_BENCH_ORDERS` (200,000: the most orders the API run posts),
+//! `ONCEHOOK_BENCH_CLUSTER` (unset: no cluster section),
+//! `ONCEHOOK_BENCH_ONLY` (`speed`, `console` or `api`: only those phases).
 //! Binaries come from `ONCEHOOK_BIN_DIR` (`make bench`: release).
 
 use std::future::Future;
@@ -54,6 +64,7 @@ use oncehook_e2e::{Proc, Shop, TestEnv, broker, free_port, process};
 use oncehook_gateways::Gateway;
 use oncehook_gateways::sample::SignedDelivery;
 
+mod api;
 mod console;
 mod cpu;
 mod inside;
@@ -833,80 +844,129 @@ async fn pgbench_phase(knobs: &Knobs) -> Vec<PgbenchRun> {
         let clients = workers * knobs.prefetch;
         eprintln!("bench: C  pgbench worker transaction, {clients} clients");
         let base = round as i64 * PGBENCH_ORDERS;
-        let log_prefix = env.dir.join(format!("pgbench_{round}"));
-        let mut cmd = tokio::process::Command::new("pgbench");
-        cmd.args(["-n", "-M", "prepared"])
-            .arg(format!("-c{clients}"))
-            .arg(format!("-j{}", clients.min(2)))
-            .arg(format!("-T{}", knobs.secs))
-            .arg("-f")
-            .arg(&script)
-            .arg(format!("-Dnorders={PGBENCH_ORDERS}"))
-            .arg(format!("-Dbase={base}"))
-            .arg(format!("-Dnclients={clients}"))
-            .arg(format!("-Dtag=r{round}"))
-            .arg("-Dk=0")
-            .arg("-l")
-            .arg(format!("--log-prefix={}", log_prefix.display()))
-            .arg(&env.database_url)
-            .current_dir(&env.dir)
-            .stdin(std::process::Stdio::null())
-            .kill_on_drop(true);
-        let limit = knobs.duration() + Duration::from_secs(60);
-        let meter = CpuMeter::new().with(Who::Pgbench, []);
-        // Counted from here: the test pool's backends did the seeding.
-        let backends_before = backend_cpu(&env.pool, &env.db_name).await;
-        let cpu_before = meter.read();
-        let started = Instant::now();
-        // pgbench's backends exit with it: their CPU is read shortly before.
-        let sample_at = knobs.duration().saturating_sub(Duration::from_millis(700));
-        let sample = async {
-            tokio::time::sleep(sample_at).await;
-            let cpu = backend_cpu_since(&env.pool, &env.db_name, backends_before).await;
-            (cpu.map(|(backends, _)| backends), started.elapsed())
-        };
-        let (out, (backends_cpu, backends_window)) =
-            tokio::join!(tokio::time::timeout(limit, cmd.output()), sample);
-        let out = match out {
-            Ok(Ok(out)) => out,
-            Ok(Err(e)) => panic!("run pgbench (is it installed? it ships with PostgreSQL): {e}"),
-            Err(_) => panic!("pgbench did not finish within {limit:?}"),
-        };
-        let cpu = meter.since(&cpu_before);
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        if !out.status.success() {
-            eprintln!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-            panic!("pgbench failed ({})", out.status);
-        }
-        let tps = stdout
-            .lines()
-            .find(|l| l.starts_with("tps = "))
-            .and_then(|l| l["tps = ".len()..].split_whitespace().next())
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0);
-        let failed = pgbench_count(&stdout, "number of failed transactions:");
-        let processed = pgbench_count(&stdout, "number of transactions actually processed:");
-        let latencies_us = pgbench_latencies(&env.dir, &format!("pgbench_{round}"));
-        // The rate is pgbench's own tps; the window makes `rate()` return it.
-        let window = Duration::from_secs(knobs.secs);
+        let defines = [
+            ("norders", PGBENCH_ORDERS.to_string()),
+            ("base", base.to_string()),
+            ("nclients", clients.to_string()),
+            ("tag", format!("r{round}")),
+            ("k", "0".to_owned()),
+        ];
+        let run = run_pgbench(
+            &env,
+            &script,
+            clients,
+            knobs,
+            &defines,
+            &format!("pgbench_{round}"),
+        )
+        .await;
         runs.push(PgbenchRun {
             workers,
-            processed,
-            cpu,
-            backends_cpu,
-            backends_window,
+            processed: run.processed,
+            cpu: run.cpu,
+            backends_cpu: run.backends_cpu,
+            backends_window: run.backends_window,
             clients,
-            stats: Stats {
-                ok: (tps * window.as_secs_f64()).round() as u64,
-                errors: failed,
-                window,
-                latencies_us,
-                fixed: None,
-            },
-            failed,
+            failed: run.failed,
+            stats: run.stats,
         });
     }
     runs
+}
+
+/// What one pgbench run measured.
+struct PgbenchOutcome {
+    /// pgbench's own tps as the rate; latencies from its `-l` log.
+    stats: Stats,
+    failed: u64,
+    /// Transactions pgbench reports as processed.
+    processed: u64,
+    /// CPU time over the whole run: pgbench, PostgreSQL (whole server), …
+    cpu: CpuUse,
+    /// CPU of pgbench's backends over `backends_window` of the run.
+    backends_cpu: Option<Duration>,
+    backends_window: Duration,
+}
+
+/// Runs `script` through pgbench against `env`'s database (`-M prepared`,
+/// `clients` clients on up to two threads, the knobs' window, `-D` for each
+/// of `defines`, its per-transaction log as `log*` in the environment's
+/// folder), metering CPU around it. Panics if pgbench is missing or fails.
+async fn run_pgbench(
+    env: &TestEnv,
+    script: &Path,
+    clients: usize,
+    knobs: &Knobs,
+    defines: &[(&str, String)],
+    log: &str,
+) -> PgbenchOutcome {
+    let log_prefix = env.dir.join(log);
+    let mut cmd = tokio::process::Command::new("pgbench");
+    cmd.args(["-n", "-M", "prepared"])
+        .arg(format!("-c{clients}"))
+        .arg(format!("-j{}", clients.min(2)))
+        .arg(format!("-T{}", knobs.secs))
+        .arg("-f")
+        .arg(script);
+    for (name, value) in defines {
+        cmd.arg(format!("-D{name}={value}"));
+    }
+    cmd.arg("-l")
+        .arg(format!("--log-prefix={}", log_prefix.display()))
+        .arg(&env.database_url)
+        .current_dir(&env.dir)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let limit = knobs.duration() + Duration::from_secs(60);
+    let meter = CpuMeter::new().with(Who::Pgbench, []);
+    // Counted from here: the test pool's backends did the seeding.
+    let backends_before = backend_cpu(&env.pool, &env.db_name).await;
+    let cpu_before = meter.read();
+    let started = Instant::now();
+    // pgbench's backends exit with it: their CPU is read shortly before.
+    let sample_at = knobs.duration().saturating_sub(Duration::from_millis(700));
+    let sample = async {
+        tokio::time::sleep(sample_at).await;
+        let cpu = backend_cpu_since(&env.pool, &env.db_name, backends_before).await;
+        (cpu.map(|(backends, _)| backends), started.elapsed())
+    };
+    let (out, (backends_cpu, backends_window)) =
+        tokio::join!(tokio::time::timeout(limit, cmd.output()), sample);
+    let out = match out {
+        Ok(Ok(out)) => out,
+        Ok(Err(e)) => panic!("run pgbench (is it installed? it ships with PostgreSQL): {e}"),
+        Err(_) => panic!("pgbench did not finish within {limit:?}"),
+    };
+    let cpu = meter.since(&cpu_before);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        eprintln!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        panic!("pgbench failed ({})", out.status);
+    }
+    let tps = stdout
+        .lines()
+        .find(|l| l.starts_with("tps = "))
+        .and_then(|l| l["tps = ".len()..].split_whitespace().next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    let failed = pgbench_count(&stdout, "number of failed transactions:");
+    let processed = pgbench_count(&stdout, "number of transactions actually processed:");
+    // The rate is pgbench's own tps; the window makes `rate()` return it.
+    let window = knobs.duration();
+    PgbenchOutcome {
+        stats: Stats {
+            ok: (tps * window.as_secs_f64()).round() as u64,
+            errors: failed,
+            window,
+            latencies_us: pgbench_latencies(&env.dir, log),
+            fixed: None,
+        },
+        failed,
+        processed,
+        cpu,
+        backends_cpu,
+        backends_window,
+    }
 }
 
 /// The number after `label` in pgbench's summary (0 if absent).
@@ -1228,9 +1288,16 @@ async fn main() {
     // Fail early and clearly if a binary is missing.
     let _ = process::bin("oncehook-ingest");
     let _ = process::bin("oncehook-worker");
+    let _ = process::bin("oncehook-api");
     if speed::only() {
         let extra = speed::phases(&knobs).await;
         print_and_write(&extra.rows, &extra.notes, &extra.cpu, &knobs);
+        return;
+    }
+    if api::only() {
+        let api = api::phase(&knobs).await;
+        print_and_write(&api.rows, &api.notes, &api.cpu, &knobs);
+        api.check();
         return;
     }
     if console::only() {
@@ -1411,10 +1478,15 @@ async fn main() {
     let (inside_rows, inside_notes) = inside::phase(&knobs).await;
     rows.extend(inside_rows);
     notes.extend(inside_notes);
+    let mut api = api::phase(&knobs).await;
+    rows.append(&mut api.rows);
+    notes.append(&mut api.notes);
+    cpu.extend(std::mem::take(&mut api.cpu));
     let (console_rows, console_notes) = console::phase().await;
     rows.extend(console_rows);
     notes.extend(console_notes);
     print_and_write(&rows, &notes, &cpu, &knobs);
+    api.check();
     eprintln!("bench: done in {:.0} s", started.elapsed().as_secs_f64());
 }
 

@@ -1,0 +1,306 @@
+//! The shop API's `POST /v1/orders` (`oncehook-api`): orders created per
+//! second through the API and its latency, against ceiling D, the same
+//! transaction as a pgbench script (`deploy/bench/api-order-tx.sql`).
+//!
+//! * Measured: the real binary with its own database, the bench's 50
+//!   products created beforehand with `PUT /v1/products/{sku}`, then a
+//!   closed loop of `ONCEHOOK_BENCH_CONCURRENCY` clients, each posting a new
+//!   order (a fresh `Idempotency-Key`, a distinct `order_ref`, one or two
+//!   items, a Razorpay reference, metadata) for `ONCEHOOK_BENCH_SECS` after
+//!   a warm-up, at most `ONCEHOOK_BENCH_ORDERS` in all. The API's pool gets
+//!   as many connections as there are clients, so that it can run as many
+//!   transactions at once as pgbench.
+//! * Ceiling D: pgbench with the same number of clients for the same window,
+//!   each transaction a new order under a new key, in a database of its own
+//!   with the same products.
+//! * CPU per order by process group around both windows ([`crate::cpu`]).
+//!
+//! Every answer must be 201, and the database must hold exactly as many
+//! orders as there were 201s (warm-up included): a mismatch is reported and
+//! fails the run after the report is written (`make bench-smoke` relies on
+//! that). Timings fail nothing. `ONCEHOOK_BENCH_ONLY=api` runs only this
+//! phase.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use oncehook_e2e::TestEnv;
+use oncehook_e2e::api::{Api, FULL_KEY};
+use serde_json::json;
+
+use crate::cpu::{self, Budget, CpuMeter, CpuUse, Who};
+use crate::{
+    Knobs, Row, SKUS, Stats, WARMUP, closed_loop, http_client, run_pgbench, seed_shop, versus,
+    workspace,
+};
+
+/// Rows, notes and CPU budgets of this phase, and what went wrong.
+pub struct ApiPhase {
+    pub rows: Vec<Row>,
+    pub notes: Vec<String>,
+    pub cpu: cpu::Report,
+    /// Answers other than 201, or orders the database does not agree on.
+    pub failures: Vec<String>,
+}
+
+impl ApiPhase {
+    /// Fails the run if an answer was not 201 or the orders do not add up
+    /// (after the report is written, so that it shows the figures).
+    pub fn check(&self) {
+        assert!(
+            self.failures.is_empty(),
+            "the shop API bench went wrong:\n{}",
+            self.failures.join("\n")
+        );
+    }
+}
+
+/// Whether only this phase should run.
+pub fn only() -> bool {
+    std::env::var("ONCEHOOK_BENCH_ONLY").is_ok_and(|v| v.trim() == "api")
+}
+
+/// The most orders one run posts (`ONCEHOOK_BENCH_ORDERS`, 200,000).
+fn max_orders() -> usize {
+    std::env::var("ONCEHOOK_BENCH_ORDERS")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(200_000)
+        .clamp(10, 10_000_000)
+}
+
+/// Every answer of a run, the warm-up's included.
+#[derive(Default)]
+struct Tally {
+    created: AtomicU64,
+    /// Anything but 201, by status and error code (or transport error).
+    other: Mutex<BTreeMap<String, u64>>,
+}
+
+impl Tally {
+    fn refused(&self, what: String) {
+        if let Ok(mut other) = self.other.lock() {
+            *other.entry(what).or_default() += 1;
+        }
+    }
+
+    fn others(&self) -> BTreeMap<String, u64> {
+        self.other.lock().map(|o| o.clone()).unwrap_or_default()
+    }
+}
+
+/// The measured side: the API's closed loop.
+struct ApiRun {
+    stats: Stats,
+    cpu: CpuUse,
+    created: u64,
+    others: BTreeMap<String, u64>,
+    /// Orders the database holds afterwards (`None`: not readable).
+    in_database: Option<i64>,
+}
+
+pub async fn phase(knobs: &Knobs) -> ApiPhase {
+    let api = api_run(knobs).await;
+    let ceiling = ceiling_run(knobs).await;
+    report(knobs, &api, &ceiling)
+}
+
+/// The bench's order `n`: one item, every other order a second one, as the
+/// pgbench script makes them.
+fn order_body(n: usize) -> String {
+    let sku = |i: usize| format!("SKU-{:03}", i % SKUS as usize);
+    let qty = 1 + n % 3;
+    let mut items = vec![json!({"sku": sku(n), "qty": qty, "unit_minor": 25_000})];
+    if n % 2 == 1 {
+        items.push(json!({"sku": sku(n * 7 + 3), "qty": 1, "unit_minor": 25_000}));
+    }
+    let units = qty + usize::from(n % 2 == 1);
+    json!({
+        "order_ref": format!("api_{n}"),
+        "customer_email": "buyer@shop.example",
+        "currency": "INR",
+        "amount_minor": 25_000 * units,
+        "items": items,
+        "gateway_refs": {"razorpay": format!("order_rzp_api_{n}")},
+        "metadata": {"cart": format!("c-{n}")},
+    })
+    .to_string()
+}
+
+/// Posts order `n`; true for a 201, anything else is tallied.
+async fn post_order(http: &reqwest::Client, url: &str, n: usize, tally: &Tally) -> bool {
+    let sent = http
+        .post(url)
+        .header("Authorization", format!("Bearer {FULL_KEY}"))
+        .header("Idempotency-Key", format!("bench-{n}"))
+        .header("Content-Type", "application/json")
+        .body(order_body(n))
+        .send()
+        .await;
+    let resp = match sent {
+        Ok(resp) => resp,
+        Err(e) => {
+            let kind = if e.is_timeout() { "timeout" } else { "error" };
+            tally.refused(format!("transport {kind}"));
+            return false;
+        }
+    };
+    let status = resp.status().as_u16();
+    let text = resp.text().await;
+    match (status, text) {
+        (201, Ok(_)) => {
+            tally.created.fetch_add(1, Ordering::Relaxed);
+            true
+        }
+        (status, text) => {
+            let code = text
+                .ok()
+                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+                .and_then(|j| j["error"].as_str().map(str::to_owned))
+                .unwrap_or_default();
+            tally.refused(format!("HTTP {status} {code}").trim_end().to_owned());
+            false
+        }
+    }
+}
+
+async fn api_run(knobs: &Knobs) -> ApiRun {
+    let mut env = TestEnv::new().await;
+    let c = knobs.concurrency;
+    let pool_size = c.max(2).to_string();
+    let api = Api::start(
+        &mut env,
+        &[("ONCEHOOK_DATABASE_MAX_CONNECTIONS", pool_size.as_str())],
+    )
+    .await;
+    for s in 0..SKUS {
+        api.product(&format!("SKU-{s:03}"), 100_000_000).await;
+    }
+    sqlx::query("VACUUM ANALYZE")
+        .execute(&env.pool)
+        .await
+        .expect("vacuum analyze");
+    eprintln!("bench: shop API POST /v1/orders, c={c}");
+    let tally = Arc::new(Tally::default());
+    let meter = CpuMeter::new().with(Who::Api, [api.proc.pid()]);
+    let per_task = max_orders().div_ceil(c);
+    let (stats, cpu) = {
+        let http = http_client(c);
+        let url = Arc::new(format!("{}/v1/orders", api.base));
+        let tally = tally.clone();
+        let load = closed_loop(c, WARMUP, knobs.duration(), per_task, move |n| {
+            let (http, url, tally) = (http.clone(), url.clone(), tally.clone());
+            async move { post_order(&http, &url, n, &tally).await }
+        });
+        cpu::during(&meter, WARMUP, knobs.duration(), load).await
+    };
+    let in_database = sqlx::query_scalar::<_, i64>("SELECT count(*) FROM orders")
+        .fetch_one(&env.pool)
+        .await
+        .ok();
+    let mut proc = api.proc;
+    proc.signal("TERM");
+    if proc.wait_exit(Duration::from_secs(15)).is_none() {
+        proc.kill();
+    }
+    ApiRun {
+        stats,
+        cpu,
+        created: tally.created.load(Ordering::Relaxed),
+        others: tally.others(),
+        in_database,
+    }
+}
+
+/// Ceiling D: the API's transaction through pgbench, as many clients.
+async fn ceiling_run(knobs: &Knobs) -> crate::PgbenchOutcome {
+    let env = TestEnv::new().await;
+    seed_shop(&env, true, 1, 0).await;
+    let clients = knobs.concurrency;
+    eprintln!("bench: D  pgbench API order transaction, {clients} clients");
+    let script = workspace().join("deploy/bench/api-order-tx.sql");
+    let defines = [("nclients", clients.to_string()), ("k", "0".to_owned())];
+    run_pgbench(&env, &script, clients, knobs, &defines, "pgbench_api").await
+}
+
+fn report(knobs: &Knobs, api: &ApiRun, ceiling: &crate::PgbenchOutcome) -> ApiPhase {
+    let c = knobs.concurrency;
+    let d_label = format!("D  pgbench API order transaction, {c} clients");
+    let api_label = format!("API POST /v1/orders, c={c}");
+    let rows = vec![
+        Row::new(
+            d_label.clone(),
+            "tps",
+            &ceiling.stats,
+            "(ceiling)".to_owned(),
+        ),
+        Row::new(
+            api_label.clone(),
+            "orders/s",
+            &api.stats,
+            versus("D", &api.stats, &ceiling.stats),
+        ),
+    ];
+    let mut notes = vec![format!(
+        "shop API: {} answers 201 (warm-up included), {} orders in the database, {} other \
+         answers; the API's pool had {} connections (its default is 8), pgbench {c} clients",
+        api.created,
+        api.in_database
+            .map_or("not readable".to_owned(), |n| n.to_string()),
+        api.others.values().sum::<u64>(),
+        c.max(2)
+    )];
+    if ceiling.failed > 0 {
+        notes.push(format!("D: {} failed transactions", ceiling.failed));
+    }
+    let failures = failures(api);
+    notes.extend(failures.iter().map(|f| format!("shop API: {f}")));
+    let api_budget = Budget::of_rate(api_label, "order", api.stats.rate(), api.cpu.clone());
+    let d_budget = Budget {
+        label: d_label,
+        unit: "tx",
+        ops: ceiling.processed as f64,
+        rate: ceiling.stats.rate(),
+        cpu: ceiling.cpu.clone(),
+    };
+    let cpu = cpu::Report {
+        notes: vec![cpu::limit_line(
+            "shop API vs D",
+            &api_budget,
+            &d_budget,
+            Who::Postgres,
+        )],
+        budgets: vec![d_budget, api_budget],
+    };
+    ApiPhase {
+        rows,
+        notes,
+        cpu,
+        failures,
+    }
+}
+
+/// What is wrong with a run: answers other than 201, an empty run, and a
+/// database that does not hold exactly one order per 201.
+fn failures(api: &ApiRun) -> Vec<String> {
+    let mut out: Vec<String> = api
+        .others
+        .iter()
+        .map(|(what, n)| format!("{n} answers were {what}, not 201"))
+        .collect();
+    if api.created == 0 {
+        out.push("no order was created".to_owned());
+    }
+    match api.in_database {
+        Some(n) if n == api.created as i64 => {}
+        Some(n) => out.push(format!(
+            "the database holds {n} orders for {} answers 201",
+            api.created
+        )),
+        None => out.push("the orders could not be counted".to_owned()),
+    }
+    out
+}
