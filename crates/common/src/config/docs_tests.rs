@@ -14,6 +14,7 @@ use super::api::KeyEntry;
 use super::console::UserEntry;
 use super::keys;
 use super::load::Sections;
+use super::source_api::FileSourceApi;
 use super::sources::FileSource;
 
 const DOC: &str = include_str!("../../../../docs/configuration.md");
@@ -23,7 +24,19 @@ const DOC: &str = include_str!("../../../../docs/configuration.md");
 fn keys_with_defaults() -> Vec<(String, Option<String>)> {
     let mut sections = Sections::default();
     // One item in each list, so that its keys show.
-    sections.source.push(FileSource::default());
+    let every = || Some(String::new());
+    sections.source.push(FileSource {
+        api: Some(FileSourceApi {
+            base_url: every(),
+            key_id: every(),
+            key_secret: every(),
+            client_id: every(),
+            client_secret: every(),
+            api_version: every(),
+            api_key: every(),
+        }),
+        ..FileSource::default()
+    });
     sections.console.user.push(UserEntry::default());
     sections.api.key.push(KeyEntry::default());
     let value = Value::serialize(&sections).expect("the sections serialize");

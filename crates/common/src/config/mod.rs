@@ -31,6 +31,7 @@ mod load;
 mod mail;
 mod secret;
 mod smtp;
+mod source_api;
 mod sources;
 mod telemetry;
 mod values;
@@ -57,6 +58,7 @@ pub use mail::{ENV_SMTP_ALLOW_INSECURE_AUTH, ENV_SMTP_CA_FILE, ENV_SMTP_PASSWORD
 pub use mail::{ENV_SMTP_TLS, ENV_SMTP_URL, ENV_SMTP_USERNAME};
 pub use secret::Secret;
 pub use smtp::{SmtpConfig, SmtpCredentials, SmtpTls};
+pub use source_api::{ApiAuth, DEFAULT_CASHFREE_API_VERSION, SourceApi, default_base_url};
 pub use sources::{DEFAULT_TOLERANCE_SECS, MAX_TOLERANCE_SECS, SourceConfig};
 pub use telemetry::{
     API_METRICS_ADDR, INGEST_METRICS_ADDR, MAILER_METRICS_ADDR, WORKER_METRICS_ADDR,

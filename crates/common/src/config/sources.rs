@@ -10,6 +10,7 @@ use oncehook_gateways::{Credentials, Gateway, secret_problem};
 use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
+use super::source_api::{FileSourceApi, SourceApi};
 
 pub const DEFAULT_TOLERANCE_SECS: u64 = 300;
 /// A wider replay window would let a captured delivery be replayed for that long.
@@ -25,6 +26,8 @@ pub(super) struct FileSource {
     pub secrets: Vec<String>,
     pub tolerance_secs: Option<u64>,
     pub merchant_key: Option<String>,
+    /// `[source.api]`: the gateway's API, for reconciliation.
+    pub api: Option<FileSourceApi>,
 }
 
 impl std::fmt::Debug for FileSource {
@@ -51,6 +54,9 @@ pub struct SourceConfig {
     /// PayU: the merchant key the posted form's `key` must equal. Always
     /// set (non-empty) for PayU sources, never for others.
     pub merchant_key: Option<String>,
+    /// `[source.api]`: how to ask the gateway's API (reconciliation);
+    /// `None`: this source is never asked.
+    pub api: Option<SourceApi>,
 }
 
 impl SourceConfig {
@@ -71,12 +77,13 @@ impl std::fmt::Debug for SourceConfig {
             )
             .field("tolerance_secs", &self.tolerance_secs)
             .field("merchant_key", &self.merchant_key)
+            .field("api", &self.api)
             .finish()
     }
 }
 
 /// What a `${VAR}` reference came to.
-enum Expanded {
+pub(super) enum Expanded {
     Value(String),
     /// The whole value was one reference to an unset variable: an empty
     /// rotation slot (`"${RAZORPAY_WEBHOOK_SECRET_OLD}"`).
@@ -87,7 +94,7 @@ enum Expanded {
 /// an unset variable is [`Expanded::Unset`]; an unset reference *inside*
 /// other text is an error (`"whsec_${UNSET}"` would otherwise become the
 /// guessable secret `whsec_`).
-fn expand(raw: &str, env: &HashMap<String, String>) -> Result<Expanded, String> {
+pub(super) fn expand(raw: &str, env: &HashMap<String, String>) -> Result<Expanded, String> {
     let mut out = String::with_capacity(raw.len());
     let mut rest = raw;
     let mut unset = Vec::new();
@@ -164,12 +171,17 @@ fn resolve(s: FileSource, env: &HashMap<String, String>) -> Result<SourceConfig,
         },
     };
     check_merchant_key(gateway, merchant_key.as_deref()).map_err(err)?;
+    let api = match &s.api {
+        None => None,
+        Some(table) => Some(table.resolve(gateway, env).map_err(err)?),
+    };
     Ok(SourceConfig {
         name: s.name.clone(),
         gateway,
         secrets,
         tolerance_secs,
         merchant_key,
+        api,
     })
 }
 
