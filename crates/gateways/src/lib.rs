@@ -50,6 +50,11 @@ registry! {
 pub use amount::{AmountError, currency_exponent, format_decimal_minor, parse_decimal_minor};
 pub use currency::is_known_currency;
 pub use event::{EventKind, NormalizedEvent};
+
+/// Gateways' API answers read as events, for reconciliation (no I/O).
+pub mod reconcile {
+    pub use crate::razorpay::api::order_payments as razorpay_order_payments;
+}
 pub use headers::Headers;
 pub use registry::{UnknownGateway, parse, verify};
 pub use scheme::{

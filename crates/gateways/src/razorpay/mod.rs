@@ -1,7 +1,9 @@
 //! Razorpay, all in one place: the constants and [`GatewayScheme`]
 //! implementation here, the HMAC-SHA256 signature and the payload parser in
-//! `scheme.rs`, realistic signed samples in `sample.rs`.
+//! `scheme.rs`, realistic signed samples in `sample.rs`, its API's answers
+//! (for reconciliation) in `api.rs`.
 
+pub(crate) mod api;
 mod sample;
 mod scheme;
 

@@ -1,0 +1,83 @@
+use proptest::prelude::*;
+
+use super::*;
+
+/// An answer in the documented shape (values made up here).
+const ANSWER: &str = r#"{
+  "entity": "collection",
+  "count": 4,
+  "items": [
+    {"id": "pay_Q1failedTry01", "entity": "payment", "amount": 49900, "currency": "INR",
+     "status": "failed", "order_id": "order_Q1shopOrder7", "captured": false,
+     "email": "asha@example.com", "error_code": "BAD_REQUEST_ERROR", "created_at": 1764633600},
+    {"id": "pay_Q1capturedOk2", "entity": "payment", "amount": 49900, "currency": "INR",
+     "status": "captured", "order_id": "order_Q1shopOrder7", "captured": true,
+     "email": "asha@example.com", "created_at": 1764633700},
+    {"id": "pay_Q1refundedOk3", "entity": "payment", "amount": 49900, "currency": "inr",
+     "status": "refunded", "order_id": "order_Q1shopOrder7", "amount_refunded": 49900,
+     "created_at": 1764633800},
+    {"id": "pay_Q1createdOnly", "entity": "payment", "amount": 49900, "currency": "INR",
+     "status": "created", "order_id": "order_Q1shopOrder7", "created_at": 1764633900}
+  ]
+}"#;
+
+#[test]
+fn the_payments_of_an_order_become_facts_named_by_payment_and_status() {
+    let events = order_payments(ANSWER.as_bytes()).expect("parsed");
+    let seen: Vec<(&str, EventKind, &str)> = events
+        .iter()
+        .map(|e| (e.payment_id.as_deref().unwrap_or(""), e.kind, e.event_id.as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            ("pay_Q1failedTry01", EventKind::Failed, "reconciliation:pay_Q1failedTry01:failed"),
+            ("pay_Q1capturedOk2", EventKind::Captured, "reconciliation:pay_Q1capturedOk2:captured"),
+            ("pay_Q1refundedOk3", EventKind::Captured, "reconciliation:pay_Q1refundedOk3:captured"),
+        ],
+        "created is skipped; a refunded payment was captured"
+    );
+    let captured = &events[1];
+    assert_eq!(captured.provider, Gateway::Razorpay);
+    assert_eq!(captured.event_type, "payment.captured");
+    assert_eq!(captured.order_ref.as_deref(), Some("order_Q1shopOrder7"));
+    assert_eq!((captured.amount_minor, captured.currency.as_deref()), (Some(49_900), Some("INR")));
+    assert_eq!(events[2].currency.as_deref(), Some("INR"), "upper-cased");
+    assert_eq!(captured.email.as_deref(), Some("asha@example.com"));
+}
+
+#[test]
+fn an_answer_that_is_not_a_payment_collection_is_refused_with_the_field() {
+    for (body, field) in [
+        (r#"{"entity": "order", "items": []}"#, "entity"),
+        (r#"{"entity": "collection"}"#, "items"),
+        (r#"{"entity": "collection", "items": [{"status": "captured"}]}"#, "items[].id"),
+        (r#"{"entity": "collection", "items": [{"id": "pay_1"}]}"#, "items[].status"),
+        (r#"{"entity": "collection", "items": [{"id": "pay_1", "status": "captured", "amount": 1.5}]}"#, "items[].amount"),
+    ] {
+        let err = order_payments(body.as_bytes()).expect_err(body).to_string();
+        assert!(err.contains(field), "{body}: {err}");
+    }
+    assert!(order_payments(b"<html>502</html>").is_err());
+    let empty = order_payments(br#"{"entity": "collection", "count": 0, "items": []}"#);
+    assert!(empty.expect("no payments yet").is_empty());
+}
+
+proptest! {
+    #[test]
+    fn arbitrary_bytes_never_panic(body in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let _ = order_payments(&body);
+    }
+
+    #[test]
+    fn arbitrary_items_never_panic(items in proptest::collection::vec(
+        (any::<Option<String>>(), prop_oneof![Just("captured"), Just("failed"), Just("x")], any::<i64>()), 0..8)
+    ) {
+        let items: Vec<Value> = items
+            .into_iter()
+            .map(|(id, status, amount)| serde_json::json!({"id": id, "status": status, "amount": amount}))
+            .collect();
+        let body = serde_json::json!({"entity": "collection", "items": items}).to_string();
+        let _ = order_payments(body.as_bytes());
+    }
+}
