@@ -10,13 +10,12 @@
 //! dead-lettered by the sweeper (`parking`).
 
 use oncehook_common::Envelope;
-use oncehook_common::store::dedup::{self as dedup_store, Finish};
 use oncehook_common::store::ledger::books::{self, GatewayRef};
 use oncehook_common::store::parking::{self as parking_store, Parked};
 use sqlx::PgConnection;
 
 use super::Ledger;
-use crate::pipeline::{Delivery, Effect, EffectError, Effects};
+use crate::pipeline::{Delivery, Effect, EffectError};
 
 /// Takes the advisory locks of an order's references, before it is inserted.
 pub async fn lock_refs(
@@ -50,26 +49,12 @@ pub async fn apply_waiting(
     let (deliveries, mut unreadable) = read(parked);
     let list: Vec<&Delivery> = deliveries.iter().map(|(d, _)| d).collect();
     let applied = match Ledger.apply(conn, &list).await {
-        Ok(Effects {
-            applied,
-            settled_earlier,
-        }) => {
-            let finished: Vec<Finish<'_>> = list
-                .iter()
-                .map(|d| &d.key)
-                .zip(&applied)
-                .chain(settled_earlier.iter().map(|(key, applied)| (key, applied)))
-                .map(|(key, applied)| Finish {
-                    key,
-                    outcome: applied.outcome.as_str(),
-                    detail: &applied.detail,
-                })
-                .collect();
-            dedup_store::finish_many(conn, &finished).await?;
-            for (delivery, outcome) in list.iter().zip(&applied) {
+        Ok(effects) => {
+            effects.record(conn, list.iter().map(|d| &d.key)).await?;
+            for (delivery, outcome) in list.iter().zip(&effects.applied) {
                 tracing::info!(event_id = %delivery.event.event_id, %order_ref, outcome = outcome.outcome.as_str(), "waiting event applied to its new order");
             }
-            applied.len()
+            effects.applied.len()
         }
         Err(EffectError::Database(err)) => return Err(err),
         Err(EffectError::Permanent(rejection)) => {

@@ -14,7 +14,7 @@ use std::collections::HashSet;
 use std::time::Instant;
 
 use oncehook_common::dead_letter::DeadLetterKind;
-use oncehook_common::store::dedup::{self as dedup_store, Finish};
+use oncehook_common::store::dedup as dedup_store;
 use sqlx::{PgConnection, PgPool};
 
 use super::{Delivery, Effect, Effects, ProcessError, Processed, Rejection};
@@ -49,40 +49,26 @@ async fn transaction<E: Effect>(
         .filter(|(_, duplicate)| duplicate.is_none())
         .map(|(d, _)| *d)
         .collect();
-    let Effects {
-        applied,
-        settled_earlier,
-    } = if fresh.is_empty() {
+    let effects = if fresh.is_empty() {
         Effects::default()
     } else {
         effect.apply(&mut tx, &fresh).await?
     };
-    if applied.len() != fresh.len() {
+    if effects.applied.len() != fresh.len() {
         return Err(Rejection::new(
             DeadLetterKind::Database,
             format!(
                 "the effect answered {} outcomes for {} deliveries",
-                applied.len(),
+                effects.applied.len(),
                 fresh.len()
             ),
         )
         .into());
     }
-    let finished: Vec<Finish<'_>> = fresh
-        .iter()
-        .map(|d| &d.key)
-        .zip(&applied)
-        .chain(settled_earlier.iter().map(|(key, applied)| (key, applied)))
-        .map(|(key, applied)| Finish {
-            key,
-            outcome: applied.outcome.as_str(),
-            detail: &applied.detail,
-        })
-        .collect();
-    if !finished.is_empty() {
-        dedup_store::finish_many(&mut tx, &finished).await?;
-    }
-    drop(finished);
+    effects
+        .record(&mut tx, fresh.iter().map(|d| &d.key))
+        .await?;
+    let applied = effects.applied;
     tx.commit().await?;
     let mut applied = applied.into_iter();
     Ok(duplicates

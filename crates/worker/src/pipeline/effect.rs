@@ -6,7 +6,7 @@
 
 use std::future::Future;
 
-use oncehook_common::store::dedup::DeliveryKey;
+use oncehook_common::store::dedup::{self as dedup_store, DeliveryKey, Finish};
 use sqlx::PgConnection;
 
 use super::{Delivery, Rejection};
@@ -60,6 +60,35 @@ pub struct Effects {
     /// Deliveries of earlier transactions the effect kept (parked) and has
     /// now completed: their recorded outcome becomes this.
     pub settled_earlier: Vec<(DeliveryKey, Applied)>,
+}
+
+impl Effects {
+    /// Records every outcome in `processed_webhooks`, one statement: those
+    /// of `applied` (the deliveries `keys` names, in the order handed to
+    /// [`Effect::apply`]) and of the earlier deliveries now settled.
+    pub async fn record<'a>(
+        &'a self,
+        conn: &mut PgConnection,
+        keys: impl Iterator<Item = &'a DeliveryKey>,
+    ) -> Result<(), sqlx::Error> {
+        let finished: Vec<Finish<'_>> = keys
+            .zip(&self.applied)
+            .chain(
+                self.settled_earlier
+                    .iter()
+                    .map(|(key, applied)| (key, applied)),
+            )
+            .map(|(key, applied)| Finish {
+                key,
+                outcome: applied.outcome.as_str(),
+                detail: &applied.detail,
+            })
+            .collect();
+        if finished.is_empty() {
+            return Ok(());
+        }
+        dedup_store::finish_many(conn, &finished).await
+    }
 }
 
 /// Why an effect could not be applied to a group.
