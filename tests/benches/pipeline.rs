@@ -824,15 +824,7 @@ struct PgbenchRun {
     /// Workers whose concurrency this run matches.
     workers: usize,
     clients: usize,
-    stats: Stats,
-    failed: u64,
-    /// Transactions pgbench reports as processed.
-    processed: u64,
-    /// CPU time over the whole run: pgbench, PostgreSQL (whole server), …
-    cpu: CpuUse,
-    /// CPU of pgbench's backends over `backends_window` of the run.
-    backends_cpu: Option<Duration>,
-    backends_window: Duration,
+    run: PgbenchOutcome,
 }
 
 async fn pgbench_phase(knobs: &Knobs) -> Vec<PgbenchRun> {
@@ -862,13 +854,8 @@ async fn pgbench_phase(knobs: &Knobs) -> Vec<PgbenchRun> {
         .await;
         runs.push(PgbenchRun {
             workers,
-            processed: run.processed,
-            cpu: run.cpu,
-            backends_cpu: run.backends_cpu,
-            backends_window: run.backends_window,
             clients,
-            failed: run.failed,
-            stats: run.stats,
+            run,
         });
     }
     runs
@@ -1131,9 +1118,9 @@ fn worker_row(run: &WorkerRun, pg: &PgbenchRun, prefetch: usize) -> Row {
         &run.stats,
         format!(
             "vs C: {} throughput, p50 {}, p99 {}",
-            ratio(run.stats.rate(), pg.stats.rate()),
-            lat_ratio(run.stats.p50(), pg.stats.p50()),
-            lat_ratio(run.stats.p99(), pg.stats.p99())
+            ratio(run.stats.rate(), pg.run.stats.rate()),
+            lat_ratio(run.stats.p50(), pg.run.stats.p50()),
+            lat_ratio(run.stats.p99(), pg.run.stats.p99())
         ),
     )
 }
@@ -1366,18 +1353,23 @@ async fn main() {
         rows.push(Row::new(
             format!("C  pgbench worker transaction, {} clients", pg.clients),
             "tps",
-            &pg.stats,
+            &pg.run.stats,
             "(ceiling)".to_owned(),
         ));
-        let sampled = (pg.stats.rate() * pg.backends_window.as_secs_f64()) as u64;
+        let sampled = (pg.run.stats.rate() * pg.run.backends_window.as_secs_f64()) as u64;
         notes.push(format!(
             "PostgreSQL CPU, C with {} clients: its backends {}; whole server {}",
             pg.clients,
-            cpu_per(pg.backends_cpu, sampled, pg.backends_window, "transaction"),
             cpu_per(
-                pg.cpu.of(Who::Postgres),
-                pg.processed,
-                pg.cpu.window,
+                pg.run.backends_cpu,
+                sampled,
+                pg.run.backends_window,
+                "transaction"
+            ),
+            cpu_per(
+                pg.run.cpu.of(Who::Postgres),
+                pg.run.processed,
+                pg.run.cpu.window,
                 "transaction"
             )
         ));
@@ -1411,10 +1403,10 @@ async fn main() {
                 ));
             }
         }
-        if pg.failed > 0 {
+        if pg.run.failed > 0 {
             notes.push(format!(
                 "pgbench {} clients: {} failed transactions",
-                pg.clients, pg.failed
+                pg.clients, pg.run.failed
             ));
         }
     }
@@ -1567,9 +1559,9 @@ impl PgbenchRun {
         Budget {
             label: format!("C  pgbench, {} clients", self.clients),
             unit: "tx",
-            ops: self.processed as f64,
-            rate: self.stats.rate(),
-            cpu: self.cpu.clone(),
+            ops: self.run.processed as f64,
+            rate: self.run.stats.rate(),
+            cpu: self.run.cpu.clone(),
         }
     }
 }
