@@ -71,15 +71,44 @@ async fn a_bad_event_in_a_batch_is_dead_lettered_alone_and_the_rest_commit_once(
     })
     .await;
 
+    // The bad delivery must share a group, whatever the timing. With one
+    // committer (prefetch = batch size) and the dedup table locked, the
+    // first group blocks at its claim while the rest of the prefetch
+    // queues behind it; on release, the bad delivery (fifth in the queue)
+    // is either in the first group, which then holds at least five, or in
+    // the second, which holds the rest of the sixteen.
+    let mut lock = env.pool.begin().await.expect("a lock transaction");
+    sqlx::query("LOCK TABLE processed_webhooks IN EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .expect("lock the dedup table");
     let (_worker, metrics) = env
         .start_consumer_with_metrics(
             "oncehook-worker",
             &[
                 ("ONCEHOOK_PREFETCH", "16"),
-                ("ONCEHOOK_WORKER_BATCH_SIZE", "8"),
+                ("ONCEHOOK_WORKER_BATCH_SIZE", "16"),
             ],
         )
         .await;
+    eventually(
+        "the whole prefetch waits on the committer",
+        WAIT,
+        || async {
+            let text = env
+                .http
+                .get(format!("{metrics}/metrics"))
+                .send()
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            (metric_sum(&text, "oncehook_worker_deliveries_in_commit") == 16.0).then_some(())
+        },
+    )
+    .await;
+    lock.rollback().await.expect("release the dedup table");
     let dead = format!("{}.dead", env.prefix);
     eventually("every order paid and the bad event dead", WAIT, || async {
         let paid = env

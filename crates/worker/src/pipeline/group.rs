@@ -40,6 +40,7 @@ impl Grouper {
     /// Starts `committers` tasks committing groups of up to `size`.
     pub fn start<E: Effect>(pool: PgPool, effect: Arc<E>, size: usize, committers: usize) -> Self {
         let (jobs, queue) = mpsc::unbounded_channel();
+        InCommit::gauge().set(0.0);
         let queue = Arc::new(Mutex::new(queue));
         for _ in 0..committers.max(1) {
             tokio::spawn(run_committer(
@@ -53,11 +54,34 @@ impl Grouper {
     }
 
     /// Commits `delivery` with whatever else is in flight; `None` if the
-    /// committers are gone (the worker is stopping).
+    /// committers are gone (the worker is stopping). While it waits, the
+    /// delivery counts in `oncehook_worker_deliveries_in_commit`.
     pub async fn submit(&self, delivery: Arc<Delivery>) -> Option<Answer> {
         let (reply, answer) = oneshot::channel();
+        let _counted = InCommit::enter();
         self.jobs.send(Job { delivery, reply }).ok()?;
         answer.await.ok()
+    }
+}
+
+/// One delivery handed to the committers and not answered yet, counted in
+/// the gauge for as long as it lives (a cancelled wait is uncounted too).
+struct InCommit;
+
+impl InCommit {
+    fn gauge() -> metrics::Gauge {
+        metrics::gauge!("oncehook_worker_deliveries_in_commit")
+    }
+
+    fn enter() -> Self {
+        Self::gauge().increment(1.0);
+        InCommit
+    }
+}
+
+impl Drop for InCommit {
+    fn drop(&mut self) {
+        Self::gauge().decrement(1.0);
     }
 }
 
