@@ -53,7 +53,15 @@ pub use event::{EventKind, NormalizedEvent};
 
 /// Gateways' API answers read as events, for reconciliation (no I/O).
 pub mod reconcile {
-    pub use crate::razorpay::api::order_payments as razorpay_order_payments;
+    pub use crate::cashfree::api::{
+        order_payments as cashfree_order_payments, order_refunds as cashfree_order_refunds,
+    };
+    pub use crate::razorpay::api::{
+        order_payments as razorpay_order_payments, payment_refunds as razorpay_payment_refunds,
+    };
+
+    #[cfg(test)]
+    mod tests;
 }
 pub use headers::Headers;
 pub use registry::{UnknownGateway, parse, verify};

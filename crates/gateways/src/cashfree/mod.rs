@@ -1,8 +1,10 @@
 //! Cashfree Payments, all in one place: the constants and
 //! [`GatewayScheme`] implementation here, the timestamped HMAC-SHA256
 //! signature and the payload parser (decimal rupees read from the JSON text)
-//! in `scheme.rs`, realistic signed samples in `sample.rs`.
+//! in `scheme.rs`, realistic signed samples in `sample.rs`, its API's
+//! answers (for reconciliation) in `api.rs`.
 
+pub(crate) mod api;
 mod sample;
 mod scheme;
 

@@ -2,7 +2,8 @@
 //! becomes, for reconciliation (asking the gateway what the webhooks may
 //! have missed). No I/O: the caller fetches, this reads. Each payment the
 //! API lists is one fact — `(razorpay, payment id, status)` — named
-//! `reconciliation:{payment id}:{status}`, so asking twice, or a webhook
+//! `reconciliation:{payment id}:{status}`, each processed refund
+//! `reconciliation:{refund id}:processed`, so asking twice, or a webhook
 //! for the same fact arriving later, changes nothing in the ledger.
 
 use serde_json::Value;
@@ -20,30 +21,66 @@ const MAX_ITEMS: usize = 1_000;
 /// acts on. A refunded payment was captured first, so it is a capture
 /// (its refunds come from the refunds endpoint); `created` is skipped.
 pub fn order_payments(body: &[u8]) -> Result<Vec<NormalizedEvent>, ParseError> {
-    let v = parse_body(body)?;
+    let mut events = Vec::new();
+    for item in &collection(body)? {
+        if let Some(event) = payment(item)? {
+            events.push(event);
+        }
+    }
+    Ok(events)
+}
+
+/// `GET /v1/payments/{payment_id}/refunds` (`{"entity": "collection",
+/// "items": [refund, …]}`): one event per processed refund, named
+/// `reconciliation:{refund id}:processed`; pending and failed refunds
+/// record nothing yet.
+pub fn payment_refunds(body: &[u8]) -> Result<Vec<NormalizedEvent>, ParseError> {
+    let mut events = Vec::new();
+    for item in &collection(body)? {
+        let id = id_at(item, &["id"]).ok_or(ParseError::MissingField("items[].id"))?;
+        let status =
+            str_at(item, &["status"]).ok_or(ParseError::MissingField("items[].status"))?;
+        if status != "processed" {
+            continue;
+        }
+        let payment_id =
+            id_at(item, &["payment_id"]).ok_or(ParseError::MissingField("items[].payment_id"))?;
+        events.push(NormalizedEvent {
+            provider: Gateway::Razorpay,
+            event_id: format!("reconciliation:{id}:processed"),
+            event_type: "refund.processed".into(),
+            kind: EventKind::Refunded,
+            order_ref: None,
+            amount_minor: int_amount_at(item, &["amount"], "items[].amount")?,
+            currency: currency_at(item, &["currency"]),
+            email: None,
+            refund_id: Some(id),
+            cumulative_refund: false,
+            payment_id: Some(payment_id),
+        });
+    }
+    Ok(events)
+}
+
+/// The items of a collection answer, at most [`MAX_ITEMS`].
+fn collection(body: &[u8]) -> Result<Vec<Value>, ParseError> {
+    let mut v = parse_body(body)?;
     if str_at(&v, &["entity"]) != Some("collection") {
         return Err(ParseError::InvalidField {
             field: "entity",
             reason: "expected a collection".into(),
         });
     }
-    let items = v
-        .get("items")
-        .and_then(Value::as_array)
-        .ok_or(ParseError::MissingField("items"))?;
+    let Some(Value::Array(items)) = v.get_mut("items").map(Value::take) else {
+        return Err(ParseError::MissingField("items"));
+    };
     if items.len() > MAX_ITEMS {
         return Err(ParseError::InvalidField {
             field: "items",
-            reason: format!("{} payments, more than {MAX_ITEMS}", items.len()),
+            reason: format!("{} items, more than {MAX_ITEMS}", items.len()),
         });
     }
-    let mut events = Vec::with_capacity(items.len());
-    for item in items {
-        if let Some(event) = payment(item)? {
-            events.push(event);
-        }
-    }
-    Ok(events)
+    Ok(items)
 }
 
 /// One payment entity; `None` for a status that records nothing.

@@ -81,3 +81,53 @@ proptest! {
         let _ = order_payments(body.as_bytes());
     }
 }
+
+/// A refunds answer in the documented shape (values made up here).
+const REFUNDS: &str = r#"{
+  "entity": "collection",
+  "count": 3,
+  "items": [
+    {"id": "rfnd_Q1partOne001", "entity": "refund", "amount": 10000, "currency": "INR",
+     "payment_id": "pay_Q1capturedOk2", "status": "processed", "speed_processed": "normal",
+     "created_at": 1764634000},
+    {"id": "rfnd_Q1stillPend2", "entity": "refund", "amount": 5000, "currency": "INR",
+     "payment_id": "pay_Q1capturedOk2", "status": "pending", "created_at": 1764634100},
+    {"id": "rfnd_Q1failedRef3", "entity": "refund", "amount": 5000, "currency": "INR",
+     "payment_id": "pay_Q1capturedOk2", "status": "failed", "created_at": 1764634200}
+  ]
+}"#;
+
+#[test]
+fn processed_refunds_become_refund_facts_and_the_others_wait() {
+    let events = payment_refunds(REFUNDS.as_bytes()).expect("parsed");
+    assert_eq!(events.len(), 1, "pending and failed refunds record nothing");
+    let refund = &events[0];
+    assert_eq!(refund.kind, EventKind::Refunded);
+    assert_eq!(refund.event_id, "reconciliation:rfnd_Q1partOne001:processed");
+    assert_eq!(refund.event_type, "refund.processed");
+    assert_eq!(refund.refund_id.as_deref(), Some("rfnd_Q1partOne001"));
+    assert_eq!(refund.payment_id.as_deref(), Some("pay_Q1capturedOk2"));
+    assert_eq!((refund.amount_minor, refund.currency.as_deref()), (Some(10_000), Some("INR")));
+    assert!(!refund.cumulative_refund);
+}
+
+#[test]
+fn a_refunds_answer_without_what_a_refund_needs_is_refused_with_the_field() {
+    for (body, field) in [
+        (r#"{"entity": "refund"}"#, "entity"),
+        (r#"{"entity": "collection", "items": {}}"#, "items"),
+        (r#"{"entity": "collection", "items": [{"status": "processed"}]}"#, "items[].id"),
+        (r#"{"entity": "collection", "items": [{"id": "rfnd_1", "status": "processed"}]}"#, "items[].payment_id"),
+        (r#"{"entity": "collection", "items": [{"id": "rfnd_1", "status": "processed", "payment_id": "pay_1", "amount": "ten"}]}"#, "items[].amount"),
+    ] {
+        let err = payment_refunds(body.as_bytes()).expect_err(body).to_string();
+        assert!(err.contains(field), "{body}: {err}");
+    }
+}
+
+proptest! {
+    #[test]
+    fn arbitrary_refund_answers_never_panic(body in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let _ = payment_refunds(&body);
+    }
+}

@@ -1,0 +1,136 @@
+//! Cashfree's PG API answers (version 2023-08-01), read into the same
+//! [`NormalizedEvent`]s a webhook becomes, for reconciliation. No I/O: the
+//! caller fetches, this reads. Both answers are bare JSON arrays; amounts
+//! are decimal rupees, read from the JSON text as the webhook parser reads
+//! them. Each payment is one fact named `reconciliation:{cf_payment_id}:
+//! {fact}`, each successful refund `reconciliation:{refund id}:processed`
+//! with the refund id a webhook would carry, so a webhook for the same fact
+//! changes nothing in the ledger.
+
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::event::{EventKind, NormalizedEvent};
+use crate::json::{currency_at, decimal_amount_at, id_at, str_at};
+use crate::scheme::ParseError;
+use crate::Gateway;
+
+/// The most entries one answer may list (an order has a handful).
+const MAX_ITEMS: usize = 1_000;
+
+/// `GET /pg/orders/{order_id}/payments`: one event per payment whose
+/// status oncehook acts on — `SUCCESS` a capture, `FAILED` and
+/// `USER_DROPPED` a failed attempt (as their webhooks are); `PENDING`,
+/// `NOT_ATTEMPTED`, `CANCELLED` and `VOID` record nothing.
+pub fn order_payments(body: &[u8]) -> Result<Vec<NormalizedEvent>, ParseError> {
+    let mut events = Vec::new();
+    for (raw, item) in entries(body)? {
+        let id = id_at(&item, &["cf_payment_id"]).ok_or(ParseError::MissingField("[].cf_payment_id"))?;
+        let status = str_at(&item, &["payment_status"])
+            .ok_or(ParseError::MissingField("[].payment_status"))?;
+        let (kind, event_type) = match status {
+            "SUCCESS" => (EventKind::Captured, "PAYMENT_SUCCESS_WEBHOOK"),
+            "FAILED" => (EventKind::Failed, "PAYMENT_FAILED_WEBHOOK"),
+            "USER_DROPPED" => (EventKind::Failed, "PAYMENT_USER_DROPPED_WEBHOOK"),
+            _ => continue,
+        };
+        let fact = match kind {
+            EventKind::Captured => "captured",
+            other => other.as_str(),
+        };
+        let currency = currency_at(&item, &["payment_currency"]);
+        events.push(NormalizedEvent {
+            provider: Gateway::Cashfree,
+            event_id: format!("reconciliation:{id}:{fact}"),
+            event_type: event_type.into(),
+            kind,
+            order_ref: id_at(&item, &["order_id"]),
+            amount_minor: decimal_amount_at(
+                raw.get().as_bytes(),
+                &["payment_amount"],
+                currency.as_deref(),
+                "[].payment_amount",
+            )?,
+            currency,
+            email: None,
+            refund_id: None,
+            cumulative_refund: false,
+            payment_id: Some(id),
+        });
+    }
+    Ok(events)
+}
+
+/// `GET /pg/orders/{order_id}/refunds`: one event per refund whose
+/// `refund_status` is `SUCCESS`; `PENDING`, `ONHOLD` and `CANCELLED`
+/// record nothing yet.
+pub fn order_refunds(body: &[u8]) -> Result<Vec<NormalizedEvent>, ParseError> {
+    let mut events = Vec::new();
+    for (raw, item) in entries(body)? {
+        let refund_id = id_at(&item, &["refund_id"])
+            .or_else(|| id_at(&item, &["cf_refund_id"]))
+            .ok_or(ParseError::MissingField("[].refund_id"))?;
+        let status = str_at(&item, &["refund_status"])
+            .ok_or(ParseError::MissingField("[].refund_status"))?;
+        if !status.eq_ignore_ascii_case("SUCCESS") {
+            continue;
+        }
+        let payment_id = id_at(&item, &["cf_payment_id"])
+            .ok_or(ParseError::MissingField("[].cf_payment_id"))?;
+        let currency = currency_at(&item, &["refund_currency"]);
+        events.push(NormalizedEvent {
+            provider: Gateway::Cashfree,
+            event_id: format!("reconciliation:{refund_id}:processed"),
+            event_type: super::scheme::REFUND_TYPE.into(),
+            kind: EventKind::Refunded,
+            order_ref: id_at(&item, &["order_id"]),
+            amount_minor: decimal_amount_at(
+                raw.get().as_bytes(),
+                &["refund_amount"],
+                currency.as_deref(),
+                "[].refund_amount",
+            )?,
+            currency,
+            email: None,
+            refund_id: Some(refund_id),
+            cumulative_refund: false,
+            payment_id: Some(payment_id),
+        });
+    }
+    Ok(events)
+}
+
+/// The entries of a bare-array answer, each as its raw text (for exact
+/// amounts) and its value; at most [`MAX_ITEMS`].
+fn entries(body: &[u8]) -> Result<Vec<(&RawValue, Value)>, ParseError> {
+    let text = std::str::from_utf8(body)
+        .map_err(|e| ParseError::Syntax("JSON", format!("not UTF-8: {e}")))?;
+    let raws: Vec<&RawValue> = serde_json::from_str(text)
+        .map_err(|e| ParseError::Syntax("JSON array", e.to_string()))?;
+    if raws.len() > MAX_ITEMS {
+        return Err(ParseError::InvalidField {
+            field: "body",
+            reason: format!("{} entries, more than {MAX_ITEMS}", raws.len()),
+        });
+    }
+    raws.into_iter()
+        .map(|raw| {
+            let value: Value = serde_json::from_str(raw.get()).map_err(|e| ParseError::InvalidField {
+                field: "[]",
+                reason: e.to_string(),
+            })?;
+            if value.is_object() {
+                Ok((raw, value))
+            } else {
+                Err(ParseError::InvalidField {
+                    field: "[]",
+                    reason: "an entry is not an object".into(),
+                })
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+#[path = "api_tests.rs"]
+mod tests;

@@ -1,0 +1,112 @@
+//! The promise reconciliation rests on: a webhook and the gateway's API
+//! answer for the same payment are the same fact to the ledger (same
+//! provider, payment, kind, amount, currency, order and refund), so
+//! whichever comes second changes nothing.
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::sample::{SampleSpec, build};
+use crate::{Gateway, Headers, NormalizedEvent};
+
+/// What the ledger keys and books a fact by.
+#[derive(Debug, PartialEq)]
+struct Fact<'a> {
+    provider: Gateway,
+    payment: Option<&'a str>,
+    kind: &'static str,
+    amount_minor: Option<i64>,
+    currency: Option<&'a str>,
+    refund: Option<&'a str>,
+}
+
+fn fact(e: &NormalizedEvent) -> Fact<'_> {
+    Fact {
+        provider: e.provider,
+        payment: e.payment_id.as_deref(),
+        kind: e.kind.as_str(),
+        amount_minor: e.amount_minor,
+        currency: e.currency.as_deref(),
+        refund: e.refund_id.as_deref(),
+    }
+}
+
+fn webhook(gateway: Gateway, event: &str, spec: &SampleSpec) -> NormalizedEvent {
+    let delivery = build(gateway, event, spec, "whsec_reconcile_test").expect("a sample");
+    let headers: &Headers = &delivery.headers;
+    crate::parse(gateway, headers, &delivery.body).expect("the sample parses")
+}
+
+fn spec(order: &str, payment: &str, amount_minor: i64) -> SampleSpec {
+    SampleSpec {
+        order_ref: order.into(),
+        payment_id: payment.into(),
+        event_id: format!("evt_{payment}"),
+        amount_minor,
+        currency: "INR".into(),
+        email: "asha@example.com".into(),
+        timestamp: 1_764_633_600,
+        merchant_key: None,
+    }
+}
+
+/// Minor units written as Cashfree's decimal rupees.
+fn rupees(minor: i64) -> String {
+    format!("{}.{:02}", minor / 100, minor % 100)
+}
+
+proptest! {
+    #[test]
+    fn razorpay_webhooks_and_answers_name_the_same_facts(
+        n in 1u32..1_000_000, amount in 1i64..10_000_000, refunded in 1i64..10_000_000,
+    ) {
+        let (order, payment) = (format!("order_{n}"), format!("pay_{n}"));
+        let s = spec(&order, &payment, amount);
+        let answer = serde_json::json!({"entity": "collection", "items": [{
+            "id": payment, "entity": "payment", "amount": amount, "currency": "INR",
+            "status": "captured", "order_id": order, "email": s.email,
+        }]});
+        let found = razorpay_order_payments(answer.to_string().as_bytes()).expect("parsed");
+        let hook = webhook(Gateway::Razorpay, "payment.captured", &s);
+        prop_assert_eq!(fact(&found[0]), fact(&hook));
+        prop_assert_eq!(found[0].order_ref.as_deref(), hook.order_ref.as_deref());
+
+        let r = SampleSpec { amount_minor: refunded, ..s.clone() };
+        let answer = serde_json::json!({"entity": "collection", "items": [{
+            "id": r.refund_id(Gateway::Razorpay), "entity": "refund", "amount": refunded,
+            "currency": "INR", "payment_id": payment, "status": "processed",
+        }]});
+        let found = razorpay_payment_refunds(answer.to_string().as_bytes()).expect("parsed");
+        let hook = webhook(Gateway::Razorpay, "refund.processed", &r);
+        prop_assert_eq!(fact(&found[0]), fact(&hook));
+    }
+
+    #[test]
+    fn cashfree_webhooks_and_answers_name_the_same_facts(
+        n in 1u64..1_000_000_000, amount in 1i64..10_000_000, refunded in 1i64..10_000_000,
+    ) {
+        let (order, payment) = (format!("shop_{n}"), n.to_string());
+        let s = spec(&order, &payment, amount);
+        let answer = format!(
+            r#"[{{"cf_payment_id": {payment}, "order_id": "{order}", "entity": "payment",
+                 "payment_amount": {}, "payment_currency": "INR", "payment_status": "SUCCESS"}}]"#,
+            rupees(amount)
+        );
+        let found = cashfree_order_payments(answer.as_bytes()).expect("parsed");
+        let hook = webhook(Gateway::Cashfree, "PAYMENT_SUCCESS_WEBHOOK", &s);
+        prop_assert_eq!(fact(&found[0]), fact(&hook));
+        prop_assert_eq!(found[0].order_ref.as_deref(), hook.order_ref.as_deref());
+
+        let r = SampleSpec { amount_minor: refunded, ..s.clone() };
+        let answer = format!(
+            r#"[{{"cf_payment_id": {payment}, "refund_id": "{}", "order_id": "{order}",
+                 "entity": "refund", "refund_amount": {}, "refund_currency": "INR",
+                 "refund_status": "SUCCESS"}}]"#,
+            r.refund_id(Gateway::Cashfree),
+            rupees(refunded)
+        );
+        let found = cashfree_order_refunds(answer.as_bytes()).expect("parsed");
+        let hook = webhook(Gateway::Cashfree, "REFUND_STATUS_WEBHOOK", &r);
+        prop_assert_eq!(fact(&found[0]), fact(&hook));
+    }
+}
