@@ -59,6 +59,10 @@ pub mod reconcile {
     pub use crate::razorpay::api::{
         order_payments as razorpay_order_payments, payment_refunds as razorpay_payment_refunds,
     };
+    pub use crate::stripe::api::{
+        Page as StripePage, events as stripe_events, payment_intent as stripe_payment_intent,
+        refunds as stripe_refunds,
+    };
 
     #[cfg(test)]
     mod tests;

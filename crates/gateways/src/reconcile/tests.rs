@@ -109,4 +109,25 @@ proptest! {
         let hook = webhook(Gateway::Cashfree, "REFUND_STATUS_WEBHOOK", &r);
         prop_assert_eq!(fact(&found[0]), fact(&hook));
     }
+
+    #[test]
+    fn stripe_webhooks_and_answers_name_the_same_facts(
+        n in 1u32..1_000_000, amount in 1i64..10_000_000,
+    ) {
+        let s = SampleSpec { currency: "usd".into(), ..spec(&format!("shop_{n}"), &format!("pi_{n}"), amount) };
+        let delivery = build(Gateway::Stripe, "payment_intent.succeeded", &s, "whsec_reconcile_test")
+            .expect("a sample");
+        let body: serde_json::Value = serde_json::from_slice(&delivery.body).expect("json");
+        let intent = body["data"]["object"].to_string();
+        let found = stripe_payment_intent(intent.as_bytes()).expect("parsed").expect("a fact");
+        let hook = crate::parse(Gateway::Stripe, &delivery.headers, &delivery.body).expect("parses");
+        prop_assert_eq!(fact(&found), fact(&hook));
+        prop_assert_eq!(found.order_ref.as_deref(), hook.order_ref.as_deref());
+        prop_assert_eq!(found.event_id, format!("reconciliation:pi_{n}:captured"));
+
+        // The same event listed as undelivered keeps its own id.
+        let list = serde_json::json!({"object": "list", "has_more": false, "data": [body]});
+        let page = stripe_events(list.to_string().as_bytes()).expect("parsed");
+        prop_assert_eq!(&page.events, &vec![hook]);
+    }
 }

@@ -1,8 +1,10 @@
 //! Stripe, all in one place: the constants and [`GatewayScheme`]
 //! implementation here, the `Stripe-Signature` check and the event parser
 //! (payment intents, Checkout sessions, cumulative and single refunds) in
-//! `scheme.rs`, realistic signed samples in `sample.rs`.
+//! `scheme.rs`, realistic signed samples in `sample.rs`, its API's answers
+//! (for reconciliation, read by that same parser) in `api.rs`.
 
+pub(crate) mod api;
 mod sample;
 mod scheme;
 

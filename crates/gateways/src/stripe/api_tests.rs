@@ -1,0 +1,147 @@
+use proptest::prelude::*;
+
+use super::*;
+use crate::Gateway;
+
+/// `GET /v1/events?delivery_success=false` in the documented shape (values
+/// made up here): a capture, an event oncehook ignores, a refund.
+const EVENTS: &str = r#"{
+  "object": "list",
+  "url": "/v1/events",
+  "has_more": true,
+  "data": [
+    {"id": "evt_3QlostCapture01", "object": "event", "type": "payment_intent.succeeded",
+     "created": 1764633600, "livemode": false, "pending_webhooks": 1,
+     "data": {"object": {"id": "pi_3QlostCapture01", "object": "payment_intent",
+       "amount": 4990, "amount_received": 4990, "currency": "eur", "status": "succeeded",
+       "receipt_email": "asha@example.com", "metadata": {"order_ref": "shop_1001"}}}},
+    {"id": "evt_3QcustomerNew02", "object": "event", "type": "customer.created",
+     "created": 1764633700, "data": {"object": {"id": "cus_Q1", "object": "customer"}}},
+    {"id": "evt_3QlostRefund003", "object": "event", "type": "refund.updated",
+     "created": 1764633800,
+     "data": {"object": {"id": "re_3QlostRefund003", "object": "refund", "amount": 990,
+       "currency": "eur", "payment_intent": "pi_3QlostCapture01", "status": "succeeded"}}}
+  ]
+}"#;
+
+#[test]
+fn undelivered_events_are_read_as_their_webhooks_under_their_own_ids() {
+    let page = events(EVENTS.as_bytes()).expect("parsed");
+    let seen: Vec<(&str, EventKind)> = page.events.iter().map(|e| (e.event_id.as_str(), e.kind)).collect();
+    assert_eq!(
+        seen,
+        vec![("evt_3QlostCapture01", EventKind::Captured), ("evt_3QlostRefund003", EventKind::Refunded)],
+        "the customer event is not a fact"
+    );
+    assert_eq!(page.next.as_deref(), Some("evt_3QlostRefund003"), "has_more: ask after the last");
+    let capture = &page.events[0];
+    assert_eq!(capture.provider, Gateway::Stripe);
+    assert_eq!(capture.payment_id.as_deref(), Some("pi_3QlostCapture01"));
+    assert_eq!(capture.order_ref.as_deref(), Some("shop_1001"));
+    assert_eq!((capture.amount_minor, capture.currency.as_deref()), (Some(4_990), Some("EUR")));
+    let last = events(br#"{"object": "list", "has_more": false, "data": []}"#).expect("empty");
+    assert_eq!(last, Page { events: vec![], next: None });
+}
+
+#[test]
+fn a_payment_intent_is_one_fact_named_by_intent_and_state() {
+    let intent = |status: &str, error: &str| {
+        format!(
+            r#"{{"id": "pi_3Qintent", "object": "payment_intent", "amount": 2500,
+                "amount_received": {}, "amount_capturable": 2500, "currency": "usd",
+                "status": "{status}", "last_payment_error": {error},
+                "metadata": {{"order_ref": "shop_7"}}}}"#,
+            if status == "succeeded" { 2500 } else { 0 }
+        )
+    };
+    let read = |status: &str, error: &str| {
+        payment_intent(intent(status, error).as_bytes())
+            .expect("parsed")
+            .map(|e| (e.event_id, e.kind, e.amount_minor))
+    };
+    assert_eq!(
+        read("succeeded", "null"),
+        Some(("reconciliation:pi_3Qintent:captured".into(), EventKind::Captured, Some(2_500)))
+    );
+    assert_eq!(
+        read("requires_capture", "null"),
+        Some(("reconciliation:pi_3Qintent:authorized".into(), EventKind::Authorized, Some(2_500)))
+    );
+    assert_eq!(
+        read("requires_payment_method", r#"{"code": "card_declined"}"#),
+        Some(("reconciliation:pi_3Qintent:failed".into(), EventKind::Failed, Some(2_500)))
+    );
+    assert_eq!(read("requires_payment_method", "null"), None, "not tried yet");
+    assert_eq!(read("processing", "null"), None, "still in flight");
+    assert_eq!(read("canceled", "null"), None);
+}
+
+#[test]
+fn succeeded_refunds_become_refund_facts_under_the_webhooks_refund_id() {
+    let body = br#"{"object": "list", "has_more": false, "data": [
+        {"id": "re_1", "object": "refund", "amount": 500, "currency": "usd",
+         "payment_intent": "pi_3Qintent", "status": "succeeded"},
+        {"id": "re_2", "object": "refund", "amount": 500, "currency": "usd",
+         "payment_intent": "pi_3Qintent", "status": "pending"}
+    ]}"#;
+    let page = refunds(body).expect("parsed");
+    assert_eq!(page.events.len(), 1, "a pending refund waits");
+    let refund = &page.events[0];
+    assert_eq!(refund.event_id, "reconciliation:re_1:processed");
+    assert_eq!(refund.kind, EventKind::Refunded);
+    assert_eq!(refund.refund_id.as_deref(), Some("re_1"));
+    assert_eq!(refund.payment_id.as_deref(), Some("pi_3Qintent"));
+    assert_eq!(refund.amount_minor, Some(500));
+}
+
+#[test]
+fn answers_that_are_not_what_was_asked_are_refused_with_the_field() {
+    for (body, field) in [
+        (r#"{"object": "event"}"#, "object"),
+        (r#"{"object": "list"}"#, "data"),
+        (r#"{"object": "list", "has_more": true, "data": [{"object": "event"}]}"#, "id"),
+    ] {
+        let err = events(body.as_bytes()).expect_err(body).to_string();
+        assert!(err.contains(field), "{body}: {err}");
+    }
+    for (body, field) in [
+        (r#"{"object": "charge", "id": "ch_1"}"#, "object"),
+        (r#"{"object": "payment_intent", "status": "succeeded"}"#, "id"),
+        (r#"{"object": "payment_intent", "id": "pi_1"}"#, "status"),
+        (r#"{"object": "payment_intent", "id": "pi_1", "status": "succeeded", "amount": "x"}"#, "amount"),
+    ] {
+        let err = payment_intent(body.as_bytes()).expect_err(body).to_string();
+        assert!(err.contains(field), "{body}: {err}");
+    }
+    for (body, field) in [
+        (r#"{"object": "list", "data": [{"status": "succeeded"}]}"#, "data[].id"),
+        (r#"{"object": "list", "data": [{"id": "re_1", "status": "succeeded", "amount": 5}]}"#, "payment_intent"),
+    ] {
+        let err = refunds(body.as_bytes()).expect_err(body).to_string();
+        assert!(err.contains(field), "{body}: {err}");
+    }
+}
+
+proptest! {
+    #[test]
+    fn arbitrary_bytes_never_panic(body in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let _ = events(&body);
+        let _ = payment_intent(&body);
+        let _ = refunds(&body);
+    }
+
+    #[test]
+    fn arbitrary_objects_never_panic(
+        id in any::<Option<String>>(),
+        status in prop_oneof![Just("succeeded"), Just("requires_capture"), Just("x")],
+        amount in any::<i64>(),
+        more in any::<bool>(),
+    ) {
+        let object = serde_json::json!({"id": id, "object": "payment_intent", "status": status, "amount": amount});
+        let _ = payment_intent(object.to_string().as_bytes());
+        let list = serde_json::json!({"object": "list", "has_more": more, "data": [object,
+            {"id": id, "type": "payment_intent.succeeded", "data": {"object": object}}]});
+        let _ = events(list.to_string().as_bytes());
+        let _ = refunds(list.to_string().as_bytes());
+    }
+}
