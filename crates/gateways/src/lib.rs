@@ -56,6 +56,11 @@ pub mod reconcile {
     pub use crate::cashfree::api::{
         order_payments as cashfree_order_payments, order_refunds as cashfree_order_refunds,
     };
+    pub use crate::payu::api::{
+        MAX_TXNIDS as PAYU_MAX_TXNIDS, VerifyRequestError as PayuVerifyRequestError,
+        verify_payment as payu_verify_payment,
+        verify_payment_request as payu_verify_payment_request,
+    };
     pub use crate::razorpay::api::{
         order_payments as razorpay_order_payments, payment_refunds as razorpay_payment_refunds,
     };

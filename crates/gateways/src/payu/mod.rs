@@ -1,8 +1,10 @@
 //! PayU India, all in one place: the constants and [`GatewayScheme`]
 //! implementation here, the salted SHA-512 form hash, the merchant-key and
 //! separator checks and the form parser in `scheme.rs`, realistic signed
-//! form posts in `sample.rs`.
+//! form posts in `sample.rs`, the `verify_payment` request and answer (for
+//! reconciliation) in `api.rs`.
 
+pub(crate) mod api;
 mod sample;
 mod scheme;
 

@@ -130,4 +130,21 @@ proptest! {
         let page = stripe_events(list.to_string().as_bytes()).expect("parsed");
         prop_assert_eq!(&page.events, &vec![hook]);
     }
+
+    #[test]
+    fn payu_notifications_and_verify_answers_name_the_same_facts(
+        n in 1u32..1_000_000, amount in 1i64..10_000_000, failed in any::<bool>(),
+    ) {
+        let (order, txnid) = (format!("shop_{n}"), format!("tx_{n}"));
+        let s = spec(&order, &txnid, amount);
+        let status = if failed { "failure" } else { "success" };
+        let answer = serde_json::json!({"status": 1, "transaction_details": {txnid.clone(): {
+            "mihpayid": "403993715521937565", "txnid": txnid, "amt": rupees(amount),
+            "udf1": order, "status": status, "email": s.email,
+        }}});
+        let found = payu_verify_payment(answer.to_string().as_bytes()).expect("parsed");
+        let hook = webhook(Gateway::Payu, status, &s);
+        prop_assert_eq!(fact(&found[0]), fact(&hook));
+        prop_assert_eq!(found[0].order_ref.as_deref(), hook.order_ref.as_deref());
+    }
 }
