@@ -5,7 +5,7 @@
 //! section's keys that the loader (`load.rs`) and the error messages
 //! (`error.rs`) read.
 
-use super::{api, broker, console, database, ingest, mail, telemetry, worker};
+use super::{api, broker, console, database, ingest, mail, reconcile, telemetry, worker};
 
 /// The file named by this variable is read under the environment.
 pub const ENV_CONFIG: &str = "ONCEHOOK_CONFIG";
@@ -68,6 +68,7 @@ pub(super) fn all() -> impl Iterator<Item = &'static Key> {
         mail::KEYS,
         console::KEYS,
         api::KEYS,
+        reconcile::KEYS,
     ]
     .into_iter()
     .flatten()

@@ -24,6 +24,7 @@ use super::error::{ConfigError, describe};
 use super::ingest::IngestSection;
 use super::keys::{self, ENV_CONFIG};
 use super::mail::MailSection;
+use super::reconcile::ReconcileSection;
 use super::sources::FileSource;
 use super::telemetry::TelemetrySection;
 use super::worker::WorkerSection;
@@ -40,6 +41,7 @@ pub(super) struct Sections {
     pub mail: MailSection,
     pub console: ConsoleSection,
     pub api: ApiSection,
+    pub reconcile: ReconcileSection,
     /// `[[source]]` stays a top-level table (the documented layout).
     pub source: Vec<FileSource>,
 }

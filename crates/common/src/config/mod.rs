@@ -29,6 +29,7 @@ mod ingest;
 mod keys;
 mod load;
 mod mail;
+mod reconcile;
 mod secret;
 mod smtp;
 mod source_api;
@@ -56,6 +57,9 @@ pub use keys::{ENV_CONFIG, ENV_MAX_ATTEMPTS, ENV_PREFETCH};
 pub use mail::{ENV_MAIL_CONCURRENCY, ENV_MAIL_DIR, ENV_MAIL_FROM, MailConfig};
 pub use mail::{ENV_SMTP_ALLOW_INSECURE_AUTH, ENV_SMTP_CA_FILE, ENV_SMTP_PASSWORD};
 pub use mail::{ENV_SMTP_TLS, ENV_SMTP_URL, ENV_SMTP_USERNAME};
+pub use reconcile::{ENV_RECONCILE_AFTER, ENV_RECONCILE_HORIZON, ENV_RECONCILE_INTERVAL};
+pub use reconcile::{ENV_RECONCILE_CALLS_PER_RUN, ENV_RECONCILE_CALLS_PER_SECOND};
+pub use reconcile::{ENV_RECONCILE_TIMEOUT, ReconcileConfig};
 pub use secret::Secret;
 pub use smtp::{SmtpConfig, SmtpCredentials, SmtpTls};
 pub use source_api::{ApiAuth, DEFAULT_CASHFREE_API_VERSION, SourceApi, default_base_url};
@@ -80,6 +84,7 @@ pub struct Config {
     pub mail: MailConfig,
     pub console: ConsoleConfig,
     pub api: ApiConfig,
+    pub reconcile: ReconcileConfig,
 }
 
 impl Config {
@@ -102,6 +107,7 @@ impl Config {
             mail: sections.mail.validate()?,
             console: sections.console.validate()?,
             api: sections.api.validate()?,
+            reconcile: sections.reconcile.validate()?,
         })
     }
 
