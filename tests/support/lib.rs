@@ -20,6 +20,7 @@ pub mod env;
 pub mod in_process;
 pub mod ledger_gen;
 pub mod ledger_model;
+pub mod metrics;
 pub mod ops;
 pub mod pgbouncer;
 pub mod pipeline;

@@ -353,13 +353,7 @@ async fn keys_scopes_and_throttling() {
         )
         .await;
     assert_eq!(a.status, 403);
-    let metrics = api
-        .http
-        .get(format!("{}/metrics", api.metrics))
-        .send()
-        .await
-        .expect("metrics");
-    let text = metrics.text().await.expect("text");
+    let text = oncehook_e2e::metrics::scrape(&api.metrics).await;
     assert!(
         text.contains("oncehook_api_auth_failures_total{key=\"unknown\"} 2"),
         "{text}"
@@ -741,12 +735,7 @@ async fn idempotency_keys_are_forgotten_after_their_ttl() {
     assert_eq!(same.status, 200, "{}", same.json);
     assert!(same.headers.get("Idempotent-Replayed").is_none());
     assert_eq!(env.count("SELECT count(*) FROM orders").await, 3);
-    let metrics = reqwest::get(format!("{}/metrics", api.metrics))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics text");
+    let metrics = oncehook_e2e::metrics::scrape(&api.metrics).await;
     assert!(
         metrics.lines().any(
             |l| l.starts_with("oncehook_api_idempotency_keys_pruned_total ") && !l.ends_with(" 0")

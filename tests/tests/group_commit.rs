@@ -7,23 +7,11 @@
 use std::time::Duration;
 
 use oncehook_common::dead_letter::DeadLetterKind;
-use oncehook_e2e::{TestEnv, broker, eventually, shop};
+use oncehook_e2e::{TestEnv, broker, eventually, metrics as scrape, shop};
 use oncehook_gateways::Gateway;
 
 const WAIT: Duration = Duration::from_secs(60);
 const ORDERS: usize = 24;
-
-/// The sum of a Prometheus counter or histogram count over its label sets.
-fn metric_sum(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
-        })
-        .filter_map(|l| l.rsplit(' ').next())
-        .filter_map(|v| v.parse::<f64>().ok())
-        .sum()
-}
 
 #[tokio::test]
 async fn a_bad_event_in_a_batch_is_dead_lettered_alone_and_the_rest_commit_once() {
@@ -95,16 +83,8 @@ async fn a_bad_event_in_a_batch_is_dead_lettered_alone_and_the_rest_commit_once(
         "the whole prefetch waits on the committer",
         WAIT,
         || async {
-            let text = env
-                .http
-                .get(format!("{metrics}/metrics"))
-                .send()
-                .await
-                .ok()?
-                .text()
-                .await
-                .ok()?;
-            (metric_sum(&text, "oncehook_worker_deliveries_in_commit") == 16.0).then_some(())
+            let text = scrape::text(&metrics).await?;
+            (scrape::sum(&text, "oncehook_worker_deliveries_in_commit") == 16.0).then_some(())
         },
     )
     .await;
@@ -153,21 +133,13 @@ async fn a_bad_event_in_a_batch_is_dead_lettered_alone_and_the_rest_commit_once(
         1_000 - 2 * half - half
     );
 
-    let text = env
-        .http
-        .get(format!("{metrics}/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics text");
+    let text = scrape::scrape(&metrics).await;
     assert!(
-        metric_sum(&text, "oncehook_worker_batch_size_count") >= 1.0,
+        scrape::sum(&text, "oncehook_worker_batch_size_count") >= 1.0,
         "at least one batch committed:\n{text}"
     );
     assert!(
-        metric_sum(&text, "oncehook_worker_batches_split_total") >= 1.0,
+        scrape::sum(&text, "oncehook_worker_batches_split_total") >= 1.0,
         "the batch with the bad event was split:\n{text}"
     );
 }

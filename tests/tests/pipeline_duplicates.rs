@@ -142,16 +142,8 @@ async fn assert_paid_once(env: &TestEnv, order_ref: &str) {
 }
 
 /// The worker's `oncehook_worker_redelivered_bodies_total` samples, by source.
-async fn redelivered_bodies(env: &TestEnv, metrics: &str) -> Vec<(String, String)> {
-    let body = env
-        .http
-        .get(format!("{metrics}/metrics"))
-        .send()
-        .await
-        .expect("metrics answered")
-        .text()
-        .await
-        .unwrap_or_default();
+async fn redelivered_bodies(metrics: &str) -> Vec<(String, String)> {
+    let body = oncehook_e2e::metrics::scrape(metrics).await;
     body.lines()
         .filter_map(|l| l.strip_prefix("oncehook_worker_redelivered_bodies_total{source=\""))
         .filter_map(|l| l.split_once("\"} "))
@@ -233,7 +225,7 @@ async fn a_razorpay_body_replayed_under_fresh_event_ids_is_counted_on_its_one_de
     );
 
     // And in the worker's metrics, per source, every source from zero.
-    let samples = redelivered_bodies(&env, &metrics).await;
+    let samples = redelivered_bodies(&metrics).await;
     assert!(
         samples.contains(&("razorpay".to_owned(), REPLAYS.to_string())),
         "{samples:?}"
