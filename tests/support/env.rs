@@ -557,31 +557,43 @@ pub fn with_header(delivery: &SignedDelivery, name: &str, value: &str) -> Signed
 }
 
 fn config_toml() -> String {
+    config_toml_with(&[])
+}
+
+/// The test config, with a `[source.api]` table after each source named
+/// in `apis` (`(source name, table)`).
+fn config_toml_with(apis: &[(&str, String)]) -> String {
+    let api = |name: &str| {
+        apis.iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, t)| t.clone())
+            .unwrap_or_default()
+    };
     format!(
         r#"
 [[source]]
 name = "razorpay"
 gateway = "razorpay"
 secrets = ["{rzp}", "{rzp_old}"]
-
+{rzp_api}
 [[source]]
 name = "cashfree"
 gateway = "cashfree"
 secrets = ["{cf}"]
 tolerance_secs = 300
-
+{cf_api}
 [[source]]
 name = "payu"
 gateway = "payu"
 secrets = ["{payu}"]
 merchant_key = "{payu_key}"
-
+{payu_api}
 [[source]]
 name = "stripe"
 gateway = "stripe"
 secrets = ["{stripe}"]
 tolerance_secs = 300
-
+{stripe_api}
 [[source]]
 name = "standard"
 gateway = "standard"
@@ -601,7 +613,24 @@ secrets = ["{rzp_second}"]
         stripe = Secrets::STRIPE,
         std = Secrets::STANDARD,
         rzp_second = Secrets::RAZORPAY_SECOND_ACCOUNT,
+        rzp_api = api("razorpay"),
+        cf_api = api("cashfree"),
+        payu_api = api("payu"),
+        stripe_api = api("stripe"),
     )
+}
+
+impl TestEnv {
+    /// Points the sources `razorpay`, `cashfree`, `payu` and `stripe` at
+    /// these gateway API stand-ins (`[source.api]`), for every binary
+    /// started afterwards.
+    pub fn use_gateway_apis(&self, apis: &[&crate::gateway_api::GatewayApi]) {
+        let tables: Vec<(&str, String)> = apis
+            .iter()
+            .map(|a| (a.gateway.as_str(), a.source_api_toml()))
+            .collect();
+        std::fs::write(&self.config_path, config_toml_with(&tables)).expect("write test config");
+    }
 }
 
 impl TestEnv {

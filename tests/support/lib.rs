@@ -17,6 +17,7 @@ pub mod chaos;
 pub mod cluster;
 pub mod console;
 pub mod env;
+pub mod gateway_api;
 pub mod in_process;
 pub mod ledger_gen;
 pub mod ledger_model;

@@ -17,6 +17,12 @@
 //! would have made old workers dead-letter every new envelope during a
 //! rolling deploy. An `event` this build cannot read (from a newer ingest) is
 //! treated as absent for the same reason.
+//!
+//! `origin` says how the event reached oncehook: a webhook (verified by its
+//! signature at ingest; the default, and what an envelope without the
+//! field is) or reconciliation (the worker's reconciler read it from the
+//! gateway's own API, authenticated by that call: `event` is always set and
+//! the body is the event itself as JSON, so a replay reads the same fact).
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -67,6 +73,31 @@ pub enum EventError {
     },
 }
 
+/// How an event reached oncehook.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    /// A webhook the gateway sent, its signature verified by ingest.
+    #[default]
+    Webhook,
+    /// A payment state read from the gateway's API by the reconciler.
+    Reconciliation,
+}
+
+impl Origin {
+    /// `webhook` or `reconciliation`, as stored and shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Webhook => "webhook",
+            Origin::Reconciliation => "reconciliation",
+        }
+    }
+
+    fn is_webhook(&self) -> bool {
+        *self == Origin::Webhook
+    }
+}
+
 /// A verified webhook delivery on its way to the worker.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Envelope {
@@ -101,6 +132,9 @@ pub struct Envelope {
         deserialize_with = "event_if_readable"
     )]
     pub event: Option<NormalizedEvent>,
+    /// How the event came; absent (a webhook) in ingest's envelopes.
+    #[serde(default, skip_serializing_if = "Origin::is_webhook")]
+    pub origin: Origin,
 }
 
 /// Reads `event` leniently: a value this build cannot decode is `None`, so
@@ -157,8 +191,34 @@ impl Envelope {
             headers,
             body_b64: Envelope::encode_body(body),
             event: None,
+            origin: Origin::Webhook,
         }
         .with_event(parsed)
+    }
+
+    /// A payment state the reconciler read from `source`'s API just now:
+    /// no signature (the API call authenticated it), the event itself as
+    /// the body, so the same fact is always the same body.
+    pub fn reconciled(source: &str, event: NormalizedEvent) -> Envelope {
+        let now = OffsetDateTime::now_utc();
+        // Serialising a struct of strings and numbers cannot fail.
+        let body = serde_json::to_vec(&event).unwrap_or_default();
+        Envelope {
+            version: ENVELOPE_VERSION,
+            receipt_id: Uuid::new_v4(),
+            source: source.to_owned(),
+            gateway: event.provider,
+            event_id: None,
+            event_type: None,
+            received_at: now,
+            verified_at: now,
+            signed_at: None,
+            headers: Headers::new(),
+            body_b64: Envelope::encode_body(&body),
+            event: None,
+            origin: Origin::Reconciliation,
+        }
+        .with_event(Some(event))
     }
 
     pub fn body(&self) -> Result<Vec<u8>, EnvelopeError> {
@@ -211,6 +271,17 @@ impl Envelope {
             Some(event) => Ok(event.clone()),
             None => {
                 let body = self.body()?;
+                if self.origin == Origin::Reconciliation {
+                    // Its body is the event itself ([`Envelope::reconciled`]).
+                    return serde_json::from_slice(&body).map_err(|e| EventError::Unparseable {
+                        gateway: self.gateway,
+                        receipt_id: self.receipt_id,
+                        error: ParseError::InvalidField {
+                            field: "body",
+                            reason: format!("a reconciliation envelope's event: {e}"),
+                        },
+                    });
+                }
                 oncehook_gateways::parse(self.gateway, &self.headers, &body).map_err(|error| {
                     EventError::Unparseable {
                         gateway: self.gateway,
@@ -283,6 +354,7 @@ mod tests {
             headers: Headers::new().with("X-Webhook-Timestamp", "1000"),
             body_b64: Envelope::encode_body(raw),
             event: None,
+            origin: Origin::Webhook,
         }
     }
 
@@ -366,6 +438,28 @@ mod tests {
             Envelope::from_bytes(bumped.as_bytes()),
             Err(EnvelopeError::Version(2))
         ));
+    }
+
+    #[test]
+    fn a_reconciled_fact_is_the_same_body_every_time_and_reads_back_without_its_event() {
+        let a = Envelope::reconciled("cashfree", event());
+        let b = Envelope::reconciled("cashfree", event());
+        assert_eq!(a.body_b64, b.body_b64, "the same fact, the same body");
+        assert_ne!(a.receipt_id, b.receipt_id);
+        let back = Envelope::from_bytes(&a.to_bytes()).expect("round trip");
+        assert_eq!(back.origin, Origin::Reconciliation);
+        assert_eq!(back.message_id(), "cashfree:e1");
+        let mut bare = back.clone();
+        bare.event = None;
+        assert_eq!(bare.normalized_event().expect("from the body"), event());
+        assert!(bare.headers.is_empty() && bare.signed_at.is_none());
+        // Ingest's envelopes never carry the field; older readers ignore it.
+        let webhook = envelope(b"{}").with_event(Some(event()));
+        assert!(!String::from_utf8_lossy(&webhook.to_bytes()).contains("origin"));
+        assert_eq!(
+            Envelope::from_bytes(OLD.as_bytes()).expect("old").origin,
+            Origin::Webhook
+        );
     }
 
     #[test]

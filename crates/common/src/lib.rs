@@ -34,6 +34,6 @@ pub mod topology;
 pub use config::{
     ApiSettings, Config, ConfigError, IngestSettings, MailerSettings, SourceConfig, WorkerSettings,
 };
-pub use envelope::Envelope;
+pub use envelope::{Envelope, Origin};
 pub use retry::RetryPolicy;
 pub use topology::Topology;

@@ -44,6 +44,11 @@ impl RetryPolicy {
     /// dead-lettered. The attempts come from `[mail] retry.max_attempts`.
     pub const EMAIL_SEND: Self = Self::new(1_000, 30_000, Some(5), true);
 
+    /// A gateway API call of the reconciler failing with a 5xx, a timeout
+    /// or a lost connection: 500 ms → 8 s with jitter, 4 attempts in all;
+    /// then the call is given up for this run (the next run asks again).
+    pub const GATEWAY_API: Self = Self::new(500, 8_000, Some(4), true);
+
     const fn new(min_ms: u64, max_ms: u64, max_attempts: Option<u32>, jitter: bool) -> Self {
         Self {
             min_delay: Duration::from_millis(min_ms),

@@ -11,6 +11,7 @@ pub mod dlq;
 pub mod migrate;
 pub mod output;
 pub mod password;
+pub mod reconcile;
 pub mod retention;
 pub mod send;
 pub mod stats;

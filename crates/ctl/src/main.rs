@@ -9,7 +9,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use oncehook_common::Config;
-use oncehook_ctl::{api_key, demo, dlq, migrate, output, password, retention, send, stats, trace};
+use oncehook_ctl::{
+    api_key, demo, dlq, migrate, output, password, reconcile, retention, send, stats, trace,
+};
 
 #[derive(Parser)]
 #[command(
@@ -48,6 +50,8 @@ enum Command {
     },
     /// Delete processed_webhooks rows older than N days, in small batches.
     Retention(retention::RetentionArgs),
+    /// Ask the gateways' APIs about pending orders now; publish what no webhook delivered.
+    Reconcile(reconcile::ReconcileArgs),
     /// Queue depths, consumers, dead letters, outbox backlog, outcomes per gateway.
     Stats(stats::StatsArgs),
     /// Hash a console password (read from stdin) into a `[[console.user]]` entry.
@@ -93,6 +97,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Dlq { command } => dlq::run(&settings, command, &out).await?,
         Command::Trace { command } => out.finish(&trace::run(&settings, command).await?),
         Command::Retention(args) => out.finish(&retention::run(&settings, args).await?),
+        Command::Reconcile(args) => out.finish(&reconcile::run(&settings, args).await?),
         Command::Stats(args) => out.finish(&stats::run(&settings, args).await?),
         Command::ConsoleUser(_) | Command::ApiKey(_) => ExitCode::SUCCESS,
     })

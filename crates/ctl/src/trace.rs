@@ -210,10 +210,15 @@ fn fmt_event_summary(e: &WebhookRow, f: &mut fmt::Formatter<'_>) -> fmt::Result 
     let v = serde_json::to_value(e).unwrap_or_default();
     write!(
         f,
-        "{} event {} ({}): {} — {}\n  received {}, processed {}, {} deliver{}",
+        "{} event {} ({}{}): {} — {}\n  received {}, processed {}, {} deliver{}",
         e.provider,
         e.event_id,
         cell(&v["event_type"]),
+        if e.origin == "webhook" {
+            ""
+        } else {
+            ", from reconciliation"
+        },
         cell(&v["outcome"]),
         cell(&v["detail"]),
         cell(&v["received_at"]),
@@ -244,12 +249,19 @@ impl OrderStory {
                 ("EVENT", "event_id"),
                 ("TYPE", "event_type"),
                 ("OUTCOME", "outcome"),
+                ("ORIGIN", "origin"),
                 ("COPIES", "deliveries"),
                 ("REDELIVERED", "body_redeliveries"),
                 ("RECEIVED", "received_at"),
                 ("DETAIL", "detail"),
             ],
         )?;
+        if self.webhooks.iter().any(|w| w.origin != "webhook") {
+            write!(
+                f,
+                "\n  ORIGIN reconciliation: read from the gateway's API by the reconciler (no webhook had brought it; see docs/reconciliation.md)"
+            )?;
+        }
         if self.webhooks.iter().any(|w| w.body_redeliveries > 0) {
             write!(
                 f,

@@ -1,10 +1,12 @@
 //! `oncehook-worker`: consumes envelopes and applies each exactly once. Also
-//! runs the outbox relay and scheduled retention. Stops cleanly on
+//! runs the outbox relay, scheduled retention and the reconciler (which
+//! asks the gateways' APIs about pending orders, on connections of its own). Stops cleanly on
 //! SIGTERM/SIGINT: no new deliveries, in-flight ones commit and ack.
 
 use anyhow::Context;
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::{Config, db, health, telemetry};
+use oncehook_reconcile::{Reconciler, schedule};
 use oncehook_worker::consumer::{self, Worker};
 use oncehook_worker::ledger::{Ledger, parking};
 use oncehook_worker::retention;
@@ -19,6 +21,7 @@ async fn main() -> anyhow::Result<()> {
         .iter()
         .map(|s| s.name.clone())
         .collect();
+    let reconcile_config = config.clone();
     let settings = config.into_worker();
     telemetry::init_logging(&settings.telemetry, "oncehook-worker");
     let metrics = telemetry::init_metrics().map_err(anyhow::Error::msg)?;
@@ -53,9 +56,17 @@ async fn main() -> anyhow::Result<()> {
         settings.worker.retention_interval,
         shutdown.clone(),
     ));
+    // The reconciler's own two connections (the lock's and its queries'),
+    // so a pass never takes one a delivery is waiting for.
+    let reconcile_pool = db::service_pool(&settings.database, 2).context("database URL")?;
+    let reconciler = Reconciler::new(&reconcile_config, reconcile_pool.clone())
+        .context("starting the reconciler")?;
+    let reconciling = tokio::spawn(schedule::run_scheduled(reconciler, shutdown.clone()));
     tracing::info!(prefix = %settings.broker.prefix, "oncehook-worker starting");
     worker.run().await;
     let _ = retention.await;
+    let _ = reconciling.await;
+    reconcile_pool.close().await;
     pool.close().await;
     tracing::info!("oncehook-worker stopped");
     Ok(())

@@ -78,6 +78,8 @@ pub struct Claim<'a> {
     pub payment_id: Option<&'a str>,
     pub receipt_id: Uuid,
     pub received_at: OffsetDateTime,
+    /// `webhook` or `reconciliation` (`Origin::as_str`).
+    pub origin: &'a str,
 }
 
 /// Whether a claim failed only because a copy of the same delivery (same
@@ -116,12 +118,12 @@ pub async fn claim_many(
     let opt = |f: fn(&Claim<'_>) -> Option<String>| sorted.iter().map(|c| f(c)).collect::<Vec<_>>();
     let rows = sqlx::query!(
         r#"INSERT INTO processed_webhooks
-               (source, event_id, body_sha256, provider, event_type, order_ref, receipt_id, outcome, received_at, payment_id)
+               (source, event_id, body_sha256, provider, event_type, order_ref, receipt_id, outcome, received_at, payment_id, origin)
            SELECT c.source, c.event_id, c.body_sha256, c.provider, c.event_type, c.order_ref, c.receipt_id,
-                  'applied', c.received_at, c.payment_id
+                  'applied', c.received_at, c.payment_id, c.origin
            FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-                       $7::uuid[], $8::timestamptz[], $9::text[]) WITH ORDINALITY
-                AS c(source, event_id, body_sha256, provider, event_type, order_ref, receipt_id, received_at, payment_id, n)
+                       $7::uuid[], $8::timestamptz[], $9::text[], $10::text[]) WITH ORDINALITY
+                AS c(source, event_id, body_sha256, provider, event_type, order_ref, receipt_id, received_at, payment_id, origin, n)
            ORDER BY c.n
            ON CONFLICT (source, body_sha256) WHERE body_sha256 <> '' DO UPDATE
                SET deliveries = processed_webhooks.deliveries
@@ -139,6 +141,7 @@ pub async fn claim_many(
         &sorted.iter().map(|c| c.receipt_id).collect::<Vec<_>>(),
         &sorted.iter().map(|c| c.received_at).collect::<Vec<_>>(),
         &opt(|c| c.payment_id.map(str::to_owned)) as &[Option<String>],
+        &col(|c| c.origin.to_owned()),
     )
     .fetch_all(conn)
     .await?;
@@ -219,6 +222,8 @@ pub struct WebhookRow {
     /// Copies of this signed body that arrived under another event id
     /// (absorbed like duplicates).
     pub body_redeliveries: i32,
+    /// `webhook`, or `reconciliation` (read from the gateway's API).
+    pub origin: String,
     #[serde(with = "time::serde::rfc3339")]
     pub received_at: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339")]
@@ -235,7 +240,7 @@ pub struct WebhookRow {
 /// same text, which the Events tests read through `FromRow`.
 const WEBHOOK_ROWS: &str =
     "SELECT provider, event_id, event_type, order_ref, payment_id, source, receipt_id,
-                    outcome, detail, deliveries, body_redeliveries, received_at, processed_at, last_seen_at
+                    outcome, detail, deliveries, body_redeliveries, origin, received_at, processed_at, last_seen_at
              FROM processed_webhooks ";
 
 macro_rules! webhook_rows {
@@ -243,7 +248,7 @@ macro_rules! webhook_rows {
         sqlx::query_as!(
             WebhookRow,
             "SELECT provider, event_id, event_type, order_ref, payment_id, source, receipt_id,
-                    outcome, detail, deliveries, body_redeliveries, received_at, processed_at, last_seen_at
+                    outcome, detail, deliveries, body_redeliveries, origin, received_at, processed_at, last_seen_at
              FROM processed_webhooks " + $rest
             $(, $arg)*
         )
@@ -275,8 +280,9 @@ pub async fn count_naming_order(
     .await
 }
 
-/// Every delivery that touched an order: those naming its reference, and
-/// those naming none but one of its payments (by a payment, link or refund).
+/// Every delivery that touched an order: those naming its reference or one
+/// of its gateway references (Razorpay's `order_…`), and those naming one of
+/// its payments (by a payment, link or refund).
 pub async fn touching_order(
     conn: &mut PgConnection,
     order_ref: &str,
@@ -284,10 +290,12 @@ pub async fn touching_order(
 ) -> Result<Vec<WebhookRow>, sqlx::Error> {
     webhook_rows!(
         "WHERE order_ref = $1
-            OR (order_ref IS NULL AND (provider, payment_id) IN (
+            OR (provider, order_ref) IN (
+                SELECT gateway, gateway_ref FROM order_gateway_refs WHERE order_id = $2)
+            OR (provider, payment_id) IN (
                 SELECT provider, payment_id FROM payments WHERE order_id = $2
                 UNION SELECT provider, payment_id FROM payment_links WHERE order_id = $2
-                UNION SELECT provider, payment_id FROM refunds WHERE order_id = $2))
+                UNION SELECT provider, payment_id FROM refunds WHERE order_id = $2)
          ORDER BY received_at, processed_at",
         order_ref,
         order_id

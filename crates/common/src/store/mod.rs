@@ -16,6 +16,9 @@
 //! - [`shop`]: the shop API's writes and reads — products and stock
 //!   deltas (`stock_adjustments`), orders with items and
 //!   `order_gateway_refs`, `api_idempotency`, `api_audit`, order pages.
+//! - [`reconcile`]: what the reconciler reads (pending orders, their
+//!   references and known payments, recorded facts) and `reconcile_checks`,
+//!   `reconcile_runs` and its advisory lock.
 //! - [`schema`]: `_sqlx_migrations`, which migrations are applied.
 //! - [`ping`]: whether the database answers at all.
 //!
@@ -35,6 +38,7 @@ pub mod dedup;
 pub mod ledger;
 pub mod outbox;
 pub mod parking;
+pub mod reconcile;
 pub mod retention;
 pub mod schema;
 pub mod shop;

@@ -145,7 +145,7 @@ pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
         @if query.after.is_some() { p.summary { "Older events, from " (html::when(query.after.as_ref().map_or(OffsetDateTime::UNIX_EPOCH, |c| c.processed_at))) " back." } }
         @if rows.is_empty() { p.none { "No processed events match." } } @else {
             table.events {
-                thead { tr { th { "Processed" } th { "Gateway" } th { "Source" } th { "Event" } th { "Type" } th { "Order" } th { "Outcome" } th { "Copies" } th { "Detail" } } }
+                thead { tr { th { "Processed" } th { "Gateway" } th { "Source" } th { "Event" } th { "Type" } th { "Order" } th { "Outcome" } th { "Origin" } th { "Copies" } th { "Detail" } } }
                 tbody { @for r in &rows { tr {
                     td { (html::when(r.processed_at)) }
                     td { (r.provider) }
@@ -154,6 +154,7 @@ pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
                     td { (r.event_type) }
                     td { @if let Some(o) = &r.order_ref { a href=(format!("/trace?q={}", enc(o))) { (o) } } @else { "-" } }
                     td class=(format!("outcome {}", r.outcome)) { (r.outcome) }
+                    td class=(format!("origin {}", r.origin)) { (r.origin) }
                     td { (r.deliveries) }
                     td { (r.detail.as_deref().unwrap_or("")) }
                 } } }

@@ -38,6 +38,7 @@ impl Delivery {
             payment_id: event.payment_id.as_deref(),
             receipt_id: self.envelope.receipt_id,
             received_at: self.envelope.received_at,
+            origin: self.envelope.origin.as_str(),
         }
     }
 }

@@ -1,0 +1,27 @@
+//! The reconciler (docs/reconciliation.md): a webhook that never reached
+//! ingest is not lost for good. Every so often the worker asks each
+//! gateway's own API about the orders still pending, and every payment
+//! state it finds goes down the same path as a webhook: an envelope of
+//! origin `reconciliation` on the events exchange, applied by the same
+//! ledger, whose facts are keyed so that a webhook arriving later, or a
+//! second pass, changes nothing.
+//!
+//! The rooms, in the order a pass meets them: `schedule` (the worker's
+//! task: the lock, the interval) → `run` (one pass: orders in scope, one
+//! task per source, the ledger's view of what was found, publishing) →
+//! `ask` (what to ask which gateway about an order; pure) → `limits` (the
+//! run's budget, a source's pace, retries) → `client` (the HTTP call and
+//! its answer, read by `oncehook_gateways::reconcile`) → `publish` (the
+//! envelopes, with confirms); `report` is what a pass tells its caller.
+
+pub mod ask;
+pub mod client;
+pub mod limits;
+pub mod publish;
+pub mod report;
+pub mod run;
+pub mod schedule;
+
+pub use client::ApiSource;
+pub use report::{Found, Report};
+pub use run::{Reconciler, RunError, Scope};

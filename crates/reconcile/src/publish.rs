@@ -1,0 +1,71 @@
+//! Publishing what a run found: each new fact as an envelope of origin
+//! `reconciliation` to the events exchange, with publisher confirms, on a
+//! connection of the run's own (a run every few minutes does not keep one
+//! open). The worker then applies it like any webhook's event.
+
+use std::time::Duration;
+
+use lapin::Connection;
+use oncehook_common::config::BrokerConfig;
+use oncehook_common::{Envelope, Topology, amqp};
+
+/// How long a connection attempt to one node may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a fact could not be published.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    #[error("connecting to RabbitMQ: {0}")]
+    Connect(#[from] amqp::ConnectError),
+    #[error("opening a confirm channel: {0}")]
+    Channel(#[from] lapin::Error),
+    #[error("publishing {message_id}: {error}")]
+    Publish {
+        message_id: String,
+        error: amqp::PublishError,
+    },
+}
+
+/// A run's publisher.
+pub struct Publisher {
+    conn: Connection,
+    channel: lapin::Channel,
+    exchange: String,
+    timeout: Duration,
+}
+
+impl Publisher {
+    /// Connects to the broker (one attempt per node).
+    pub async fn connect(broker: &BrokerConfig) -> Result<Publisher, PublishError> {
+        let conn = amqp::connect_any(&broker.nodes, "oncehook-reconciler", CONNECT_TIMEOUT).await?;
+        let channel = amqp::confirm_channel(&conn).await?;
+        Ok(Publisher {
+            conn,
+            channel,
+            exchange: Topology::new(broker.prefix.clone()).events(),
+            timeout: broker.publish_timeout,
+        })
+    }
+
+    /// Publishes one envelope and waits for the broker's confirm.
+    pub async fn publish(&self, envelope: &Envelope) -> Result<(), PublishError> {
+        amqp::publish_confirmed(
+            &self.channel,
+            &self.exchange,
+            &envelope.routing_key(),
+            &envelope.to_bytes(),
+            envelope.properties(),
+            self.timeout,
+        )
+        .await
+        .map_err(|error| PublishError::Publish {
+            message_id: envelope.message_id(),
+            error,
+        })
+    }
+
+    /// Closes the connection (best effort).
+    pub async fn close(self) {
+        let _ = self.conn.close(200, "reconciliation run done".into()).await;
+    }
+}

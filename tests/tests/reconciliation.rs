@@ -1,0 +1,602 @@
+//! Reconciliation (docs/reconciliation.md) against the real binaries, with
+//! a stand-in for each gateway's API (`support::gateway_api`): what the
+//! gateway knows and no webhook brought is applied once, through the same
+//! ledger; a late webhook, a second pass or a second worker change
+//! nothing; faults of the API cost a metric and a retry, never a crash.
+
+use std::time::Duration;
+
+use oncehook_e2e::gateway_api::{Fault, GatewayApi, shapes};
+use oncehook_e2e::metrics::scrape;
+use oncehook_e2e::ops::{ctl_json, dead_queue};
+use oncehook_e2e::shop::{self, Shop, emails, order_status, stock, wait_paid_and_mailed};
+use oncehook_e2e::{PipelineSpec, TestEnv, WAIT, broker, eventually};
+use oncehook_gateways::Gateway;
+use serde_json::Value;
+
+/// The reconciler every second, for orders older than a second, with a
+/// short call timeout and no pacing to speak of.
+fn reconcile_often(env: &mut TestEnv, apis: &[&GatewayApi]) {
+    env.use_gateway_apis(apis);
+    env.set_env("ONCEHOOK_RECONCILE_INTERVAL", "1s");
+    env.set_env("ONCEHOOK_RECONCILE_AFTER", "1s");
+    env.set_env("ONCEHOOK_RECONCILE_TIMEOUT", "1s");
+    env.set_env("ONCEHOOK_RECONCILE_CALLS_PER_SECOND", "100");
+}
+
+/// Makes every order a minute old: inside the `after` window from the
+/// first pass on.
+async fn backdate(env: &TestEnv) {
+    sqlx::query("UPDATE orders SET created_at = now() - interval '1 minute'")
+        .execute(&env.pool)
+        .await
+        .expect("backdate");
+}
+
+/// Completed passes on a worker's `/metrics`.
+async fn passes(metrics: &str) -> f64 {
+    series(
+        &scrape(metrics).await,
+        "oncehook_reconcile_runs_total",
+        &[("outcome", "completed")],
+    )
+}
+
+async fn gateway_ref(env: &TestEnv, order_ref: &str, gateway: &str, reference: &str) {
+    sqlx::query(
+        "INSERT INTO order_gateway_refs (gateway, gateway_ref, order_id)
+         SELECT $2, $3, id FROM orders WHERE order_ref = $1",
+    )
+    .bind(order_ref)
+    .bind(gateway)
+    .bind(reference)
+    .execute(&env.pool)
+    .await
+    .expect("gateway ref");
+}
+
+/// `name{…labels…} value` on a `/metrics` page: the value of the series
+/// carrying every one of `labels`, summed (0 when absent).
+fn series(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .filter(|l| {
+            labels
+                .iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// `(event_id, outcome, origin)` of every delivery that touched an order.
+async fn deliveries(env: &TestEnv, order_id_like: &str) -> Vec<(String, String, String)> {
+    sqlx::query_as(
+        "SELECT event_id, outcome, origin FROM processed_webhooks
+         WHERE order_ref = $1 OR payment_id IN (SELECT payment_id FROM payments p JOIN orders o ON o.id = p.order_id WHERE o.order_ref = $1)
+            OR order_ref IN (SELECT gateway_ref FROM order_gateway_refs g JOIN orders o ON o.id = g.order_id WHERE o.order_ref = $1)
+         ORDER BY received_at, event_id",
+    )
+    .bind(order_id_like)
+    .fetch_all(&env.pool)
+    .await
+    .expect("deliveries")
+}
+
+/// Every fact of a `reconcile --json` report.
+fn facts_of(report: &Value) -> Vec<Value> {
+    report["sources"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s["calls"].as_array().cloned().unwrap_or_default())
+        .flat_map(|c| c["facts"].as_array().cloned().unwrap_or_default())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_capture_whose_webhook_never_came_is_applied_once_and_the_late_webhook_is_absorbed() {
+    let mut env = TestEnv::new().await;
+    let rzp = GatewayApi::start(Gateway::Razorpay).await;
+    Shop::basket("rc_lost_1").seed(&env.pool).await;
+    gateway_ref(&env, "rc_lost_1", "razorpay", "order_RClost1").await;
+    rzp.add(
+        "/v1/orders/order_RClost1/payments",
+        shapes::razorpay_payment(
+            "pay_RClost1",
+            "order_RClost1",
+            "captured",
+            50_000,
+            "a@example.com",
+        ),
+    );
+    backdate(&env).await;
+    reconcile_often(&mut env, &[&rzp]);
+    let p = env.pipeline().await;
+
+    wait_paid_and_mailed(&env.pool, "rc_lost_1").await;
+    assert_eq!(
+        (
+            stock(&env.pool, "MUG").await,
+            stock(&env.pool, "TSHIRT").await
+        ),
+        (8, 9)
+    );
+    let rows = deliveries(&env, "rc_lost_1").await;
+    assert_eq!(
+        rows,
+        [(
+            "reconciliation:pay_RClost1:captured".to_owned(),
+            "applied".to_owned(),
+            "reconciliation".to_owned()
+        )]
+    );
+    let calls = rzp.calls();
+    assert!(
+        calls
+            .iter()
+            .any(|c| c == "GET /v1/orders/order_RClost1/payments")
+            && calls
+                .iter()
+                .any(|c| c == "GET /v1/payments/pay_RClost1/refunds"),
+        "the order's payments, then the refunds of the capture: {calls:?}"
+    );
+    let text = scrape(p.worker().metrics_url()).await;
+    assert_eq!(
+        series(
+            &text,
+            "oncehook_reconcile_facts_total",
+            &[("source", "razorpay"), ("found", "missing_webhook")]
+        ),
+        1.0,
+        "{text}"
+    );
+    assert!(
+        series(
+            &text,
+            "oncehook_reconcile_last_success_timestamp_seconds",
+            &[("source", "razorpay")]
+        ) > 0.0
+    );
+
+    // The webhook arrives at last: the ledger has the fact already.
+    env.post_ok(
+        &p.url,
+        "razorpay",
+        &env.captured("order_RClost1", "pay_RClost1", "evt_RClate1"),
+    )
+    .await;
+    eventually("the late webhook processed", WAIT, || async {
+        (deliveries(&env, "rc_lost_1").await.len() == 2).then_some(())
+    })
+    .await;
+    env.wait_events_drained().await;
+    let rows = deliveries(&env, "rc_lost_1").await;
+    assert_eq!(rows[1].0, "evt_RClate1");
+    assert_eq!(
+        (rows[1].1.as_str(), rows[1].2.as_str()),
+        ("ignored", "webhook"),
+        "{rows:?}"
+    );
+    assert_eq!(emails(&env.pool, "rc_lost_1").await.len(), 1, "one email");
+    assert_eq!(
+        (
+            stock(&env.pool, "MUG").await,
+            stock(&env.pool, "TSHIRT").await
+        ),
+        (8, 9),
+        "stock once"
+    );
+
+    // Passes go on; a paid order is no longer asked about.
+    let before = (rzp.call_count(), passes(p.worker().metrics_url()).await);
+    eventually("two more passes", WAIT, || async {
+        (passes(p.worker().metrics_url()).await >= before.1 + 2.0).then_some(())
+    })
+    .await;
+    assert_eq!(rzp.call_count(), before.0);
+    assert_eq!(deliveries(&env, "rc_lost_1").await.len(), 2);
+    assert_eq!(order_status(&env.pool, "rc_lost_1").await, "paid");
+
+    // `trace` says where the capture came from.
+    let (code, out, err) = env.ctl(&["trace", "order", "rc_lost_1"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("ORIGIN") && out.contains("reconciliation"),
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_attempt_a_success_and_a_refund_are_each_applied_once() {
+    let mut env = TestEnv::new().await;
+    let cf = GatewayApi::start(Gateway::Cashfree).await;
+    let payu = GatewayApi::start(Gateway::Payu).await;
+    Shop::own_product("rc_cf_1").seed(&env.pool).await;
+    Shop::own_product("rc_payu_1").seed(&env.pool).await;
+    // Cashfree knows the order by the shop's own reference.
+    let payments = "/pg/orders/rc_cf_1/payments";
+    cf.add(
+        payments,
+        shapes::cashfree_payment(7001, "rc_cf_1", "FAILED", 500.0),
+    );
+    cf.add(
+        payments,
+        shapes::cashfree_payment(7002, "rc_cf_1", "SUCCESS", 500.0),
+    );
+    cf.add(
+        "/pg/orders/rc_cf_1/refunds",
+        shapes::cashfree_refund(7002, "rf_cf_1", "rc_cf_1", 125.5),
+    );
+    payu.payu_transaction(
+        "rc_payu_1",
+        shapes::payu_transaction(
+            "rc_payu_1",
+            "rc_payu_1",
+            "success",
+            "500.00",
+            "p@example.com",
+        ),
+    );
+    backdate(&env).await;
+    reconcile_often(&mut env, &[&cf, &payu]);
+    let p = env.pipeline().await;
+
+    eventually("the cashfree order refunded in part", WAIT, || async {
+        (order_status(&env.pool, "rc_cf_1").await == "partially_refunded").then_some(())
+    })
+    .await;
+    wait_paid_and_mailed(&env.pool, "rc_payu_1").await;
+    let mut statuses: Vec<String> = shop::payments(&env.pool, "rc_cf_1")
+        .await
+        .into_iter()
+        .map(|(s, _)| s)
+        .collect();
+    statuses.sort();
+    assert_eq!(statuses, ["captured", "failed"]);
+    let refunded: i64 =
+        sqlx::query_scalar("SELECT refunded_minor FROM orders WHERE order_ref = 'rc_cf_1'")
+            .fetch_one(&env.pool)
+            .await
+            .expect("refunded");
+    assert_eq!(refunded, 12_550);
+    shop::wait_emails_sent(&env.pool, "rc_cf_1", 2).await;
+
+    // More passes change nothing (and ask nothing: no order is pending).
+    let rows = deliveries(&env, "rc_cf_1").await.len();
+    let before = (cf.call_count(), passes(p.worker().metrics_url()).await);
+    eventually("two more passes", WAIT, || async {
+        (passes(p.worker().metrics_url()).await >= before.1 + 2.0).then_some(())
+    })
+    .await;
+    assert_eq!(cf.call_count(), before.0);
+    env.wait_events_drained().await;
+    assert_eq!(deliveries(&env, "rc_cf_1").await.len(), rows);
+    assert_eq!(
+        emails(&env.pool, "rc_cf_1").await.len(),
+        2,
+        "a confirmation and a refund email"
+    );
+    assert_eq!(stock(&env.pool, "SKU_rc_cf_1").await, 9);
+    assert!(
+        payu.calls()
+            .iter()
+            .all(|c| c.starts_with("POST /merchant/postservice")),
+        "{:?}",
+        payu.calls()
+    );
+}
+
+#[tokio::test]
+async fn two_workers_make_one_pass_per_interval() {
+    let mut env = TestEnv::new().await;
+    let cf = GatewayApi::start(Gateway::Cashfree).await;
+    Shop::own_product("rc_two_1").seed(&env.pool).await;
+    backdate(&env).await;
+    reconcile_often(&mut env, &[&cf]);
+    env.set_env("ONCEHOOK_RECONCILE_INTERVAL", "2s");
+    let started = std::time::Instant::now();
+    let p = env
+        .pipeline_with(PipelineSpec::default().workers(2).without_mailer())
+        .await;
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    let elapsed = started.elapsed().as_secs_f64();
+    let mut completed = 0.0;
+    let mut skipped = 0.0;
+    for w in &p.workers {
+        let text = scrape(w.metrics_url()).await;
+        completed += series(
+            &text,
+            "oncehook_reconcile_runs_total",
+            &[("outcome", "completed")],
+        );
+        skipped += series(
+            &text,
+            "oncehook_reconcile_runs_total",
+            &[("outcome", "skipped")],
+        );
+    }
+    // Each pass asks for the order's payments and its refunds (a pass in
+    // flight while the counters were read may have made its calls).
+    let calls = cf.call_count() as f64;
+    assert!(
+        calls >= 2.0 * completed && calls <= 2.0 * completed + 2.0,
+        "{calls} calls for {completed} passes: {:?}",
+        cf.calls()
+    );
+    // Between them at most one pass per interval, plus the first of each
+    // (they started within a second).
+    let max = (elapsed / 2.0).ceil() + 2.0;
+    assert!(
+        completed >= 3.0 && completed <= max,
+        "{completed} passes in {elapsed:.1}s (at most {max})"
+    );
+    assert!(skipped >= 1.0, "the other worker skipped");
+}
+
+#[tokio::test]
+async fn an_event_stripe_failed_to_deliver_is_applied_once_and_other_businesses_events_are_left_alone()
+ {
+    let mut env = TestEnv::new().await;
+    let stripe = GatewayApi::start(Gateway::Stripe).await;
+    Shop::new()
+        .product("RC_S", 5)
+        .order_of("rc_st_1", 4990, "EUR", &[("RC_S", 1)])
+        .seed(&env.pool)
+        .await;
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let intent = shapes::stripe_intent("pi_RCst1", "rc_st_1", "succeeded", 4990, "s@example.com");
+    stripe.undelivered(shapes::stripe_event(
+        "evt_RCother",
+        "payment_intent.succeeded",
+        now - 60,
+        shapes::stripe_intent(
+            "pi_RCother",
+            "not_ours_9",
+            "succeeded",
+            100,
+            "x@example.com",
+        ),
+    ));
+    stripe.undelivered(shapes::stripe_event(
+        "evt_RCcust",
+        "customer.created",
+        now - 50,
+        serde_json::json!({"id": "cus_1", "object": "customer"}),
+    ));
+    stripe.undelivered(shapes::stripe_event(
+        "evt_RCst1",
+        "payment_intent.succeeded",
+        now - 40,
+        intent,
+    ));
+    stripe.page_size(1);
+    backdate(&env).await;
+    reconcile_often(&mut env, &[&stripe]);
+    let p = env.pipeline().await;
+
+    wait_paid_and_mailed(&env.pool, "rc_st_1").await;
+    let rows = deliveries(&env, "rc_st_1").await;
+    assert_eq!(
+        rows,
+        [(
+            "evt_RCst1".to_owned(),
+            "applied".to_owned(),
+            "reconciliation".to_owned()
+        )]
+    );
+    let calls = stripe.calls();
+    assert!(
+        calls.iter().any(
+            |c| c.contains("delivery_success=false") && c.contains("starting_after=evt_RCcust")
+        ),
+        "pages followed: {calls:?}"
+    );
+    env.wait_events_drained().await;
+    // Published, it would wait for an order that never comes, then be
+    // dead-lettered (after 2 s here).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let other: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM processed_webhooks WHERE event_id IN ('evt_RCother', 'evt_RCcust')",
+    )
+    .fetch_one(&env.pool)
+    .await
+    .expect("count");
+    assert_eq!(other, 0, "another business's event is not published");
+    assert_eq!(
+        broker::depth_on(&env.amqp_urls, &dead_queue(&env)).await,
+        Some(0)
+    );
+    // The event's own id: a late webhook of it is a plain duplicate.
+    let late = env.sign(
+        Gateway::Stripe,
+        "payment_intent.succeeded",
+        &env.spec("rc_st_1", "pi_RCst1", "evt_RCst1", 4990),
+    );
+    env.post_ok(&p.url, "stripe", &late).await;
+    env.wait_events_drained().await;
+    assert_eq!(emails(&env.pool, "rc_st_1").await.len(), 1);
+    assert_eq!(stock(&env.pool, "RC_S").await, 4);
+}
+
+#[tokio::test]
+async fn on_demand_a_dry_run_publishes_nothing_and_an_order_already_right_changes_nothing() {
+    let mut env = TestEnv::new().await;
+    let cf = GatewayApi::start(Gateway::Cashfree).await;
+    Shop::own_product("rc_cli_1").seed(&env.pool).await;
+    Shop::own_product("rc_cli_2").seed(&env.pool).await;
+    cf.add(
+        "/pg/orders/rc_cli_1/payments",
+        shapes::cashfree_payment(8001, "rc_cli_1", "SUCCESS", 500.0),
+    );
+    cf.add(
+        "/pg/orders/rc_cli_2/payments",
+        shapes::cashfree_payment(8002, "rc_cli_2", "SUCCESS", 500.0),
+    );
+    env.use_gateway_apis(&[&cf]);
+    // No scheduled pass in this test's time: only the tool asks.
+    env.set_env("ONCEHOOK_RECONCILE_INTERVAL", "1h");
+    env.set_env("ONCEHOOK_RECONCILE_AFTER", "1h");
+    let p = env.pipeline().await;
+
+    let dry = ctl_json(&env, &["reconcile", "--since", "1h", "--dry-run"]).await;
+    assert_eq!(dry["dry_run"], true);
+    assert_eq!(dry["published"], 0);
+    let facts = facts_of(&dry);
+    assert_eq!(facts.len(), 2, "{dry}");
+    assert!(
+        facts
+            .iter()
+            .all(|f| f["found"] == "missing_webhook" && f["published"] == false),
+        "{dry}"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        order_status(&env.pool, "rc_cli_1").await,
+        "pending",
+        "a dry run changes nothing"
+    );
+
+    // The shop's webhook pays rc_cli_1; then one order is asked about on demand.
+    let success = env.sign(
+        Gateway::Cashfree,
+        "PAYMENT_SUCCESS_WEBHOOK",
+        &env.spec("rc_cli_1", "8001", "cfevt_1", 50_000),
+    );
+    env.post_ok(&p.url, "cashfree", &success).await;
+    wait_paid_and_mailed(&env.pool, "rc_cli_1").await;
+    let right = ctl_json(&env, &["reconcile", "--order", "rc_cli_1"]).await;
+    assert_eq!(right["published"], 0, "{right}");
+    assert_eq!(
+        right["sources"][0]["calls"][0]["facts"][0]["found"], "already_recorded",
+        "{right}"
+    );
+    env.wait_events_drained().await;
+    assert_eq!(
+        emails(&env.pool, "rc_cli_1").await.len(),
+        1,
+        "no second email"
+    );
+    assert_eq!(
+        deliveries(&env, "rc_cli_1").await.len(),
+        1,
+        "no new delivery"
+    );
+
+    // A real pass over the window: rc_cli_2 is found and paid.
+    let (code, out, err) = env
+        .ctl(&["reconcile", "--since", "1h", "--source", "cashfree"])
+        .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("missing (no webhook brought it), published"),
+        "{out}"
+    );
+    wait_paid_and_mailed(&env.pool, "rc_cli_2").await;
+
+    // A budget of 3 calls is 3 calls, however many orders wait.
+    for r in ["rc_cli_b1", "rc_cli_b2", "rc_cli_b3"] {
+        Shop::own_product(r).seed(&env.pool).await;
+    }
+    backdate(&env).await;
+    let before = cf.call_count();
+    env.set_env("ONCEHOOK_RECONCILE_CALLS_PER_RUN", "3");
+    let budget = ctl_json(&env, &["reconcile", "--since", "1h", "--dry-run"]).await;
+    assert_eq!(cf.call_count() - before, 3, "{:?}", cf.calls());
+    assert!(
+        budget["sources"][0]["stopped"]
+            .as_str()
+            .is_some_and(|s| s.contains("budget")),
+        "{budget}"
+    );
+    assert_eq!(
+        budget["sources"][0]["not_asked"],
+        serde_json::json!(["rc_cli_b2", "rc_cli_b3"]),
+        "{budget}"
+    );
+    let (code, _, err) = env.ctl(&["reconcile", "--source", "nope"]).await;
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("no source \"nope\" with a [source.api]") && err.contains("cashfree"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn api_faults_cost_a_metric_and_a_retry_and_the_order_settles_when_the_api_recovers() {
+    let mut env = TestEnv::new().await;
+    let rzp = GatewayApi::start(Gateway::Razorpay).await;
+    Shop::own_product("rc_fault_1").seed(&env.pool).await;
+    gateway_ref(&env, "rc_fault_1", "razorpay", "order_RCfault1").await;
+    rzp.add(
+        "/v1/orders/order_RCfault1/payments",
+        shapes::razorpay_payment(
+            "pay_RCfault1",
+            "order_RCfault1",
+            "captured",
+            50_000,
+            "f@example.com",
+        ),
+    );
+    // A revoked key first.
+    rzp.refuse_credentials(true);
+    backdate(&env).await;
+    reconcile_often(&mut env, &[&rzp]);
+    let p = env.pipeline().await;
+    let metrics = p.worker().metrics_url().to_owned();
+    eventually("401s counted", WAIT, || async {
+        (series(
+            &scrape(&metrics).await,
+            "oncehook_reconcile_api_errors_total",
+            &[("source", "razorpay"), ("status", "401")],
+        ) >= 2.0)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(order_status(&env.pool, "rc_fault_1").await, "pending");
+    assert_eq!(
+        series(
+            &scrape(&metrics).await,
+            "oncehook_reconcile_last_success_timestamp_seconds",
+            &[("source", "razorpay")]
+        ),
+        0.0
+    );
+    assert!(
+        p.worker()
+            .log_text()
+            .contains("refused the reconciler's credentials"),
+        "the log names it"
+    );
+    env.wait_ready(&metrics, "/readyz").await;
+
+    // The key works again, but the API limits, fails and is slow first.
+    rzp.faults(&[
+        Fault::RateLimited(1),
+        Fault::Status(500),
+        Fault::Slow(Duration::from_secs(3)),
+        Fault::Status(503),
+    ]);
+    rzp.refuse_credentials(false);
+    wait_paid_and_mailed(&env.pool, "rc_fault_1").await;
+    let text = scrape(&metrics).await;
+    for status in ["429", "500", "timeout", "503"] {
+        assert!(
+            series(
+                &text,
+                "oncehook_reconcile_api_errors_total",
+                &[("source", "razorpay"), ("status", status)]
+            ) >= 1.0,
+            "{status}: {text}"
+        );
+    }
+    assert!(
+        series(
+            &text,
+            "oncehook_reconcile_last_success_timestamp_seconds",
+            &[("source", "razorpay")]
+        ) > 0.0
+    );
+    assert_eq!(emails(&env.pool, "rc_fault_1").await.len(), 1);
+    assert_eq!(stock(&env.pool, "SKU_rc_fault_1").await, 9);
+}
