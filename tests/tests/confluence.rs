@@ -11,6 +11,12 @@
 //! every order's books are compared with the reference model
 //! (`oncehook_e2e::ledger_model`) and twin A's with twin B's.
 //!
+//! A fact can also come by reconciliation (docs/reconciliation.md): for
+//! about half of the events that record a fact, the envelope the reconciler
+//! would publish for it goes straight to the events exchange — instead of
+//! the webhook, or besides it — so the books must be the same whether a
+//! fact came by webhook, by reconciliation, or both.
+//!
 //! The seed (`ONCEHOOK_CONFLUENCE_SEED`, default: from the clock) is always
 //! printed, and repeated in every assertion message: rerun with it to get
 //! the same orders, events and permutations (the interleaving of concurrent
@@ -20,12 +26,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use oncehook_common::Topology;
+use oncehook_common::{Envelope, Topology, amqp};
 use oncehook_e2e::env::send;
 use oncehook_e2e::ledger_gen::{self, GenOrder, Rng, normalise};
 use oncehook_e2e::ledger_model::{self, Flag, LedgerState};
 use oncehook_e2e::{Shop, TestEnv, broker};
 use oncehook_gateways::sample::SignedDelivery;
+use oncehook_gateways::{EventKind, Gateway};
 use sqlx::{PgPool, Row};
 
 /// Orders per run (each created twice).
@@ -58,13 +65,51 @@ const ATTEMPTS: usize = 5;
 /// Mismatching orders printed in full.
 const PRINTED: usize = 10;
 
-/// One post: which twin (`2 * order + twin`), which event, which copy.
+/// One post: which twin (`2 * order + twin`), which event, which copy,
+/// and whether it is the webhook or the reconciler's envelope of its fact.
 #[derive(Clone, Copy)]
 struct Post {
     slot: usize,
     /// An index into the twin's events, or [`CANCEL`].
     event: usize,
     copy: u64,
+    reconciled: bool,
+}
+
+/// The envelope the reconciler would publish for the fact an event
+/// records (`None` for an event that records none): the same fact, under
+/// the reconciler's identity, with no signature.
+fn reconciled(gateway: Gateway, delivery: &SignedDelivery) -> Option<Envelope> {
+    let mut event = oncehook_gateways::parse(gateway, &delivery.headers, &delivery.body).ok()?;
+    event.event_id = match event.kind {
+        EventKind::Other => return None,
+        EventKind::Refunded => format!("reconciliation:{}:processed", event.refund_id.as_ref()?),
+        kind => format!(
+            "reconciliation:{}:{}",
+            event.payment_id.as_ref()?,
+            kind.as_str()
+        ),
+    };
+    Some(Envelope::reconciled(gateway.as_str(), event))
+}
+
+/// Publishes a reconciliation envelope with confirms; `Some` with what failed.
+async fn publish(
+    channel: lapin::Channel,
+    exchange: String,
+    envelope: Arc<Envelope>,
+) -> Option<String> {
+    amqp::publish_confirmed(
+        &channel,
+        &exchange,
+        &envelope.routing_key(),
+        &envelope.to_bytes(),
+        envelope.properties(),
+        Duration::from_secs(10),
+    )
+    .await
+    .err()
+    .map(|e| format!("publishing {}: {e}", envelope.message_id()))
 }
 
 /// The shop's cancellation of the twin's order, as a "post" among its events.
@@ -83,6 +128,11 @@ async fn confluence_same_facts_give_the_same_books() {
     let mut env = TestEnv::new().await;
     env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
     let (_ingest, url) = env.start_ingest().await;
+    let conn = amqp::connect(&env.amqp_urls, "confluence")
+        .await
+        .expect("connect to RabbitMQ");
+    let channel = amqp::confirm_channel(&conn).await.expect("confirm channel");
+    let exchange = Topology::new(env.prefix.clone()).events();
     let _workers = [env.start_worker().await, env.start_worker().await];
 
     let mut rng = Rng::new(seed);
@@ -95,24 +145,48 @@ async fn confluence_same_facts_give_the_same_books() {
 
     // Post: batch by batch, each batch's twins interleaved in one shuffle.
     let mut delivered: Vec<Vec<String>> = vec![Vec::new(); twins.len()];
-    let (mut posts_total, mut events_total) = (0usize, 0usize);
+    let (mut posts_total, mut events_total, mut reconciled_total) = (0usize, 0usize, 0usize);
     let http = env.http.clone();
     for batch in (0..twins.len()).collect::<Vec<_>>().chunks(BATCH * 2) {
         let now = time::OffsetDateTime::now_utc().unix_timestamp();
         let mut signed: BTreeMap<(usize, usize), Arc<SignedDelivery>> = BTreeMap::new();
+        let mut envelopes: BTreeMap<(usize, usize), Arc<Envelope>> = BTreeMap::new();
         let mut posts = Vec::new();
         for &slot in batch {
             for (e, ev) in twins[slot].events.iter().enumerate() {
                 let mut spec = ev.spec.clone();
                 spec.timestamp = now;
-                signed.insert((slot, e), Arc::new(env.sign(ev.gateway, ev.name, &spec)));
+                let delivery = env.sign(ev.gateway, ev.name, &spec);
+                // 0, 1: the webhook; 2: the reconciler's envelope only; 3: both.
+                let via = match reconciled(ev.gateway, &delivery) {
+                    Some(envelope) => {
+                        envelopes.insert((slot, e), Arc::new(envelope));
+                        rng.below(4)
+                    }
+                    None => 0,
+                };
+                signed.insert((slot, e), Arc::new(delivery));
                 events_total += 1;
-                for copy in 0..=rng.below(3) {
-                    posts.push(Post {
-                        slot,
-                        event: e,
-                        copy,
-                    });
+                if via >= 2 {
+                    reconciled_total += 1;
+                    for copy in 0..=rng.below(2) {
+                        posts.push(Post {
+                            slot,
+                            event: e,
+                            copy,
+                            reconciled: true,
+                        });
+                    }
+                }
+                if via != 2 {
+                    for copy in 0..=rng.below(3) {
+                        posts.push(Post {
+                            slot,
+                            event: e,
+                            copy,
+                            reconciled: false,
+                        });
+                    }
                 }
             }
             if twins[slot].cancel {
@@ -121,6 +195,7 @@ async fn confluence_same_facts_give_the_same_books() {
                         slot,
                         event: CANCEL,
                         copy,
+                        reconciled: false,
                     });
                 }
             }
@@ -143,11 +218,21 @@ async fn confluence_same_facts_give_the_same_books() {
                     continue;
                 }
                 let ev = &twins[post.slot].events[post.event];
-                delivered[post.slot].push(if post.copy == 0 {
-                    ev.label.clone()
+                let via = if post.reconciled {
+                    " by reconciliation"
                 } else {
-                    format!("{} (copy {})", ev.label, post.copy)
+                    ""
+                };
+                delivered[post.slot].push(if post.copy == 0 {
+                    format!("{}{via}", ev.label)
+                } else {
+                    format!("{}{via} (copy {})", ev.label, post.copy)
                 });
+                if post.reconciled {
+                    let envelope = Arc::clone(&envelopes[&(post.slot, post.event)]);
+                    tasks.spawn(publish(channel.clone(), exchange.clone(), envelope));
+                    continue;
+                }
                 let delivery = Arc::clone(&signed[&(post.slot, post.event)]);
                 let (http, url) = (
                     http.clone(),
@@ -279,7 +364,9 @@ async fn confluence_same_facts_give_the_same_books() {
     let dead = broker::peek(&Topology::new(env.prefix.clone()).dead()).await;
     let parked = parked_events(&env.pool).await;
     let total_secs = started.elapsed().as_secs_f64();
-    println!("\ncoverage (model, twin A): {tally:?}");
+    println!(
+        "\ncoverage (model, twin A): {tally:?}; {reconciled_total} of {events_total} events came by reconciliation (alone or beside their webhook)"
+    );
     let header = "| seed | orders | twins | events | deliveries posted | permutations | mismatches | dead-lettered | parked | settled | posted s | settled s | total s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|";
     let row = format!(
         "| {seed} | {n} | {} | {events_total} | {posts_total} | {} | {mismatches} | {} | {parked} | {settled} | {posted_secs:.1} | {settled_secs:.1} | {total_secs:.1} |",
@@ -302,6 +389,10 @@ async fn confluence_same_facts_give_the_same_books() {
     for d in dead.iter().take(5) {
         println!("dead letter: {d:?} {}", String::from_utf8_lossy(&d.body));
     }
+    assert!(
+        reconciled_total > 0 || events_total < 20,
+        "no fact came by reconciliation; {rerun}"
+    );
     assert_eq!(
         mismatches, 0,
         "{mismatches} of {n} orders differ from the model or from their twin; {rerun}"

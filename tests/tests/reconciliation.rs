@@ -205,6 +205,22 @@ async fn a_capture_whose_webhook_never_came_is_applied_once_and_the_late_webhook
         out.contains("ORIGIN") && out.contains("reconciliation"),
         "{out}"
     );
+
+    // `stats` (and the console's Overview) count what only reconciliation found.
+    let stats = ctl_json(&env, &["stats"]).await;
+    let r = &stats["reconciliation"];
+    assert_eq!(r["from_reconciliation"]["razorpay"], 1, "{stats}");
+    assert_eq!(r["sources"], serde_json::json!(["razorpay"]), "{stats}");
+    assert_eq!(r["pending_in_window"], 0, "{stats}");
+    assert!(
+        r["last_run_age_secs"].as_i64().is_some_and(|s| s < 60),
+        "{stats}"
+    );
+    let (_, text, _) = env.ctl(&["stats"]).await;
+    assert!(
+        text.contains("razorpay: 1 payment state(s) found only by reconciliation"),
+        "{text}"
+    );
 }
 
 #[tokio::test]

@@ -42,6 +42,9 @@ pub struct StatsReport {
     dead_letters: Option<DeadView>,
     outbox: Option<Outbox>,
     ledger: Option<Ledger>,
+    /// The reconciler's last run, the pending orders it asks about, and
+    /// what it found per source within the window.
+    reconciliation: Option<ReconcileView>,
     gateways: Vec<GatewayView>,
     /// Accepted and refused webhooks per source, from ingest's counters in
     /// Prometheus; `null` when no `ONCEHOOK_PROMETHEUS_URL` is set.
@@ -49,6 +52,19 @@ pub struct StatsReport {
     /// The dead-letter queue's name, when it is missing (text only).
     #[serde(skip)]
     missing_dead_queue: Option<String>,
+}
+
+/// The reconciliation section (`reconciliation`), ages in whole seconds.
+#[derive(Serialize)]
+struct ReconcileView {
+    /// Sources with a `[source.api]`: the ones the reconciler asks.
+    sources: Vec<String>,
+    last_run_at: Option<String>,
+    last_run_age_secs: Option<i64>,
+    pending_in_window: i64,
+    never_asked: i64,
+    /// Per source, deliveries that came from reconciliation within the window.
+    from_reconciliation: BTreeMap<String, i64>,
 }
 
 #[derive(Serialize)]
@@ -132,6 +148,25 @@ pub async fn run_with(
             .then_some(dead_queue),
         outbox: database.as_ref().ok().map(|db| db.outbox.clone()),
         ledger: database.as_ref().ok().map(|db| db.ledger.clone()),
+        reconciliation: database.as_ref().ok().map(|db| ReconcileView {
+            sources: settings
+                .ingest
+                .sources
+                .iter()
+                .filter(|s| s.api.is_some())
+                .map(|s| s.name.clone())
+                .collect(),
+            last_run_at: db.reconciliation.last_run_at.and_then(rfc3339),
+            last_run_age_secs: db.reconciliation.last_run_at.map(|t| age_secs(t, now)),
+            pending_in_window: db.reconciliation.pending_in_window,
+            never_asked: db.reconciliation.never_asked,
+            from_reconciliation: db
+                .reconciliation
+                .from_reconciliation
+                .iter()
+                .map(|c| (c.source.clone(), c.deliveries))
+                .collect(),
+        }),
         received,
     })
 }
@@ -204,6 +239,7 @@ impl fmt::Display for StatsReport {
         self.fmt_broker(f)?;
         writeln!(f)?;
         self.fmt_database(f)?;
+        self.fmt_reconciliation(f)?;
         writeln!(f)?;
         self.fmt_gateways(f)?;
         writeln!(f, "\n")?;
@@ -273,6 +309,38 @@ impl StatsReport {
                 .map(|s| format!(" (oldest {} old)", age(s)))
                 .unwrap_or_default(),
         )
+    }
+
+    /// One line, and one per source that reconciliation found payments for.
+    fn fmt_reconciliation(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Some(r) = &self.reconciliation else {
+            return Ok(());
+        };
+        if r.sources.is_empty() {
+            return writeln!(
+                f,
+                "Reconciliation: off (no source has a [source.api]; docs/reconciliation.md)"
+            );
+        }
+        let last = r.last_run_age_secs.map_or_else(
+            || "never ran".to_owned(),
+            |s| format!("last run {} ago", human_duration(s.max(0) as u64)),
+        );
+        writeln!(
+            f,
+            "Reconciliation of {}: {last}; {} pending order(s) to ask about, {} never asked",
+            r.sources.join(", "),
+            r.pending_in_window,
+            r.never_asked
+        )?;
+        for (source, n) in &r.from_reconciliation {
+            writeln!(
+                f,
+                "  {source}: {n} payment state(s) found only by reconciliation in the last {} (are its webhooks arriving?)",
+                self.since
+            )?;
+        }
+        Ok(())
     }
 
     fn fmt_gateways(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

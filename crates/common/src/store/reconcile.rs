@@ -13,7 +13,8 @@
 
 use std::time::Duration;
 
-use sqlx::{PgPool, Postgres, Transaction};
+use serde::Serialize;
+use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use time::OffsetDateTime;
 
 /// The advisory lock key of the reconciler (`hashtext('oncehook.reconcile')`
@@ -287,4 +288,64 @@ pub async fn finish_run(pool: &PgPool) -> Result<(), sqlx::Error> {
     .execute(&mut *tx)
     .await?;
     tx.commit().await
+}
+
+/// What `oncehookctl stats` and the console's Overview say about
+/// reconciliation.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    /// When the last scheduled run finished.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub last_run_at: Option<OffsetDateTime>,
+    /// Pending orders inside the `after..horizon` window now.
+    pub pending_in_window: i64,
+    /// Of those, the ones never asked about yet.
+    pub never_asked: i64,
+    /// Per source, deliveries that came from reconciliation within the
+    /// window (payment states no webhook had brought).
+    pub from_reconciliation: Vec<SourceCount>,
+}
+
+/// A count for one source.
+#[derive(Debug, Clone, Serialize)]
+pub struct SourceCount {
+    pub source: String,
+    pub deliveries: i64,
+}
+
+/// [`Summary`] over `window`, for the `after..horizon` window of the config.
+pub async fn summary(
+    conn: &mut PgConnection,
+    window: Duration,
+    after: Duration,
+    horizon: Duration,
+) -> Result<Summary, sqlx::Error> {
+    let head = sqlx::query!(
+        r#"SELECT (SELECT finished_at FROM reconcile_runs WHERE id = 1) AS last_run_at,
+                  count(*) AS "pending!",
+                  count(*) FILTER (WHERE c.order_id IS NULL) AS "never!"
+           FROM orders o LEFT JOIN reconcile_checks c ON c.order_id = o.id
+           WHERE o.status = 'pending'
+             AND o.created_at <= now() - make_interval(secs => $1)
+             AND o.created_at >= now() - make_interval(secs => $2)"#,
+        after.as_secs_f64(),
+        horizon.as_secs_f64(),
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    let from_reconciliation = sqlx::query_as!(
+        SourceCount,
+        r#"SELECT source, count(*) AS "deliveries!" FROM processed_webhooks
+           WHERE origin = 'reconciliation' AND processed_at > now() - make_interval(secs => $1)
+           GROUP BY source ORDER BY source"#,
+        window.as_secs_f64(),
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(Summary {
+        last_run_at: head.last_run_at,
+        pending_in_window: head.pending,
+        never_asked: head.never,
+        from_reconciliation,
+    })
 }

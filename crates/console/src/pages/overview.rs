@@ -1,5 +1,6 @@
 //! Overview: what `oncehookctl stats` prints — queues and consumers, dead
-//! letters by gateway and kind, the outbox backlog, outcomes per gateway —
+//! letters by gateway and kind, the outbox backlog, the reconciler's last
+//! run and what it found, outcomes per gateway —
 //! over a window (`?since=24h`, at most 366 days; anything else is 400).
 //! The page refreshes itself every 15 s while open, and its dead-letter
 //! counts come from the console's snapshot.
@@ -21,12 +22,13 @@ use crate::state::State;
 const MAX_SINCE: Duration = Duration::from_secs(366 * 86_400);
 
 /// The sections of the stats report, in the order `stats` prints them.
-const SECTIONS: [(&str, &str); 8] = [
+const SECTIONS: [(&str, &str); 9] = [
     ("received", "Webhooks received per source"),
     ("queues", "Queues"),
     ("dead_letters", "Dead letters"),
     ("outbox", "Email outbox"),
     ("ledger", "Ledger flags"),
+    ("reconciliation", "Reconciliation"),
     ("gateways", "Outcomes per gateway"),
     ("broker", "Broker"),
     ("database", "Database"),

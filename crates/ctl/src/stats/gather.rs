@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use oncehook_common::redact::redact;
-use oncehook_common::store::{dedup, ledger, outbox, parking};
+use oncehook_common::store::{dedup, ledger, outbox, parking, reconcile};
 use oncehook_common::{Config, Topology};
 use serde::Serialize;
 use sqlx::Connection as _;
@@ -72,6 +72,7 @@ pub struct Ledger {
 pub struct DatabaseStats {
     pub outbox: Outbox,
     pub ledger: Ledger,
+    pub reconciliation: reconcile::Summary,
     pub gateways: BTreeMap<String, GatewayRow>,
 }
 
@@ -154,7 +155,8 @@ pub async fn database_stats(settings: &Config, window: Duration) -> anyhow::Resu
                     redact(settings.database.url.expose())
                 )
             })?;
-        let result = database_queries(&mut conn, window).await;
+        let reconcile_window = (settings.reconcile.after, settings.reconcile.horizon);
+        let result = database_queries(&mut conn, window, reconcile_window).await;
         let _ = conn.close().await;
         result
     };
@@ -167,6 +169,7 @@ pub async fn database_stats(settings: &Config, window: Duration) -> anyhow::Resu
 async fn database_queries(
     conn: &mut sqlx::PgConnection,
     window: Duration,
+    reconcile_window: (Duration, Duration),
 ) -> anyhow::Result<DatabaseStats> {
     let counts = outbox::counts(conn).await.context("reading email_outbox")?;
     let outbox = Outbox {
@@ -176,10 +179,14 @@ async fn database_queries(
         oldest_backlog_age_secs: counts.oldest_age_secs.map(whole_secs),
     };
     let ledger = ledger(conn).await?;
+    let reconciliation = reconcile::summary(conn, window, reconcile_window.0, reconcile_window.1)
+        .await
+        .context("reading the reconciliation records")?;
     let gateways = gateways(conn, window).await?;
     Ok(DatabaseStats {
         outbox,
         ledger,
+        reconciliation,
         gateways,
     })
 }
