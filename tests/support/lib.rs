@@ -23,6 +23,7 @@ pub mod ledger_gen;
 pub mod ledger_model;
 pub mod metrics;
 pub mod ops;
+pub mod otlp;
 pub mod pgbouncer;
 pub mod pipeline;
 pub mod process;

@@ -8,7 +8,7 @@ use oncehook_common::{Config, telemetry};
 #[actix_web::main]
 async fn main() -> anyhow::Result<()> {
     let settings = Config::load().context("reading configuration")?.into_api();
-    telemetry::init_logging(&settings.telemetry, "oncehook-api");
+    let traces = telemetry::init_logging(&settings.telemetry, "oncehook-api");
     let metrics = telemetry::init_metrics().map_err(anyhow::Error::msg)?;
     let app = Application::build(settings, metrics)
         .await
@@ -16,5 +16,6 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(addr = %app.addr(), metrics = ?app.metrics_addr(), "oncehook-api listening");
     app.run_until_stopped().await.context("serving the API")?;
     tracing::info!("oncehook-api stopped");
+    traces.shutdown();
     Ok(())
 }

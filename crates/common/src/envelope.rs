@@ -317,13 +317,16 @@ impl Envelope {
         format!("{}.{}", self.gateway, self.kind_name().unwrap_or("unknown"))
     }
 
-    /// Persistent message properties for publishing this envelope.
+    /// Persistent message properties for publishing this envelope, with
+    /// the current span's trace context in the headers.
     pub fn properties(&self) -> BasicProperties {
         let mut headers = FieldTable::default();
         headers.insert(
             crate::topology::HEADER_SOURCE.into(),
             AMQPValue::LongString(self.source.clone().into()),
         );
+        // The current span's trace context (`traceparent`), when traced.
+        crate::otel::inject_amqp(&mut headers);
         BasicProperties::default()
             .with_delivery_mode(2)
             .with_content_type(CONTENT_TYPE.into())

@@ -22,6 +22,7 @@ pub mod dead_letter;
 pub mod email;
 pub mod envelope;
 pub mod health;
+pub mod otel;
 pub mod peek_lock;
 pub mod redact;
 pub mod retry;

@@ -1,8 +1,10 @@
-//! Logs and metrics. Logs: `tracing` with `ONCEHOOK_LOG` as the filter and
-//! text or JSON lines; a binary may divert some events away from the log to
-//! a handler of its own ([`init_logging_diverting`]: ingest re-levels the
-//! HTTP layer's complaints about malformed requests). Metrics: a Prometheus
-//! recorder whose text rendering the binaries serve on `/metrics`.
+//! Logs, traces and metrics. Logs: `tracing` with `ONCEHOOK_LOG` as the
+//! filter and text or JSON lines; a binary may divert some events away from
+//! the log to a handler of its own ([`init_logging_diverting`]: ingest
+//! re-levels the HTTP layer's complaints about malformed requests). Traces:
+//! oncehook's own spans exported over OTLP when configured (`otel`).
+//! Metrics: a Prometheus recorder whose text rendering the binaries serve
+//! on `/metrics`.
 
 use std::fmt::Write as _;
 
@@ -15,15 +17,26 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 
 use crate::config::TelemetryConfig;
+use crate::otel::{self, Traces};
 
-/// Installs the global tracing subscriber (call once, first thing in `main`).
-pub fn init_logging(settings: &TelemetryConfig, binary: &str) {
+/// Installs the global tracing subscriber (call once, first thing in
+/// `main`); shut the returned [`Traces`] down on exit to flush them.
+pub fn init_logging(settings: &TelemetryConfig, binary: &str) -> Traces {
+    let (otel, traces) = otel::layer(settings.traces.as_ref(), binary);
     let result = tracing_subscriber::registry()
         .with(log_writer(settings).with_filter(log_filter(settings)))
+        .with(otel.map(|l| l.with_filter(filter_fn(own_spans))))
         .try_init();
     if result.is_ok() {
         tracing::debug!(binary, "logging initialised");
     }
+    traces
+}
+
+/// Only oncehook's own spans are traced (never the exporter's HTTP client,
+/// which would trace its own exports).
+fn own_spans(meta: &Metadata<'_>) -> bool {
+    meta.target().starts_with("oncehook")
 }
 
 /// Events a binary takes out of its log to handle them itself.
@@ -39,18 +52,25 @@ pub struct Diversion {
 
 /// Like [`init_logging`], but the events `diversion` picks are not written;
 /// its handler gets them instead, whatever `ONCEHOOK_LOG` says.
-pub fn init_logging_diverting(settings: &TelemetryConfig, binary: &str, diversion: Diversion) {
+pub fn init_logging_diverting(
+    settings: &TelemetryConfig,
+    binary: &str,
+    diversion: Diversion,
+) -> Traces {
     let diverts = diversion.diverts;
+    let (otel, traces) = otel::layer(settings.traces.as_ref(), binary);
     let result = tracing_subscriber::registry()
         .with(
             log_writer(settings)
                 .with_filter(log_filter(settings).and(filter_fn(move |meta| !diverts(meta)))),
         )
         .with(Diverted(diversion).with_filter(filter_fn(diverts)))
+        .with(otel.map(|l| l.with_filter(filter_fn(own_spans))))
         .try_init();
     if result.is_ok() {
         tracing::debug!(binary, "logging initialised");
     }
+    traces
 }
 
 /// `ONCEHOOK_LOG` as a filter (`info` if it cannot be parsed).
@@ -110,9 +130,12 @@ const BUCKETS: &[f64] = &[
 
 /// Installs the global Prometheus recorder and returns the handle to render it.
 pub fn init_metrics() -> Result<PrometheusHandle, String> {
-    PrometheusBuilder::new()
+    let handle = PrometheusBuilder::new()
         .set_buckets(BUCKETS)
         .map_err(|e| e.to_string())?
         .install_recorder()
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+    // Spans a failed export lost (`otel`), at zero from the start.
+    metrics::counter!("oncehook_telemetry_spans_dropped_total").absolute(0);
+    Ok(handle)
 }

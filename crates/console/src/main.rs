@@ -51,7 +51,7 @@ fn security_headers() -> DefaultHeaders {
 #[actix_web::main]
 async fn main() -> anyhow::Result<()> {
     let settings = Config::load().context("reading configuration")?;
-    telemetry::init_logging(&settings.telemetry, "oncehook-console");
+    let traces = telemetry::init_logging(&settings.telemetry, "oncehook-console");
     let console = settings.console.clone();
     warn_about(&console);
     let pool = db::service_pool(&settings.database, settings.database.pool_size(4))
@@ -84,6 +84,7 @@ async fn main() -> anyhow::Result<()> {
     server.await.context("serving the console")?;
     pool.close().await;
     tracing::info!("oncehook-console stopped");
+    traces.shutdown();
     Ok(())
 }
 

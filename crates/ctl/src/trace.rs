@@ -251,6 +251,7 @@ impl OrderStory {
                 ("OUTCOME", "outcome"),
                 ("ORIGIN", "origin"),
                 ("COPIES", "deliveries"),
+                ("TRACE", "trace_id"),
                 ("REDELIVERED", "body_redeliveries"),
                 ("RECEIVED", "received_at"),
                 ("DETAIL", "detail"),

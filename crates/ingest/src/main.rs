@@ -12,7 +12,7 @@ async fn main() -> anyhow::Result<()> {
         .context("reading configuration")?
         .into_ingest()
         .context("starting ingest")?;
-    refusals::init_logging(&settings.telemetry);
+    let traces = refusals::init_logging(&settings.telemetry);
     let metrics = telemetry::init_metrics().map_err(anyhow::Error::msg)?;
     let app = Application::build(settings, metrics)
         .await
@@ -27,5 +27,6 @@ async fn main() -> anyhow::Result<()> {
     }
     app.run_until_stopped().await.context("ingest server")?;
     tracing::info!("oncehook-ingest stopped");
+    traces.shutdown();
     Ok(())
 }

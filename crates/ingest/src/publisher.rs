@@ -14,8 +14,9 @@ use oncehook_common::broker_nodes::BrokerNodes;
 use oncehook_common::health::Readiness;
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::topology::QueueSettings;
-use oncehook_common::{Envelope, RetryPolicy, Topology};
+use oncehook_common::{Envelope, RetryPolicy, Topology, otel};
 use tokio::sync::{Notify, RwLock};
+use tracing::Instrument as _;
 
 /// How often a held session checks that its channel and connection live.
 const CHECK_EVERY: Duration = Duration::from_millis(250);
@@ -71,14 +72,20 @@ impl Publisher {
         let Some(ch) = self.inner.channel.read().await.clone() else {
             return Err(PublishError::NotConnected);
         };
+        let exchange = self.inner.topology.events();
+        let routing_key = envelope.routing_key();
+        // The producer span; the message carries its context to the worker.
+        let span = otel::producer_span(&exchange, &routing_key, &envelope.message_id());
+        let properties = span.in_scope(|| envelope.properties());
         let result = amqp::publish_confirmed(
             &ch,
-            &self.inner.topology.events(),
-            &envelope.routing_key(),
+            &exchange,
+            &routing_key,
             &envelope.to_bytes(),
-            envelope.properties(),
+            properties,
             self.inner.timeout,
         )
+        .instrument(span)
         .await;
         if matches!(
             result,

@@ -18,6 +18,7 @@ use std::sync::{LazyLock, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use oncehook_common::config::TelemetryConfig;
+use oncehook_common::otel::Traces;
 use oncehook_common::telemetry::{self, Diversion};
 use tracing::{Level, Metadata};
 
@@ -174,18 +175,18 @@ struct HttpLayerEvent {
 /// layer's ERROR events re-levelled here, and a thread that writes them
 /// (they arrive inside another logging call, which must not log) and the
 /// counts of finished bursts.
-pub fn init_logging(settings: &TelemetryConfig) {
+pub fn init_logging(settings: &TelemetryConfig) -> Traces {
     let (events, inbox) = std::sync::mpsc::sync_channel::<HttpLayerEvent>(1024);
     let spawned = std::thread::Builder::new()
         .name("refusal-log".to_owned())
         .spawn(move || write_http_layer_events(inbox));
     if spawned.is_err() {
         // No thread, no re-levelling: the HTTP layer's lines stay as they are.
-        telemetry::init_logging(settings, "oncehook-ingest");
+        let traces = telemetry::init_logging(settings, "oncehook-ingest");
         tracing::warn!(
             "could not start the refusal log thread; the HTTP layer logs at its own levels"
         );
-        return;
+        return traces;
     }
     telemetry::init_logging_diverting(
         settings,
@@ -194,7 +195,7 @@ pub fn init_logging(settings: &TelemetryConfig) {
             diverts: is_http_layer_error,
             handler: Box::new(move |meta, message| divert(&events, meta.target(), message)),
         },
-    );
+    )
 }
 
 /// Hands one HTTP-layer event to the logging thread. A sender's fault that

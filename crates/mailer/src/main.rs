@@ -13,7 +13,7 @@ async fn main() -> anyhow::Result<()> {
     let settings = Config::load()
         .context("reading configuration")?
         .into_mailer();
-    telemetry::init_logging(&settings.telemetry, "oncehook-mailer");
+    let traces = telemetry::init_logging(&settings.telemetry, "oncehook-mailer");
     let metrics = telemetry::init_metrics().map_err(anyhow::Error::msg)?;
     // Every kind the mailer dead-letters with exists at zero from its start.
     dead_letter::zero_counters(Writer::Mailer);
@@ -37,5 +37,6 @@ async fn main() -> anyhow::Result<()> {
     mailer.transport.close().await;
     pool.close().await;
     tracing::info!("oncehook-mailer stopped");
+    traces.shutdown();
     Ok(())
 }

@@ -21,8 +21,9 @@ use oncehook_common::email::EmailMessage;
 use oncehook_common::health::Readiness;
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::{Pooled, outbox as store};
-use oncehook_common::{MailerSettings, RetryPolicy, Topology, db};
+use oncehook_common::{MailerSettings, RetryPolicy, Topology, db, otel};
 use sqlx::PgPool;
+use tracing::Instrument as _;
 use uuid::Uuid;
 
 use crate::outbox::{self, Claim};
@@ -85,7 +86,17 @@ impl Mailer {
         let mut backoff = self.retry.backoff();
         loop {
             let started = Instant::now();
-            let result = self.transport.send(&self.settings.mail.from, &email).await;
+            let span = tracing::info_span!(
+                "send email",
+                otel.kind = "client",
+                oncehook.outbox_id = %id,
+                oncehook.transport = %self.transport.describe(),
+            );
+            let result = self
+                .transport
+                .send(&self.settings.mail.from, &email)
+                .instrument(span)
+                .await;
             metrics::histogram!("oncehook_mailer_send_duration_seconds")
                 .record(started.elapsed().as_secs_f64());
             let err = match result {
@@ -151,6 +162,22 @@ impl Mailer {
 
 impl Handler for Mailer {
     async fn handle(&self, message: &dyn Message) -> Verdict {
+        // The delivery's trace, carried by the outbox row and the relay.
+        let span = otel::consumer_span(
+            &self.topology.emails(),
+            message.properties().headers().as_ref(),
+            &message.message_id(),
+        );
+        self.handle_traced(message).instrument(span).await
+    }
+
+    fn dead_lettered(&self, message: &dyn Message, kind: &str, error: &str) {
+        tracing::error!(message_id = %message.message_id(), kind, error, "email dead-lettered");
+    }
+}
+
+impl Mailer {
+    async fn handle_traced(&self, message: &dyn Message) -> Verdict {
         let id = match EmailMessage::from_bytes(message.body()) {
             Ok(m) => m.outbox_id,
             Err(e) => {
@@ -184,10 +211,6 @@ impl Handler for Mailer {
                 }
             }
         }
-    }
-
-    fn dead_lettered(&self, message: &dyn Message, kind: &str, error: &str) {
-        tracing::error!(message_id = %message.message_id(), kind, error, "email dead-lettered");
     }
 }
 

@@ -28,10 +28,11 @@ use oncehook_common::dead_letter;
 use oncehook_common::health::Readiness;
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::Pooled;
-use oncehook_common::{RetryPolicy, Topology, WorkerSettings, db};
+use oncehook_common::{RetryPolicy, Topology, WorkerSettings, db, otel};
 use sqlx::PgPool;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
+use tracing::Instrument as _;
 
 use crate::pipeline::{self, Delivery, Effect, Grouper, ProcessError, Processed, Rejection};
 use crate::relay;
@@ -156,6 +157,13 @@ impl<E: Effect> Worker<E> {
         let gateway = decoded.event.provider.as_str();
         let event = &decoded.event;
         let receipt = &decoded.envelope.receipt_id;
+        tracing::Span::current().record(
+            "oncehook.outcome",
+            match processed {
+                Processed::Done(applied) => applied.outcome.as_str(),
+                Processed::Duplicate { .. } => "duplicate",
+            },
+        );
         match processed {
             Processed::Done(pipeline::Applied { outcome, detail }) => {
                 self.relay_wakeup.notify_one();
@@ -213,17 +221,33 @@ pub fn zero_counters<'a>(sources: impl IntoIterator<Item = &'a str>) {
 
 impl<E: Effect> Handler for Worker<E> {
     async fn handle(&self, message: &dyn Message) -> Verdict {
-        let mut delivery = match pipeline::decode(message.body(), &message.message_id()) {
-            Ok(d) => d,
-            Err(rejection) => return rejected(rejection),
-        };
-        delivery.replays = dead_letter::replays(message.properties().headers().as_ref());
-        if let Some(bad) = &self.settings.worker.fault_panic_order_ref
-            && delivery.event.order_ref.as_deref() == Some(bad.as_str())
-        {
-            panic!("fault injection: configured to panic on order {bad}");
+        let headers = message.properties().headers().clone();
+        let span = otel::consumer_span(
+            &self.topology.events(),
+            headers.as_ref(),
+            &message.message_id(),
+        );
+        async {
+            let mut delivery = match pipeline::decode(message.body(), &message.message_id()) {
+                Ok(d) => d,
+                Err(rejection) => return rejected(rejection),
+            };
+            delivery.replays = dead_letter::replays(headers.as_ref());
+            delivery.trace_parent = otel::current_traceparent();
+            let span = tracing::Span::current();
+            span.record("oncehook.event_id", delivery.event.event_id.as_str());
+            if let Some(order_ref) = &delivery.event.order_ref {
+                span.record("oncehook.order_ref", order_ref.as_str());
+            }
+            if let Some(bad) = &self.settings.worker.fault_panic_order_ref
+                && delivery.event.order_ref.as_deref() == Some(bad.as_str())
+            {
+                panic!("fault injection: configured to panic on order {bad}");
+            }
+            self.process(Arc::new(delivery)).await
         }
-        self.process(Arc::new(delivery)).await
+        .instrument(span)
+        .await
     }
 
     fn dead_lettered(&self, message: &dyn Message, kind: &str, error: &str) {

@@ -23,7 +23,7 @@ async fn main() -> anyhow::Result<()> {
         .collect();
     let reconcile_config = config.clone();
     let settings = config.into_worker();
-    telemetry::init_logging(&settings.telemetry, "oncehook-worker");
+    let traces = telemetry::init_logging(&settings.telemetry, "oncehook-worker");
     let metrics = telemetry::init_metrics().map_err(anyhow::Error::msg)?;
     consumer::zero_counters(sources.iter().map(String::as_str));
     parking::zero_dead_letter_counters();
@@ -69,5 +69,6 @@ async fn main() -> anyhow::Result<()> {
     reconcile_pool.close().await;
     pool.close().await;
     tracing::info!("oncehook-worker stopped");
+    traces.shutdown();
     Ok(())
 }

@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lapin::Channel;
-use oncehook_common::Topology;
 use oncehook_common::amqp::{self, PublishError};
 use oncehook_common::email::EmailMessage;
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::{Pooled, outbox};
+use oncehook_common::{Topology, otel};
 use sqlx::PgPool;
 use tokio::sync::Notify;
 
@@ -71,17 +71,33 @@ pub async fn publish_batch(
     timeout: Duration,
 ) -> Result<usize, RelayError> {
     let mut tx = pool.begin().await?;
-    let ids = outbox::lock_unpublished(&mut tx, BATCH).await?;
-    if ids.is_empty() {
+    let rows = outbox::lock_unpublished(&mut tx, BATCH).await?;
+    if rows.is_empty() {
         return Ok(0);
     }
-    let messages = ids
+    let exchange = topology.emails();
+    let messages = rows
         .iter()
-        .map(|id| {
+        .map(|(id, trace_parent)| {
             let msg = EmailMessage { outbox_id: *id };
-            (msg.to_bytes(), msg.properties())
+            // A producer span in the trace of the delivery that wrote the
+            // row; the message carries it on to the mailer.
+            let mut properties = msg.properties();
+            if let Some(tp) = trace_parent {
+                let span =
+                    otel::producer_span(&exchange, topology.email_routing_key(), &id.to_string());
+                otel::set_parent(
+                    &span,
+                    otel::http_context(|n| (n == "traceparent").then_some(tp.as_str())),
+                );
+                let mut headers = lapin::types::FieldTable::default();
+                span.in_scope(|| otel::inject_amqp(&mut headers));
+                properties = properties.with_headers(headers);
+            }
+            (msg.to_bytes(), properties)
         })
         .collect();
+    let ids: Vec<uuid::Uuid> = rows.iter().map(|(id, _)| *id).collect();
     // One round trip for the batch; if any confirm fails, nothing is marked
     // and the whole batch is published again (the mailer skips sent rows).
     amqp::publish_all_confirmed(

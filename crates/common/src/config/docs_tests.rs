@@ -90,7 +90,7 @@ struct Row<'a> {
 
 fn rows() -> Vec<Row<'static>> {
     DOC.lines()
-        .filter(|line| line.starts_with("| `ONCEHOOK_"))
+        .filter(|line| line.starts_with("| `ONCEHOOK_") || line.starts_with("| `OTEL_"))
         .map(|line| {
             let cells: Vec<&str> = line.split('|').map(str::trim).collect();
             Row {

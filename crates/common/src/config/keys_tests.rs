@@ -7,7 +7,20 @@ fn every_path_is_listed_once_and_every_variable_is_ours() {
     paths.sort_unstable();
     paths.dedup();
     assert_eq!(paths.len(), n, "a path listed twice");
-    assert!(all().all(|k| k.env.starts_with("ONCEHOOK_")));
+    // Ours, or one of OpenTelemetry's standard variables (`[telemetry]`).
+    let standard = [
+        super::telemetry::ENV_OTLP_ENDPOINT,
+        super::telemetry::ENV_OTLP_TRACES_ENDPOINT,
+        super::telemetry::ENV_OTLP_PROTOCOL,
+        super::telemetry::ENV_OTEL_SERVICE_NAME,
+        super::telemetry::ENV_OTEL_TRACES_SAMPLER,
+        super::telemetry::ENV_OTEL_TRACES_SAMPLER_ARG,
+        super::telemetry::ENV_OTEL_RESOURCE_ATTRIBUTES,
+    ];
+    assert!(
+        all().all(|k| k.env.starts_with("ONCEHOOK_") || standard.contains(&k.env)),
+        "a variable that is neither ONCEHOOK_… nor a standard OTEL_… one"
+    );
     assert!(all().all(|k| k.env != ENV_CONFIG));
 }
 

@@ -68,7 +68,7 @@ pub use telemetry::{
     API_METRICS_ADDR, INGEST_METRICS_ADDR, MAILER_METRICS_ADDR, WORKER_METRICS_ADDR,
 };
 pub use telemetry::{ENV_LOG, ENV_LOG_FORMAT, ENV_METRICS_ADDR, ENV_PROMETHEUS_URL};
-pub use telemetry::{MetricsListener, TelemetryConfig};
+pub use telemetry::{MetricsListener, OtlpProtocol, Sampler, TelemetryConfig, TracesConfig};
 pub use worker::{BATCH_LINGER_MS, BATCH_SIZE, RETENTION_DAYS, WorkerConfig};
 pub use worker::{ENV_FAULT_PANIC_ORDER_REF, ENV_RETENTION_DAYS, ENV_RETENTION_INTERVAL_SECS};
 pub use worker::{ENV_UNLINKED_TTL, ENV_WORKER_BATCH_LINGER_MS, ENV_WORKER_BATCH_SIZE};
@@ -101,7 +101,7 @@ impl Config {
         Ok(Config {
             broker: sections.broker.into(),
             database: sections.database.into(),
-            telemetry: sections.telemetry.into(),
+            telemetry: sections.telemetry.validate()?,
             ingest: sections.ingest.with_sources(sources),
             worker: sections.worker.into(),
             mail: sections.mail.validate()?,

@@ -1,25 +1,45 @@
 //! `[telemetry]`: the log filter and format, where each binary serves
 //! `/metrics`, `/healthz` and `/readyz` (never on the public ingest port),
-//! and the Prometheus server the operators' tools read ingest's counters
-//! from.
+//! the Prometheus server the operators' tools read ingest's counters
+//! from, and where traces go (OTLP, set by the standard `OTEL_*`
+//! variables or the same keys here; unset: no traces, no cost).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::ConfigError;
+use super::error::invalid;
 use super::keys::Key;
 
 pub const ENV_LOG: &str = "ONCEHOOK_LOG";
 pub const ENV_LOG_FORMAT: &str = "ONCEHOOK_LOG_FORMAT";
 pub const ENV_METRICS_ADDR: &str = "ONCEHOOK_METRICS_ADDR";
 pub const ENV_PROMETHEUS_URL: &str = "ONCEHOOK_PROMETHEUS_URL";
+pub const ENV_OTLP_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+pub const ENV_OTLP_TRACES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
+pub const ENV_OTLP_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
+pub const ENV_OTEL_SERVICE_NAME: &str = "OTEL_SERVICE_NAME";
+pub const ENV_OTEL_TRACES_SAMPLER: &str = "OTEL_TRACES_SAMPLER";
+pub const ENV_OTEL_TRACES_SAMPLER_ARG: &str = "OTEL_TRACES_SAMPLER_ARG";
+pub const ENV_OTEL_RESOURCE_ATTRIBUTES: &str = "OTEL_RESOURCE_ATTRIBUTES";
 
 pub(super) const KEYS: &[Key] = &[
     Key::new(ENV_LOG, "telemetry.log").legacy("log"),
     Key::new(ENV_LOG_FORMAT, "telemetry.log_format").legacy("log_format"),
     Key::new(ENV_METRICS_ADDR, "telemetry.metrics_addr").legacy("metrics_addr"),
     Key::new(ENV_PROMETHEUS_URL, "telemetry.prometheus_url"),
+    Key::new(ENV_OTLP_ENDPOINT, "telemetry.otlp_endpoint"),
+    Key::new(ENV_OTLP_TRACES_ENDPOINT, "telemetry.otlp_traces_endpoint"),
+    Key::new(ENV_OTLP_PROTOCOL, "telemetry.otlp_protocol"),
+    Key::new(ENV_OTEL_SERVICE_NAME, "telemetry.service_name"),
+    Key::new(ENV_OTEL_TRACES_SAMPLER, "telemetry.traces_sampler"),
+    Key::new(ENV_OTEL_TRACES_SAMPLER_ARG, "telemetry.traces_sampler_arg"),
+    Key::new(
+        ENV_OTEL_RESOURCE_ATTRIBUTES,
+        "telemetry.resource_attributes",
+    ),
 ];
 
 /// `[telemetry]`: logs and the metrics/health listener.
@@ -32,6 +52,41 @@ pub struct TelemetryConfig {
     /// tools (`stats`, the console's Overview) to read ingest's counters of
     /// accepted and refused webhooks; `None`: those numbers are not shown.
     pub prometheus_url: Option<String>,
+    /// Where traces are exported; `None`: nowhere (no span is exported and
+    /// none costs more than a `tracing` span).
+    pub traces: Option<TracesConfig>,
+}
+
+/// OTLP trace export, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TracesConfig {
+    /// The traces URL: `…/v1/traces` for http/protobuf, the collector's
+    /// address for gRPC.
+    pub endpoint: String,
+    pub protocol: OtlpProtocol,
+    /// `service.name`; `None`: the binary's own name.
+    pub service_name: Option<String>,
+    pub sampler: Sampler,
+    /// `OTEL_RESOURCE_ATTRIBUTES`: `key=value` pairs.
+    pub resource_attributes: Vec<(String, String)>,
+}
+
+/// `OTEL_EXPORTER_OTLP_PROTOCOL`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtlpProtocol {
+    HttpProtobuf,
+    Grpc,
+}
+
+/// `OTEL_TRACES_SAMPLER` (+ `_ARG` for the ratio ones).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Sampler {
+    AlwaysOn,
+    AlwaysOff,
+    TraceIdRatio(f64),
+    ParentBasedAlwaysOn,
+    ParentBasedAlwaysOff,
+    ParentBasedTraceIdRatio(f64),
 }
 
 /// Where a binary serves `/metrics`, `/healthz` and `/readyz`: never on the
@@ -141,6 +196,13 @@ pub(super) struct TelemetrySection {
     log_format: LogFormat,
     metrics_addr: MetricsListener,
     prometheus_url: PrometheusUrl,
+    otlp_endpoint: String,
+    otlp_traces_endpoint: String,
+    otlp_protocol: String,
+    service_name: String,
+    traces_sampler: String,
+    traces_sampler_arg: String,
+    resource_attributes: String,
 }
 
 impl Default for TelemetrySection {
@@ -150,18 +212,111 @@ impl Default for TelemetrySection {
             log_format: LogFormat::Text,
             metrics_addr: MetricsListener::Default,
             prometheus_url: PrometheusUrl(None),
+            otlp_endpoint: String::new(),
+            otlp_traces_endpoint: String::new(),
+            otlp_protocol: "http/protobuf".into(),
+            service_name: String::new(),
+            traces_sampler: "parentbased_always_on".into(),
+            traces_sampler_arg: String::new(),
+            resource_attributes: String::new(),
         }
     }
 }
 
-impl From<TelemetrySection> for TelemetryConfig {
-    fn from(s: TelemetrySection) -> Self {
-        TelemetryConfig {
-            log: s.log,
-            log_json: s.log_format == LogFormat::Json,
-            metrics: s.metrics_addr,
-            prometheus_url: s.prometheus_url.0,
+impl TelemetrySection {
+    /// The section, with the trace export settings checked.
+    pub(super) fn validate(self) -> Result<TelemetryConfig, ConfigError> {
+        let traces = self.traces()?;
+        Ok(TelemetryConfig {
+            log: self.log,
+            log_json: self.log_format == LogFormat::Json,
+            metrics: self.metrics_addr,
+            prometheus_url: self.prometheus_url.0,
+            traces,
+        })
+    }
+
+    fn traces(&self) -> Result<Option<TracesConfig>, ConfigError> {
+        let protocol = match self.otlp_protocol.trim() {
+            "" | "http/protobuf" => OtlpProtocol::HttpProtobuf,
+            "grpc" => OtlpProtocol::Grpc,
+            other => {
+                return Err(invalid(
+                    &format!("telemetry.otlp_protocol ({ENV_OTLP_PROTOCOL})"),
+                    other,
+                    "expected http/protobuf or grpc",
+                ));
+            }
+        };
+        let endpoint = match (self.otlp_traces_endpoint.trim(), self.otlp_endpoint.trim()) {
+            ("", "") => return Ok(None),
+            ("", base) => match protocol {
+                // The signal's path is added to the base endpoint (the spec).
+                OtlpProtocol::HttpProtobuf => format!("{}/v1/traces", base.trim_end_matches('/')),
+                OtlpProtocol::Grpc => base.to_owned(),
+            },
+            (traces, _) => traces.to_owned(),
+        };
+        if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+            return Err(invalid(
+                &format!("telemetry.otlp_endpoint ({ENV_OTLP_ENDPOINT})"),
+                &endpoint,
+                "expected an http:// or https:// URL, such as http://collector:4318",
+            ));
         }
+        Ok(Some(TracesConfig {
+            endpoint,
+            protocol,
+            service_name: Some(self.service_name.trim().to_owned()).filter(|s| !s.is_empty()),
+            sampler: self.sampler()?,
+            resource_attributes: self.resource_attributes()?,
+        }))
+    }
+
+    fn sampler(&self) -> Result<Sampler, ConfigError> {
+        let key = format!("telemetry.traces_sampler_arg ({ENV_OTEL_TRACES_SAMPLER_ARG})");
+        let ratio = || -> Result<f64, ConfigError> {
+            match self.traces_sampler_arg.trim() {
+                "" => Ok(1.0),
+                arg => match arg.parse::<f64>() {
+                    Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+                    _ => Err(invalid(&key, arg, "expected a ratio from 0 to 1")),
+                },
+            }
+        };
+        Ok(match self.traces_sampler.trim() {
+            "always_on" => Sampler::AlwaysOn,
+            "always_off" => Sampler::AlwaysOff,
+            "traceidratio" => Sampler::TraceIdRatio(ratio()?),
+            "" | "parentbased_always_on" => Sampler::ParentBasedAlwaysOn,
+            "parentbased_always_off" => Sampler::ParentBasedAlwaysOff,
+            "parentbased_traceidratio" => Sampler::ParentBasedTraceIdRatio(ratio()?),
+            other => {
+                return Err(invalid(
+                    &format!("telemetry.traces_sampler ({ENV_OTEL_TRACES_SAMPLER})"),
+                    other,
+                    "expected always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio",
+                ));
+            }
+        })
+    }
+
+    fn resource_attributes(&self) -> Result<Vec<(String, String)>, ConfigError> {
+        self.resource_attributes
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(|pair| match pair.split_once('=') {
+                Some((k, v)) if !k.trim().is_empty() => {
+                    Ok((k.trim().to_owned(), v.trim().to_owned()))
+                }
+                _ => Err(invalid(
+                    &format!("telemetry.resource_attributes ({ENV_OTEL_RESOURCE_ATTRIBUTES})"),
+                    pair,
+                    "expected comma-separated key=value pairs",
+                )),
+            })
+            .collect()
     }
 }
 

@@ -103,7 +103,9 @@ pub async fn publish(
 
 /// Headers of a replayed copy: the dead-letter bookkeeping (oncehook's and
 /// the broker's) removed, the replay counter incremented; the message's own
-/// headers kept.
+/// headers kept, but its trace context moved to
+/// [`otel::HEADER_FIRST_TRACEPARENT`](crate::otel::HEADER_FIRST_TRACEPARENT):
+/// the replay is a new trace, linked to the delivery's first.
 pub fn replay_headers(headers: Option<&FieldTable>) -> FieldTable {
     let replays = header_int(headers, HEADER_REPLAYS).unwrap_or(0) + 1;
     let mut kept: BTreeMap<ShortString, AMQPValue> = headers
@@ -115,6 +117,11 @@ pub fn replay_headers(headers: Option<&FieldTable>) -> FieldTable {
         })
         .unwrap_or_default();
     kept.insert(HEADER_REPLAYS.into(), AMQPValue::LongLongInt(replays));
+    kept.remove(&ShortString::from("tracestate"));
+    if let Some(first) = kept.remove(&ShortString::from("traceparent")) {
+        kept.entry(crate::otel::HEADER_FIRST_TRACEPARENT.into())
+            .or_insert(first);
+    }
     FieldTable::from(kept)
 }
 

@@ -80,6 +80,8 @@ pub struct Claim<'a> {
     pub received_at: OffsetDateTime,
     /// `webhook` or `reconciliation` (`Origin::as_str`).
     pub origin: &'a str,
+    /// The delivery's trace id (32 hex digits), when traced.
+    pub trace_id: Option<&'a str>,
 }
 
 /// Whether a claim failed only because a copy of the same delivery (same
@@ -118,12 +120,12 @@ pub async fn claim_many(
     let opt = |f: fn(&Claim<'_>) -> Option<String>| sorted.iter().map(|c| f(c)).collect::<Vec<_>>();
     let rows = sqlx::query!(
         r#"INSERT INTO processed_webhooks
-               (source, event_id, body_sha256, provider, event_type, order_ref, receipt_id, outcome, received_at, payment_id, origin)
+               (source, event_id, body_sha256, provider, event_type, order_ref, receipt_id, outcome, received_at, payment_id, origin, trace_id)
            SELECT c.source, c.event_id, c.body_sha256, c.provider, c.event_type, c.order_ref, c.receipt_id,
-                  'applied', c.received_at, c.payment_id, c.origin
+                  'applied', c.received_at, c.payment_id, c.origin, c.trace_id
            FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-                       $7::uuid[], $8::timestamptz[], $9::text[], $10::text[]) WITH ORDINALITY
-                AS c(source, event_id, body_sha256, provider, event_type, order_ref, receipt_id, received_at, payment_id, origin, n)
+                       $7::uuid[], $8::timestamptz[], $9::text[], $10::text[], $11::text[]) WITH ORDINALITY
+                AS c(source, event_id, body_sha256, provider, event_type, order_ref, receipt_id, received_at, payment_id, origin, trace_id, n)
            ORDER BY c.n
            ON CONFLICT (source, body_sha256) WHERE body_sha256 <> '' DO UPDATE
                SET deliveries = processed_webhooks.deliveries
@@ -142,6 +144,7 @@ pub async fn claim_many(
         &sorted.iter().map(|c| c.received_at).collect::<Vec<_>>(),
         &opt(|c| c.payment_id.map(str::to_owned)) as &[Option<String>],
         &col(|c| c.origin.to_owned()),
+        &opt(|c| c.trace_id.map(str::to_owned)) as &[Option<String>],
     )
     .fetch_all(conn)
     .await?;
@@ -224,6 +227,8 @@ pub struct WebhookRow {
     pub body_redeliveries: i32,
     /// `webhook`, or `reconciliation` (read from the gateway's API).
     pub origin: String,
+    /// The trace of its first delivery (OpenTelemetry), when traced.
+    pub trace_id: Option<String>,
     #[serde(with = "time::serde::rfc3339")]
     pub received_at: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339")]
@@ -240,7 +245,7 @@ pub struct WebhookRow {
 /// same text, which the Events tests read through `FromRow`.
 const WEBHOOK_ROWS: &str =
     "SELECT provider, event_id, event_type, order_ref, payment_id, source, receipt_id,
-                    outcome, detail, deliveries, body_redeliveries, origin, received_at, processed_at, last_seen_at
+                    outcome, detail, deliveries, body_redeliveries, origin, trace_id, received_at, processed_at, last_seen_at
              FROM processed_webhooks ";
 
 macro_rules! webhook_rows {
@@ -248,7 +253,7 @@ macro_rules! webhook_rows {
         sqlx::query_as!(
             WebhookRow,
             "SELECT provider, event_id, event_type, order_ref, payment_id, source, receipt_id,
-                    outcome, detail, deliveries, body_redeliveries, origin, received_at, processed_at, last_seen_at
+                    outcome, detail, deliveries, body_redeliveries, origin, trace_id, received_at, processed_at, last_seen_at
              FROM processed_webhooks " + $rest
             $(, $arg)*
         )

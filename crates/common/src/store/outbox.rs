@@ -26,6 +26,8 @@ pub struct NewEmail<'a> {
     pub to: &'a str,
     pub subject: &'a str,
     pub body: &'a str,
+    /// The `traceparent` of the delivery that caused it, if traced.
+    pub trace_parent: Option<&'a str>,
 }
 
 /// Writes an email; a second write with the same `dedup_key` is a no-op
@@ -64,8 +66,8 @@ pub async fn write_many(
             .collect::<Vec<String>>()
     };
     let done = sqlx::query!(
-        "INSERT INTO email_outbox (id, order_id, kind, dedup_key, to_addr, subject, body)
-         SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
+        "INSERT INTO email_outbox (id, order_id, kind, dedup_key, to_addr, subject, body, trace_parent)
+         SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
          ON CONFLICT (dedup_key) DO NOTHING",
         &ids,
         &order_ids,
@@ -74,6 +76,10 @@ pub async fn write_many(
         &text(|e| e.to),
         &text(|e| e.subject),
         &text(|e| e.body),
+        &emails
+            .iter()
+            .map(|e| e.trace_parent.map(str::to_owned))
+            .collect::<Vec<Option<String>>>() as &[Option<String>],
     )
     .execute(conn)
     .await?;
@@ -81,18 +87,19 @@ pub async fn write_many(
 }
 
 /// The relay: locks up to `limit` unpublished rows, oldest first, skipping
-/// rows another relay holds.
+/// rows another relay holds; each with the `traceparent` it keeps.
 pub async fn lock_unpublished(
     conn: &mut PgConnection,
     limit: i64,
-) -> Result<Vec<Uuid>, sqlx::Error> {
-    sqlx::query_scalar!(
-        "SELECT id FROM email_outbox WHERE published_at IS NULL
+) -> Result<Vec<(Uuid, Option<String>)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        "SELECT id, trace_parent FROM email_outbox WHERE published_at IS NULL
          ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED",
         limit
     )
     .fetch_all(conn)
-    .await
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.id, r.trace_parent)).collect())
 }
 
 /// The relay: the rows are in the email queue.

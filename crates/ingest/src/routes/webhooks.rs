@@ -13,9 +13,11 @@ use std::time::{Duration, Instant};
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use futures_lite::StreamExt;
-use oncehook_common::Envelope;
+use oncehook_common::{Envelope, otel};
 use oncehook_gateways::{Gateway, Headers};
 use time::OffsetDateTime;
+use tracing::Instrument as _;
+use tracing::field::Empty;
 
 use crate::error::IngestError;
 use crate::refusals;
@@ -34,11 +36,42 @@ pub async fn receive(
 ) -> Result<HttpResponse, IngestError> {
     let started = Instant::now();
     let source = source.into_inner();
-    let result = handle(&req, &source, payload, &state).await;
+    // One server span per request, a child of the gateway's span when it
+    // sent a `traceparent`: the root of the delivery's trace.
+    let span = tracing::info_span!(
+        "POST /webhooks/{source}",
+        otel.kind = "server",
+        http.request.method = "POST",
+        http.route = "/webhooks/{source}",
+        http.response.status_code = Empty,
+        oncehook.source = %source,
+        oncehook.gateway = Empty,
+        oncehook.event_id = Empty,
+        oncehook.receipt_id = Empty,
+        oncehook.outcome = Empty,
+        trace_id = Empty,
+        span_id = Empty,
+    );
+    otel::set_parent(
+        &span,
+        otel::http_context(|name| req.headers().get(name).and_then(|v| v.to_str().ok())),
+    );
+    otel::record_ids(&span);
+    let result = handle(&req, &source, payload, &state)
+        .instrument(span.clone())
+        .await;
     let outcome = match &result {
         Ok(_) => "accepted",
         Err(e) => e.code(),
     };
+    span.record("oncehook.outcome", outcome);
+    span.record(
+        "http.response.status_code",
+        match &result {
+            Ok(r) => r.status().as_u16(),
+            Err(e) => actix_web::ResponseError::status_code(e).as_u16(),
+        },
+    );
     // Unknown sources are attacker-controlled: do not let them mint label values.
     let source_label = if state.sources.contains_key(&source) {
         source.clone()
@@ -126,6 +159,12 @@ async fn handle(
         received_at,
         verification.signed_at,
     );
+    let span = tracing::Span::current();
+    span.record("oncehook.gateway", source.gateway.as_str());
+    span.record("oncehook.receipt_id", envelope.receipt_id.to_string());
+    if let Some(id) = envelope.identity() {
+        span.record("oncehook.event_id", id);
+    }
 
     publish(state, &envelope, verification.secret_index).await
 }

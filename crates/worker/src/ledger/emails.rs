@@ -27,6 +27,8 @@ pub struct Email {
     to: String,
     subject: String,
     body: String,
+    /// The `traceparent` of the delivery that caused it.
+    trace_parent: Option<String>,
 }
 
 impl Email {
@@ -49,6 +51,7 @@ impl Email {
             to: order.customer_email.clone(),
             subject: format!("Order {} confirmed", order.order_ref),
             body,
+            trace_parent: None,
         }
     }
 
@@ -74,10 +77,21 @@ impl Email {
             to: order.customer_email.clone(),
             subject: format!("Refund for order {}", order.order_ref),
             body,
+            trace_parent: None,
         }
     }
 
     /// The outbox row to write.
+    /// The email, joining the trace of the delivery that caused it.
+    pub fn traced(mut self, trace_parent: Option<&str>) -> Self {
+        self.trace_parent = trace_parent.map(str::to_owned);
+        self
+    }
+
+    pub fn order_id(&self) -> i64 {
+        self.order_id
+    }
+
     pub fn row(&self) -> NewEmail<'_> {
         NewEmail {
             order_id: self.order_id,
@@ -86,6 +100,7 @@ impl Email {
             to: &self.to,
             subject: &self.subject,
             body: &self.body,
+            trace_parent: self.trace_parent.as_deref(),
         }
     }
 }

@@ -38,7 +38,7 @@ pub mod waiting;
 
 pub use emails::money;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use oncehook_common::store::ledger::books::{self, PaymentKey};
 use oncehook_common::store::outbox;
@@ -90,6 +90,23 @@ impl Effect for Ledger {
                 .get(&r.order_id)
                 .map(|o| emails::Email::refund(o, r))
         }));
+        // Each email joins the trace of the first delivery placed on its order.
+        let traces: BTreeMap<i64, &str> = deliveries
+            .iter()
+            .zip(&plan.places)
+            .rev()
+            .filter_map(|(d, place)| match place {
+                plan::Place::Order(id) => Some((*id, d.trace_parent.as_deref()?)),
+                _ => None,
+            })
+            .collect();
+        let emails: Vec<emails::Email> = emails
+            .into_iter()
+            .map(|e| {
+                let tp = traces.get(&e.order_id()).copied();
+                e.traced(tp)
+            })
+            .collect();
         let rows: Vec<_> = emails.iter().map(emails::Email::row).collect();
         if !rows.is_empty() {
             outbox::write_many(conn, &rows).await?;

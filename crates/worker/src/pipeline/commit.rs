@@ -14,8 +14,10 @@ use std::collections::HashSet;
 use std::time::Instant;
 
 use oncehook_common::dead_letter::DeadLetterKind;
+use oncehook_common::otel;
 use oncehook_common::store::dedup as dedup_store;
 use sqlx::{PgConnection, PgPool};
+use tracing::Instrument as _;
 
 use super::{Delivery, Effect, Effects, ProcessError, Processed, Rejection};
 
@@ -27,7 +29,21 @@ pub async fn commit<E: Effect>(
     deliveries: &[&Delivery],
 ) -> Result<Vec<Processed>, ProcessError> {
     let started = Instant::now();
+    // The group's transaction is one span of its own, linked to the trace
+    // of every delivery in it (each delivery keeps its own trace).
+    let span = tracing::info_span!(
+        "commit",
+        otel.name = "commit group",
+        db.system.name = "postgresql",
+        oncehook.deliveries = deliveries.len(),
+    );
+    for d in deliveries {
+        if let Some(tp) = &d.trace_parent {
+            otel::link(&span, tp);
+        }
+    }
     let results = transaction(pool, effect, deliveries)
+        .instrument(span)
         .await
         .map_err(|err| name_the_event(err, deliveries))?;
     metrics::histogram!("oncehook_worker_transaction_duration_seconds")

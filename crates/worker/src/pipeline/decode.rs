@@ -24,6 +24,9 @@ pub struct Delivery {
     /// How many times an operator replayed its message (`x-oncehook-replays`);
     /// kept when it is parked, so a later dead letter counts them.
     pub replays: i64,
+    /// The `traceparent` of the delivery's span, when traced: its emails
+    /// and its `processed_webhooks` row keep it.
+    pub trace_parent: Option<String>,
 }
 
 impl Delivery {
@@ -39,6 +42,10 @@ impl Delivery {
             receipt_id: self.envelope.receipt_id,
             received_at: self.envelope.received_at,
             origin: self.envelope.origin.as_str(),
+            trace_id: self
+                .trace_parent
+                .as_deref()
+                .and_then(oncehook_common::otel::trace_id_of),
         }
     }
 }
@@ -69,6 +76,7 @@ pub fn decode(data: &[u8], message_id: &str) -> Result<Delivery, Rejection> {
         event,
         key,
         replays: 0,
+        trace_parent: None,
     })
 }
 

@@ -1,0 +1,353 @@
+//! OpenTelemetry traces: one trace per webhook delivery, across every hop.
+//! The binaries' `tracing` spans become OpenTelemetry spans (through
+//! `tracing-opentelemetry`) exported over OTLP when `[telemetry]` or the
+//! standard `OTEL_*` variables name an endpoint; unset, no layer is
+//! installed and nothing is exported.
+//!
+//! The W3C trace context (`traceparent`, `tracestate`) crosses the broker
+//! in the AMQP message headers ([`inject_amqp`], [`amqp_context`]) and the
+//! gateway's HTTP request ([`http_context`]). Export never blocks the
+//! pipeline: a bounded batch queue on a thread of its own; spans a failed
+//! export loses are counted in `oncehook_telemetry_spans_dropped_total`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use lapin::types::{AMQPValue, FieldTable};
+use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
+use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_otlp::{Protocol, WithExportConfig};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{
+    BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider, SpanData, SpanExporter,
+};
+use tracing_opentelemetry::{OpenTelemetryLayer, OpenTelemetrySpanExt};
+use tracing_subscriber::registry::LookupSpan;
+
+use crate::config::{OtlpProtocol, Sampler, TracesConfig};
+
+/// A replayed message's header: the `traceparent` of its first delivery,
+/// which the replay's new trace links to.
+pub const HEADER_FIRST_TRACEPARENT: &str = "x-oncehook-first-traceparent";
+
+/// The most spans waiting for export; beyond it new spans are dropped.
+const MAX_QUEUE: usize = 4_096;
+/// How long one export may take.
+const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The installed trace pipeline; [`Traces::shutdown`] flushes it.
+#[derive(Debug, Default)]
+pub struct Traces {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Traces {
+    /// Exports what is queued (bounded in time) and stops the exporter.
+    /// Runs the blocking flush on a thread of its own, so it is safe to
+    /// call from async code.
+    pub fn shutdown(self) {
+        if let Some(provider) = self.provider {
+            let _ = std::thread::spawn(move || {
+                let _ = provider.shutdown_with_timeout(EXPORT_TIMEOUT);
+            })
+            .join();
+        }
+    }
+}
+
+/// The layer that turns `tracing` spans into exported spans, if traces
+/// are configured; the global propagator is W3C trace context either way.
+pub fn layer<S>(
+    config: Option<&TracesConfig>,
+    binary: &str,
+) -> (Option<OpenTelemetryLayer<S, SdkTracer>>, Traces)
+where
+    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+{
+    opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+    let Some(config) = config else {
+        return (None, Traces::default());
+    };
+    match provider(config, binary) {
+        Ok(provider) => {
+            let tracer = provider.tracer(binary.to_owned());
+            let layer = tracing_opentelemetry::layer().with_tracer(tracer);
+            (
+                Some(layer),
+                Traces {
+                    provider: Some(provider),
+                },
+            )
+        }
+        Err(why) => {
+            eprintln!(
+                "{binary}: traces are not exported: the OTLP exporter for {} could not be built: {why}",
+                config.endpoint
+            );
+            (None, Traces::default())
+        }
+    }
+}
+
+fn provider(config: &TracesConfig, binary: &str) -> Result<SdkTracerProvider, String> {
+    let exporter = match config.protocol {
+        OtlpProtocol::HttpProtobuf => opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_protocol(Protocol::HttpBinary)
+            .with_endpoint(config.endpoint.clone())
+            .with_timeout(EXPORT_TIMEOUT)
+            .build(),
+        OtlpProtocol::Grpc => opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .with_endpoint(config.endpoint.clone())
+            .with_timeout(EXPORT_TIMEOUT)
+            .build(),
+    }
+    .map_err(|e| e.to_string())?;
+    let processor = BatchSpanProcessor::builder(Counted(exporter))
+        .with_batch_config(
+            BatchConfigBuilder::default()
+                .with_max_queue_size(MAX_QUEUE)
+                .build(),
+        )
+        .build();
+    let mut attributes: Vec<KeyValue> = config
+        .resource_attributes
+        .iter()
+        .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
+        .collect();
+    attributes.push(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")));
+    let resource = Resource::builder_empty()
+        .with_service_name(
+            config
+                .service_name
+                .clone()
+                .unwrap_or_else(|| binary.to_owned()),
+        )
+        .with_attributes(attributes)
+        .build();
+    Ok(SdkTracerProvider::builder()
+        .with_span_processor(processor)
+        .with_sampler(sampler(config.sampler))
+        .with_resource(resource)
+        .build())
+}
+
+fn sampler(s: Sampler) -> opentelemetry_sdk::trace::Sampler {
+    use opentelemetry_sdk::trace::Sampler as S;
+    match s {
+        Sampler::AlwaysOn => S::AlwaysOn,
+        Sampler::AlwaysOff => S::AlwaysOff,
+        Sampler::TraceIdRatio(r) => S::TraceIdRatioBased(r),
+        Sampler::ParentBasedAlwaysOn => S::ParentBased(Box::new(S::AlwaysOn)),
+        Sampler::ParentBasedAlwaysOff => S::ParentBased(Box::new(S::AlwaysOff)),
+        Sampler::ParentBasedTraceIdRatio(r) => S::ParentBased(Box::new(S::TraceIdRatioBased(r))),
+    }
+}
+
+/// An exporter that counts the spans of every batch it failed to export.
+#[derive(Debug)]
+struct Counted<E>(E);
+
+impl<E: SpanExporter> SpanExporter for Counted<E> {
+    fn export(
+        &self,
+        batch: Vec<SpanData>,
+    ) -> impl std::future::Future<Output = OTelSdkResult> + Send {
+        let n = batch.len() as u64;
+        let export = self.0.export(batch);
+        async move {
+            let result = export.await;
+            if result.is_err() {
+                metrics::counter!("oncehook_telemetry_spans_dropped_total").increment(n);
+            }
+            result
+        }
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.0.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.0.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.0.set_resource(resource);
+    }
+}
+
+/// A producer span for publishing one message (the OpenTelemetry
+/// messaging conventions for RabbitMQ); publish inside it so the message
+/// carries its context.
+pub fn producer_span(exchange: &str, routing_key: &str, message_id: &str) -> tracing::Span {
+    tracing::info_span!(
+        "publish",
+        otel.name = %format!("publish {exchange}"),
+        otel.kind = "producer",
+        messaging.system = "rabbitmq",
+        messaging.operation.type = "send",
+        messaging.destination.name = %exchange,
+        messaging.rabbitmq.destination.routing_key = %routing_key,
+        messaging.message.id = %message_id,
+    )
+}
+
+/// A consumer span for processing one message of `queue`, a child of the
+/// context the message carries; `trace_id` is recorded on it, so every
+/// log line inside names the trace.
+pub fn consumer_span(queue: &str, headers: Option<&FieldTable>, message_id: &str) -> tracing::Span {
+    let span = tracing::info_span!(
+        "process",
+        otel.name = %format!("process {queue}"),
+        otel.kind = "consumer",
+        messaging.system = "rabbitmq",
+        messaging.operation.type = "process",
+        messaging.destination.name = %queue,
+        messaging.message.id = %message_id,
+        oncehook.event_id = tracing::field::Empty,
+        oncehook.order_ref = tracing::field::Empty,
+        oncehook.outcome = tracing::field::Empty,
+        trace_id = tracing::field::Empty,
+        span_id = tracing::field::Empty,
+    );
+    set_parent(&span, amqp_context(headers));
+    if let Some(first) = crate::amqp::header_string(headers, HEADER_FIRST_TRACEPARENT) {
+        link(&span, &first);
+    }
+    record_ids(&span);
+    span
+}
+
+/// Records the span's own trace and span ids in its `trace_id` and
+/// `span_id` fields (which it must declare), so every log line inside it
+/// names them; nothing when it is not traced.
+pub fn record_ids(span: &tracing::Span) {
+    let sc = span.context().span().span_context().clone();
+    if sc.is_valid() {
+        span.record("trace_id", sc.trace_id().to_string());
+        span.record("span_id", sc.span_id().to_string());
+    }
+}
+
+/// The current span's trace context into AMQP message headers.
+pub fn inject_amqp(headers: &mut FieldTable) {
+    let cx = tracing::Span::current().context();
+    inject_context(&cx, headers);
+}
+
+/// `cx` into AMQP message headers (`traceparent`, `tracestate`).
+pub fn inject_context(cx: &Context, headers: &mut FieldTable) {
+    let mut fields = HashMap::new();
+    TraceContextPropagator::new().inject_context(cx, &mut Fields(&mut fields));
+    for (k, v) in fields {
+        headers.insert(k.into(), AMQPValue::LongString(v.into()));
+    }
+}
+
+/// The trace context a message carries (empty when it carries none).
+pub fn amqp_context(headers: Option<&FieldTable>) -> Context {
+    let mut fields = HashMap::new();
+    for name in ["traceparent", "tracestate"] {
+        if let Some(v) = crate::amqp::header_string(headers, name) {
+            fields.insert(name.to_owned(), v);
+        }
+    }
+    TraceContextPropagator::new().extract(&Fields(&mut fields))
+}
+
+/// The trace context of an HTTP request's `traceparent` / `tracestate`.
+pub fn http_context<'a>(header: impl Fn(&str) -> Option<&'a str>) -> Context {
+    let mut fields = HashMap::new();
+    for name in ["traceparent", "tracestate"] {
+        if let Some(v) = header(name) {
+            fields.insert(name.to_owned(), v.to_owned());
+        }
+    }
+    TraceContextPropagator::new().extract(&Fields(&mut fields))
+}
+
+/// `traceparent` of `cx`, if it is a valid context.
+pub fn traceparent(cx: &Context) -> Option<String> {
+    let mut fields = HashMap::new();
+    TraceContextPropagator::new().inject_context(cx, &mut Fields(&mut fields));
+    fields.remove("traceparent")
+}
+
+/// The current span's `traceparent`, if it is being traced.
+pub fn current_traceparent() -> Option<String> {
+    traceparent(&tracing::Span::current().context())
+}
+
+/// The trace id (32 hex digits) of a `traceparent`.
+pub fn trace_id_of(traceparent: &str) -> Option<&str> {
+    let id = traceparent.split('-').nth(1)?;
+    (id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())).then_some(id)
+}
+
+/// The current span's trace id (32 hex digits), if it is being traced.
+pub fn current_trace_id() -> Option<String> {
+    let cx = tracing::Span::current().context();
+    let span = cx.span();
+    let sc = span.span_context();
+    sc.is_valid().then(|| sc.trace_id().to_string())
+}
+
+/// Links `span` to the span a `traceparent` names (a batch to each of its
+/// deliveries, a replay to the first delivery).
+pub fn link(span: &tracing::Span, traceparent: &str) {
+    let cx = http_context(|name| (name == "traceparent").then_some(traceparent));
+    let sc = cx.span().span_context().clone();
+    if sc.is_valid() {
+        span.add_link(sc);
+    }
+}
+
+/// Makes `span` a child of `parent` (a remote context), when it is one;
+/// call before the span is entered.
+pub fn set_parent(span: &tracing::Span, parent: Context) {
+    if parent.span().span_context().is_valid() {
+        let _ = span.set_parent(parent);
+    }
+}
+
+struct Fields<'a>(&'a mut HashMap<String, String>);
+
+impl Injector for Fields<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        self.0.insert(key.to_owned(), value);
+    }
+}
+
+impl Extractor for Fields<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(String::as_str).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_traceparent_survives_the_message_headers() {
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let cx = http_context(|name| (name == "traceparent").then_some(tp));
+        assert!(cx.span().span_context().is_remote());
+        let mut headers = FieldTable::default();
+        inject_context(&cx, &mut headers);
+        let back = amqp_context(Some(&headers));
+        assert_eq!(traceparent(&back).as_deref(), Some(tp));
+        assert_eq!(traceparent(&amqp_context(None)), None);
+        let garbage = http_context(|_| Some("not a traceparent"));
+        assert_eq!(traceparent(&garbage), None);
+    }
+}

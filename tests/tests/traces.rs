@@ -1,0 +1,220 @@
+//! One trace per payment (OpenTelemetry), against the real binaries and a
+//! stand-in collector (`support::otlp`): a webhook posted with the
+//! gateway's `traceparent` gives spans from ingest, the worker and the
+//! mailer in that one trace; duplicates and replays are told apart; a
+//! collector that is down costs spans (counted), never an event.
+
+use std::time::Duration;
+
+use oncehook_e2e::env::with_header;
+use oncehook_e2e::metrics::{scrape, sum};
+use oncehook_e2e::ops::{self, ctl_json, ctl_ok, wait_dead};
+use oncehook_e2e::otlp::{OtlpReceiver, ReceivedSpan};
+use oncehook_e2e::shop::{self, Shop, wait_paid_and_mailed};
+use oncehook_e2e::{TestEnv, WAIT, eventually};
+
+/// The gateway's own trace and span (as a gateway that traces would send).
+const GATEWAY_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const GATEWAY_SPAN: &str = "00f067aa0ba902b7";
+
+fn traced(env: &mut TestEnv, receiver: &OtlpReceiver) {
+    env.set_env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint);
+    // Export every 200 ms instead of every 5 s.
+    env.set_env("OTEL_BSP_SCHEDULE_DELAY", "200");
+}
+
+/// Whether a span is the `operation` (`publish`, `process`) of a messaging
+/// span, named `{operation} {destination}` by the conventions.
+fn is(s: &ReceivedSpan, operation: &str) -> bool {
+    s.name == operation || s.name.starts_with(&format!("{operation} "))
+}
+
+fn one<'a>(spans: &'a [ReceivedSpan], service: &str, name: &str) -> &'a ReceivedSpan {
+    let found: Vec<&ReceivedSpan> = spans
+        .iter()
+        .filter(|s| s.service == service && is(s, name))
+        .collect();
+    assert_eq!(found.len(), 1, "one {service} {name:?} span in {spans:#?}");
+    found[0]
+}
+
+#[tokio::test]
+async fn one_webhook_is_one_trace_from_the_gateways_request_to_the_customers_inbox() {
+    let receiver = OtlpReceiver::start().await;
+    let mut env = TestEnv::new().await;
+    traced(&mut env, &receiver);
+    Shop::basket("tr_1").seed(&env.pool).await;
+    let p = env.pipeline().await;
+    let delivery = with_header(
+        &env.captured("tr_1", "pay_tr1", "evt_tr1"),
+        "traceparent",
+        &format!("00-{GATEWAY_TRACE}-{GATEWAY_SPAN}-01"),
+    );
+    env.post_ok(&p.url, "razorpay", &delivery).await;
+    wait_paid_and_mailed(&env.pool, "tr_1").await;
+
+    let spans = eventually("every hop's spans exported", WAIT, || async {
+        let t = receiver.trace(GATEWAY_TRACE);
+        let has = |service: &str, op: &str| t.iter().any(|s| s.service == service && is(s, op));
+        (has("oncehook-ingest", "POST /webhooks/{source}")
+            && has("oncehook-ingest", "publish")
+            && has("oncehook-worker", "process")
+            && has("oncehook-worker", "publish")
+            && has("oncehook-mailer", "process")
+            && has("oncehook-mailer", "send email"))
+        .then_some(t)
+    })
+    .await;
+    let request = one(&spans, "oncehook-ingest", "POST /webhooks/{source}");
+    assert_eq!(
+        request.parent_span_id, GATEWAY_SPAN,
+        "a child of the gateway's span"
+    );
+    assert_eq!(request.kind, 2, "server");
+    assert_eq!(request.attributes["oncehook.event_id"], "evt_tr1");
+    assert_eq!(request.attributes["oncehook.outcome"], "accepted");
+    assert_eq!(request.attributes["http.response.status_code"], "200");
+    let publish = one(&spans, "oncehook-ingest", "publish");
+    assert_eq!(publish.parent_span_id, request.span_id);
+    assert_eq!(publish.attributes["messaging.system"], "rabbitmq");
+    assert_eq!(publish.kind, 4, "producer");
+    let process = spans
+        .iter()
+        .find(|s| s.service == "oncehook-worker" && is(s, "process"))
+        .expect("the worker's span");
+    assert_eq!(
+        process.parent_span_id, publish.span_id,
+        "continued across the broker"
+    );
+    assert_eq!(process.kind, 5, "consumer");
+    assert_eq!(process.attributes["oncehook.outcome"], "applied");
+    assert_eq!(process.attributes["oncehook.order_ref"], "tr_1");
+    let mailed = one(&spans, "oncehook-mailer", "process");
+    let relayed = spans
+        .iter()
+        .find(|s| {
+            s.service == "oncehook-worker" && is(s, "publish") && s.span_id == mailed.parent_span_id
+        })
+        .expect("the relay's publish is the mailer's parent");
+    assert_eq!(
+        relayed.parent_span_id, process.span_id,
+        "the outbox row kept the delivery's context"
+    );
+    let send = one(&spans, "oncehook-mailer", "send email");
+    assert_eq!(send.parent_span_id, mailed.span_id);
+
+    // The group's transaction is a span of its own, linked to the delivery.
+    let commit = eventually("the commit span exported", WAIT, || async {
+        receiver
+            .spans()
+            .into_iter()
+            .find(|s| s.name == "commit group" && s.links.iter().any(|(t, _)| t == GATEWAY_TRACE))
+    })
+    .await;
+    assert_eq!(commit.service, "oncehook-worker");
+
+    // The operator finds the trace id where they look.
+    let stored: Option<String> =
+        sqlx::query_scalar("SELECT trace_id FROM processed_webhooks WHERE event_id = 'evt_tr1'")
+            .fetch_one(&env.pool)
+            .await
+            .expect("trace id");
+    assert_eq!(stored.as_deref(), Some(GATEWAY_TRACE));
+    let story = ctl_json(&env, &["trace", "order", "tr_1"]).await;
+    assert_eq!(story["webhooks"][0]["trace_id"], GATEWAY_TRACE, "{story}");
+    assert!(
+        ctl_ok(&env, &["trace", "order", "tr_1"])
+            .await
+            .contains(GATEWAY_TRACE)
+    );
+    assert!(
+        p.worker().log_text().contains(GATEWAY_TRACE),
+        "the worker's log lines inside the span name the trace"
+    );
+    assert_eq!(shop::emails(&env.pool, "tr_1").await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_duplicate_is_marked_and_a_replay_is_a_new_trace_linked_to_the_first() {
+    let receiver = OtlpReceiver::start().await;
+    let mut env = TestEnv::new().await;
+    traced(&mut env, &receiver);
+    Shop::basket("tr_dup").seed(&env.pool).await;
+    let p = env.pipeline().await;
+    let delivery = env.captured("tr_dup", "pay_trdup", "evt_trdup");
+    env.post_ok(&p.url, "razorpay", &delivery).await;
+    wait_paid_and_mailed(&env.pool, "tr_dup").await;
+    env.post_ok(&p.url, "razorpay", &delivery).await;
+    eventually("the duplicate's span", WAIT, || async {
+        receiver.spans().into_iter().find(|s| {
+            is(s, "process")
+                && s.attributes.get("oncehook.outcome").map(String::as_str) == Some("duplicate")
+        })
+    })
+    .await;
+
+    // An authentic event the worker cannot read is dead-lettered at once;
+    // an operator replays it: a new trace, linked to the first delivery's.
+    let unreadable = ops::razorpay_raw(
+        r#"{"event":"payment.captured","payload":{}}"#,
+        Some("evt_trbad"),
+    );
+    env.post_ok(&p.url, "razorpay", &unreadable).await;
+    wait_dead(&env, 1).await;
+    // Ingest names it by the event-id header it could read.
+    let message_id = "razorpay:evt_trbad".to_owned();
+
+    let first = eventually("the first delivery's publish span", WAIT, || async {
+        receiver.spans().into_iter().find(|s| {
+            s.service == "oncehook-ingest"
+                && is(s, "publish")
+                && s.attributes.get("messaging.message.id") == Some(&message_id)
+        })
+    })
+    .await;
+    ctl_ok(&env, &["dlq", "replay", "--all", "--yes"]).await;
+    let replayed = eventually("the replay's span, linked to the first", WAIT, || async {
+        receiver.spans().into_iter().find(|s| {
+            is(s, "process")
+                && s.links
+                    .contains(&(first.trace_id.clone(), first.span_id.clone()))
+        })
+    })
+    .await;
+    assert_ne!(replayed.trace_id, first.trace_id, "a new trace");
+    assert_eq!(replayed.parent_span_id, "", "a root of its own");
+}
+
+#[tokio::test]
+async fn with_the_collector_down_every_event_is_applied_and_lost_spans_are_counted() {
+    let receiver = OtlpReceiver::start().await;
+    let endpoint = receiver.endpoint.clone();
+    drop(receiver);
+    let mut env = TestEnv::new().await;
+    env.set_env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint);
+    env.set_env("OTEL_BSP_SCHEDULE_DELAY", "200");
+    let orders: Vec<String> = (0..5).map(|i| format!("tr_down_{i}")).collect();
+    Shop::mugs(10, &orders).seed(&env.pool).await;
+    let p = env.pipeline().await;
+    for (i, o) in orders.iter().enumerate() {
+        env.post_ok(
+            &p.url,
+            "razorpay",
+            &env.captured(o, &format!("pay_down{i}"), &format!("evt_down{i}")),
+        )
+        .await;
+    }
+    for o in &orders {
+        wait_paid_and_mailed(&env.pool, o).await;
+    }
+    let worker = p.worker().metrics_url().to_owned();
+    eventually("dropped spans counted", Duration::from_secs(60), || async {
+        (sum(
+            &scrape(&worker).await,
+            "oncehook_telemetry_spans_dropped_total",
+        ) > 0.0)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(shop::stock(&env.pool, "MUG").await, 5);
+}
