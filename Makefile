@@ -100,6 +100,7 @@ bench-smoke: services tools
 	ONCEHOOK_BENCH_SECS=1 ONCEHOOK_BENCH_EVENTS=60 ONCEHOOK_BENCH_LETTERS=60 ONCEHOOK_BENCH_ROWS=2000 \
 		$(CARGO) test -p oncehook-e2e --bench pipeline
 	grep -q '^| worker ×2' target/bench-report.md
+	grep -q '^| ingest with traces exported' target/bench-report.md
 	grep -q '^| console overview' target/bench-report.md
 	grep -q '^| API POST /v1/orders' target/bench-report.md
 	grep -q '^- goal 1 (' target/bench-report.md

@@ -291,6 +291,46 @@ struct HttpPhase {
     broker_cpu: CpuUse,
 }
 
+/// Ingest under the same load as in [`http_phase`], exporting its spans
+/// over OTLP to a local receiver (every request: a server span and a
+/// producer span): the cost of tracing, next to the untraced run.
+struct TracesPhase {
+    ingest: Stats,
+    spans: usize,
+}
+
+async fn traces_phase(knobs: &Knobs) -> TracesPhase {
+    let receiver = oncehook_e2e::otlp::OtlpReceiver::start().await;
+    let mut env = TestEnv::new().await;
+    env.set_env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint);
+    let (_ingest, base) = env.start_ingest().await;
+    let http = http_client(knobs.concurrency);
+    eprintln!(
+        "bench: ingest POST /webhooks/razorpay with traces exported, c={}",
+        knobs.concurrency
+    );
+    let deliveries: Arc<Vec<SignedDelivery>> =
+        Arc::new((0..1024).map(|n| captured(&env, n, "traced")).collect());
+    let url = Arc::new(format!("{base}/webhooks/razorpay"));
+    let ingest = closed_loop(
+        knobs.concurrency,
+        WARMUP,
+        knobs.duration(),
+        2_000_000,
+        move |i| {
+            let (http, url, deliveries) = (http.clone(), url.clone(), deliveries.clone());
+            async move { post(&http, &url, &deliveries[i % deliveries.len()]).await }
+        },
+    )
+    .await;
+    // The batch exporter sends every 5 s by default.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    TracesPhase {
+        ingest,
+        spans: receiver.spans().len(),
+    }
+}
+
 async fn http_phase(knobs: &Knobs) -> HttpPhase {
     let mut env = TestEnv::new().await;
     let (ingest_proc, base) = env.start_ingest().await;
@@ -1287,6 +1327,32 @@ async fn main() {
         api.check();
         return;
     }
+    if std::env::var("ONCEHOOK_BENCH_ONLY").is_ok_and(|v| v.trim() == "traces") {
+        // Ingest untraced and traced, under the same load, one after the other.
+        let http = http_phase(&knobs).await;
+        let traced = traces_phase(&knobs).await;
+        let c = knobs.concurrency;
+        let rows = vec![
+            Row::new(
+                format!("ingest POST /webhooks/razorpay (signed), c={c}"),
+                "req/s",
+                &http.ingest,
+                versus("A", &http.ingest, &http.healthz),
+            ),
+            Row::new(
+                format!("ingest with traces exported (OTLP to a local receiver), c={c}"),
+                "req/s",
+                &traced.ingest,
+                format!(
+                    "{}; {} spans received",
+                    versus("ingest", &traced.ingest, &http.ingest),
+                    traced.spans
+                ),
+            ),
+        ];
+        print_and_write(&rows, &[], &cpu::Report::default(), &knobs);
+        return;
+    }
     if console::only() {
         let (rows, notes) = console::phase().await;
         print_and_write(&rows, &notes, &cpu::Report::default(), &knobs);
@@ -1294,6 +1360,7 @@ async fn main() {
     }
 
     let http = http_phase(&knobs).await;
+    let traced = traces_phase(&knobs).await;
     let cluster = cluster_phase(&knobs, &http).await;
     let workers = worker_phase(&knobs).await;
     let pgbench = pgbench_phase(&knobs).await;
@@ -1326,6 +1393,16 @@ async fn main() {
             ),
         ),
     ];
+    rows.push(Row::new(
+        format!("ingest with traces exported (OTLP to a local receiver), c={c}"),
+        "req/s",
+        &traced.ingest,
+        format!(
+            "{}; {} spans received",
+            versus("ingest", &traced.ingest, &http.ingest),
+            traced.spans
+        ),
+    ));
     let server_side = |what: &str, fixed: Option<[Duration; 3]>, vs: String| Row {
         measurement: format!("  ingest, server side: {what}"),
         throughput: "–".to_owned(),

@@ -218,3 +218,31 @@ async fn with_the_collector_down_every_event_is_applied_and_lost_spans_are_count
     .await;
     assert_eq!(shop::stock(&env.pool, "MUG").await, 5);
 }
+
+#[tokio::test]
+async fn an_event_parked_then_dead_lettered_keeps_its_trace() {
+    let receiver = OtlpReceiver::start().await;
+    let mut env = TestEnv::new().await;
+    traced(&mut env, &receiver);
+    let p = env.pipeline().await;
+    let delivery = with_header(
+        &env.captured("tr_never", "pay_trnever", "evt_trnever"),
+        "traceparent",
+        &format!("00-{GATEWAY_TRACE}-{GATEWAY_SPAN}-01"),
+    );
+    env.post_ok(&p.url, "razorpay", &delivery).await;
+    // It waits for an order that never comes (2 s here), then the sweeper
+    // dead-letters it: the letter carries the delivery's trace.
+    wait_dead(&env, 1).await;
+    let letters = ops::dlq_list(&env, &[]).await;
+    let id = letters[0]["id"].as_str().expect("an id").to_owned();
+    let shown = ctl_json(&env, &["dlq", "show", &id]).await;
+    let traceparent = shown["headers"]["traceparent"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a traceparent header: {shown}"));
+    assert_eq!(
+        traceparent.split('-').nth(1),
+        Some(GATEWAY_TRACE),
+        "{shown}"
+    );
+}

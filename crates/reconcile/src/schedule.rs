@@ -11,6 +11,7 @@ use std::time::Duration;
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::reconcile::{self as store, RunLock};
 use time::OffsetDateTime;
+use tracing::Instrument as _;
 
 use crate::report::Found;
 use crate::run::{Reconciler, Scope};
@@ -109,7 +110,13 @@ pub async fn pass(reconciler: &Reconciler, interval: Duration) -> Outcome {
             return Outcome::Failed;
         }
     }
-    let outcome = match reconciler.run(&Scope::Scheduled, None, false).await {
+    // One trace per pass: the facts it publishes are applied in it.
+    let span = tracing::info_span!("reconcile", otel.name = "reconciliation pass");
+    let outcome = match reconciler
+        .run(&Scope::Scheduled, None, false)
+        .instrument(span)
+        .await
+    {
         Ok(report) => {
             let failing = report.failing();
             if failing.is_empty() {

@@ -22,6 +22,8 @@ pub struct Parked {
     pub envelope: Vec<u8>,
     /// The message's `x-oncehook-replays` when it was parked.
     pub replays: i64,
+    /// The delivery's `traceparent`, when traced.
+    pub trace_parent: Option<String>,
 }
 
 /// A `parked_events` row as read.
@@ -35,6 +37,7 @@ struct Row {
     routing_key: String,
     envelope: Vec<u8>,
     replays: i64,
+    trace_parent: Option<String>,
 }
 
 impl From<Row> for Parked {
@@ -51,6 +54,7 @@ impl From<Row> for Parked {
             routing_key: r.routing_key,
             envelope: r.envelope,
             replays: r.replays,
+            trace_parent: r.trace_parent,
         }
     }
 }
@@ -63,8 +67,8 @@ pub async fn park_many(conn: &mut PgConnection, parked: &[Parked]) -> Result<(),
     }
     let text = |f: fn(&Parked) -> &str| parked.iter().map(|p| f(p).to_owned()).collect::<Vec<_>>();
     sqlx::query!(
-        "INSERT INTO parked_events (source, event_id, body_sha256, provider, payment_id, order_ref, routing_key, envelope, replays)
-         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bytea[], $9::int8[])
+        "INSERT INTO parked_events (source, event_id, body_sha256, provider, payment_id, order_ref, routing_key, envelope, replays, trace_parent)
+         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bytea[], $9::int8[], $10::text[])
          ON CONFLICT DO NOTHING",
         &text(|p| &p.key.source),
         &text(|p| &p.key.event_id),
@@ -75,6 +79,10 @@ pub async fn park_many(conn: &mut PgConnection, parked: &[Parked]) -> Result<(),
         &text(|p| &p.routing_key),
         &parked.iter().map(|p| p.envelope.clone()).collect::<Vec<_>>(),
         &parked.iter().map(|p| p.replays).collect::<Vec<_>>(),
+        &parked
+            .iter()
+            .map(|p| p.trace_parent.clone())
+            .collect::<Vec<_>>() as &[Option<String>],
     )
     .execute(conn)
     .await?;
@@ -95,7 +103,7 @@ pub async fn take_many(
         Row,
         "DELETE FROM parked_events p USING unnest($1::text[], $2::text[]) AS t(provider, payment_id)
          WHERE p.provider = t.provider AND p.payment_id = t.payment_id AND p.order_ref IS NULL
-         RETURNING p.source, p.event_id, p.body_sha256, p.provider, p.payment_id, p.order_ref, p.routing_key, p.envelope, p.replays",
+         RETURNING p.source, p.event_id, p.body_sha256, p.provider, p.payment_id, p.order_ref, p.routing_key, p.envelope, p.replays, p.trace_parent",
         providers,
         payment_ids
     )
@@ -122,7 +130,7 @@ pub async fn take_for_order(
         "DELETE FROM parked_events p
          WHERE p.order_ref = $1
             OR (p.provider, p.order_ref) IN (SELECT * FROM unnest($2::text[], $3::text[]))
-         RETURNING p.source, p.event_id, p.body_sha256, p.provider, p.payment_id, p.order_ref, p.routing_key, p.envelope, p.replays",
+         RETURNING p.source, p.event_id, p.body_sha256, p.provider, p.payment_id, p.order_ref, p.routing_key, p.envelope, p.replays, p.trace_parent",
         order_ref,
         gateways,
         gateway_refs
@@ -143,7 +151,7 @@ pub async fn lock_expired(
 ) -> Result<Vec<Parked>, sqlx::Error> {
     let rows = sqlx::query_as!(
         Row,
-        "SELECT source, event_id, body_sha256, provider, payment_id, order_ref, routing_key, envelope, replays
+        "SELECT source, event_id, body_sha256, provider, payment_id, order_ref, routing_key, envelope, replays, trace_parent
          FROM parked_events
          WHERE parked_at < now() - make_interval(secs => $1)
          ORDER BY parked_at

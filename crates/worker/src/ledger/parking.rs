@@ -61,7 +61,14 @@ pub async fn sweep(
             .unwrap_or_default();
         // The envelope's properties lack the delivery's headers: the replay
         // count parked with it goes back on.
-        let headers = dead_letter::with_replays(properties.headers().as_ref(), parked.replays);
+        let mut headers = dead_letter::with_replays(properties.headers().as_ref(), parked.replays);
+        // And so does its trace.
+        if let Some(tp) = &parked.trace_parent {
+            headers.insert(
+                "traceparent".into(),
+                lapin::types::AMQPValue::LongString(tp.as_str().into()),
+            );
+        }
         let properties = properties.with_headers(headers);
         let error = match &parked.order_ref {
             Some(order_ref) => format!(
@@ -217,5 +224,6 @@ pub fn parked(delivery: &Delivery, order_ref: Option<String>) -> Parked {
         routing_key: delivery.envelope.routing_key(),
         envelope: delivery.envelope.to_bytes(),
         replays: delivery.replays,
+        trace_parent: delivery.trace_parent.clone(),
     }
 }

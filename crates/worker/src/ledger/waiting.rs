@@ -86,7 +86,7 @@ fn read(parked: Vec<Parked>) -> (Vec<(Delivery, Parked)>, Vec<Parked>) {
                     event,
                     key: p.key.clone(),
                     replays: p.replays,
-                    trace_parent: None,
+                    trace_parent: p.trace_parent.clone(),
                 },
                 p,
             )),
