@@ -515,6 +515,8 @@ pub(crate) async fn queue_ceiling(
 
 struct WorkerRun {
     workers: usize,
+    /// Exporting its traces to a local OTLP receiver.
+    traced: bool,
     /// Deliveries per transaction (`[worker] batch.size`).
     batch: usize,
     events: usize,
@@ -531,16 +533,21 @@ struct WorkerRun {
 }
 
 /// The worker runs: 1 and 2 workers, each without and with group commit.
-fn worker_rounds(knobs: &Knobs) -> Vec<(usize, usize)> {
+/// `(workers, batch, traced)` of each worker round: 1 and 2 workers at
+/// batch 1 and the configured batch, then one worker at that batch
+/// exporting its traces (the cost of tracing, next to the same run without).
+fn worker_rounds(knobs: &Knobs) -> Vec<(usize, usize, bool)> {
     let batches: &[usize] = if knobs.batch > 1 {
         &[1, knobs.batch]
     } else {
         &[1]
     };
-    [1usize, 2]
+    let mut rounds: Vec<(usize, usize, bool)> = [1usize, 2]
         .into_iter()
-        .flat_map(|w| batches.iter().map(move |b| (w, *b)))
-        .collect()
+        .flat_map(|w| batches.iter().map(move |b| (w, *b, false)))
+        .collect();
+    rounds.push((1, knobs.batch.max(1), true));
+    rounds
 }
 
 async fn worker_phase(knobs: &Knobs) -> Vec<WorkerRun> {
@@ -550,11 +557,12 @@ async fn worker_phase(knobs: &Knobs) -> Vec<WorkerRun> {
     seed_shop(&env, true, 1, (rounds.len() * k) as i64).await;
     let (mut ingest, base) = env.start_ingest().await;
     let probe = bench_pool(&env).await;
+    let receiver = oncehook_e2e::otlp::OtlpReceiver::start().await;
     let mut runs = Vec::new();
-    for (round, (workers, batch)) in rounds.into_iter().enumerate() {
+    for (round, (workers, batch, traced)) in rounds.into_iter().enumerate() {
         let first = round * k + 1;
         eprintln!("bench: loading {k} captured events through ingest (no worker running)");
-        let tag = format!("w{workers}b{batch}");
+        let tag = format!("w{workers}b{batch}{}", if traced { "t" } else { "" });
         preload(&env, &base, first, k, knobs.concurrency, &tag).await;
         let queue = format!("{}.events", env.prefix);
         let depth = wait_for(Duration::from_secs(20), || async {
@@ -578,15 +586,15 @@ async fn worker_phase(knobs: &Knobs) -> Vec<WorkerRun> {
         ));
         for _ in 0..workers {
             let addr = format!("127.0.0.1:{}", free_port());
-            procs.push(env.spawn(
-                "oncehook-worker",
-                &[
-                    ("ONCEHOOK_METRICS_ADDR", addr.as_str()),
-                    ("ONCEHOOK_PREFETCH", prefetch.as_str()),
-                    ("ONCEHOOK_WORKER_BATCH_SIZE", batch_size.as_str()),
-                ],
-                &[],
-            ));
+            let mut vars = vec![
+                ("ONCEHOOK_METRICS_ADDR", addr.as_str()),
+                ("ONCEHOOK_PREFETCH", prefetch.as_str()),
+                ("ONCEHOOK_WORKER_BATCH_SIZE", batch_size.as_str()),
+            ];
+            if traced {
+                vars.push(("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint.as_str()));
+            }
+            procs.push(env.spawn("oncehook-worker", &vars, &[]));
             metrics.push(format!("http://{addr}/metrics"));
         }
         let meter = CpuMeter::new()
@@ -629,6 +637,7 @@ async fn worker_phase(knobs: &Knobs) -> Vec<WorkerRun> {
         runs.push(WorkerRun {
             workers,
             batch,
+            traced,
             events: k,
             stats,
             applied,
@@ -1151,8 +1160,12 @@ fn print_and_write(rows: &[Row], notes: &[String], cpu_report: &cpu::Report, kno
 fn worker_row(run: &WorkerRun, pg: &PgbenchRun, prefetch: usize) -> Row {
     Row::new(
         format!(
-            "worker ×{} (prefetch {}, batch {}), {} events",
-            run.workers, prefetch, run.batch, run.events
+            "worker ×{} (prefetch {}, batch {}){}, {} events",
+            run.workers,
+            prefetch,
+            run.batch,
+            if run.traced { ", traces exported" } else { "" },
+            run.events
         ),
         "events/s",
         &run.stats,
@@ -1486,6 +1499,18 @@ async fn main() {
                 pg.clients, pg.run.failed
             ));
         }
+    }
+    if let Some(t) = workers.iter().find(|r| r.traced)
+        && let Some(u) = workers
+            .iter()
+            .find(|r| !r.traced && r.workers == t.workers && r.batch == t.batch)
+    {
+        notes.push(format!(
+            "traces exported: worker ×{} batch {} ran at {} of the same run without export (goal ≥ 0.95×)",
+            t.workers,
+            t.batch,
+            ratio(t.stats.rate(), u.stats.rate())
+        ));
     }
     for batch in workers.iter().map(|r| r.batch).filter(|b| *b > 1).take(1) {
         let rate = |w: usize, b: usize| {

@@ -7,10 +7,13 @@
 //! The W3C trace context (`traceparent`, `tracestate`) crosses the broker
 //! in the AMQP message headers ([`inject_amqp`], [`amqp_context`]) and the
 //! gateway's HTTP request ([`http_context`]). Export never blocks the
-//! pipeline: a bounded batch queue on a thread of its own; spans a failed
-//! export loses are counted in `oncehook_telemetry_spans_dropped_total`.
+//! pipeline: a bounded batch queue on a thread of its own; spans dropped
+//! because the queue is full, and those a failed export loses, are counted
+//! in `oncehook_telemetry_spans_dropped_total`.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lapin::types::{AMQPValue, FieldTable};
@@ -23,6 +26,7 @@ use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{
     BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider, SpanData, SpanExporter,
+    SpanProcessor,
 };
 use tracing_opentelemetry::{OpenTelemetryLayer, OpenTelemetrySpanExt};
 use tracing_subscriber::registry::LookupSpan;
@@ -74,7 +78,14 @@ where
     match provider(config, binary) {
         Ok(provider) => {
             let tracer = provider.tracer(binary.to_owned());
-            let layer = tracing_opentelemetry::layer().with_tracer(tracer);
+            // Only the fields the spans declare: no source location, thread
+            // or busy/idle times on every span (their cost is per span).
+            let layer = tracing_opentelemetry::layer()
+                .with_tracer(tracer)
+                .with_location(false)
+                .with_threads(false)
+                .with_target(false)
+                .with_tracked_inactivity(false);
             (
                 Some(layer),
                 Traces {
@@ -107,13 +118,23 @@ fn provider(config: &TracesConfig, binary: &str) -> Result<SdkTracerProvider, St
             .build(),
     }
     .map_err(|e| e.to_string())?;
-    let processor = BatchSpanProcessor::builder(Counted(exporter))
-        .with_batch_config(
-            BatchConfigBuilder::default()
-                .with_max_queue_size(MAX_QUEUE)
-                .build(),
-        )
-        .build();
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    // The batch processor's own queue is larger than ours, so it never
+    // drops a span silently: `Bounded` drops (and counts) first.
+    let batch = BatchSpanProcessor::builder(Counted {
+        exporter,
+        in_flight: in_flight.clone(),
+    })
+    .with_batch_config(
+        BatchConfigBuilder::default()
+            .with_max_queue_size(MAX_QUEUE * 2)
+            .build(),
+    )
+    .build();
+    let processor = Bounded {
+        inner: batch,
+        in_flight,
+    };
     let mut attributes: Vec<KeyValue> = config
         .resource_attributes
         .iter()
@@ -148,36 +169,87 @@ fn sampler(s: Sampler) -> opentelemetry_sdk::trace::Sampler {
     }
 }
 
-/// An exporter that counts the spans of every batch it failed to export.
+/// Counts one dropped span, or `n`.
+fn dropped(n: u64) {
+    metrics::counter!("oncehook_telemetry_spans_dropped_total").increment(n);
+}
+
+/// The batch processor behind a bound of its own: at most [`MAX_QUEUE`]
+/// sampled spans ended and not yet exported; past it a span is dropped
+/// and counted instead of queued.
 #[derive(Debug)]
-struct Counted<E>(E);
+struct Bounded<P> {
+    inner: P,
+    in_flight: Arc<AtomicUsize>,
+}
+
+impl<P: SpanProcessor> SpanProcessor for Bounded<P> {
+    fn on_start(&self, span: &mut opentelemetry_sdk::trace::Span, cx: &Context) {
+        self.inner.on_start(span, cx);
+    }
+
+    fn on_end(&self, span: SpanData) {
+        if span.span_context.is_sampled()
+            && self.in_flight.fetch_add(1, Ordering::SeqCst) >= MAX_QUEUE
+        {
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            dropped(1);
+            return;
+        }
+        self.inner.on_end(span);
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.inner.set_resource(resource);
+    }
+}
+
+/// An exporter that counts the spans of every batch it failed to export,
+/// and lets [`Bounded`] know they left the queue.
+#[derive(Debug)]
+struct Counted<E> {
+    exporter: E,
+    in_flight: Arc<AtomicUsize>,
+}
 
 impl<E: SpanExporter> SpanExporter for Counted<E> {
     fn export(
         &self,
         batch: Vec<SpanData>,
     ) -> impl std::future::Future<Output = OTelSdkResult> + Send {
-        let n = batch.len() as u64;
-        let export = self.0.export(batch);
+        let n = batch.len();
+        let export = self.exporter.export(batch);
+        let in_flight = self.in_flight.clone();
         async move {
             let result = export.await;
+            let _ = in_flight.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
+                Some(v.saturating_sub(n))
+            });
             if result.is_err() {
-                metrics::counter!("oncehook_telemetry_spans_dropped_total").increment(n);
+                dropped(n as u64);
             }
             result
         }
     }
 
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        self.0.shutdown_with_timeout(timeout)
+        self.exporter.shutdown_with_timeout(timeout)
     }
 
     fn force_flush(&self) -> OTelSdkResult {
-        self.0.force_flush()
+        self.exporter.force_flush()
     }
 
     fn set_resource(&mut self, resource: &Resource) {
-        self.0.set_resource(resource);
+        self.exporter.set_resource(resource);
     }
 }
 
