@@ -34,9 +34,11 @@ pub fn init_logging(settings: &TelemetryConfig, binary: &str) -> Traces {
 }
 
 /// Only oncehook's own spans are traced (never the exporter's HTTP client,
-/// which would trace its own exports).
+/// which would trace its own exports), and log lines are not copied into
+/// them as span events: they carry the trace id in the log instead, and a
+/// span costs what its fields cost.
 fn own_spans(meta: &Metadata<'_>) -> bool {
-    meta.target().starts_with("oncehook")
+    meta.is_span() && meta.target().starts_with("oncehook")
 }
 
 /// Events a binary takes out of its log to handle them itself.
