@@ -299,6 +299,20 @@ struct TracesPhase {
     spans: usize,
 }
 
+/// The traced ingest run's row, against the untraced one.
+fn traced_row(traced: &TracesPhase, http: &HttpPhase, c: usize) -> Row {
+    Row::new(
+        format!("ingest with traces exported (OTLP to a local receiver), c={c}"),
+        "req/s",
+        &traced.ingest,
+        format!(
+            "{}; {} spans received",
+            versus("ingest", &traced.ingest, &http.ingest),
+            traced.spans
+        ),
+    )
+}
+
 async fn traces_phase(knobs: &Knobs) -> TracesPhase {
     let receiver = oncehook_e2e::otlp::OtlpReceiver::start().await;
     let mut env = TestEnv::new().await;
@@ -1352,16 +1366,7 @@ async fn main() {
                 &http.ingest,
                 versus("A", &http.ingest, &http.healthz),
             ),
-            Row::new(
-                format!("ingest with traces exported (OTLP to a local receiver), c={c}"),
-                "req/s",
-                &traced.ingest,
-                format!(
-                    "{}; {} spans received",
-                    versus("ingest", &traced.ingest, &http.ingest),
-                    traced.spans
-                ),
-            ),
+            traced_row(&traced, &http, c),
         ];
         print_and_write(&rows, &[], &cpu::Report::default(), &knobs);
         return;
@@ -1406,16 +1411,7 @@ async fn main() {
             ),
         ),
     ];
-    rows.push(Row::new(
-        format!("ingest with traces exported (OTLP to a local receiver), c={c}"),
-        "req/s",
-        &traced.ingest,
-        format!(
-            "{}; {} spans received",
-            versus("ingest", &traced.ingest, &http.ingest),
-            traced.spans
-        ),
-    ));
+    rows.push(traced_row(&traced, &http, c));
     let server_side = |what: &str, fixed: Option<[Duration; 3]>, vs: String| Row {
         measurement: format!("  ingest, server side: {what}"),
         throughput: "–".to_owned(),

@@ -42,6 +42,22 @@ async fn passes(metrics: &str) -> f64 {
     )
 }
 
+/// An order with a Razorpay order id whose capture Razorpay knows (500.00 INR).
+async fn captured_at_razorpay(
+    env: &TestEnv,
+    rzp: &GatewayApi,
+    order_ref: &str,
+    razorpay_order: &str,
+    payment: &str,
+    email: &str,
+) {
+    gateway_ref(env, order_ref, "razorpay", razorpay_order).await;
+    rzp.add(
+        &format!("/v1/orders/{razorpay_order}/payments"),
+        shapes::razorpay_payment(payment, razorpay_order, "captured", 50_000, email),
+    );
+}
+
 async fn gateway_ref(env: &TestEnv, order_ref: &str, gateway: &str, reference: &str) {
     sqlx::query(
         "INSERT INTO order_gateway_refs (gateway, gateway_ref, order_id)
@@ -99,17 +115,15 @@ async fn a_capture_whose_webhook_never_came_is_applied_once_and_the_late_webhook
     let mut env = TestEnv::new().await;
     let rzp = GatewayApi::start(Gateway::Razorpay).await;
     Shop::basket("rc_lost_1").seed(&env.pool).await;
-    gateway_ref(&env, "rc_lost_1", "razorpay", "order_RClost1").await;
-    rzp.add(
-        "/v1/orders/order_RClost1/payments",
-        shapes::razorpay_payment(
-            "pay_RClost1",
-            "order_RClost1",
-            "captured",
-            50_000,
-            "a@example.com",
-        ),
-    );
+    captured_at_razorpay(
+        &env,
+        &rzp,
+        "rc_lost_1",
+        "order_RClost1",
+        "pay_RClost1",
+        "a@example.com",
+    )
+    .await;
     backdate(&env).await;
     reconcile_often(&mut env, &[&rzp]);
     let p = env.pipeline().await;
@@ -543,17 +557,15 @@ async fn api_faults_cost_a_metric_and_a_retry_and_the_order_settles_when_the_api
     let mut env = TestEnv::new().await;
     let rzp = GatewayApi::start(Gateway::Razorpay).await;
     Shop::own_product("rc_fault_1").seed(&env.pool).await;
-    gateway_ref(&env, "rc_fault_1", "razorpay", "order_RCfault1").await;
-    rzp.add(
-        "/v1/orders/order_RCfault1/payments",
-        shapes::razorpay_payment(
-            "pay_RCfault1",
-            "order_RCfault1",
-            "captured",
-            50_000,
-            "f@example.com",
-        ),
-    );
+    captured_at_razorpay(
+        &env,
+        &rzp,
+        "rc_fault_1",
+        "order_RCfault1",
+        "pay_RCfault1",
+        "f@example.com",
+    )
+    .await;
     // A revoked key first.
     rzp.refuse_credentials(true);
     backdate(&env).await;

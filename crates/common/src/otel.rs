@@ -323,23 +323,25 @@ pub fn inject_context(cx: &Context, headers: &mut FieldTable) {
 
 /// The trace context a message carries (empty when it carries none).
 pub fn amqp_context(headers: Option<&FieldTable>) -> Context {
-    let mut fields = HashMap::new();
-    for name in ["traceparent", "tracestate"] {
-        if let Some(v) = crate::amqp::header_string(headers, name) {
-            fields.insert(name.to_owned(), v);
-        }
-    }
-    TraceContextPropagator::new().extract(&Fields(&mut fields))
+    extract(|name| crate::amqp::header_string(headers, name))
 }
 
 /// The trace context of an HTTP request's `traceparent` / `tracestate`.
 pub fn http_context<'a>(header: impl Fn(&str) -> Option<&'a str>) -> Context {
-    let mut fields = HashMap::new();
-    for name in ["traceparent", "tracestate"] {
-        if let Some(v) = header(name) {
-            fields.insert(name.to_owned(), v.to_owned());
-        }
-    }
+    extract(|name| header(name).map(str::to_owned))
+}
+
+/// The (remote) context a `traceparent` names.
+pub fn from_traceparent(traceparent: &str) -> Context {
+    http_context(|name| (name == "traceparent").then_some(traceparent))
+}
+
+/// The W3C context of whatever `get` finds for `traceparent` / `tracestate`.
+fn extract(get: impl Fn(&str) -> Option<String>) -> Context {
+    let mut fields: HashMap<String, String> = ["traceparent", "tracestate"]
+        .into_iter()
+        .filter_map(|name| Some((name.to_owned(), get(name)?)))
+        .collect();
     TraceContextPropagator::new().extract(&Fields(&mut fields))
 }
 
@@ -372,8 +374,7 @@ pub fn current_trace_id() -> Option<String> {
 /// Links `span` to the span a `traceparent` names (a batch to each of its
 /// deliveries, a replay to the first delivery).
 pub fn link(span: &tracing::Span, traceparent: &str) {
-    let cx = http_context(|name| (name == "traceparent").then_some(traceparent));
-    let sc = cx.span().span_context().clone();
+    let sc = from_traceparent(traceparent).span().span_context().clone();
     if sc.is_valid() {
         span.add_link(sc);
     }

@@ -86,10 +86,7 @@ pub async fn publish_batch(
             if let Some(tp) = trace_parent {
                 let span =
                     otel::producer_span(&exchange, topology.email_routing_key(), &id.to_string());
-                otel::set_parent(
-                    &span,
-                    otel::http_context(|n| (n == "traceparent").then_some(tp.as_str())),
-                );
+                otel::set_parent(&span, otel::from_traceparent(tp));
                 let mut headers = lapin::types::FieldTable::default();
                 span.in_scope(|| otel::inject_amqp(&mut headers));
                 properties = properties.with_headers(headers);
