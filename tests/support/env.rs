@@ -219,7 +219,12 @@ impl TestEnv {
         extra: &[(&str, &str)],
         args: &[&str],
     ) -> Proc {
-        const SERVICES: [&str; 3] = ["oncehook-ingest", "oncehook-worker", "oncehook-mailer"];
+        const SERVICES: [&str; 4] = [
+            "oncehook-ingest",
+            "oncehook-worker",
+            "oncehook-mailer",
+            "oncehook-notifier",
+        ];
         let mut envs = if SERVICES.contains(&bin) {
             self.service_envs()
         } else {
@@ -630,6 +635,16 @@ impl TestEnv {
             .map(|a| (a.gateway.as_str(), a.source_api_toml()))
             .collect();
         std::fs::write(&self.config_path, config_toml_with(&tables)).expect("write test config");
+    }
+}
+
+impl TestEnv {
+    /// Adds `toml` to the test configuration, for every binary started afterwards.
+    pub fn append_config(&self, toml: &str) {
+        let mut text = std::fs::read_to_string(&self.config_path).expect("test config");
+        text.push('\n');
+        text.push_str(toml);
+        std::fs::write(&self.config_path, text).expect("write test config");
     }
 }
 

@@ -28,6 +28,7 @@ pub mod pgbouncer;
 pub mod pipeline;
 pub mod process;
 pub mod prometheus;
+pub mod receiver;
 pub mod shop;
 pub mod smtp;
 pub mod smtp_tls;

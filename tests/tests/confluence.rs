@@ -9,7 +9,8 @@
 //! duplicates (every event posted 1–3 times), all twins interleaved and
 //! posted concurrently through the real ingest to two real workers. Then
 //! every order's books are compared with the reference model
-//! (`oncehook_e2e::ledger_model`) and twin A's with twin B's.
+//! (`oncehook_e2e::ledger_model`) and twin A's with twin B's — and so are
+//! its order events (the set the shop is told, by type and fact).
 //!
 //! A fact can also come by reconciliation (docs/reconciliation.md): for
 //! about half of the events that record a fact, the envelope the reconciler
@@ -280,6 +281,7 @@ async fn confluence_same_facts_give_the_same_books() {
 
     // Compare.
     let actual = read_books(&env.pool).await;
+    let told = read_order_events(&env.pool).await;
     let mut mismatches = 0usize;
     let mut printed = 0usize;
     let mut tally: BTreeMap<String, usize> = BTreeMap::new();
@@ -287,6 +289,7 @@ async fn confluence_same_facts_give_the_same_books() {
         let pair = [&twins[2 * i], &twins[2 * i + 1]];
         let mut problems = Vec::new();
         let mut normalised = Vec::new();
+        let mut told_normalised = Vec::new();
         let mut expectations = Vec::new();
         for t in pair {
             let want = ledger_model::expected(&t.model, &t.facts).unwrap_or_else(|e| {
@@ -310,10 +313,21 @@ async fn confluence_same_facts_give_the_same_books() {
                 Some(_) => {}
             }
             normalised.push(got.as_ref().map(|g| normalise_state(g, i, t.twin)));
+            let events = told.get(&t.order_ref).cloned().unwrap_or_default();
+            if let Some(p) = events_problem(&want, t.cancel, &events) {
+                problems.push(format!("twin {}: order events {p}", t.twin));
+            }
+            told_normalised.push(comparable_events(&events, t.cancel, i, t.twin));
             expectations.push((want, got));
         }
         if normalised[0] != normalised[1] {
             problems.push("twin A's books differ from twin B's".to_owned());
+        }
+        if told_normalised[0] != told_normalised[1] {
+            problems.push(format!(
+                "twin A's order events differ from twin B's: {:?} vs {:?}",
+                told_normalised[0], told_normalised[1]
+            ));
         }
         let want = &expectations[0].0;
         *tally.entry(format!("status {}", want.status)).or_default() += 1;
@@ -549,6 +563,108 @@ async fn read_books(pool: &PgPool) -> BTreeMap<String, LedgerState> {
         }
     }
     books
+}
+
+/// Every order's events as `"<type> <fact>"` (`order.refunded
+/// refund:razorpay:rfnd_1`, `order.paid`), by order reference.
+async fn read_order_events(pool: &PgPool) -> BTreeMap<String, BTreeSet<String>> {
+    let rows = sqlx::query(
+        "SELECT o.order_ref, e.type, e.data FROM order_events e JOIN orders o ON o.id = e.order_id",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("read order events");
+    let mut told: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for r in rows {
+        let (order_ref, kind, data): (String, String, serde_json::Value) =
+            (r.get("order_ref"), r.get("type"), r.get("data"));
+        let s = |k: &str| data[k].as_str().unwrap_or("?").to_owned();
+        let fact = match kind.as_str() {
+            "order.refunded" => format!(" refund:{}:{}", s("provider"), s("refund_id")),
+            "order.payment_failed" => format!(" failed:{}:{}", s("provider"), s("payment_id")),
+            "order.needs_refund" | "order.amount_mismatch" => {
+                format!(" capture:{}:{}", s("provider"), s("payment_id"))
+            }
+            _ => String::new(),
+        };
+        told.entry(order_ref)
+            .or_default()
+            .insert(format!("{kind}{fact}"));
+    }
+    told
+}
+
+/// Where the order events disagree with the model's books: one
+/// `order.refunded` per refund (as the refund emails), one
+/// `order.payment_failed` per failed attempt, one `order.needs_refund` or
+/// `order.amount_mismatch` per capture that is not the primary payment,
+/// `order.cancelled` iff the shop cancelled, `order.paid` iff paid (for a
+/// cancelled order it depends on whether a capture came first, as its
+/// confirmation does) and `order.oversold` iff oversold (likewise).
+fn events_problem(
+    want: &LedgerState,
+    cancelled: bool,
+    events: &BTreeSet<String>,
+) -> Option<String> {
+    let mut expected: BTreeSet<String> = want
+        .refund_emails
+        .iter()
+        .map(|k| format!("order.refunded {k}"))
+        .collect();
+    for ((provider, payment, status), flag) in &want.payments {
+        let key = format!("{provider}:{payment}");
+        match (status.as_str(), flag) {
+            ("failed", _) => expected.insert(format!("order.payment_failed failed:{key}")),
+            ("captured", Some(Flag::AmountMismatch)) => {
+                expected.insert(format!("order.amount_mismatch capture:{key}"))
+            }
+            ("captured", Some(Flag::NeedsRefund)) => {
+                expected.insert(format!("order.needs_refund capture:{key}"))
+            }
+            // Refunded since: owed back either way.
+            ("captured", Some(Flag::Refunded)) => {
+                let either = [
+                    format!("order.needs_refund capture:{key}"),
+                    format!("order.amount_mismatch capture:{key}"),
+                ];
+                match either.iter().find(|e| events.contains(*e)) {
+                    Some(e) => expected.insert(e.clone()),
+                    None => expected.insert(either[0].clone()),
+                }
+            }
+            _ => false,
+        };
+    }
+    if cancelled {
+        expected.insert("order.cancelled".to_owned());
+    }
+    if want.paid_by.is_some() && !cancelled {
+        expected.insert("order.paid".to_owned());
+    }
+    if want.oversold && !cancelled {
+        expected.insert("order.oversold".to_owned());
+    }
+    let got: BTreeSet<String> = events
+        .iter()
+        .filter(|e| !(cancelled && (*e == "order.paid" || *e == "order.oversold")))
+        .cloned()
+        .collect();
+    (got != expected).then(|| format!("differ from the model: got {got:?}, expected {expected:?}"))
+}
+
+/// The events, with the twin's ids neutral and (for a cancelled order) the
+/// two that depend on whether a capture came first left out.
+fn comparable_events(
+    events: &BTreeSet<String>,
+    cancelled: bool,
+    index: usize,
+    twin: char,
+) -> BTreeSet<String> {
+    events
+        .iter()
+        .filter(|e| !(cancelled && (*e == "order.paid" || *e == "order.oversold")))
+        .map(|e| normalise(e, index, twin))
+        .collect()
 }
 
 /// `s` with the twin's ids rewritten to a neutral token.

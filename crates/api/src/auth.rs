@@ -214,6 +214,7 @@ needs! {
     OrdersRead => [OrdersRead];
     ProductsWrite => [ProductsWrite];
     ProductsRead => [ProductsWrite, OrdersRead];
+    EventsRead => [EventsRead];
 }
 
 /// The caller, checked for `N`'s scopes.

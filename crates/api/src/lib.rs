@@ -1,12 +1,13 @@
 //! `oncehook-api`: the shop's machine-to-machine API (docs/shop-integration.md).
 //! `startup` wires it; `routes` are the endpoints in one table; `auth`
 //! checks keys and scopes; `validate` checks what a shop sends; `view`
-//! shows an order; `audit` records every write; `openapi` describes it all;
+//! shows an order and `events` an order event; `audit` records every write; `openapi` describes it all;
 //! `prune` forgets idempotency keys older than `api.idempotency_ttl`.
 
 pub mod audit;
 pub mod auth;
 pub mod error;
+pub mod events;
 pub mod model;
 pub mod openapi;
 pub mod prune;

@@ -202,3 +202,49 @@ pub struct ListQuery {
     /// The `next_cursor` of the page before.
     pub cursor: Option<String>,
 }
+
+/// An order event (docs/shop-integration.md): what happened (`type`, and
+/// `data` from the fact that caused it) and the order as it is now. Its
+/// `id` is the Standard Webhooks `webhook-id`; keep the highest
+/// `order.version` per order.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct OrderEvent {
+    pub id: String,
+    /// `order.paid`, `order.refunded`, `order.needs_refund`,
+    /// `order.amount_mismatch`, `order.oversold`, `order.cancelled` or
+    /// `order.payment_failed`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub created_at: String,
+    /// What the causing fact says (the refund, the payment); `{}` when the
+    /// type says it all.
+    #[schema(value_type = Object)]
+    pub data: Value,
+    pub order: Order,
+}
+
+/// One page of `GET /v1/events`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct EventPage {
+    pub data: Vec<OrderEvent>,
+    /// Pass as `after` for the next page (given on every page, the last
+    /// one too: poll with it to hear of new events).
+    pub next_cursor: String,
+    /// More events follow now.
+    pub has_more: bool,
+}
+
+/// `GET /v1/events`'s query.
+#[derive(Debug, Clone, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct EventsQuery {
+    /// The `next_cursor` of the page before (from the first event if left out).
+    pub after: Option<String>,
+    /// Events per page (1 to `api.limits.max_page_size`, default 50).
+    pub limit: Option<u32>,
+    /// Only events of these types (comma-separated: `order.paid,order.refunded`).
+    #[serde(rename = "type")]
+    #[param(rename = "type")]
+    pub kind: Option<String>,
+}

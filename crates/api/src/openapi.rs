@@ -8,15 +8,15 @@ use utoipa::{Modify, OpenApi};
 
 use crate::error::ErrorBody;
 use crate::model;
-use crate::routes::{cancel, orders, products, read};
+use crate::routes::{cancel, events, orders, products, read};
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "oncehook shop API", description = "Products, stock deltas, idempotent orders and the ledger's view of them (docs/shop-integration.md)."),
-    paths(products::put, products::get, products::stock, orders::create, read::get, read::list, cancel::cancel, serve),
+    info(title = "oncehook shop API", description = "Products, stock deltas, idempotent orders, the ledger's view of them and the order events (docs/shop-integration.md)."),
+    paths(products::put, products::get, products::stock, orders::create, read::get, read::list, cancel::cancel, events::list, serve),
     components(schemas(ErrorBody, model::ProductPut, model::StockDelta, model::Product, model::OrderCreate,
         model::ItemIn, model::OrderCancel, model::Item, model::Amount, model::Payment, model::Refund, model::Email,
-        model::Order, model::OrderSummary, model::OrderPage)),
+        model::Order, model::OrderSummary, model::OrderPage, model::OrderEvent, model::EventPage)),
     modifiers(&Bearer),
 )]
 pub struct ApiDoc;

@@ -33,7 +33,8 @@ pub mod telemetry;
 pub mod topology;
 
 pub use config::{
-    ApiSettings, Config, ConfigError, IngestSettings, MailerSettings, SourceConfig, WorkerSettings,
+    ApiSettings, Config, ConfigError, IngestSettings, MailerSettings, NotifierSettings,
+    SourceConfig, WorkerSettings,
 };
 pub use envelope::{Envelope, Origin};
 pub use retry::RetryPolicy;

@@ -3,8 +3,11 @@
 //! except the dead-letter headers (`dead_letter`).
 //!
 //! With prefix `P`: exchange `P.events` (topic) → quorum queue `P.events`;
-//! exchange `P.emails` (direct) → quorum queue `P.emails`; both dead-letter
-//! at-least-once into exchange `P.dead` (fanout) → quorum queue `P.dead`.
+//! exchange `P.emails` (direct) → quorum queue `P.emails`; exchange
+//! `P.order-events` (topic, routing key = the event type) → quorum queue
+//! `P.notify` (the notifier's, bound to `order.#`; in-house consumers bind
+//! queues of their own); all three dead-letter at-least-once into exchange
+//! `P.dead` (fanout) → quorum queue `P.dead`.
 //! Every queue asks for a replica on each node of a cluster
 //! (`x-quorum-initial-group-size`).
 //!
@@ -68,6 +71,17 @@ impl Topology {
         format!("{}.dead", self.prefix)
     }
 
+    /// Topic exchange of the order events (routing key = the event type,
+    /// `order.paid`), for the notifier and in-house consumers.
+    pub fn order_events(&self) -> String {
+        format!("{}.order-events", self.prefix)
+    }
+
+    /// The notifier's queue, bound to every order event.
+    pub fn notify(&self) -> String {
+        format!("{}.notify", self.prefix)
+    }
+
     /// Routing key of email messages.
     pub fn email_routing_key(&self) -> &'static str {
         "email"
@@ -98,6 +112,7 @@ impl Topology {
             ..ExchangeDeclareOptions::default()
         };
         let (events, emails, dead) = (self.events(), self.emails(), self.dead());
+        let (order_events, notify) = (self.order_events(), self.notify());
         ch.exchange_declare(
             events.as_str().into(),
             ExchangeKind::Topic,
@@ -108,6 +123,13 @@ impl Topology {
         ch.exchange_declare(
             emails.as_str().into(),
             ExchangeKind::Direct,
+            durable,
+            FieldTable::default(),
+        )
+        .await?;
+        ch.exchange_declare(
+            order_events.as_str().into(),
+            ExchangeKind::Topic,
             durable,
             FieldTable::default(),
         )
@@ -142,6 +164,14 @@ impl Topology {
         )
         .await?;
         ch.queue_bind(
+            notify.as_str().into(),
+            order_events.as_str().into(),
+            "order.#".into(),
+            bind,
+            FieldTable::default(),
+        )
+        .await?;
+        ch.queue_bind(
             dead.as_str().into(),
             dead.as_str().into(),
             "".into(),
@@ -154,12 +184,13 @@ impl Topology {
 
     /// Every queue with the arguments it is declared with, except the group
     /// size, which is added when declaring (see the module documentation):
-    /// the events and emails queues with `delivery_limit`, then the
+    /// the events, emails and notify queues with `delivery_limit`, then the
     /// dead-letter queue.
-    pub fn queue_args(&self, delivery_limit: u32) -> [(String, FieldTable); 3] {
+    pub fn queue_args(&self, delivery_limit: u32) -> [(String, FieldTable); 4] {
         [
             (self.events(), self.work_queue_args(delivery_limit)),
             (self.emails(), self.work_queue_args(delivery_limit)),
+            (self.notify(), self.work_queue_args(delivery_limit)),
             (self.dead(), dead_queue_args()),
         ]
     }

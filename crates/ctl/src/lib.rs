@@ -9,6 +9,7 @@ pub mod broker;
 pub mod demo;
 pub mod dlq;
 pub mod migrate;
+pub mod notify;
 pub mod output;
 pub mod password;
 pub mod reconcile;

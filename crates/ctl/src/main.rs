@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use oncehook_common::Config;
 use oncehook_ctl::{
-    api_key, demo, dlq, migrate, output, password, reconcile, retention, send, stats, trace,
+    api_key, demo, dlq, migrate, notify, output, password, reconcile, retention, send, stats, trace,
 };
 
 #[derive(Parser)]
@@ -52,6 +52,11 @@ enum Command {
     Retention(retention::RetentionArgs),
     /// Ask the gateways' APIs about pending orders now; publish what no webhook delivered.
     Reconcile(reconcile::ReconcileArgs),
+    /// Order events owed to the shop's endpoints: list, show, replay, enable.
+    Notify {
+        #[command(subcommand)]
+        command: notify::NotifyCommand,
+    },
     /// Queue depths, consumers, dead letters, outbox backlog, outcomes per gateway.
     Stats(stats::StatsArgs),
     /// Hash a console password (read from stdin) into a `[[console.user]]` entry.
@@ -98,6 +103,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Trace { command } => out.finish(&trace::run(&settings, command).await?),
         Command::Retention(args) => out.finish(&retention::run(&settings, args).await?),
         Command::Reconcile(args) => out.finish(&reconcile::run(&settings, args).await?),
+        Command::Notify { command } => out.finish(&notify::run(&settings, command).await?),
         Command::Stats(args) => out.finish(&stats::run(&settings, args).await?),
         Command::ConsoleUser(_) | Command::ApiKey(_) => ExitCode::SUCCESS,
     })

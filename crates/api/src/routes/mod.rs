@@ -5,6 +5,7 @@
 //! method.
 
 pub mod cancel;
+pub mod events;
 pub mod orders;
 pub mod products;
 pub mod read;
@@ -38,6 +39,7 @@ routes! {
     GET "/v1/orders" => read::list;
     GET "/v1/orders/{order_ref}" => read::get;
     POST "/v1/orders/{order_ref}/cancel" => cancel::cancel;
+    GET "/v1/events" => events::list;
     GET "/v1/openapi.json" => crate::openapi::serve;
 }
 

@@ -7,7 +7,8 @@ use std::net::SocketAddr;
 
 use super::error::invalid;
 use super::{
-    API_METRICS_ADDR, ApiConfig, INGEST_METRICS_ADDR, MAILER_METRICS_ADDR, WORKER_METRICS_ADDR,
+    API_METRICS_ADDR, ApiConfig, INGEST_METRICS_ADDR, MAILER_METRICS_ADDR, NOTIFIER_METRICS_ADDR,
+    NotifyConfig, WORKER_METRICS_ADDR,
 };
 use super::{BrokerConfig, Config, ConfigError, DatabaseConfig, ENV_CONFIG};
 use super::{IngestConfig, MailConfig, TelemetryConfig, WorkerConfig};
@@ -42,6 +43,17 @@ pub struct MailerSettings {
     pub database: DatabaseConfig,
     pub telemetry: TelemetryConfig,
     pub mail: MailConfig,
+}
+
+/// What `oncehook-notifier` is given.
+#[derive(Debug, Clone)]
+pub struct NotifierSettings {
+    /// The metrics/health listener, resolved against this binary's default.
+    pub metrics_addr: Option<SocketAddr>,
+    pub broker: BrokerConfig,
+    pub database: DatabaseConfig,
+    pub telemetry: TelemetryConfig,
+    pub notify: NotifyConfig,
 }
 
 /// What `oncehook-api` is given: the database and its own section, never
@@ -92,6 +104,17 @@ impl Config {
             database: self.database,
             telemetry: self.telemetry,
             api: self.api,
+        }
+    }
+
+    /// The sections `oncehook-notifier` reads.
+    pub fn into_notifier(self) -> NotifierSettings {
+        NotifierSettings {
+            metrics_addr: self.telemetry.metrics.resolve(NOTIFIER_METRICS_ADDR),
+            broker: self.broker,
+            database: self.database,
+            telemetry: self.telemetry,
+            notify: self.notify,
         }
     }
 

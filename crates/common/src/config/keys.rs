@@ -5,7 +5,7 @@
 //! section's keys that the loader (`load.rs`) and the error messages
 //! (`error.rs`) read.
 
-use super::{api, broker, console, database, ingest, mail, reconcile, telemetry, worker};
+use super::{api, broker, console, database, ingest, mail, notify, reconcile, telemetry, worker};
 
 /// The file named by this variable is read under the environment.
 pub const ENV_CONFIG: &str = "ONCEHOOK_CONFIG";
@@ -69,6 +69,7 @@ pub(super) fn all() -> impl Iterator<Item = &'static Key> {
         console::KEYS,
         api::KEYS,
         reconcile::KEYS,
+        notify::KEYS,
     ]
     .into_iter()
     .flatten()

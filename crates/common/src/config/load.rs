@@ -24,6 +24,7 @@ use super::error::{ConfigError, describe};
 use super::ingest::IngestSection;
 use super::keys::{self, ENV_CONFIG};
 use super::mail::MailSection;
+use super::notify::NotifySection;
 use super::reconcile::ReconcileSection;
 use super::sources::FileSource;
 use super::telemetry::TelemetrySection;
@@ -42,6 +43,7 @@ pub(super) struct Sections {
     pub console: ConsoleSection,
     pub api: ApiSection,
     pub reconcile: ReconcileSection,
+    pub notify: NotifySection,
     /// `[[source]]` stays a top-level table (the documented layout).
     pub source: Vec<FileSource>,
 }

@@ -29,6 +29,7 @@ mod ingest;
 mod keys;
 mod load;
 mod mail;
+mod notify;
 mod reconcile;
 mod secret;
 mod smtp;
@@ -42,7 +43,7 @@ use std::collections::HashMap;
 
 pub use api::{ApiConfig, ApiKey, ApiScope, ENV_API_ADDR, ENV_API_AUTH_FAILURES_PER_MINUTE};
 pub use api::{ENV_API_BODY_LIMIT_BYTES, ENV_API_MAX_ITEMS, ENV_API_MAX_PAGE_SIZE};
-pub use binaries::{ApiSettings, IngestSettings, MailerSettings, WorkerSettings};
+pub use binaries::{ApiSettings, IngestSettings, MailerSettings, NotifierSettings, WorkerSettings};
 pub use broker::{BrokerConfig, DEFAULT_AMQP_URL};
 pub use broker::{ENV_AMQP_PREFIX, ENV_AMQP_URL, ENV_DELIVERY_LIMIT};
 pub use broker::{ENV_PUBLISH_TIMEOUT_MS, ENV_QUORUM_INITIAL_GROUP_SIZE};
@@ -57,6 +58,8 @@ pub use keys::{ENV_CONFIG, ENV_MAX_ATTEMPTS, ENV_PREFETCH};
 pub use mail::{ENV_MAIL_CONCURRENCY, ENV_MAIL_DIR, ENV_MAIL_FROM, MailConfig};
 pub use mail::{ENV_SMTP_ALLOW_INSECURE_AUTH, ENV_SMTP_CA_FILE, ENV_SMTP_PASSWORD};
 pub use mail::{ENV_SMTP_TLS, ENV_SMTP_URL, ENV_SMTP_USERNAME};
+pub use notify::{DEFAULT_RETRY_SCHEDULE, NotifyConfig, NotifyEndpoint, glob_matches};
+pub use notify::{ENV_NOTIFY_CONCURRENCY, ENV_NOTIFY_RETRY_SCHEDULE, ENV_NOTIFY_TIMEOUT};
 pub use reconcile::{ENV_RECONCILE_AFTER, ENV_RECONCILE_HORIZON, ENV_RECONCILE_INTERVAL};
 pub use reconcile::{ENV_RECONCILE_CALLS_PER_RUN, ENV_RECONCILE_CALLS_PER_SECOND};
 pub use reconcile::{ENV_RECONCILE_TIMEOUT, ReconcileConfig};
@@ -65,7 +68,8 @@ pub use smtp::{SmtpConfig, SmtpCredentials, SmtpTls};
 pub use source_api::{ApiAuth, DEFAULT_CASHFREE_API_VERSION, SourceApi, default_base_url};
 pub use sources::{DEFAULT_TOLERANCE_SECS, MAX_TOLERANCE_SECS, SourceConfig};
 pub use telemetry::{
-    API_METRICS_ADDR, INGEST_METRICS_ADDR, MAILER_METRICS_ADDR, WORKER_METRICS_ADDR,
+    API_METRICS_ADDR, INGEST_METRICS_ADDR, MAILER_METRICS_ADDR, NOTIFIER_METRICS_ADDR,
+    WORKER_METRICS_ADDR,
 };
 pub use telemetry::{ENV_LOG, ENV_LOG_FORMAT, ENV_METRICS_ADDR, ENV_PROMETHEUS_URL};
 pub use telemetry::{MetricsListener, OtlpProtocol, Sampler, TelemetryConfig, TracesConfig};
@@ -85,6 +89,7 @@ pub struct Config {
     pub console: ConsoleConfig,
     pub api: ApiConfig,
     pub reconcile: ReconcileConfig,
+    pub notify: NotifyConfig,
 }
 
 impl Config {
@@ -108,6 +113,7 @@ impl Config {
             console: sections.console.validate()?,
             api: sections.api.validate()?,
             reconcile: sections.reconcile.validate()?,
+            notify: sections.notify.validate(env)?,
         })
     }
 

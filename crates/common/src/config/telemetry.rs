@@ -112,6 +112,8 @@ pub const WORKER_METRICS_ADDR: SocketAddr = loopback(9101);
 pub const MAILER_METRICS_ADDR: SocketAddr = loopback(9102);
 /// The shop API's metrics/health listener when `ONCEHOOK_METRICS_ADDR` is unset.
 pub const API_METRICS_ADDR: SocketAddr = loopback(9103);
+/// The notifier's metrics/health listener when `ONCEHOOK_METRICS_ADDR` is unset.
+pub const NOTIFIER_METRICS_ADDR: SocketAddr = loopback(9104);
 
 impl MetricsListener {
     /// The address to bind, given the binary's default; `None` when off.

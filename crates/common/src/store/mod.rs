@@ -19,6 +19,10 @@
 //! - [`reconcile`]: what the reconciler reads (pending orders, their
 //!   references and known payments, recorded facts) and `reconcile_checks`,
 //!   `reconcile_runs` and its advisory lock.
+//! - [`order_events`]: `order_events`, what the ledger tells the shop,
+//!   written with the effect, published and paged.
+//! - [`notify`]: `notify_deliveries` and `notify_endpoints`, what the
+//!   notifier owes each of the shop's endpoints.
 //! - [`schema`]: `_sqlx_migrations`, which migrations are applied.
 //! - [`ping`]: whether the database answers at all.
 //!
@@ -36,6 +40,8 @@ use crate::config::Pooler;
 pub mod audit;
 pub mod dedup;
 pub mod ledger;
+pub mod notify;
+pub mod order_events;
 pub mod outbox;
 pub mod parking;
 pub mod reconcile;

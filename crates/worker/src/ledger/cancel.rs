@@ -4,9 +4,12 @@
 //! other fact, so a capture that came before is owed back (`needs_refund`)
 //! and its stock given back, and one that comes after is recorded and owed
 //! back and takes no stock: the same books whatever the order of the two.
-//! Emails already written stay (a confirmation cannot be unsent).
+//! Emails already written stay (a confirmation cannot be unsent); the
+//! order events it causes (`order.cancelled`, `order.needs_refund`) are
+//! written in the same transaction.
 
 use oncehook_common::store::ledger::books;
+use oncehook_common::store::order_events as events_store;
 use sqlx::PgConnection;
 
 use super::recompute::recompute;
@@ -43,7 +46,8 @@ pub async fn cancel(
         return Ok(Cancelled::Already);
     }
     order.cancelled = true;
-    recompute(conn, &[&order]).await?;
+    let recomputed = recompute(conn, &[&order]).await?;
+    events_store::write_many(conn, &recomputed.events).await?;
     tracing::info!(%order_ref, cancelled_by = by, "order cancelled");
     Ok(Cancelled::Now)
 }

@@ -18,7 +18,8 @@
 //!    (`recompute`, with the pure `state::compute`): status, refunds,
 //!    primary payment, flags, the one stock movement (`stock`);
 //! 6. write the emails (`emails`: one confirmation per order, one per
-//!    refund fact) and park what stays unlinked;
+//!    refund fact) and the order events for the shop (`order_events`: each
+//!    derived from one fact), and park what stays unlinked;
 //! 7. tell the pipeline each event's outcome (`outcome`).
 //!
 //! So the books depend on the set of events, not on the order or number of
@@ -27,6 +28,7 @@
 pub mod cancel;
 mod emails;
 mod facts;
+pub mod order_events;
 mod outcome;
 pub mod parking;
 mod plan;
@@ -41,6 +43,7 @@ pub use emails::money;
 use std::collections::{BTreeMap, BTreeSet};
 
 use oncehook_common::store::ledger::books::{self, PaymentKey};
+use oncehook_common::store::order_events::{self as events_store, NewOrderEvent};
 use oncehook_common::store::outbox;
 use oncehook_common::store::parking as parking_store;
 use sqlx::PgConnection;
@@ -84,33 +87,12 @@ impl Effect for Ledger {
         let fresh = recording.fresh(&written);
         let recomputed = recompute(conn, &recording.touched(&plan, &fresh)).await?;
 
-        let mut emails = recomputed.confirmations;
-        emails.extend(recording.new_refunds(&fresh).filter_map(|r| {
-            plan.orders
-                .get(&r.order_id)
-                .map(|o| emails::Email::refund(o, r))
-        }));
-        // Each email joins the trace of the first delivery placed on its order.
-        let traces: BTreeMap<i64, &str> = deliveries
-            .iter()
-            .zip(&plan.places)
-            .rev()
-            .filter_map(|(d, place)| match place {
-                plan::Place::Order(id) => Some((*id, d.trace_parent.as_deref()?)),
-                _ => None,
-            })
-            .collect();
-        let emails: Vec<emails::Email> = emails
-            .into_iter()
-            .map(|e| {
-                let tp = traces.get(&e.order_id()).copied();
-                e.traced(tp)
-            })
-            .collect();
-        let rows: Vec<_> = emails.iter().map(emails::Email::row).collect();
-        if !rows.is_empty() {
-            outbox::write_many(conn, &rows).await?;
-        }
+        let mut recomputed = recomputed;
+        let traces = traces_by_order(deliveries, &plan);
+        let emails = std::mem::take(&mut recomputed.confirmations);
+        write_emails(conn, emails, &plan, &recording, &fresh, &traces).await?;
+        let told = std::mem::take(&mut recomputed.events);
+        write_order_events(conn, told, &plan, &recording, &fresh, &traces).await?;
         let mut parked: Vec<_> = deliveries
             .iter()
             .zip(&plan.places)
@@ -131,6 +113,78 @@ impl Effect for Ledger {
             &recomputed.states,
         ))
     }
+}
+
+/// The `traceparent` of the first delivery placed on each order: the
+/// emails and order events it causes join that trace.
+fn traces_by_order<'d>(deliveries: &[&'d Delivery], plan: &Plan) -> BTreeMap<i64, &'d str> {
+    deliveries
+        .iter()
+        .zip(&plan.places)
+        .rev()
+        .filter_map(|(d, place)| match place {
+            plan::Place::Order(id) => Some((*id, d.trace_parent.as_deref()?)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Writes the confirmations and one email per new refund fact.
+async fn write_emails(
+    conn: &mut PgConnection,
+    mut emails: Vec<emails::Email>,
+    plan: &Plan,
+    recording: &Recording,
+    fresh: &record::Fresh,
+    traces: &BTreeMap<i64, &str>,
+) -> Result<(), sqlx::Error> {
+    emails.extend(recording.new_refunds(fresh).filter_map(|r| {
+        plan.orders
+            .get(&r.order_id)
+            .map(|o| emails::Email::refund(o, r))
+    }));
+    let emails: Vec<emails::Email> = emails
+        .into_iter()
+        .map(|e| {
+            let tp = traces.get(&e.order_id()).copied();
+            e.traced(tp)
+        })
+        .collect();
+    let rows: Vec<_> = emails.iter().map(emails::Email::row).collect();
+    if !rows.is_empty() {
+        outbox::write_many(conn, &rows).await?;
+    }
+    Ok(())
+}
+
+/// Writes the order events the recomputed states owe, one per new refund
+/// fact and one per new failed attempt (those already written are skipped).
+async fn write_order_events(
+    conn: &mut PgConnection,
+    mut events: Vec<NewOrderEvent>,
+    plan: &Plan,
+    recording: &Recording,
+    fresh: &record::Fresh,
+    traces: &BTreeMap<i64, &str>,
+) -> Result<(), sqlx::Error> {
+    let order = |id: &i64| plan.orders.get(id);
+    events.extend(
+        recording
+            .new_refunds(fresh)
+            .filter_map(|r| order(&r.order_id).map(|o| order_events::refunded(o, r))),
+    );
+    events.extend(
+        recording
+            .new_failures(fresh)
+            .filter_map(|a| order(&a.order_id).map(|o| order_events::payment_failed(o, a))),
+    );
+    for e in &mut events {
+        e.trace_parent = traces.get(&e.order_id).map(|tp| (*tp).to_owned());
+    }
+    for (_, kind) in events_store::write_many(conn, &events).await? {
+        metrics::counter!("oncehook_order_events_written_total", "type" => kind).increment(1);
+    }
+    Ok(())
 }
 
 /// The distinct items, sorted (the order locks are taken in).

@@ -3,7 +3,8 @@
 //! [`super::state::compute`], and what changed is written back — the
 //! payments' flags in one statement, the stock of the orders first paid
 //! (`stock`), the orders' states in one statement — with each newly paid
-//! order's confirmation email returned for the outbox.
+//! order's confirmation email returned for the outbox, with the order
+//! events the new states owe (`order_events`).
 
 use std::collections::BTreeMap;
 
@@ -12,7 +13,10 @@ use oncehook_common::store::ledger::books::{
 };
 use sqlx::PgConnection;
 
+use oncehook_common::store::order_events::NewOrderEvent;
+
 use super::emails::Email;
+use super::order_events;
 use super::state::{
     self, Capture, FLAG_AMOUNT_MISMATCH, FLAG_NEEDS_REFUND, OrderState, RefundFact, Terms,
 };
@@ -23,6 +27,8 @@ use super::stock;
 pub struct Recomputed {
     pub states: BTreeMap<i64, OrderState>,
     pub confirmations: Vec<Email>,
+    /// The order events the states owe (some perhaps written before).
+    pub events: Vec<NewOrderEvent>,
 }
 
 /// Recomputes `touched` (in the order the group first touched them).
@@ -81,11 +87,35 @@ pub async fn recompute(
         .collect();
     books::set_flags(conn, &flags).await?;
     books::write_orders(conn, &updates).await?;
+    done.events = owed_events(touched, &done.states, &paid, &updates);
     done.confirmations = paid
         .iter()
         .map(|order| Email::confirmation(order, moved.get(&order.id).map_or(&[], Vec::as_slice)))
         .collect();
     Ok(done)
+}
+
+/// The order events of the recomputed orders: paid (first paid), oversold,
+/// cancelled, and one per capture that is not the primary payment.
+fn owed_events(
+    touched: &[&OrderRow],
+    states: &BTreeMap<i64, OrderState>,
+    paid: &[&OrderRow],
+    updates: &[OrderUpdate],
+) -> Vec<NewOrderEvent> {
+    let mut events: Vec<NewOrderEvent> = paid.iter().map(|o| order_events::paid(o)).collect();
+    for order in touched {
+        if updates.iter().any(|u| u.order_id == order.id && u.oversold) {
+            events.push(order_events::oversold(order));
+        }
+        if order.cancelled {
+            events.push(order_events::cancelled(order));
+        }
+        if let Some(state) = states.get(&order.id) {
+            events.extend(order_events::owed(order, state));
+        }
+    }
+    events
 }
 
 /// The state of `order` with these facts.

@@ -173,8 +173,8 @@ impl Recording {
             .collect()
     }
 
-    /// The refunds recorded new, for their emails.
-    pub fn new_refunds<'a>(&'a self, fresh: &'a Fresh) -> impl Iterator<Item = &'a NewRefund> {
+    /// The slots of the facts recorded new (the group's, then the adopted).
+    fn new_slots<'a>(&'a self, fresh: &'a Fresh) -> impl Iterator<Item = Slot> + 'a {
         self.events
             .iter()
             .zip(&fresh.events)
@@ -185,9 +185,22 @@ impl Recording {
                     .zip(&fresh.adopted)
                     .map(|((slot, _), new)| (Some(*slot), *new)),
             )
-            .filter_map(move |(slot, new)| match slot {
-                Some(Slot::Refund(i)) if new => self.facts.refunds.get(i),
-                _ => None,
-            })
+            .filter_map(|(slot, new)| slot.filter(|_| new))
+    }
+
+    /// The refunds recorded new, for their emails and order events.
+    pub fn new_refunds<'a>(&'a self, fresh: &'a Fresh) -> impl Iterator<Item = &'a NewRefund> {
+        self.new_slots(fresh).filter_map(move |slot| match slot {
+            Slot::Refund(i) => self.facts.refunds.get(i),
+            Slot::Attempt(_) => None,
+        })
+    }
+
+    /// The failed attempts recorded new, for their order events.
+    pub fn new_failures<'a>(&'a self, fresh: &'a Fresh) -> impl Iterator<Item = &'a NewAttempt> {
+        self.new_slots(fresh).filter_map(move |slot| match slot {
+            Slot::Attempt(i) => self.facts.attempts.get(i).filter(|a| a.status == "failed"),
+            Slot::Refund(_) => None,
+        })
     }
 }

@@ -65,6 +65,11 @@ pub struct OrderState {
     pub paid_by: Option<String>,
     /// The flag of every captured payment, keyed by `(provider, payment_id)`.
     pub flags: BTreeMap<(String, String), Option<&'static str>>,
+    /// Every capture that is not the primary payment, with what it is owed:
+    /// [`FLAG_NEEDS_REFUND`] (a payment to return) or
+    /// [`FLAG_AMOUNT_MISMATCH`] — whether or not it was refunded since, so
+    /// the order events it causes depend only on the set of facts.
+    pub owed: BTreeMap<(String, String), &'static str>,
 }
 
 impl OrderState {
@@ -114,9 +119,18 @@ pub fn compute(terms: &Terms, captures: &[Capture], refunds: &[RefundFact]) -> O
     };
 
     let mut flags = BTreeMap::new();
+    let mut owed = BTreeMap::new();
     for c in captures {
         let is_primary =
             primary.is_some_and(|p| p.provider == c.provider && p.payment_id == c.payment_id);
+        if !is_primary {
+            let kind = if c.matches(terms) {
+                FLAG_NEEDS_REFUND
+            } else {
+                FLAG_AMOUNT_MISMATCH
+            };
+            owed.insert((c.provider.clone(), c.payment_id.clone()), kind);
+        }
         let flag = if is_primary {
             None
         } else if c.amount_minor.is_some_and(|a| refunded_of(c) >= a) {
@@ -154,6 +168,7 @@ pub fn compute(terms: &Terms, captures: &[Capture], refunds: &[RefundFact]) -> O
         refunded_minor: order_refunds,
         paid_by: primary.map(Capture::payer),
         flags,
+        owed,
     }
 }
 
