@@ -743,3 +743,113 @@ async fn idempotency_keys_are_forgotten_after_their_ttl() {
         "{metrics}"
     );
 }
+
+/// Writes an order event for `order_ref` the way the ledger does, on `conn`.
+async fn write_event(conn: &mut sqlx::PgConnection, id: &str, kind: &str, order_ref: &str) {
+    sqlx::query(
+        "INSERT INTO order_events (id, type, order_id) SELECT $1, $2, id FROM orders WHERE order_ref = $3",
+    )
+    .bind(id)
+    .bind(kind)
+    .bind(order_ref)
+    .execute(conn)
+    .await
+    .expect("write an order event");
+}
+
+/// The page at `path` once it lists `n` events.
+async fn listed(api: &Api, path: &str, n: usize) -> oncehook_e2e::api::Answer {
+    oncehook_e2e::eventually(
+        &format!("{path} to list {n} events"),
+        oncehook_e2e::WAIT,
+        || async {
+            let a = api.get(path, FULL_KEY).await;
+            (ids_of(&a.json).len() >= n).then_some(a)
+        },
+    )
+    .await
+}
+
+fn ids_of(page: &Value) -> Vec<String> {
+    page["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| e["id"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn events_are_paged_in_commit_order_and_a_cursor_never_skips_a_late_commit() {
+    let mut env = TestEnv::new().await;
+    let api = Api::start(&mut env, &[]).await;
+    oncehook_e2e::shop::Shop::new()
+        .product("MUG", 10)
+        .order("ev_1", &[("MUG", 1)])
+        .order("ev_2", &[("MUG", 1)])
+        .seed(&env.pool)
+        .await;
+    let mut conn = env.pool.acquire().await.expect("conn");
+    for (id, kind) in [
+        ("evt_a", "order.paid"),
+        ("evt_b", "order.refunded"),
+        ("evt_c", "order.paid"),
+    ] {
+        write_event(&mut conn, id, kind, "ev_1").await;
+    }
+    // Pages of two, then the rest; every page has a cursor.
+    // Transactions of other databases on the server hold the feed back
+    // while they run (the horizon is the server's): poll.
+    let first = listed(&api, "/v1/events?limit=2", 2).await;
+    assert_eq!(first.status, 200, "{:?}", first.json);
+    assert_eq!(ids_of(&first.json), ["evt_a", "evt_b"]);
+    assert_eq!(first.json["has_more"], true);
+    let cursor = first.json["next_cursor"]
+        .as_str()
+        .expect("cursor")
+        .to_owned();
+    let second = listed(&api, &format!("/v1/events?after={cursor}"), 1).await;
+    assert_eq!(ids_of(&second.json), ["evt_c"]);
+    assert_eq!(second.json["has_more"], false);
+    // The event carries the order's snapshot as GET /v1/orders/{ref} shows it.
+    let event = &second.json["data"][0];
+    let order = api.get("/v1/orders/ev_1", READ_KEY).await;
+    assert_eq!(event["order"], order.json);
+    assert_eq!(event["type"], "order.paid");
+    // A type filter.
+    let refunds = api.get("/v1/events?type=order.refunded", FULL_KEY).await;
+    assert_eq!(ids_of(&refunds.json), ["evt_b"]);
+
+    // A transaction that wrote first but commits last: while it is open,
+    // nothing after it is listed, so the cursor cannot pass it.
+    let cursor = second.json["next_cursor"]
+        .as_str()
+        .expect("cursor")
+        .to_owned();
+    let mut slow = env.pool.begin().await.expect("begin");
+    write_event(&mut slow, "evt_slow", "order.paid", "ev_2").await;
+    write_event(&mut conn, "evt_fast", "order.cancelled", "ev_2").await;
+    let during = api
+        .get(&format!("/v1/events?after={cursor}"), FULL_KEY)
+        .await;
+    assert_eq!(ids_of(&during.json), Vec::<String>::new());
+    assert_eq!(
+        during.json["next_cursor"],
+        cursor.as_str(),
+        "an empty page keeps the cursor"
+    );
+    slow.commit().await.expect("commit");
+    let after = listed(&api, &format!("/v1/events?after={cursor}"), 2).await;
+    assert_eq!(ids_of(&after.json), ["evt_slow", "evt_fast"]);
+
+    // Refusals: a key without events:read, a cursor not handed out, a bad limit or type.
+    assert_eq!(api.get("/v1/events", READ_KEY).await.status, 403);
+    for (query, field) in [
+        ("after=nonsense", "after"),
+        ("limit=0", "limit"),
+        ("type=Order%20Paid", "type"),
+    ] {
+        let a = api.get(&format!("/v1/events?{query}"), FULL_KEY).await;
+        assert_eq!((a.status, a.field()), (400, field), "{query}: {:?}", a.json);
+    }
+}

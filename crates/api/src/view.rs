@@ -36,8 +36,14 @@ pub async fn order(conn: &mut PgConnection, order_ref: &str) -> Result<Option<Or
     let Some(extras) = shop::order_extras(conn, o.id).await? else {
         return Ok(None);
     };
-    let payments = ledger::payments_of(conn, o.id).await?;
-    let refunds = ledger::refunds_of(conn, o.id).await?;
+    // Payments and refunds by their keys, not by arrival: the snapshot is
+    // the same whatever order the gateway's webhooks came in.
+    let mut payments = ledger::payments_of(conn, o.id).await?;
+    payments.sort_by(|a, b| {
+        (&a.provider, &a.payment_id, &a.status).cmp(&(&b.provider, &b.payment_id, &b.status))
+    });
+    let mut refunds = ledger::refunds_of(conn, o.id).await?;
+    refunds.sort_by(|a, b| (&a.provider, &a.refund_id).cmp(&(&b.provider, &b.refund_id)));
     let emails = outbox::emails_of(conn, o.id).await?;
     let flagged = |flag: &str| payments.iter().any(|p| p.flag.as_deref() == Some(flag));
     Ok(Some(Order {
