@@ -103,6 +103,7 @@ bench-smoke: services tools
 	grep -q '^| ingest with traces exported' target/bench-report.md
 	grep -q '^| console overview' target/bench-report.md
 	grep -q '^| API POST /v1/orders' target/bench-report.md
+	grep -q '^| notifier: order events' target/bench-report.md
 	grep -q '^- goal 1 (' target/bench-report.md
 
 ## demo: the README tour against a running `make run`

@@ -46,7 +46,7 @@
 //! `ONCEHOOK_BENCH_BATCH` (8; 1 skips the group-commit runs),
 //! `ONCEHOOK_BENCH_ORDERS` (200,000: the most orders the API run posts),
 //! `ONCEHOOK_BENCH_CLUSTER` (unset: no cluster section),
-//! `ONCEHOOK_BENCH_ONLY` (`speed`, `console` or `api`: only those phases).
+//! `ONCEHOOK_BENCH_ONLY` (`speed`, `console`, `api`, `traces` or `notify`: only those phases).
 //! Binaries come from `ONCEHOOK_BIN_DIR` (`make bench`: release).
 
 use std::future::Future;
@@ -68,6 +68,7 @@ mod api;
 mod console;
 mod cpu;
 mod inside;
+mod notify;
 mod speed;
 mod table;
 
@@ -1371,6 +1372,11 @@ async fn main() {
         print_and_write(&rows, &[], &cpu::Report::default(), &knobs);
         return;
     }
+    if notify::only() {
+        let (rows, notes) = notify::phase(&knobs, None).await;
+        print_and_write(&rows, &notes, &cpu::Report::default(), &knobs);
+        return;
+    }
     if console::only() {
         let (rows, notes) = console::phase().await;
         print_and_write(&rows, &notes, &cpu::Report::default(), &knobs);
@@ -1572,6 +1578,14 @@ async fn main() {
     rows.append(&mut api.rows);
     notes.append(&mut api.notes);
     cpu.extend(std::mem::take(&mut api.cpu));
+    let worker_rate = workers
+        .iter()
+        .filter(|r| r.workers == 1 && !r.traced)
+        .map(|r| r.stats.rate())
+        .reduce(f64::max);
+    let (notify_rows, notify_notes) = notify::phase(&knobs, worker_rate).await;
+    rows.extend(notify_rows);
+    notes.extend(notify_notes);
     let (console_rows, console_notes) = console::phase().await;
     rows.extend(console_rows);
     notes.extend(console_notes);

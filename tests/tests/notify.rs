@@ -642,3 +642,32 @@ async fn two_permutations_of_the_same_webhooks_tell_the_same_events_and_end_in_t
     );
     assert_eq!(runs[0].1, runs[1].1, "the same final snapshot");
 }
+
+#[tokio::test]
+async fn a_claim_never_takes_more_rows_than_it_asks_for() {
+    use oncehook_common::config::Pooler;
+    use oncehook_common::store::{Pooled, notify};
+    let env = TestEnv::new().await;
+    let orders: Vec<String> = (0..60).map(|i| format!("nc_{i}")).collect();
+    Shop::mugs(100, &orders).seed(&env.pool).await;
+    for sql in [
+        "INSERT INTO order_events (id, type, order_id) SELECT 'evt_' || order_ref, 'order.paid', id FROM orders",
+        "INSERT INTO notify_deliveries (event_id, endpoint) SELECT id, 'shop' FROM order_events",
+    ] {
+        sqlx::query(sql).execute(&env.pool).await.expect("due rows");
+    }
+    let db = Pooled::new(env.pool.clone(), Pooler::None);
+    let mut seen = BTreeSet::new();
+    for _ in 0..15 {
+        let due = notify::claim_due(&db, "shop", 4, Duration::from_secs(60))
+            .await
+            .expect("claim");
+        assert_eq!(due.len(), 4, "a claim of 4");
+        seen.extend(due.into_iter().map(|d| d.event_id));
+    }
+    assert_eq!(seen.len(), 60, "every row once");
+    let left = notify::claim_due(&db, "shop", 4, Duration::from_secs(60))
+        .await
+        .expect("claim");
+    assert!(left.is_empty(), "held rows are not claimed twice");
+}

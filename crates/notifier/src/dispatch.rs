@@ -38,8 +38,10 @@ pub async fn run(n: Arc<Notifier>, endpoint: Arc<NotifyEndpoint>, wake: Arc<Noti
             match store::claim_due(&n.db, &endpoint.name, free as i64, lease).await {
                 Ok(due) => {
                     for row in due {
-                        let Ok(permit) = permits.clone().try_acquire_owned() else {
-                            break;
+                        // Never more rows than permits; waiting here keeps a
+                        // claimed row from idling until its lease ends.
+                        let Ok(permit) = permits.clone().acquire_owned().await else {
+                            return;
                         };
                         let (n, endpoint, wake) = (n.clone(), endpoint.clone(), wake.clone());
                         tokio::spawn(async move {

@@ -159,15 +159,18 @@ pub async fn claim_due(
     let mut tx = db.pool.begin().await?;
     let rows = sqlx::query_as!(
         Due,
-        "UPDATE notify_deliveries d SET locked_until = now() + make_interval(secs => $3)
-         FROM (SELECT d2.event_id FROM notify_deliveries d2
-               WHERE d2.endpoint = $1 AND d2.status = 'pending' AND d2.next_attempt_at <= now()
-                 AND (d2.locked_until IS NULL OR d2.locked_until < now())
-                 AND NOT EXISTS (SELECT 1 FROM notify_endpoints e
-                                 WHERE e.name = $1 AND e.disabled_at IS NOT NULL)
-               ORDER BY d2.next_attempt_at, d2.created_at LIMIT $2
-               FOR UPDATE SKIP LOCKED) AS due
-         WHERE d.event_id = due.event_id AND d.endpoint = $1
+        // A materialized CTE: a subquery in UPDATE … FROM may be scanned
+        // again for each row, and claim more rows than the limit.
+        "WITH due AS MATERIALIZED (
+             SELECT d2.event_id FROM notify_deliveries d2
+             WHERE d2.endpoint = $1 AND d2.status = 'pending' AND d2.next_attempt_at <= now()
+               AND (d2.locked_until IS NULL OR d2.locked_until < now())
+               AND NOT EXISTS (SELECT 1 FROM notify_endpoints e
+                               WHERE e.name = $1 AND e.disabled_at IS NOT NULL)
+             ORDER BY d2.next_attempt_at, d2.created_at LIMIT $2
+             FOR UPDATE SKIP LOCKED)
+         UPDATE notify_deliveries d SET locked_until = now() + make_interval(secs => $3)
+         FROM due WHERE d.event_id = due.event_id AND d.endpoint = $1
          RETURNING d.event_id, d.attempts",
         endpoint,
         limit,
