@@ -1,7 +1,7 @@
 //! One trace per payment (OpenTelemetry), against the real binaries and a
 //! stand-in collector (`support::otlp`): a webhook posted with the
-//! gateway's `traceparent` gives spans from ingest, the worker and the
-//! mailer in that one trace; duplicates and replays are told apart; a
+//! gateway's `traceparent` gives spans from ingest, the worker, the
+//! mailer and the notifier (its order event to the shop) in that one trace; duplicates and replays are told apart; a
 //! collector that is down costs spans (counted), never an event.
 
 use std::time::Duration;
@@ -245,4 +245,49 @@ async fn an_event_parked_then_dead_lettered_keeps_its_trace() {
         Some(GATEWAY_TRACE),
         "{shown}"
     );
+}
+
+#[tokio::test]
+async fn the_order_event_to_the_shop_joins_the_payments_trace() {
+    use oncehook_e2e::receiver::{Receiver, SECRET};
+    let receiver = OtlpReceiver::start().await;
+    let shop_rx = Receiver::start(SECRET).await;
+    let mut env = TestEnv::new().await;
+    traced(&mut env, &receiver);
+    env.append_config(&format!(
+        "[[notify.endpoint]]\nname = \"shop\"\nurl = \"{}\"\nsecret = \"{SECRET}\"\nevents = [\"order.paid\"]\n",
+        shop_rx.url
+    ));
+    Shop::basket("tr_n1").seed(&env.pool).await;
+    let p = env.pipeline().await;
+    let _notifier = env.start_consumer("oncehook-notifier", &[]).await;
+    let delivery = with_header(
+        &env.captured("tr_n1", "pay_trn1", "evt_trn1"),
+        "traceparent",
+        &format!("00-{GATEWAY_TRACE}-{GATEWAY_SPAN}-01"),
+    );
+    env.post_ok(&p.url, "razorpay", &delivery).await;
+    let spans = eventually("the notifier's spans exported", WAIT, || async {
+        let t = receiver.trace(GATEWAY_TRACE);
+        let has = |op: &str| t.iter().any(|s| s.service == "oncehook-notifier" && is(s, op));
+        (has("publish") && has("process") && has("POST shop")).then_some(t)
+    })
+    .await;
+    let process = spans
+        .iter()
+        .find(|s| s.service == "oncehook-worker" && is(s, "process"))
+        .expect("the worker's span");
+    let published = one(&spans, "oncehook-notifier", "publish");
+    assert_eq!(published.parent_span_id, process.span_id, "the order event kept the delivery's context");
+    assert_eq!(published.attributes["messaging.destination.name"], format!("{}.order-events", env.prefix));
+    let fanned = one(&spans, "oncehook-notifier", "process");
+    assert_eq!(fanned.parent_span_id, published.span_id, "continued across the broker");
+    let post = one(&spans, "oncehook-notifier", "POST shop");
+    assert_eq!(post.kind, 3, "client");
+    assert_eq!(post.attributes["oncehook.outcome"], "delivered");
+    assert_eq!(post.attributes["http.response.status_code"], "200");
+    // The shop's request carries the trace on.
+    let got = shop_rx.received();
+    let tp = got[0].traceparent.as_deref().expect("a traceparent to the shop");
+    assert!(tp.contains(GATEWAY_TRACE) && tp.contains(&post.span_id), "{tp}");
 }
