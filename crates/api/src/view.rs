@@ -36,14 +36,7 @@ pub async fn order(conn: &mut PgConnection, order_ref: &str) -> Result<Option<Or
     let Some(extras) = shop::order_extras(conn, o.id).await? else {
         return Ok(None);
     };
-    // Payments and refunds by their keys, not by arrival: the snapshot is
-    // the same whatever order the gateway's webhooks came in.
-    let mut payments = ledger::payments_of(conn, o.id).await?;
-    payments.sort_by(|a, b| {
-        (&a.provider, &a.payment_id, &a.status).cmp(&(&b.provider, &b.payment_id, &b.status))
-    });
-    let mut refunds = ledger::refunds_of(conn, o.id).await?;
-    refunds.sort_by(|a, b| (&a.provider, &a.refund_id).cmp(&(&b.provider, &b.refund_id)));
+    let (payments, refunds) = facts_by_key(conn, o.id).await?;
     let emails = outbox::emails_of(conn, o.id).await?;
     let flagged = |flag: &str| payments.iter().any(|p| p.flag.as_deref() == Some(flag));
     Ok(Some(Order {
@@ -111,6 +104,21 @@ pub async fn order(conn: &mut PgConnection, order_ref: &str) -> Result<Option<Or
         customer_email: o.customer_email,
         currency: o.currency,
     }))
+}
+
+/// The order's payments and refunds by their keys, not by arrival: the
+/// snapshot is the same whatever order the gateway's webhooks came in.
+async fn facts_by_key(
+    conn: &mut PgConnection,
+    order_id: i64,
+) -> Result<(Vec<ledger::PaymentRecord>, Vec<ledger::RefundRecord>), sqlx::Error> {
+    let mut payments = ledger::payments_of(conn, order_id).await?;
+    payments.sort_by(|a, b| {
+        (&a.provider, &a.payment_id, &a.status).cmp(&(&b.provider, &b.payment_id, &b.status))
+    });
+    let mut refunds = ledger::refunds_of(conn, order_id).await?;
+    refunds.sort_by(|a, b| (&a.provider, &a.refund_id).cmp(&(&b.provider, &b.refund_id)));
+    Ok((payments, refunds))
 }
 
 pub fn summary(s: shop::OrderSummary) -> OrderSummary {
