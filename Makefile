@@ -10,7 +10,7 @@ PIPELINE_TESTS := $(patsubst tests/tests/%.rs,--test %,$(sort $(wildcard tests/t
 
 .PHONY: run test lint services tools alerts-test api-schema-test k8s-validate compose-test build demo bench bench-smoke chaos confluence fmt clean
 
-## run: start Postgres + RabbitMQ if needed, migrate, run ingest + worker + mailer + console + the shop's API,
+## run: start Postgres + RabbitMQ if needed, migrate, run ingest + worker + mailer + notifier + console + the shop's API,
 ## and seed demo data through that API
 run: services build
 	$(CTL) migrate

@@ -79,7 +79,7 @@ if [ -f "$ENV_FILE" ]; then
   (cd deploy/compose && $COMPOSE --env-file "$ENV_FILE" -f compose.yaml --profile cluster --profile tools \
     down -v --remove-orphans -t 40 >/dev/null 2>&1) || true
 fi
-for spec in INGEST_PORT:18080 INGEST_METRICS_PORT:19100 MAILER_METRICS_PORT:19102 CONSOLE_PORT:18081 \
+for spec in INGEST_PORT:18080 INGEST_METRICS_PORT:19100 MAILER_METRICS_PORT:19102 NOTIFIER_METRICS_PORT:19104 API_PORT:18082 CONSOLE_PORT:18081 \
             MAILPIT_PORT:18025 POSTGRES_PORT:15432 RABBITMQ_MANAGEMENT_PORT:15673; do
   pick_port "${spec%%:*}" "${spec##*:}"
 done
