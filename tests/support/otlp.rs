@@ -3,8 +3,16 @@
 //! every export with the collector's own protobuf messages and keeps the
 //! spans, with the service that sent each. It can be stopped (the port
 //! then refuses connections, like a collector that went away).
+//!
+//! Two more modes: [`OtlpReceiver::start_grpc`] speaks OTLP over gRPC
+//! (HTTP/2 without TLS, `TraceService/Export`, one length-prefixed message
+//! per call) and decodes the same way; [`OtlpReceiver::start_sink`] takes
+//! http/protobuf exports and answers 200 without decoding them, counting
+//! requests and bytes — for the bench, where a collector runs on another
+//! machine and its work is not the pipeline's.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -35,7 +43,22 @@ pub struct OtlpReceiver {
     /// `http://127.0.0.1:PORT`: the value of `OTEL_EXPORTER_OTLP_ENDPOINT`.
     pub endpoint: String,
     spans: Arc<Mutex<Vec<ReceivedSpan>>>,
+    /// Export requests and their bytes (every mode counts them).
+    counts: Arc<Counts>,
     task: JoinHandle<()>,
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    requests: AtomicU64,
+    bytes: AtomicU64,
+}
+
+/// How a receiver treats an export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Decode,
+    Sink,
 }
 
 impl Drop for OtlpReceiver {
@@ -46,6 +69,35 @@ impl Drop for OtlpReceiver {
 
 impl OtlpReceiver {
     pub async fn start() -> OtlpReceiver {
+        OtlpReceiver::listen(|stream, kept, counts| async move {
+            let _ = serve(stream, kept, counts, Mode::Decode).await;
+        })
+        .await
+    }
+
+    /// A receiver that answers every http/protobuf export 200 unread.
+    pub async fn start_sink() -> OtlpReceiver {
+        OtlpReceiver::listen(|stream, kept, counts| async move {
+            let _ = serve(stream, kept, counts, Mode::Sink).await;
+        })
+        .await
+    }
+
+    /// A receiver that speaks OTLP over gRPC.
+    pub async fn start_grpc() -> OtlpReceiver {
+        OtlpReceiver::listen(|stream, kept, counts| async move {
+            let _ = serve_grpc(stream, kept, counts).await;
+        })
+        .await
+    }
+
+    async fn listen<F, Fut>(serve_one: F) -> OtlpReceiver
+    where
+        F: Fn(tokio::net::TcpStream, Arc<Mutex<Vec<ReceivedSpan>>>, Arc<Counts>) -> Fut
+            + Send
+            + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
         let listener = TcpListener::bind(("127.0.0.1", 0))
             .await
             .expect("bind the OTLP receiver");
@@ -54,20 +106,27 @@ impl OtlpReceiver {
             listener.local_addr().expect("addr").port()
         );
         let spans = Arc::new(Mutex::new(Vec::new()));
-        let kept = spans.clone();
+        let counts = Arc::new(Counts::default());
+        let (kept, counted) = (spans.clone(), counts.clone());
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                let kept = kept.clone();
-                tokio::spawn(async move {
-                    let _ = serve(stream, kept).await;
-                });
+                tokio::spawn(serve_one(stream, kept.clone(), counted.clone()));
             }
         });
         OtlpReceiver {
             endpoint,
             spans,
+            counts,
             task,
         }
+    }
+
+    /// Export requests received so far, and their bytes.
+    pub fn received(&self) -> (u64, u64) {
+        (
+            self.counts.requests.load(Ordering::Relaxed),
+            self.counts.bytes.load(Ordering::Relaxed),
+        )
     }
 
     /// Every span received so far.
@@ -88,6 +147,8 @@ impl OtlpReceiver {
 async fn serve(
     stream: tokio::net::TcpStream,
     kept: Arc<Mutex<Vec<ReceivedSpan>>>,
+    counts: Arc<Counts>,
+    mode: Mode,
 ) -> std::io::Result<()> {
     let (read, mut write) = stream.into_split();
     let mut reader = BufReader::new(read);
@@ -110,7 +171,10 @@ async fn serve(
         }
         let mut body = vec![0; len.min(64 << 20)];
         reader.read_exact(&mut body).await?;
+        counts.requests.fetch_add(1, Ordering::Relaxed);
+        counts.bytes.fetch_add(body.len() as u64, Ordering::Relaxed);
         let status = match ExportTraceServiceRequest::decode(body.as_slice()) {
+            _ if mode == Mode::Sink && line.starts_with("POST /v1/traces") => "200 OK",
             Ok(request) if line.starts_with("POST /v1/traces") => {
                 kept.lock().expect("spans").extend(spans_of(request));
                 "200 OK"
@@ -122,6 +186,69 @@ async fn serve(
         );
         write.write_all(head.as_bytes()).await?;
     }
+}
+
+/// The gRPC path of the trace export.
+const GRPC_EXPORT: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+
+/// Serves gRPC calls on one HTTP/2 connection: each a length-prefixed
+/// `ExportTraceServiceRequest`, answered with an empty response and
+/// `grpc-status` 0 (or 12 for another method, 13 for a body that does not
+/// decode).
+async fn serve_grpc(
+    stream: tokio::net::TcpStream,
+    kept: Arc<Mutex<Vec<ReceivedSpan>>>,
+    counts: Arc<Counts>,
+) -> Result<(), h2::Error> {
+    let mut conn = h2::server::handshake(stream).await?;
+    while let Some(call) = conn.accept().await {
+        let (request, mut respond) = call?;
+        let (kept, counts) = (kept.clone(), counts.clone());
+        tokio::spawn(async move {
+            let path = request.uri().path().to_owned();
+            let mut body = request.into_body();
+            let mut bytes = Vec::new();
+            while let Some(chunk) = body.data().await {
+                let Ok(chunk) = chunk else { return };
+                let _ = body.flow_control().release_capacity(chunk.len());
+                bytes.extend_from_slice(&chunk);
+            }
+            counts.requests.fetch_add(1, Ordering::Relaxed);
+            counts
+                .bytes
+                .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            // A compression flag (0: none) and a 4-byte length, then the message.
+            let status = match bytes.get(5..) {
+                _ if path != GRPC_EXPORT => "12",
+                Some(message) if bytes[0] == 0 => {
+                    match ExportTraceServiceRequest::decode(message) {
+                        Ok(export) => {
+                            kept.lock().expect("spans").extend(spans_of(export));
+                            "0"
+                        }
+                        Err(_) => "13",
+                    }
+                }
+                _ => "13",
+            };
+            let head = http::Response::builder()
+                .status(200)
+                .header("content-type", "application/grpc")
+                .body(())
+                .expect("a response head");
+            let Ok(mut send) = respond.send_response(head, false) else {
+                return;
+            };
+            if status == "0" {
+                // An empty ExportTraceServiceResponse.
+                let _ = send.send_data(bytes::Bytes::from_static(&[0, 0, 0, 0, 0]), false);
+            }
+            let mut trailers = http::HeaderMap::new();
+            trailers.insert("grpc-status", http::HeaderValue::from_static(status));
+            let _ = send.send_trailers(trailers);
+        });
+    }
+    Ok(())
 }
 
 fn spans_of(request: ExportTraceServiceRequest) -> Vec<ReceivedSpan> {

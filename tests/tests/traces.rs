@@ -269,7 +269,10 @@ async fn the_order_event_to_the_shop_joins_the_payments_trace() {
     env.post_ok(&p.url, "razorpay", &delivery).await;
     let spans = eventually("the notifier's spans exported", WAIT, || async {
         let t = receiver.trace(GATEWAY_TRACE);
-        let has = |op: &str| t.iter().any(|s| s.service == "oncehook-notifier" && is(s, op));
+        let has = |op: &str| {
+            t.iter()
+                .any(|s| s.service == "oncehook-notifier" && is(s, op))
+        };
         (has("publish") && has("process") && has("POST shop")).then_some(t)
     })
     .await;
@@ -278,16 +281,64 @@ async fn the_order_event_to_the_shop_joins_the_payments_trace() {
         .find(|s| s.service == "oncehook-worker" && is(s, "process"))
         .expect("the worker's span");
     let published = one(&spans, "oncehook-notifier", "publish");
-    assert_eq!(published.parent_span_id, process.span_id, "the order event kept the delivery's context");
-    assert_eq!(published.attributes["messaging.destination.name"], format!("{}.order-events", env.prefix));
+    assert_eq!(
+        published.parent_span_id, process.span_id,
+        "the order event kept the delivery's context"
+    );
+    assert_eq!(
+        published.attributes["messaging.destination.name"],
+        format!("{}.order-events", env.prefix)
+    );
     let fanned = one(&spans, "oncehook-notifier", "process");
-    assert_eq!(fanned.parent_span_id, published.span_id, "continued across the broker");
+    assert_eq!(
+        fanned.parent_span_id, published.span_id,
+        "continued across the broker"
+    );
     let post = one(&spans, "oncehook-notifier", "POST shop");
     assert_eq!(post.kind, 3, "client");
     assert_eq!(post.attributes["oncehook.outcome"], "delivered");
     assert_eq!(post.attributes["http.response.status_code"], "200");
     // The shop's request carries the trace on.
     let got = shop_rx.received();
-    let tp = got[0].traceparent.as_deref().expect("a traceparent to the shop");
-    assert!(tp.contains(GATEWAY_TRACE) && tp.contains(&post.span_id), "{tp}");
+    let tp = got[0]
+        .traceparent
+        .as_deref()
+        .expect("a traceparent to the shop");
+    assert!(
+        tp.contains(GATEWAY_TRACE) && tp.contains(&post.span_id),
+        "{tp}"
+    );
+}
+
+#[tokio::test]
+async fn spans_are_exported_over_grpc_too() {
+    let receiver = OtlpReceiver::start_grpc().await;
+    let mut env = TestEnv::new().await;
+    traced(&mut env, &receiver);
+    env.set_env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc");
+    Shop::basket("tr_g1").seed(&env.pool).await;
+    let p = env.pipeline().await;
+    let delivery = with_header(
+        &env.captured("tr_g1", "pay_trg1", "evt_trg1"),
+        "traceparent",
+        &format!("00-{GATEWAY_TRACE}-{GATEWAY_SPAN}-01"),
+    );
+    env.post_ok(&p.url, "razorpay", &delivery).await;
+    wait_paid_and_mailed(&env.pool, "tr_g1").await;
+    let spans = eventually("spans exported over gRPC", WAIT, || async {
+        let t = receiver.trace(GATEWAY_TRACE);
+        let has = |service: &str, op: &str| t.iter().any(|s| s.service == service && is(s, op));
+        (has("oncehook-ingest", "POST /webhooks/{source}")
+            && has("oncehook-worker", "process")
+            && has("oncehook-mailer", "send email"))
+        .then_some(t)
+    })
+    .await;
+    let request = one(&spans, "oncehook-ingest", "POST /webhooks/{source}");
+    assert_eq!(request.parent_span_id, GATEWAY_SPAN);
+    let (calls, _) = receiver.received();
+    assert!(
+        calls >= 3,
+        "one export call per binary at least, got {calls}"
+    );
 }
