@@ -45,10 +45,11 @@ impl<'a> Page<'a> {
     }
 
     fn render(self) -> Markup {
-        const NAV: [(&str, &str); 5] = [
+        const NAV: [(&str, &str); 6] = [
             ("/", "Overview"),
             ("/letters", "Dead letters"),
             ("/events", "Events"),
+            ("/notifications", "Notifications"),
             ("/trace", "Trace"),
             ("/audit", "Audit"),
         ];

@@ -1,7 +1,7 @@
 //! `oncehook-console`: the operators' web console. Server-rendered pages
 //! over the same library `oncehookctl` is built from (dead letters, replay,
-//! purge, trace, stats) plus the processed events and the audit trail,
-//! behind a login. It listens on its own address (`ONCEHOOK_CONSOLE_ADDR`,
+//! purge, trace, stats, the notifier's deliveries) plus the processed
+//! events and the audit trail, behind a login. It listens on its own address (`ONCEHOOK_CONSOLE_ADDR`,
 //! default 127.0.0.1:8081), never on the public ingest port.
 //!
 //! Security, in one place each: `auth` (login, logout, roles, CSRF,
@@ -153,6 +153,15 @@ fn routes(cfg: &mut web::ServiceConfig) {
         .route("/letters/{id}", web::get().to(pages::letters::detail))
         .route("/events", web::get().to(pages::events::show))
         .route("/trace", web::get().to(pages::trace::show))
+        .route("/notifications", web::get().to(pages::notifications::show))
+        .route(
+            "/notifications/replay",
+            web::post().to(pages::notifications::replay),
+        )
+        .route(
+            "/notifications/enable",
+            web::post().to(pages::notifications::enable),
+        )
         .route("/audit", web::get().to(pages::audit::show))
         .route("/static/console.css", web::get().to(assets::css))
         .route("/static/console.js", web::get().to(assets::js))

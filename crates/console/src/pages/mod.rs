@@ -6,11 +6,14 @@
 //! - [`letters`]: the dead letters: list, detail, replay, purge.
 //! - [`trace`]: an order's story, by order ref, payment id or event id.
 //! - [`events`]: recent processed events, filtered and paginated.
+//! - [`notifications`]: the shop's endpoints and the order events owed to
+//!   them; replay failed deliveries, enable an endpoint.
 //! - [`audit`]: what operators did through the console.
 
 pub mod audit;
 pub mod events;
 pub mod letters;
+pub mod notifications;
 pub mod overview;
 pub mod trace;
 
