@@ -181,7 +181,13 @@ pub async fn delete_topology_on(urls: &str, prefix: &str) {
         return;
     };
     let t = Topology::new(prefix);
-    for name in [t.events(), t.emails(), t.dead()] {
+    for name in [
+        t.events(),
+        t.emails(),
+        t.notify(),
+        t.order_events(),
+        t.dead(),
+    ] {
         if let Ok(ch) = conn.create_channel().await {
             let _ = ch
                 .queue_delete(name.as_str().into(), QueueDeleteOptions::default())

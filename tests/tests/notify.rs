@@ -280,6 +280,12 @@ async fn every_event_type_reaches_the_shop_signed_and_on_the_broker() {
         on_broker.insert(event["id"].as_str().unwrap_or("").to_owned());
     }
     assert_eq!(on_broker.len(), wanted.len());
+    let _ = ch
+        .queue_delete(
+            tap.as_str().into(),
+            lapin::options::QueueDeleteOptions::default(),
+        )
+        .await;
     // A duplicate of every webhook mints nothing new.
     post(
         &env,
