@@ -89,6 +89,10 @@ async fn one_webhook_is_one_trace_from_the_gateways_request_to_the_customers_inb
     assert_eq!(process.kind, 5, "consumer");
     assert_eq!(process.attributes["oncehook.outcome"], "applied");
     assert_eq!(process.attributes["oncehook.order_ref"], "tr_1");
+    assert_eq!(
+        process.attributes["messaging.rabbitmq.destination.routing_key"],
+        "razorpay.payment.captured"
+    );
     let mailed = one(&spans, "oncehook-mailer", "process");
     let relayed = spans
         .iter()
@@ -295,6 +299,10 @@ async fn the_order_event_to_the_shop_joins_the_payments_trace() {
         "continued across the broker"
     );
     let post = one(&spans, "oncehook-notifier", "POST shop");
+    assert_eq!(
+        post.parent_span_id, fanned.span_id,
+        "the attempt is a child of the fan-out that made its row"
+    );
     assert_eq!(post.kind, 3, "client");
     assert_eq!(post.attributes["oncehook.outcome"], "delivered");
     assert_eq!(post.attributes["http.response.status_code"], "200");
@@ -308,6 +316,105 @@ async fn the_order_event_to_the_shop_joins_the_payments_trace() {
         tp.contains(GATEWAY_TRACE) && tp.contains(&post.span_id),
         "{tp}"
     );
+}
+
+/// The JSON log lines of `proc` that parse (every line should).
+fn json_lines(proc: &oncehook_e2e::process::Proc) -> Vec<serde_json::Value> {
+    proc.log_text()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+#[tokio::test]
+async fn every_json_log_line_inside_a_span_names_its_trace_and_span_at_the_top() {
+    use oncehook_e2e::receiver::{Receiver, SECRET};
+    let receiver = OtlpReceiver::start().await;
+    let shop_rx = Receiver::start(SECRET).await;
+    let mut env = TestEnv::new().await;
+    traced(&mut env, &receiver);
+    env.set_env("ONCEHOOK_LOG_FORMAT", "json");
+    env.set_env("ONCEHOOK_LOG", "debug,h2=info,hyper=info,tower=info,reqwest=info,lapin=info,sqlx=info,rustls=info,tonic=info");
+    env.append_config(&format!(
+        "[[notify.endpoint]]\nname = \"shop\"\nurl = \"{}\"\nsecret = \"{SECRET}\"\nevents = [\"order.paid\"]\n",
+        shop_rx.url
+    ));
+    Shop::basket("tr_j1").seed(&env.pool).await;
+    let p = env.pipeline().await;
+    let notifier = env.start_consumer("oncehook-notifier", &[]).await;
+    let delivery = with_header(
+        &env.captured("tr_j1", "pay_trj1", "evt_trj1"),
+        "traceparent",
+        &format!("00-{GATEWAY_TRACE}-{GATEWAY_SPAN}-01"),
+    );
+    env.post_ok(&p.url, "razorpay", &delivery).await;
+    wait_paid_and_mailed(&env.pool, "tr_j1").await;
+    let services = [
+        ("oncehook-ingest", &p.ingest),
+        ("oncehook-worker", p.worker()),
+        ("oncehook-mailer", p.mailer.as_ref().expect("a mailer")),
+        ("oncehook-notifier", &notifier),
+    ];
+    // Each line inside one of the payment's spans (its span list names the
+    // trace) must say so at the top, with the innermost traced span: one
+    // the collector received from that binary. Spans are exported in
+    // batches, so wait (bounded) until every such line's span has arrived.
+    let started = std::time::Instant::now();
+    let spans = loop {
+        let t = receiver.trace(GATEWAY_TRACE);
+        let ready = services.iter().all(|(service, proc)| {
+            let all = json_lines(proc);
+            let lines = inside_the_payment(&all);
+            !lines.is_empty()
+                && lines.iter().all(|l| {
+                    t.iter()
+                        .any(|s| s.service == *service && l["span_id"] == s.span_id.as_str())
+                })
+        });
+        if ready || started.elapsed() > WAIT {
+            break t;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    for (service, proc) in services {
+        let exported: Vec<&str> = spans
+            .iter()
+            .filter(|s| s.service == service)
+            .map(|s| s.span_id.as_str())
+            .collect();
+        let lines = json_lines(proc);
+        let inside = inside_the_payment(&lines);
+        assert!(
+            !inside.is_empty(),
+            "{service} logged nothing inside the payment's spans"
+        );
+        for line in inside {
+            assert_eq!(line["trace_id"], GATEWAY_TRACE, "{service}: {line}");
+            let span_id = line["span_id"].as_str().unwrap_or_default();
+            assert!(
+                exported.contains(&span_id),
+                "{service}: the span {span_id:?} of {line} is not one of its exported spans {exported:?}"
+            );
+        }
+        // A line outside every span names no trace.
+        let outside = lines
+            .iter()
+            .find(|l| l.get("spans").is_none())
+            .unwrap_or_else(|| panic!("{service} logged no line outside a span"));
+        assert!(outside.get("trace_id").is_none(), "{service}: {outside}");
+    }
+}
+
+/// The lines logged inside one of the payment's spans: their span list
+/// (root first, each span with its fields) names the gateway's trace.
+fn inside_the_payment(lines: &[serde_json::Value]) -> Vec<&serde_json::Value> {
+    lines
+        .iter()
+        .filter(|l| {
+            l.get("spans")
+                .is_some_and(|s| s.to_string().contains(GATEWAY_TRACE))
+        })
+        .collect()
 }
 
 #[tokio::test]

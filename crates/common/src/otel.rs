@@ -32,6 +32,7 @@ use tracing_opentelemetry::{OpenTelemetryLayer, OpenTelemetrySpanExt};
 use tracing_subscriber::registry::LookupSpan;
 
 use crate::config::{OtlpProtocol, Sampler, TracesConfig};
+use crate::consume::Message;
 
 /// A replayed message's header: the `traceparent` of its first delivery,
 /// which the replay's new trace links to.
@@ -263,24 +264,29 @@ pub fn producer_span(exchange: &str, routing_key: &str, message_id: &str) -> tra
         otel.kind = "producer",
         messaging.system = "rabbitmq",
         messaging.operation.type = "send",
+        messaging.operation.name = "publish",
         messaging.destination.name = %exchange,
         messaging.rabbitmq.destination.routing_key = %routing_key,
         messaging.message.id = %message_id,
     )
 }
 
-/// A consumer span for processing one message of `queue`, a child of the
-/// context the message carries; `trace_id` is recorded on it, so every
-/// log line inside names the trace.
-pub fn consumer_span(queue: &str, headers: Option<&FieldTable>, message_id: &str) -> tracing::Span {
+/// A consumer span for processing one message of `queue` (the messaging
+/// conventions for RabbitMQ), a child of the context the message carries;
+/// `trace_id` is recorded on it, so every log line inside names the trace.
+/// A replayed message's span is linked to its first delivery.
+pub fn consumer_span(queue: &str, message: &dyn Message) -> tracing::Span {
+    let headers = message.properties().headers().as_ref();
     let span = tracing::info_span!(
         "process",
         otel.name = %format!("process {queue}"),
         otel.kind = "consumer",
         messaging.system = "rabbitmq",
         messaging.operation.type = "process",
+        messaging.operation.name = "process",
         messaging.destination.name = %queue,
-        messaging.message.id = %message_id,
+        messaging.rabbitmq.destination.routing_key = %message.routing_key(),
+        messaging.message.id = %message.message_id(),
         oncehook.event_id = tracing::field::Empty,
         oncehook.order_ref = tracing::field::Empty,
         oncehook.outcome = tracing::field::Empty,
@@ -304,6 +310,18 @@ pub fn record_ids(span: &tracing::Span) {
         span.record("trace_id", sc.trace_id().to_string());
         span.record("span_id", sc.span_id().to_string());
     }
+}
+
+/// The trace and span ids (hex) of the traced span `id`, if it is traced
+/// (a span the exporter leaves out, or any span when nothing is exported,
+/// has none). Must not be called while holding the span's extensions.
+pub fn ids_of(id: &tracing::span::Id) -> Option<(String, String)> {
+    let dispatch = tracing::dispatcher::get_default(Clone::clone);
+    let cx = tracing_opentelemetry::get_otel_context(id, &dispatch)?;
+    let span = cx.span();
+    let sc = span.span_context();
+    sc.is_valid()
+        .then(|| (sc.trace_id().to_string(), sc.span_id().to_string()))
 }
 
 /// The current span's trace context into AMQP message headers.

@@ -12,6 +12,8 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tracing::field::{Field, Visit};
 use tracing::{Event, Metadata, Subscriber};
 use tracing_subscriber::filter::{EnvFilter, FilterExt, filter_fn};
+use tracing_subscriber::fmt::FmtContext;
+use tracing_subscriber::fmt::format::{FormatEvent, FormatFields, Writer};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -93,9 +95,50 @@ where
         .log_internal_errors(false)
         .with_writer(std::io::stderr);
     if settings.log_json {
-        layer.json().flatten_event(true).boxed()
+        layer
+            .json()
+            .flatten_event(true)
+            .map_event_format(TraceIds)
+            .boxed()
     } else {
         layer.with_ansi(false).boxed()
+    }
+}
+
+/// A JSON line formatter that puts the trace and span of the innermost
+/// traced span around an event at the top of its line (`trace_id`,
+/// `span_id`, as log-to-trace correlation expects), before what `F`
+/// writes. Lines outside any traced span, and every line when traces are
+/// not exported, are `F`'s alone.
+struct TraceIds<F>(F);
+
+impl<S, N, F> FormatEvent<S, N> for TraceIds<F>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+    F: FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> std::fmt::Result {
+        let ids = ctx
+            .event_scope()
+            .and_then(|scope| scope.into_iter().find_map(|span| otel::ids_of(&span.id())));
+        let Some((trace_id, span_id)) = ids else {
+            return self.0.format_event(ctx, writer, event);
+        };
+        let mut line = String::new();
+        self.0.format_event(ctx, Writer::new(&mut line), event)?;
+        match line.strip_prefix('{') {
+            Some(rest) => write!(
+                writer,
+                "{{\"trace_id\":\"{trace_id}\",\"span_id\":\"{span_id}\",{rest}"
+            ),
+            None => writer.write_str(&line),
+        }
     }
 }
 

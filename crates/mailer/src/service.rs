@@ -163,11 +163,7 @@ impl Mailer {
 impl Handler for Mailer {
     async fn handle(&self, message: &dyn Message) -> Verdict {
         // The delivery's trace, carried by the outbox row and the relay.
-        let span = otel::consumer_span(
-            &self.topology.emails(),
-            message.properties().headers().as_ref(),
-            &message.message_id(),
-        );
+        let span = otel::consumer_span(&self.topology.emails(), message);
         self.handle_traced(message).instrument(span).await
     }
 

@@ -85,8 +85,10 @@ async fn deliver(n: &Notifier, endpoint: &NotifyEndpoint, row: Due) {
         span_id = tracing::field::Empty,
     );
     let body = match render(n, &row.event_id).await {
-        Ok(Some((body, trace_parent))) => {
-            if let Some(tp) = &trace_parent {
+        Ok(Some((body, event_trace))) => {
+            // The fan-out that made the row; rows made before it kept its
+            // trace follow the order event's.
+            if let Some(tp) = row.trace_parent.as_ref().or(event_trace.as_ref()) {
                 otel::set_parent(&span, otel::from_traceparent(tp));
             }
             otel::record_ids(&span);

@@ -30,11 +30,7 @@ pub struct FanOut(pub Arc<Notifier>);
 
 impl Handler for FanOut {
     async fn handle(&self, message: &dyn Message) -> Verdict {
-        let span = otel::consumer_span(
-            &self.0.topology.notify(),
-            message.properties().headers().as_ref(),
-            &message.message_id(),
-        );
+        let span = otel::consumer_span(&self.0.topology.notify(), message);
         self.fan_out(message).instrument(span).await
     }
 
@@ -66,9 +62,10 @@ impl FanOut {
             .filter(|e| e.wants(&head.kind))
             .map(|e| e.name.clone())
             .collect();
+        let trace_parent = otel::current_traceparent();
         let mut delays = RetryPolicy::DATABASE_WAIT.backoff();
         loop {
-            match store::fan_out(&n.db, &head.id, &endpoints).await {
+            match store::fan_out(&n.db, &head.id, &endpoints, trace_parent.as_deref()).await {
                 Ok(made) => {
                     tracing::debug!(event_id = %head.id, event_type = %head.kind, endpoints = endpoints.len(), made, "order event fanned out");
                     n.wake(&endpoints);

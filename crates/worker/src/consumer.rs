@@ -222,11 +222,7 @@ pub fn zero_counters<'a>(sources: impl IntoIterator<Item = &'a str>) {
 impl<E: Effect> Handler for Worker<E> {
     async fn handle(&self, message: &dyn Message) -> Verdict {
         let headers = message.properties().headers().clone();
-        let span = otel::consumer_span(
-            &self.topology.events(),
-            headers.as_ref(),
-            &message.message_id(),
-        );
+        let span = otel::consumer_span(&self.topology.events(), message);
         async {
             let mut delivery = match pipeline::decode(message.body(), &message.message_id()) {
                 Ok(d) => d,

@@ -111,28 +111,32 @@ pub async fn is_disabled(db: &Pooled, name: &str) -> Result<bool, sqlx::Error> {
 
 /// Makes the rows for `event_id`, one per endpoint it is for; rows of a
 /// disabled endpoint are made failed. Existing rows are left alone.
-/// Returns how many rows are new and due.
+/// Returns how many rows are new and due. `trace_parent` is the fan-out's
+/// own span, the parent of every attempt the rows lead to.
 pub async fn fan_out(
     db: &Pooled,
     event_id: &str,
     endpoints: &[String],
+    trace_parent: Option<&str>,
 ) -> Result<u64, sqlx::Error> {
     if endpoints.is_empty() {
         return Ok(0);
     }
     let mut conn = db.single().await?;
     let done = sqlx::query!(
-        "INSERT INTO notify_deliveries (event_id, endpoint, status, last_error)
+        "INSERT INTO notify_deliveries (event_id, endpoint, status, last_error, trace_parent)
          SELECT $1, t.name,
                 CASE WHEN e.disabled_at IS NULL THEN 'pending' ELSE 'failed' END,
                 CASE WHEN e.disabled_at IS NULL THEN NULL
-                     ELSE $3 || ': ' || COALESCE(e.disabled_reason, '') END
+                     ELSE $3 || ': ' || COALESCE(e.disabled_reason, '') END,
+                $4
          FROM unnest($2::text[]) AS t(name)
          LEFT JOIN notify_endpoints e ON e.name = t.name
          ON CONFLICT (event_id, endpoint) DO NOTHING",
         event_id,
         endpoints,
-        DISABLED_ERROR
+        DISABLED_ERROR,
+        trace_parent
     )
     .execute(&mut *conn)
     .await?;
@@ -146,6 +150,8 @@ pub struct Due {
     pub event_id: String,
     /// Attempts made before this one.
     pub attempts: i32,
+    /// The fan-out's span that made the row (the attempt's parent).
+    pub trace_parent: Option<String>,
 }
 
 /// Claims up to `limit` due rows of an enabled `endpoint`, oldest first,
@@ -171,7 +177,7 @@ pub async fn claim_due(
              FOR UPDATE SKIP LOCKED)
          UPDATE notify_deliveries d SET locked_until = now() + make_interval(secs => $3)
          FROM due WHERE d.event_id = due.event_id AND d.endpoint = $1
-         RETURNING d.event_id, d.attempts",
+         RETURNING d.event_id, d.attempts, d.trace_parent",
         endpoint,
         limit,
         lease.as_secs_f64()
