@@ -9,7 +9,10 @@
 //! per call) and decodes the same way; [`OtlpReceiver::start_sink`] takes
 //! http/protobuf exports and answers 200 without decoding them, counting
 //! requests and bytes — for the bench, where a collector runs on another
-//! machine and its work is not the pipeline's.
+//! machine and its work is not the pipeline's. [`OtlpReceiver::requiring`]
+//! makes either protocol behave like a hosted backend: an export without
+//! the one expected header value is refused (401, or gRPC's
+//! UNAUTHENTICATED) and counted.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -52,6 +55,22 @@ pub struct OtlpReceiver {
 struct Counts {
     requests: AtomicU64,
     bytes: AtomicU64,
+    /// Exports refused for a missing or wrong header.
+    refused: AtomicU64,
+    /// `(name, value)` every export must carry exactly once, if any.
+    required: Mutex<Option<(String, String)>>,
+}
+
+impl Counts {
+    /// Whether an export with these header values may pass.
+    fn admits<'a>(&self, values_of: impl Fn(&str) -> Vec<&'a str>) -> bool {
+        let required = self.required.lock().expect("required").clone();
+        let ok = required.is_none_or(|(name, value)| values_of(&name) == [value.as_str()]);
+        if !ok {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+        }
+        ok
+    }
 }
 
 /// How a receiver treats an export.
@@ -121,6 +140,19 @@ impl OtlpReceiver {
         }
     }
 
+    /// From now on, refuses every export that does not carry `name: value`
+    /// exactly once.
+    pub fn requiring(self, name: &str, value: &str) -> Self {
+        *self.counts.required.lock().expect("required") =
+            Some((name.to_ascii_lowercase(), value.to_owned()));
+        self
+    }
+
+    /// Exports refused for a missing or wrong header.
+    pub fn refused(&self) -> u64 {
+        self.counts.refused.load(Ordering::Relaxed)
+    }
+
     /// Export requests received so far, and their bytes.
     pub fn received(&self) -> (u64, u64) {
         (
@@ -158,22 +190,33 @@ async fn serve(
             return Ok(());
         }
         let mut len = 0usize;
+        let mut headers: Vec<(String, String)> = Vec::new();
         loop {
             let mut h = String::new();
             if reader.read_line(&mut h).await? == 0 || h.trim().is_empty() {
                 break;
             }
-            if let Some((k, v)) = h.split_once(':')
-                && k.trim().eq_ignore_ascii_case("content-length")
-            {
-                len = v.trim().parse().unwrap_or(0);
+            if let Some((k, v)) = h.split_once(':') {
+                let (k, v) = (k.trim().to_ascii_lowercase(), v.trim().to_owned());
+                if k == "content-length" {
+                    len = v.parse().unwrap_or(0);
+                }
+                headers.push((k, v));
             }
         }
         let mut body = vec![0; len.min(64 << 20)];
         reader.read_exact(&mut body).await?;
         counts.requests.fetch_add(1, Ordering::Relaxed);
         counts.bytes.fetch_add(body.len() as u64, Ordering::Relaxed);
+        let admitted = counts.admits(|name| {
+            headers
+                .iter()
+                .filter(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+                .collect()
+        });
         let status = match ExportTraceServiceRequest::decode(body.as_slice()) {
+            _ if !admitted => "401 Unauthorized",
             _ if mode == Mode::Sink && line.starts_with("POST /v1/traces") => "200 OK",
             Ok(request) if line.starts_with("POST /v1/traces") => {
                 kept.lock().expect("spans").extend(spans_of(request));
@@ -194,7 +237,7 @@ const GRPC_EXPORT: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/
 /// Serves gRPC calls on one HTTP/2 connection: each a length-prefixed
 /// `ExportTraceServiceRequest`, answered with an empty response and
 /// `grpc-status` 0 (or 12 for another method, 13 for a body that does not
-/// decode).
+/// decode, 16 for a call without the required header).
 async fn serve_grpc(
     stream: tokio::net::TcpStream,
     kept: Arc<Mutex<Vec<ReceivedSpan>>>,
@@ -206,6 +249,14 @@ async fn serve_grpc(
         let (kept, counts) = (kept.clone(), counts.clone());
         tokio::spawn(async move {
             let path = request.uri().path().to_owned();
+            let admitted = counts.admits(|name| {
+                request
+                    .headers()
+                    .get_all(name)
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                    .collect()
+            });
             let mut body = request.into_body();
             let mut bytes = Vec::new();
             while let Some(chunk) = body.data().await {
@@ -219,6 +270,7 @@ async fn serve_grpc(
                 .fetch_add(bytes.len() as u64, Ordering::Relaxed);
             // A compression flag (0: none) and a 4-byte length, then the message.
             let status = match bytes.get(5..) {
+                _ if !admitted => "16",
                 _ if path != GRPC_EXPORT => "12",
                 Some(message) if bytes[0] == 0 => {
                     match ExportTraceServiceRequest::decode(message) {

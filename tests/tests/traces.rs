@@ -318,6 +318,79 @@ async fn the_order_event_to_the_shop_joins_the_payments_trace() {
     );
 }
 
+#[tokio::test]
+async fn a_collector_that_wants_an_api_key_gets_it_from_the_headers_setting() {
+    // http/protobuf, the key in the file, %-encoded (it holds a comma).
+    let http = OtlpReceiver::start()
+        .await
+        .requiring("x-honeycomb-team", "k3y,1");
+    let mut env = TestEnv::new().await;
+    traced(&mut env, &http);
+    env.append_config("[telemetry]\notlp_headers = \"x-honeycomb-team=k3y%2C1\"\n");
+    let (_ingest, url) = env.start_ingest().await;
+    env.post_ok(
+        &url,
+        "razorpay",
+        &env.captured("tr_h1", "pay_trh1", "evt_trh1"),
+    )
+    .await;
+    eventually("ingest's spans accepted with the key", WAIT, || async {
+        (!http.spans().is_empty()).then_some(())
+    })
+    .await;
+    assert_eq!(http.refused(), 0, "every export carried the key once");
+
+    // gRPC, the key from the standard variable (it wins over the file):
+    // sent once, though the exporter reads the variable too.
+    let grpc = OtlpReceiver::start_grpc()
+        .await
+        .requiring("authorization", "Bearer t0ken");
+    env.set_env("OTEL_EXPORTER_OTLP_ENDPOINT", &grpc.endpoint);
+    env.set_env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc");
+    env.set_env("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20t0ken");
+    let (_ingest, url) = env.start_ingest().await;
+    env.post_ok(
+        &url,
+        "razorpay",
+        &env.captured("tr_h2", "pay_trh2", "evt_trh2"),
+    )
+    .await;
+    eventually(
+        "ingest's spans accepted over gRPC with the key",
+        WAIT,
+        || async { (!grpc.spans().is_empty()).then_some(()) },
+    )
+    .await;
+    assert_eq!(grpc.refused(), 0, "every call carried the key once");
+
+    // A wrong key: the backend refuses every export; the webhooks are
+    // still accepted and the lost spans are counted.
+    env.set_env("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20wrong");
+    let (ingest, url) = env.start_ingest().await;
+    env.post_ok(
+        &url,
+        "razorpay",
+        &env.captured("tr_h3", "pay_trh3", "evt_trh3"),
+    )
+    .await;
+    let metrics = ingest.metrics_url().to_owned();
+    eventually("refused exports counted as dropped spans", WAIT, || async {
+        (grpc.refused() > 0
+            && sum(
+                &scrape(&metrics).await,
+                "oncehook_telemetry_spans_dropped_total",
+            ) > 0.0)
+            .then_some(())
+    })
+    .await;
+    assert!(
+        grpc.spans()
+            .iter()
+            .all(|s| s.attributes.get("oncehook.event_id").map(String::as_str) != Some("evt_trh3")),
+        "no span went through with the wrong key"
+    );
+}
+
 /// The JSON log lines of `proc` that parse (every line should).
 fn json_lines(proc: &oncehook_e2e::process::Proc) -> Vec<serde_json::Value> {
     proc.log_text()

@@ -20,7 +20,8 @@ use lapin::types::{AMQPValue, FieldTable};
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
 use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
 use opentelemetry::{Context, KeyValue};
-use opentelemetry_otlp::{Protocol, WithExportConfig};
+use opentelemetry_otlp::tonic_types::metadata::MetadataMap;
+use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig, WithTonicConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
@@ -31,7 +32,7 @@ use opentelemetry_sdk::trace::{
 use tracing_opentelemetry::{OpenTelemetryLayer, OpenTelemetrySpanExt};
 use tracing_subscriber::registry::LookupSpan;
 
-use crate::config::{OtlpProtocol, Sampler, TracesConfig};
+use crate::config::{OtlpProtocol, Sampler, Secret, TracesConfig};
 use crate::consume::Message;
 
 /// A replayed message's header: the `traceparent` of its first delivery,
@@ -105,17 +106,28 @@ where
 }
 
 fn provider(config: &TracesConfig, binary: &str) -> Result<SdkTracerProvider, String> {
+    // The headers are passed even when they came from the standard
+    // variables, which the exporter also reads: both sides replace a
+    // header by name, so none is sent twice.
     let exporter = match config.protocol {
         OtlpProtocol::HttpProtobuf => opentelemetry_otlp::SpanExporter::builder()
             .with_http()
             .with_protocol(Protocol::HttpBinary)
             .with_endpoint(config.endpoint.clone())
             .with_timeout(EXPORT_TIMEOUT)
+            .with_headers(
+                config
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.expose().to_owned()))
+                    .collect(),
+            )
             .build(),
         OtlpProtocol::Grpc => opentelemetry_otlp::SpanExporter::builder()
             .with_tonic()
             .with_endpoint(config.endpoint.clone())
             .with_timeout(EXPORT_TIMEOUT)
+            .with_metadata(MetadataMap::from_headers(header_map(&config.headers)?))
             .build(),
     }
     .map_err(|e| e.to_string())?;
@@ -156,6 +168,21 @@ fn provider(config: &TracesConfig, binary: &str) -> Result<SdkTracerProvider, St
         .with_sampler(sampler(config.sampler))
         .with_resource(resource)
         .build())
+}
+
+/// The export headers as gRPC metadata wants them (checked when the
+/// configuration was read; an error here names the header only).
+fn header_map(headers: &[(String, Secret)]) -> Result<http::HeaderMap, String> {
+    headers
+        .iter()
+        .map(|(name, value)| {
+            let n = http::HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| format!("{name:?} is not a header name"))?;
+            let v = http::HeaderValue::from_str(value.expose())
+                .map_err(|_| format!("the value of {name} is not a header value"))?;
+            Ok((n, v))
+        })
+        .collect()
 }
 
 fn sampler(s: Sampler) -> opentelemetry_sdk::trace::Sampler {

@@ -12,6 +12,8 @@ fn every_path_is_listed_once_and_every_variable_is_ours() {
         super::telemetry::ENV_OTLP_ENDPOINT,
         super::telemetry::ENV_OTLP_TRACES_ENDPOINT,
         super::telemetry::ENV_OTLP_PROTOCOL,
+        super::telemetry::ENV_OTLP_HEADERS,
+        super::telemetry::ENV_OTLP_TRACES_HEADERS,
         super::telemetry::ENV_OTEL_SERVICE_NAME,
         super::telemetry::ENV_OTEL_TRACES_SAMPLER,
         super::telemetry::ENV_OTEL_TRACES_SAMPLER_ARG,

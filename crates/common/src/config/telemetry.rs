@@ -10,6 +10,7 @@ use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::ConfigError;
+use super::Secret;
 use super::error::invalid;
 use super::keys::Key;
 
@@ -20,6 +21,8 @@ pub const ENV_PROMETHEUS_URL: &str = "ONCEHOOK_PROMETHEUS_URL";
 pub const ENV_OTLP_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
 pub const ENV_OTLP_TRACES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
 pub const ENV_OTLP_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
+pub const ENV_OTLP_HEADERS: &str = "OTEL_EXPORTER_OTLP_HEADERS";
+pub const ENV_OTLP_TRACES_HEADERS: &str = "OTEL_EXPORTER_OTLP_TRACES_HEADERS";
 pub const ENV_OTEL_SERVICE_NAME: &str = "OTEL_SERVICE_NAME";
 pub const ENV_OTEL_TRACES_SAMPLER: &str = "OTEL_TRACES_SAMPLER";
 pub const ENV_OTEL_TRACES_SAMPLER_ARG: &str = "OTEL_TRACES_SAMPLER_ARG";
@@ -33,6 +36,8 @@ pub(super) const KEYS: &[Key] = &[
     Key::new(ENV_OTLP_ENDPOINT, "telemetry.otlp_endpoint"),
     Key::new(ENV_OTLP_TRACES_ENDPOINT, "telemetry.otlp_traces_endpoint"),
     Key::new(ENV_OTLP_PROTOCOL, "telemetry.otlp_protocol"),
+    Key::new(ENV_OTLP_HEADERS, "telemetry.otlp_headers").secret(),
+    Key::new(ENV_OTLP_TRACES_HEADERS, "telemetry.otlp_traces_headers").secret(),
     Key::new(ENV_OTEL_SERVICE_NAME, "telemetry.service_name"),
     Key::new(ENV_OTEL_TRACES_SAMPLER, "telemetry.traces_sampler"),
     Key::new(ENV_OTEL_TRACES_SAMPLER_ARG, "telemetry.traces_sampler_arg"),
@@ -64,6 +69,9 @@ pub struct TracesConfig {
     /// address for gRPC.
     pub endpoint: String,
     pub protocol: OtlpProtocol,
+    /// Headers sent with every export (a hosted backend's API key):
+    /// lower-case names, %-decoded values, never printed.
+    pub headers: Vec<(String, Secret)>,
     /// `service.name`; `None`: the binary's own name.
     pub service_name: Option<String>,
     pub sampler: Sampler,
@@ -201,6 +209,8 @@ pub(super) struct TelemetrySection {
     otlp_endpoint: String,
     otlp_traces_endpoint: String,
     otlp_protocol: String,
+    otlp_headers: String,
+    otlp_traces_headers: String,
     service_name: String,
     traces_sampler: String,
     traces_sampler_arg: String,
@@ -217,6 +227,8 @@ impl Default for TelemetrySection {
             otlp_endpoint: String::new(),
             otlp_traces_endpoint: String::new(),
             otlp_protocol: "http/protobuf".into(),
+            otlp_headers: String::new(),
+            otlp_traces_headers: String::new(),
             service_name: String::new(),
             traces_sampler: "parentbased_always_on".into(),
             traces_sampler_arg: String::new(),
@@ -269,6 +281,7 @@ impl TelemetrySection {
         Ok(Some(TracesConfig {
             endpoint,
             protocol,
+            headers: self.headers()?,
             service_name: Some(self.service_name.trim().to_owned()).filter(|s| !s.is_empty()),
             sampler: self.sampler()?,
             resource_attributes: self.resource_attributes()?,
@@ -301,6 +314,52 @@ impl TelemetrySection {
                 ));
             }
         })
+    }
+
+    /// `OTEL_EXPORTER_OTLP_TRACES_HEADERS` if set, else
+    /// `OTEL_EXPORTER_OTLP_HEADERS` (the spec's order): comma-separated
+    /// `name=value` pairs, values %-encoded. An error names the key and
+    /// the header, never a value (they hold API keys).
+    fn headers(&self) -> Result<Vec<(String, Secret)>, ConfigError> {
+        let (key, raw) = if self.otlp_traces_headers.trim().is_empty() {
+            (
+                format!("telemetry.otlp_headers ({ENV_OTLP_HEADERS})"),
+                &self.otlp_headers,
+            )
+        } else {
+            (
+                format!("telemetry.otlp_traces_headers ({ENV_OTLP_TRACES_HEADERS})"),
+                &self.otlp_traces_headers,
+            )
+        };
+        let refused = |why: String| invalid(&key, "[redacted]", &why);
+        raw.split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(|pair| {
+                let Some((name, value)) = pair.split_once('=') else {
+                    return Err(refused(
+                        "expected comma-separated name=value pairs, such as x-honeycomb-team=KEY"
+                            .into(),
+                    ));
+                };
+                let name = name.trim();
+                if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                    return Err(refused(format!("{name:?} is not an HTTP header name")));
+                }
+                let value = percent_encoding::percent_decode_str(value.trim())
+                    .decode_utf8()
+                    .map_err(|_| {
+                        refused(format!("the value of {name} is not UTF-8 once %-decoded"))
+                    })?;
+                if http::HeaderValue::from_str(&value).is_err() {
+                    return Err(refused(format!(
+                        "the value of {name} holds a character a header cannot carry (%-encode it)"
+                    )));
+                }
+                Ok((name.to_ascii_lowercase(), Secret::new(value)))
+            })
+            .collect()
     }
 
     fn resource_attributes(&self) -> Result<Vec<(String, String)>, ConfigError> {
