@@ -106,6 +106,7 @@ pub fn unknown_order(env: &TestEnv, error: &str) -> DeadLetter {
         error: error.to_owned(),
         origin: format!("{}.events", env.prefix),
         attempts: 1,
+        trace_parent: None,
     }
 }
 

@@ -158,7 +158,8 @@ async fn a_duplicate_is_marked_and_a_replay_is_a_new_trace_linked_to_the_first()
     .await;
 
     // An authentic event the worker cannot read is dead-lettered at once;
-    // an operator replays it: a new trace, linked to the first delivery's.
+    // an operator replays it: a new trace, linked to the handling that
+    // gave up in the first delivery's.
     let unreadable = ops::razorpay_raw(
         r#"{"event":"payment.captured","payload":{}}"#,
         Some("evt_trbad"),
@@ -176,17 +177,52 @@ async fn a_duplicate_is_marked_and_a_replay_is_a_new_trace_linked_to_the_first()
         })
     })
     .await;
+    // The operator finds the letter's trace where they look at it.
+    let letters = ctl_json(&env, &["dlq", "list"]).await;
+    let id = letters[0]["id"].as_str().expect("a letter id").to_owned();
+    let shown = ctl_json(&env, &["dlq", "show", &id]).await;
+    assert_eq!(shown["trace_id"], first.trace_id.as_str(), "{shown:#}");
+    assert!(shown["first_trace_id"].is_null(), "{shown:#}");
+    assert!(
+        ctl_ok(&env, &["dlq", "show", &id])
+            .await
+            .contains(&first.trace_id)
+    );
+
+    // The worker's handling that gave up, in the first delivery's trace.
+    let failed = eventually("the failed handling's span", WAIT, || async {
+        receiver.trace(&first.trace_id).into_iter().find(|s| {
+            s.service == "oncehook-worker"
+                && is(s, "process")
+                && s.attributes.get("messaging.message.id") == Some(&message_id)
+        })
+    })
+    .await;
+    assert_eq!(failed.parent_span_id, first.span_id);
     ctl_ok(&env, &["dlq", "replay", "--all", "--yes"]).await;
-    let replayed = eventually("the replay's span, linked to the first", WAIT, || async {
+    let replayed = eventually("the replay's span, linked to the failure", WAIT, || async {
         receiver.spans().into_iter().find(|s| {
             is(s, "process")
                 && s.links
-                    .contains(&(first.trace_id.clone(), first.span_id.clone()))
+                    .contains(&(failed.trace_id.clone(), failed.span_id.clone()))
         })
     })
     .await;
     assert_ne!(replayed.trace_id, first.trace_id, "a new trace");
     assert_eq!(replayed.parent_span_id, "", "a root of its own");
+
+    // Still unreadable, it is dead-lettered again: in the replay's trace,
+    // naming the first.
+    wait_dead(&env, 1).await;
+    let letters = ctl_json(&env, &["dlq", "list"]).await;
+    let id = letters[0]["id"].as_str().expect("a letter id").to_owned();
+    let shown = ctl_json(&env, &["dlq", "show", &id]).await;
+    assert_eq!(shown["trace_id"], replayed.trace_id.as_str(), "{shown:#}");
+    assert_eq!(
+        shown["first_trace_id"],
+        first.trace_id.as_str(),
+        "{shown:#}"
+    );
 }
 
 #[tokio::test]

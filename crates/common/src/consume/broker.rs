@@ -75,8 +75,9 @@ impl DeadLetterSink for BrokerDeadLetters {
         message: &dyn Message,
         kind: &DeadLetterKind,
         error: &str,
+        trace_parent: Option<&str>,
     ) -> Published {
-        let why = DeadLetter::of(message, kind, error, &self.origin);
+        let why = DeadLetter::of(message, kind, error, &self.origin, trace_parent);
         dead_letter::publish(
             &self.channel,
             &self.exchange,

@@ -149,11 +149,12 @@ impl DeadLetterSink for MemoryDeadLetters {
         message: &dyn Message,
         kind: &DeadLetterKind,
         error: &str,
+        trace_parent: Option<&str>,
     ) -> Published {
         if self.fail {
             return Err(PublishError::Nacked);
         }
-        let why = DeadLetter::of(message, kind, error, MEMORY_ORIGIN);
+        let why = DeadLetter::of(message, kind, error, MEMORY_ORIGIN, trace_parent);
         self.published
             .lock()
             .expect("dead letters")

@@ -46,16 +46,21 @@ pub enum Verdict {
         kind: DeadLetterKind,
         /// What failed and for which message.
         error: String,
+        /// The trace of the handling that gave up (the handler's span), so
+        /// the letter, and a replay's link, lead to where it failed.
+        trace_parent: Option<String>,
     },
 }
 
 impl Verdict {
-    /// A dead-letter verdict. `kind` is a [`DeadLetterKind`], or its name
-    /// (a name this version does not know is kept as it is).
+    /// A dead-letter verdict, in the trace of the current span (the
+    /// handler's). `kind` is a [`DeadLetterKind`], or its name (a name this
+    /// version does not know is kept as it is).
     pub fn dead_letter(kind: impl Into<DeadLetterKind>, error: impl Into<String>) -> Self {
         Verdict::DeadLetter {
             kind: kind.into(),
             error: error.into(),
+            trace_parent: crate::otel::current_traceparent(),
         }
     }
 }
@@ -108,8 +113,15 @@ where
     match verdict {
         Verdict::Ack => ack(delivery).await,
         Verdict::Retry => requeue(delivery).await,
-        Verdict::DeadLetter { kind, error } => {
-            match sink.dead_letter(delivery, &kind, &error).await {
+        Verdict::DeadLetter {
+            kind,
+            error,
+            trace_parent,
+        } => {
+            match sink
+                .dead_letter(delivery, &kind, &error, trace_parent.as_deref())
+                .await
+            {
                 Ok(()) => {
                     ack(delivery).await;
                     dead_letter::count(&kind);

@@ -55,25 +55,34 @@ pub type Published = Result<(), PublishError>;
 /// `dead_letter` writes, confirmed.
 pub trait DeadLetterSink: Send + Sync + 'static {
     /// Publishes a copy of `message` (body and properties kept) as a dead
-    /// letter of class `kind`; `Ok` only once the broker holds it.
+    /// letter of class `kind`, in the trace `trace_parent` when given; `Ok`
+    /// only once the broker holds it.
     fn dead_letter(
         &self,
         message: &dyn Message,
         kind: &DeadLetterKind,
         error: &str,
+        trace_parent: Option<&str>,
     ) -> impl Future<Output = Published> + Send;
 }
 
 impl DeadLetter {
     /// Why `message` is dead-lettered, as every sink records it: `kind`,
     /// `error`, this delivery's attempt number and `origin`, the queue it
-    /// came from.
-    pub fn of(message: &dyn Message, kind: &DeadLetterKind, error: &str, origin: &str) -> Self {
+    /// came from; `trace_parent`, the handling that gave up.
+    pub fn of(
+        message: &dyn Message,
+        kind: &DeadLetterKind,
+        error: &str,
+        origin: &str,
+        trace_parent: Option<&str>,
+    ) -> Self {
         DeadLetter {
             kind: kind.clone(),
             error: error.to_owned(),
             origin: origin.to_owned(),
             attempts: message.attempts(),
+            trace_parent: trace_parent.map(str::to_owned),
         }
     }
 }

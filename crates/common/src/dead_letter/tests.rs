@@ -19,6 +19,7 @@ fn why(kind: DeadLetterKind) -> DeadLetter {
         error: "no order o1".to_owned(),
         origin: "oh.events".to_owned(),
         attempts: 3,
+        trace_parent: None,
     }
 }
 
@@ -342,4 +343,46 @@ fn a_replay_count_put_back_on_rebuilt_headers_reads_back() {
         Some("payu")
     );
     assert_eq!(replays(None), 0);
+}
+
+#[test]
+fn a_letter_is_in_the_trace_of_the_handling_that_gave_up() {
+    let mut message = FieldTable::default();
+    let theirs = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let ours = "00-4bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-01";
+    message.insert("traceparent".into(), AMQPValue::LongString(theirs.into()));
+    message.insert("tracestate".into(), AMQPValue::LongString("v=1".into()));
+    let at = OffsetDateTime::UNIX_EPOCH;
+    let kept = why(DeadLetterKind::UnknownOrder).headers(Some(&message), "rk", at);
+    assert_eq!(
+        header_string(Some(&kept), "traceparent").as_deref(),
+        Some(theirs)
+    );
+    assert!(header_string(Some(&kept), "tracestate").is_some());
+    let traced = DeadLetter {
+        trace_parent: Some(ours.to_owned()),
+        ..why(DeadLetterKind::UnknownOrder)
+    };
+    let headers = traced.headers(Some(&message), "rk", at);
+    assert_eq!(
+        header_string(Some(&headers), "traceparent").as_deref(),
+        Some(ours)
+    );
+    assert_eq!(
+        header_string(Some(&headers), "tracestate"),
+        None,
+        "not ours"
+    );
+    assert_eq!(
+        header_string(Some(&headers), HEADER_ERROR).as_deref(),
+        Some("no order o1"),
+        "the record is written all the same"
+    );
+    // A replay moves it aside: a new trace, linked to the failure.
+    let replayed = replay_headers(Some(&headers));
+    assert_eq!(header_string(Some(&replayed), "traceparent"), None);
+    assert_eq!(
+        header_string(Some(&replayed), crate::otel::HEADER_FIRST_TRACEPARENT).as_deref(),
+        Some(ours)
+    );
 }

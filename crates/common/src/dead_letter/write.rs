@@ -40,6 +40,10 @@ pub struct DeadLetter {
     /// The queue the message came from.
     pub origin: String,
     pub attempts: u32,
+    /// The trace of the handling that gave up: the letter's `traceparent`
+    /// (replacing the message's, which is its parent in the same trace);
+    /// `None` keeps the message's own.
+    pub trace_parent: Option<String>,
 }
 
 impl DeadLetter {
@@ -66,6 +70,19 @@ impl DeadLetter {
             HEADER_ATTEMPTS.into(),
             AMQPValue::LongLongInt(i64::from(self.attempts)),
         );
+        if let Some(tp) = &self.trace_parent {
+            // The message's tracestate belongs to its own span, not ours.
+            let mut kept: BTreeMap<ShortString, AMQPValue> = (&headers)
+                .into_iter()
+                .filter(|(k, _)| k.as_str() != "tracestate")
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            kept.insert(
+                "traceparent".into(),
+                AMQPValue::LongString(tp.clone().into()),
+            );
+            headers = FieldTable::from(kept);
+        }
         let dead_id = uuid::Uuid::new_v4().simple().to_string();
         headers.insert(
             HEADER_DEAD_ID.into(),

@@ -10,6 +10,7 @@ use lapin::types::AMQPValue;
 use oncehook_common::amqp::header_string;
 use oncehook_common::dead_letter::{DeadLetterKind, Record};
 use oncehook_common::email::EmailMessage;
+use oncehook_common::otel;
 use oncehook_common::topology::HEADER_SOURCE;
 use oncehook_common::{Envelope, Topology};
 use serde::Serialize;
@@ -34,6 +35,11 @@ pub struct LetterFacts {
     pub origin: Option<String>,
     pub routing_key: Option<String>,
     pub replays: i64,
+    /// The trace of the delivery that failed (its `traceparent` header),
+    /// to find in the trace backend; `None` when it was not traced.
+    pub trace_id: Option<String>,
+    /// A replayed letter's first trace (`x-oncehook-first-traceparent`).
+    pub first_trace_id: Option<String>,
     /// `oncehook` (the worker or mailer gave up) or `broker` (x-death, e.g. the delivery limit).
     pub dead_lettered_by: &'static str,
 }
@@ -89,6 +95,12 @@ struct Identity {
     email: Option<EmailMessage>,
 }
 
+/// The trace id of the `traceparent` in header `name`, if it holds one.
+fn trace_id(headers: Option<&lapin::types::FieldTable>, name: &str) -> Option<String> {
+    let tp = header_string(headers, name)?;
+    otel::trace_id_of(&tp).map(str::to_owned)
+}
+
 impl Letter {
     pub fn from_delivery(delivery: Delivery, topology: &Topology) -> Letter {
         let props = delivery.properties;
@@ -117,6 +129,8 @@ impl Letter {
             origin: record.origin,
             routing_key,
             replays: record.replays,
+            trace_id: trace_id(headers, "traceparent"),
+            first_trace_id: trace_id(headers, otel::HEADER_FIRST_TRACEPARENT),
             dead_lettered_by: record.by.as_str(),
         };
         Letter {

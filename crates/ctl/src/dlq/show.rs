@@ -139,7 +139,11 @@ impl ShowReport {
             ("message id", or_dash(s.message_id.as_ref())),
             ("receipt", or_dash(s.receipt_id.as_ref())),
             ("replays", l.facts.replays.to_string()),
+            ("trace", or_dash(l.facts.trace_id.as_ref())),
         ];
+        if let Some(first) = &l.facts.first_trace_id {
+            fields.push(("first trace", first.clone()));
+        }
         if let Some(env) = &l.envelope {
             let t = |t| rfc3339(t).unwrap_or_default();
             fields.push(("received at", t(env.received_at)));

@@ -52,7 +52,7 @@ async fn an_unreadable_message_whose_dead_letter_fails_is_requeued() {
 fn claims_map_to_verdicts() {
     let id = Uuid::new_v4();
     match after_claim(id, Ok(Claim::Missing)) {
-        AfterClaim::Settle(Verdict::DeadLetter { kind, error }) => {
+        AfterClaim::Settle(Verdict::DeadLetter { kind, error, .. }) => {
             assert_eq!(kind, DeadLetterKind::UnknownOutboxRow);
             assert!(error.contains(&id.to_string()), "{error}");
         }

@@ -67,7 +67,7 @@ fn process_errors_map_to_verdicts() {
     };
     for kind in ["unknown_order", "unparseable", "database"] {
         match next_step(rejection(kind)) {
-            Step::Settle(Verdict::DeadLetter { kind: k, error }) => {
+            Step::Settle(Verdict::DeadLetter { kind: k, error, .. }) => {
                 assert_eq!(k, kind);
                 assert_eq!(error, format!("{kind} for evt_1"));
             }

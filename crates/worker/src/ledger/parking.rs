@@ -85,6 +85,8 @@ pub async fn sweep(
             error,
             origin: topology.events(),
             attempts: 1,
+            // The parked row's traceparent is in the headers already.
+            trace_parent: None,
         };
         dead_letter::publish(
             ch,

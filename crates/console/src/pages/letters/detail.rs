@@ -125,6 +125,8 @@ fn facts(report: &ShowReport) -> Vec<(&'static str, Value)> {
         ("message id", text(s.message_id.as_ref())),
         ("receipt", text(s.receipt_id.as_ref())),
         ("replays", Value::from(s.facts.replays)),
+        ("trace", text(s.facts.trace_id.as_ref())),
+        ("first trace", text(s.facts.first_trace_id.as_ref())),
         ("identical copies", Value::from(report.copies)),
         ("body bytes", Value::from(s.body_bytes)),
     ]
