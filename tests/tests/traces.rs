@@ -131,9 +131,14 @@ async fn one_webhook_is_one_trace_from_the_gateways_request_to_the_customers_inb
             .await
             .contains(GATEWAY_TRACE)
     );
+    // The worker's text log line inside its span names the trace and the
+    // span at its end.
+    let ids = format!("trace_id={GATEWAY_TRACE} span_id={}", process.span_id);
+    let log = p.worker().log_text();
     assert!(
-        p.worker().log_text().contains(GATEWAY_TRACE),
-        "the worker's log lines inside the span name the trace"
+        log.lines()
+            .any(|l| l.contains("event processed") && l.ends_with(&ids)),
+        "no line ends with {ids}:\n{log}"
     );
     assert_eq!(shop::emails(&env.pool, "tr_1").await.len(), 1);
 }
@@ -464,45 +469,47 @@ async fn every_json_log_line_inside_a_span_names_its_trace_and_span_at_the_top()
         ("oncehook-mailer", p.mailer.as_ref().expect("a mailer")),
         ("oncehook-notifier", &notifier),
     ];
-    // Each line inside one of the payment's spans (its span list names the
-    // trace) must say so at the top, with the innermost traced span: one
-    // the collector received from that binary. Spans are exported in
-    // batches, so wait (bounded) until every such line's span has arrived.
+    // Each line inside a span says at the top which trace and span it is
+    // in (the innermost traced span): one the collector received from that
+    // binary. Spans are exported in batches, so wait (bounded) until every
+    // such line's span has arrived.
     let started = std::time::Instant::now();
     let spans = loop {
-        let t = receiver.trace(GATEWAY_TRACE);
+        let all = receiver.spans();
         let ready = services.iter().all(|(service, proc)| {
-            let all = json_lines(proc);
-            let lines = inside_the_payment(&all);
-            !lines.is_empty()
-                && lines.iter().all(|l| {
-                    t.iter()
+            let lines = json_lines(proc);
+            let inside = in_spans(&lines);
+            inside.iter().any(|l| l["trace_id"] == GATEWAY_TRACE)
+                && inside.iter().all(|l| {
+                    all.iter()
                         .any(|s| s.service == *service && l["span_id"] == s.span_id.as_str())
                 })
         });
         if ready || started.elapsed() > WAIT {
-            break t;
+            break all;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     for (service, proc) in services {
-        let exported: Vec<&str> = spans
+        let exported: Vec<(&str, &str)> = spans
             .iter()
             .filter(|s| s.service == service)
-            .map(|s| s.span_id.as_str())
+            .map(|s| (s.trace_id.as_str(), s.span_id.as_str()))
             .collect();
         let lines = json_lines(proc);
-        let inside = inside_the_payment(&lines);
+        let inside = in_spans(&lines);
         assert!(
-            !inside.is_empty(),
+            inside.iter().any(|l| l["trace_id"] == GATEWAY_TRACE),
             "{service} logged nothing inside the payment's spans"
         );
         for line in inside {
-            assert_eq!(line["trace_id"], GATEWAY_TRACE, "{service}: {line}");
-            let span_id = line["span_id"].as_str().unwrap_or_default();
+            let ids = (
+                line["trace_id"].as_str().unwrap_or_default(),
+                line["span_id"].as_str().unwrap_or_default(),
+            );
             assert!(
-                exported.contains(&span_id),
-                "{service}: the span {span_id:?} of {line} is not one of its exported spans {exported:?}"
+                exported.contains(&ids),
+                "{service}: the trace and span {ids:?} of {line} are not one of its exported spans {exported:?}"
             );
         }
         // A line outside every span names no trace.
@@ -514,16 +521,9 @@ async fn every_json_log_line_inside_a_span_names_its_trace_and_span_at_the_top()
     }
 }
 
-/// The lines logged inside one of the payment's spans: their span list
-/// (root first, each span with its fields) names the gateway's trace.
-fn inside_the_payment(lines: &[serde_json::Value]) -> Vec<&serde_json::Value> {
-    lines
-        .iter()
-        .filter(|l| {
-            l.get("spans")
-                .is_some_and(|s| s.to_string().contains(GATEWAY_TRACE))
-        })
-        .collect()
+/// The lines logged inside a span (of oncehook's: every span is).
+fn in_spans(lines: &[serde_json::Value]) -> Vec<&serde_json::Value> {
+    lines.iter().filter(|l| l.get("spans").is_some()).collect()
 }
 
 #[tokio::test]

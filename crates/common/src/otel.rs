@@ -299,9 +299,8 @@ pub fn producer_span(exchange: &str, routing_key: &str, message_id: &str) -> tra
 }
 
 /// A consumer span for processing one message of `queue` (the messaging
-/// conventions for RabbitMQ), a child of the context the message carries;
-/// `trace_id` is recorded on it, so every log line inside names the trace.
-/// A replayed message's span is linked to its first delivery.
+/// conventions for RabbitMQ), a child of the context the message carries.
+/// A replayed message's span is linked to the handling that gave up on it.
 pub fn consumer_span(queue: &str, message: &dyn Message) -> tracing::Span {
     let headers = message.properties().headers().as_ref();
     let span = tracing::info_span!(
@@ -317,31 +316,18 @@ pub fn consumer_span(queue: &str, message: &dyn Message) -> tracing::Span {
         oncehook.event_id = tracing::field::Empty,
         oncehook.order_ref = tracing::field::Empty,
         oncehook.outcome = tracing::field::Empty,
-        trace_id = tracing::field::Empty,
-        span_id = tracing::field::Empty,
     );
     set_parent(&span, amqp_context(headers));
     if let Some(first) = crate::amqp::header_string(headers, HEADER_FIRST_TRACEPARENT) {
         link(&span, &first);
     }
-    record_ids(&span);
     span
-}
-
-/// Records the span's own trace and span ids in its `trace_id` and
-/// `span_id` fields (which it must declare), so every log line inside it
-/// names them; nothing when it is not traced.
-pub fn record_ids(span: &tracing::Span) {
-    let sc = span.context().span().span_context().clone();
-    if sc.is_valid() {
-        span.record("trace_id", sc.trace_id().to_string());
-        span.record("span_id", sc.span_id().to_string());
-    }
 }
 
 /// The trace and span ids (hex) of the traced span `id`, if it is traced
 /// (a span the exporter leaves out, or any span when nothing is exported,
-/// has none). Must not be called while holding the span's extensions.
+/// has none): what every log line inside it names (`telemetry`). Must not
+/// be called while holding the span's extensions.
 pub fn ids_of(id: &tracing::span::Id) -> Option<(String, String)> {
     let dispatch = tracing::dispatcher::get_default(Clone::clone);
     let cx = tracing_opentelemetry::get_otel_context(id, &dispatch)?;

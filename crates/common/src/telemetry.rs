@@ -98,19 +98,31 @@ where
         layer
             .json()
             .flatten_event(true)
-            .map_event_format(TraceIds)
+            .map_event_format(|f| TraceIds {
+                inner: f,
+                json: true,
+            })
             .boxed()
     } else {
-        layer.with_ansi(false).boxed()
+        layer
+            .with_ansi(false)
+            .map_event_format(|f| TraceIds {
+                inner: f,
+                json: false,
+            })
+            .boxed()
     }
 }
 
-/// A JSON line formatter that puts the trace and span of the innermost
-/// traced span around an event at the top of its line (`trace_id`,
-/// `span_id`, as log-to-trace correlation expects), before what `F`
-/// writes. Lines outside any traced span, and every line when traces are
-/// not exported, are `F`'s alone.
-struct TraceIds<F>(F);
+/// A line formatter that names the trace and span of the innermost traced
+/// span around an event (`trace_id`, `span_id`, as log-to-trace
+/// correlation expects): at the top of a JSON line, at the end of a text
+/// line. Lines outside any traced span, and every line when traces are not
+/// exported, are `inner`'s alone.
+struct TraceIds<F> {
+    inner: F,
+    json: bool,
+}
 
 impl<S, N, F> FormatEvent<S, N> for TraceIds<F>
 where
@@ -128,17 +140,21 @@ where
             .event_scope()
             .and_then(|scope| scope.into_iter().find_map(|span| otel::ids_of(&span.id())));
         let Some((trace_id, span_id)) = ids else {
-            return self.0.format_event(ctx, writer, event);
+            return self.inner.format_event(ctx, writer, event);
         };
         let mut line = String::new();
-        self.0.format_event(ctx, Writer::new(&mut line), event)?;
-        match line.strip_prefix('{') {
-            Some(rest) => write!(
+        self.inner
+            .format_event(ctx, Writer::new(&mut line), event)?;
+        if self.json
+            && let Some(rest) = line.strip_prefix('{')
+        {
+            return write!(
                 writer,
                 "{{\"trace_id\":\"{trace_id}\",\"span_id\":\"{span_id}\",{rest}"
-            ),
-            None => writer.write_str(&line),
+            );
         }
+        let text = line.trim_end_matches('\n');
+        writeln!(writer, "{text} trace_id={trace_id} span_id={span_id}")
     }
 }
 

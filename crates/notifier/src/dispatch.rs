@@ -81,8 +81,6 @@ async fn deliver(n: &Notifier, endpoint: &NotifyEndpoint, row: Due) {
         oncehook.attempt = row.attempts + 1,
         http.response.status_code = tracing::field::Empty,
         oncehook.outcome = tracing::field::Empty,
-        trace_id = tracing::field::Empty,
-        span_id = tracing::field::Empty,
     );
     let body = match render(n, &row.event_id).await {
         Ok(Some((body, event_trace))) => {
@@ -91,7 +89,6 @@ async fn deliver(n: &Notifier, endpoint: &NotifyEndpoint, row: Due) {
             if let Some(tp) = row.trace_parent.as_ref().or(event_trace.as_ref()) {
                 otel::set_parent(&span, otel::from_traceparent(tp));
             }
-            otel::record_ids(&span);
             body
         }
         Ok(None) => {

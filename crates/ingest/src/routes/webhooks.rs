@@ -49,14 +49,11 @@ pub async fn receive(
         oncehook.event_id = Empty,
         oncehook.receipt_id = Empty,
         oncehook.outcome = Empty,
-        trace_id = Empty,
-        span_id = Empty,
     );
     otel::set_parent(
         &span,
         otel::http_context(|name| req.headers().get(name).and_then(|v| v.to_str().ok())),
     );
-    otel::record_ids(&span);
     let result = handle(&req, &source, payload, &state)
         .instrument(span.clone())
         .await;
