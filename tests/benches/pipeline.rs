@@ -46,7 +46,9 @@
 //! `ONCEHOOK_BENCH_BATCH` (8; 1 skips the group-commit runs),
 //! `ONCEHOOK_BENCH_ORDERS` (200,000: the most orders the API run posts),
 //! `ONCEHOOK_BENCH_CLUSTER` (unset: no cluster section),
-//! `ONCEHOOK_BENCH_ONLY` (`speed`, `console`, `api`, `traces` or `notify`: only those phases).
+//! `ONCEHOOK_BENCH_ONLY` (`speed`, `console`, `api`, `traces` or `notify`: only those phases),
+//! `ONCEHOOK_BENCH_TRACE_ROUNDS` (3: with `traces`, the alternating rounds of ingest
+//! untraced and traced whose ratios and medians end the report).
 //! Binaries come from `ONCEHOOK_BIN_DIR` (`make bench`: release).
 
 use std::future::Future;
@@ -301,6 +303,8 @@ struct HttpPhase {
 /// producer span): the cost of tracing, next to the untraced run.
 struct TracesPhase {
     ingest: Stats,
+    /// Ingest's own CPU over the metered window.
+    ingest_cpu: CpuUse,
     /// Export requests the sink received, and their bytes.
     exports: (u64, u64),
 }
@@ -312,29 +316,107 @@ fn traced_row(traced: &TracesPhase, http: &HttpPhase, c: usize) -> Row {
         "req/s",
         &traced.ingest,
         format!(
-            "{}; {} exports, {} KiB received",
+            "{}; ingest CPU per request {}; {} exports, {} KiB received",
             versus("ingest", &traced.ingest, &http.ingest),
+            ratio(
+                ingest_cpu_per_request(&traced.ingest, &traced.ingest_cpu),
+                ingest_cpu_per_request(&http.ingest, &http.ingest_cpu)
+            ),
             traced.exports.0,
             traced.exports.1 / 1024
         ),
     )
 }
 
+/// Ingest untraced and traced, `ONCEHOOK_BENCH_TRACE_ROUNDS` times (3),
+/// alternating which goes first (a machine that slows down or speeds up
+/// over the run moves both sides): the ratios per round and their medians,
+/// throughput and ingest's CPU per request.
+async fn traced_rounds(knobs: &Knobs) -> String {
+    let rounds = std::env::var("ONCEHOOK_BENCH_TRACE_ROUNDS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(3)
+        .clamp(1, 20);
+    let (mut rates, mut cpus) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let order = if round % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        let mut runs = Vec::new();
+        for traced in order {
+            runs.push((traced, ingest_run(knobs, traced).await));
+        }
+        runs.sort_by_key(|(traced, _)| *traced);
+        let [(_, plain), (_, traced)] = &runs[..] else {
+            unreachable!("two runs a round")
+        };
+        rates.push(traced.ingest.rate() / plain.ingest.rate());
+        cpus.push(
+            ingest_cpu_per_request(&traced.ingest, &traced.ingest_cpu)
+                / ingest_cpu_per_request(&plain.ingest, &plain.ingest_cpu),
+        );
+    }
+    let show = |v: &[f64]| {
+        v.iter()
+            .map(|r| format!("{r:.2}×"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        let mid = v.len() / 2;
+        if v.len().is_multiple_of(2) {
+            (v[mid - 1] + v[mid]) / 2.0
+        } else {
+            v[mid]
+        }
+    };
+    format!(
+        "traces exported, ingest in {rounds} alternating rounds: throughput {} (median {:.2}×, goal ≥ 0.95×); CPU per request {} (median {:.2}×)",
+        show(&rates),
+        median(&rates),
+        show(&cpus),
+        median(&cpus)
+    )
+}
+
+/// Ingest's CPU seconds per request over a metered run (0 if unreadable):
+/// the cost of tracing where the throughput also moves with what else
+/// the machine does.
+fn ingest_cpu_per_request(stats: &Stats, cpu: &CpuUse) -> f64 {
+    let budget = Budget::of_rate(String::new(), "req", stats.rate(), cpu.clone());
+    budget.ms(Who::Ingest).unwrap_or(0.0)
+}
+
 async fn traces_phase(knobs: &Knobs) -> TracesPhase {
+    ingest_run(knobs, true).await
+}
+
+/// One metered ingest run under the closed-loop load, its spans exported
+/// to a sink when `traced`.
+async fn ingest_run(knobs: &Knobs, traced: bool) -> TracesPhase {
     // A sink: the collector's decoding is its own machine's work, not the pipeline's.
     let receiver = oncehook_e2e::otlp::OtlpReceiver::start_sink().await;
     let mut env = TestEnv::new().await;
-    env.set_env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint);
-    let (_ingest, base) = env.start_ingest().await;
+    if traced {
+        env.set_env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint);
+    }
+    let (ingest_proc, base) = env.start_ingest().await;
     let http = http_client(knobs.concurrency);
     eprintln!(
-        "bench: ingest POST /webhooks/razorpay with traces exported, c={}",
+        "bench: ingest POST /webhooks/razorpay{}, c={}",
+        if traced { " with traces exported" } else { "" },
         knobs.concurrency
     );
     let deliveries: Arc<Vec<SignedDelivery>> =
         Arc::new((0..1024).map(|n| captured(&env, n, "traced")).collect());
     let url = Arc::new(format!("{base}/webhooks/razorpay"));
-    let ingest = closed_loop(
+    let meter = CpuMeter::new().with(Who::Ingest, [ingest_proc.pid()]);
+    let load = closed_loop(
         knobs.concurrency,
         WARMUP,
         knobs.duration(),
@@ -343,12 +425,15 @@ async fn traces_phase(knobs: &Knobs) -> TracesPhase {
             let (http, url, deliveries) = (http.clone(), url.clone(), deliveries.clone());
             async move { post(&http, &url, &deliveries[i % deliveries.len()]).await }
         },
-    )
-    .await;
+    );
+    let (ingest, ingest_cpu) = cpu::during(&meter, WARMUP, knobs.duration(), load).await;
     // The batch exporter sends every 5 s by default.
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    if traced {
+        tokio::time::sleep(Duration::from_secs(6)).await;
+    }
     TracesPhase {
         ingest,
+        ingest_cpu,
         exports: receiver.received(),
     }
 }
@@ -1381,13 +1466,13 @@ async fn main() {
             ),
             traced_row(&traced, &http, c),
         ];
+        let mut notes = vec![traced_rounds(&knobs).await];
         // And one worker at the configured batch, untraced then traced.
         let only_one = Knobs {
             traced_pair_only: true,
             ..knobs.clone()
         };
         let workers = worker_phase(&only_one).await;
-        let mut notes = Vec::new();
         for run in &workers {
             rows.push(Row::new(
                 format!(

@@ -87,7 +87,11 @@ where
                 .with_location(false)
                 .with_threads(false)
                 .with_target(false)
-                .with_tracked_inactivity(false);
+                .with_tracked_inactivity(false)
+                // Nothing reads OpenTelemetry's current context (every
+                // parent is the `tracing` span's, read from the span), so
+                // entering a span need not attach its context each poll.
+                .with_context_activation(false);
             (
                 Some(layer),
                 Traces {
@@ -197,6 +201,30 @@ fn sampler(s: Sampler) -> opentelemetry_sdk::trace::Sampler {
     }
 }
 
+/// The export thread's scheduling priority (Linux `nice`): below the
+/// pipeline's threads, so on a busy machine requests and deliveries go
+/// first and the spans wait (a queue that fills drops, and counts, them).
+const EXPORT_NICE: libc::c_int = 10;
+
+/// Lowers the calling thread's priority to [`EXPORT_NICE`] (never raises
+/// it), once per thread (the batch processor exports from one thread of
+/// its own).
+fn yield_the_cpu() {
+    thread_local!(static DONE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
+    DONE.with(|done| {
+        if !done.replace(true) {
+            // SAFETY: getpriority and setpriority only read their
+            // arguments; on Linux, PRIO_PROCESS with 0 names the calling
+            // thread alone. A process started nicer than this stays so.
+            unsafe {
+                if libc::getpriority(libc::PRIO_PROCESS, 0) < EXPORT_NICE {
+                    let _ = libc::setpriority(libc::PRIO_PROCESS, 0, EXPORT_NICE);
+                }
+            }
+        }
+    });
+}
+
 /// Counts one dropped span, or `n`.
 fn dropped(n: u64) {
     metrics::counter!("oncehook_telemetry_spans_dropped_total").increment(n);
@@ -253,6 +281,7 @@ impl<E: SpanExporter> SpanExporter for Counted<E> {
         &self,
         batch: Vec<SpanData>,
     ) -> impl std::future::Future<Output = OTelSdkResult> + Send {
+        yield_the_cpu();
         let n = batch.len();
         let export = self.exporter.export(batch);
         let in_flight = self.in_flight.clone();
@@ -440,6 +469,27 @@ impl Extractor for Fields<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_export_thread_yields_the_cpu_and_no_other_does() {
+        let before = unsafe_priority();
+        let exporter = std::thread::spawn(|| {
+            yield_the_cpu();
+            yield_the_cpu();
+            unsafe_priority()
+        })
+        .join()
+        .expect("the thread ends");
+        assert_eq!(exporter, before.max(EXPORT_NICE));
+        assert_eq!(unsafe_priority(), before, "only the exporting thread");
+    }
+
+    /// The calling thread's nice value.
+    fn unsafe_priority() -> libc::c_int {
+        // SAFETY: getpriority only reads its arguments (errno is not
+        // checked: every value is valid here).
+        unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) }
+    }
 
     #[test]
     fn a_traceparent_survives_the_message_headers() {
