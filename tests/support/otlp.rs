@@ -29,6 +29,8 @@ use tokio::task::JoinHandle;
 #[derive(Debug, Clone)]
 pub struct ReceivedSpan {
     pub service: String,
+    /// The exporting process's resource attributes (`service.name` too).
+    pub resource: HashMap<String, String>,
     pub name: String,
     pub trace_id: String,
     pub span_id: String,
@@ -306,17 +308,18 @@ async fn serve_grpc(
 fn spans_of(request: ExportTraceServiceRequest) -> Vec<ReceivedSpan> {
     let mut out = Vec::new();
     for rs in request.resource_spans {
-        let service = rs
+        let resource: HashMap<String, String> = rs
             .resource
             .iter()
             .flat_map(|r| &r.attributes)
-            .find(|kv| kv.key == "service.name")
-            .and_then(|kv| text(kv.value.as_ref()?.value.as_ref()?))
-            .unwrap_or_default();
+            .filter_map(|kv| Some((kv.key.clone(), text(kv.value.as_ref()?.value.as_ref()?)?)))
+            .collect();
+        let service = resource.get("service.name").cloned().unwrap_or_default();
         for ss in rs.scope_spans {
             for s in ss.spans {
                 out.push(ReceivedSpan {
                     service: service.clone(),
+                    resource: resource.clone(),
                     name: s.name,
                     trace_id: hex::encode(&s.trace_id),
                     span_id: hex::encode(&s.span_id),

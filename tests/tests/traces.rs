@@ -432,6 +432,50 @@ async fn a_collector_that_wants_an_api_key_gets_it_from_the_headers_setting() {
     );
 }
 
+#[tokio::test]
+async fn the_standard_variables_name_the_service_and_choose_what_is_sampled() {
+    let receiver = OtlpReceiver::start().await;
+    let mut env = TestEnv::new().await;
+    traced(&mut env, &receiver);
+    env.set_env("OTEL_SERVICE_NAME", "shop-a-ingest");
+    env.set_env(
+        "OTEL_RESOURCE_ATTRIBUTES",
+        "deployment.environment=staging,team=payments",
+    );
+    // Only traces the gateway sampled: a request without a traceparent
+    // starts an unsampled trace of its own.
+    env.set_env("OTEL_TRACES_SAMPLER", "parentbased_always_off");
+    let (_ingest, url) = env.start_ingest().await;
+    env.post_ok(
+        &url,
+        "razorpay",
+        &env.captured("tr_s1", "pay_trs1", "evt_trs_plain"),
+    )
+    .await;
+    let sampled = with_header(
+        &env.captured("tr_s2", "pay_trs2", "evt_trs_sampled"),
+        "traceparent",
+        &format!("00-{GATEWAY_TRACE}-{GATEWAY_SPAN}-01"),
+    );
+    env.post_ok(&url, "razorpay", &sampled).await;
+    let spans = eventually("the sampled request's spans", WAIT, || async {
+        let t = receiver.trace(GATEWAY_TRACE);
+        (t.len() >= 2).then_some(t)
+    })
+    .await;
+    let request = one(&spans, "shop-a-ingest", "POST /webhooks/{source}");
+    assert_eq!(request.attributes["oncehook.event_id"], "evt_trs_sampled");
+    assert_eq!(request.resource["deployment.environment"], "staging");
+    assert_eq!(request.resource["team"], "payments");
+    // A later export would have carried the unsampled request by now.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let all = receiver.spans();
+    assert!(
+        all.iter().all(|s| s.trace_id == GATEWAY_TRACE),
+        "only the gateway's sampled trace is exported: {all:#?}"
+    );
+}
+
 /// The JSON log lines of `proc` that parse (every line should).
 fn json_lines(proc: &oncehook_e2e::process::Proc) -> Vec<serde_json::Value> {
     proc.log_text()
