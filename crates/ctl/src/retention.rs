@@ -1,6 +1,7 @@
 //! `oncehookctl retention`: delete (or, with `--dry-run`, count)
-//! `processed_webhooks` rows older than N days and `email_outbox` rows sent
-//! or failed more than N days ago, with the same SQL the worker's schedule
+//! `processed_webhooks` rows older than N days, and `email_outbox` and
+//! `notify_deliveries` rows sent (delivered) or failed more than N days ago,
+//! with the same SQL the worker's schedule
 //! runs ([`oncehook_common::store::retention`]). `--days 0` (everything)
 //! asks first, and without a terminal needs `--yes`.
 
@@ -51,7 +52,7 @@ pub async fn run(settings: &Config, args: RetentionArgs) -> anyhow::Result<Reten
     if days == 0
         && !args.caution.dry_run
         && !args.caution.yes
-        && !approve("delete every processed_webhooks row and every sent or failed email_outbox row (--days 0)")
+        && !approve("delete every processed_webhooks row and every sent or failed email_outbox and notify_deliveries row (--days 0)")
             .await?
     {
         bail!("nothing deleted");
@@ -83,7 +84,7 @@ pub async fn run(settings: &Config, args: RetentionArgs) -> anyhow::Result<Reten
 }
 
 fn total(c: Counts) -> u64 {
-    c.processed_webhooks + c.email_outbox
+    c.processed_webhooks + c.email_outbox + c.notify_deliveries
 }
 
 impl fmt::Display for RetentionReport {
@@ -94,8 +95,8 @@ impl fmt::Display for RetentionReport {
         };
         write!(
             f,
-            "{verb} {} processed_webhooks row(s) older than {days} days and {} email_outbox row(s) sent or failed more than {days} days ago",
-            t.processed_webhooks, t.email_outbox
+            "{verb} {} processed_webhooks row(s) older than {days} days, {} email_outbox row(s) sent or failed and {} notify_deliveries row(s) delivered or failed more than {days} days ago",
+            t.processed_webhooks, t.email_outbox, t.notify_deliveries
         )
     }
 }

@@ -1,5 +1,6 @@
-//! Scheduled retention of the dedup table and of sent or failed outbox rows
-//! (customer addresses). The SQL lives in
+//! Scheduled retention of the dedup table, of sent or failed outbox rows
+//! (customer addresses) and of the notifier's settled deliveries (the
+//! shop's answers). The SQL lives in
 //! [`oncehook_common::store::retention`] (shared with `oncehookctl
 //! retention`); this module only runs it every so often, in one worker at a
 //! time.
@@ -21,6 +22,7 @@ pub async fn run_scheduled(pool: PgPool, days: u32, every: Duration, shutdown: S
             Ok(Some(n)) => tracing::info!(
                 processed_webhooks = n.processed_webhooks,
                 email_outbox = n.email_outbox,
+                notify_deliveries = n.notify_deliveries,
                 days,
                 "retention pass done"
             ),

@@ -1,6 +1,10 @@
-//! Retention: delete `processed_webhooks` rows older than N days, and
+//! Retention: delete `processed_webhooks` rows older than N days,
 //! `email_outbox` rows that were sent or failed more than N days ago (they
-//! hold customer addresses; unsent rows are never touched), in small batches
+//! hold customer addresses; unsent rows are never touched), and the
+//! notifier's `notify_deliveries` rows delivered or failed more than N days
+//! ago (pending ones never; the order events themselves are kept: the
+//! ledger re-derives an order's events from its facts, and a deleted event
+//! would be minted and sent again by the order's next fact), in small batches
 //! (short transactions, no long locks). Used by `oncehookctl retention` and
 //! by the worker on a schedule; a transaction-scoped advisory lock keeps
 //! scheduled runs in several worker copies from overlapping. Every
@@ -20,6 +24,7 @@ const LOCK_KEY: i64 = 0x6f6e_6365_686f_6f6b;
 pub struct Counts {
     pub processed_webhooks: u64,
     pub email_outbox: u64,
+    pub notify_deliveries: u64,
 }
 
 /// Rows that retention would delete.
@@ -39,10 +44,19 @@ pub async fn count_older(pool: &PgPool, days: u32) -> Result<Counts, sqlx::Error
     )
     .fetch_one(&mut *tx)
     .await?;
+    let deliveries = sqlx::query_scalar!(
+        r#"SELECT count(*) AS "n!" FROM notify_deliveries
+           WHERE status <> 'pending'
+             AND coalesce(delivered_at, updated_at) < now() - make_interval(days => $1)"#,
+        days_param(days)
+    )
+    .fetch_one(&mut *tx)
+    .await?;
     tx.commit().await?;
     Ok(Counts {
         processed_webhooks: u64::try_from(webhooks).unwrap_or(0),
         email_outbox: u64::try_from(emails).unwrap_or(0),
+        notify_deliveries: u64::try_from(deliveries).unwrap_or(0),
     })
 }
 
@@ -77,6 +91,7 @@ enum Lock {
 enum Table {
     ProcessedWebhooks,
     EmailOutbox,
+    NotifyDeliveries,
 }
 
 /// Deletes `DELETE … LIMIT BATCH` batches, each in a short transaction of
@@ -86,7 +101,11 @@ enum Table {
 async fn in_batches(pool: &PgPool, days: u32, lock: Lock) -> Result<Option<Counts>, sqlx::Error> {
     let mut counts = Counts::default();
     let mut first = true;
-    for table in [Table::ProcessedWebhooks, Table::EmailOutbox] {
+    for table in [
+        Table::ProcessedWebhooks,
+        Table::EmailOutbox,
+        Table::NotifyDeliveries,
+    ] {
         loop {
             let mut tx = pool.begin().await?;
             if lock == Lock::Advisory && !try_lock(&mut tx).await? {
@@ -143,6 +162,21 @@ impl Table {
                 .execute(conn)
                 .await?
             }
+            // Settled deliveries (a 2xx, or given up on) before the horizon;
+            // a pending one is never deleted.
+            Table::NotifyDeliveries => {
+                sqlx::query!(
+                    "DELETE FROM notify_deliveries WHERE ctid = ANY(ARRAY(
+             SELECT ctid FROM notify_deliveries
+             WHERE status <> 'pending'
+               AND coalesce(delivered_at, updated_at) < now() - make_interval(days => $1)
+             LIMIT $2))",
+                    days_param(days),
+                    BATCH
+                )
+                .execute(conn)
+                .await?
+            }
         };
         Ok(done.rows_affected())
     }
@@ -152,6 +186,7 @@ impl Table {
         match self {
             Table::ProcessedWebhooks => counts.processed_webhooks += deleted,
             Table::EmailOutbox => counts.email_outbox += deleted,
+            Table::NotifyDeliveries => counts.notify_deliveries += deleted,
         }
     }
 }
