@@ -94,21 +94,25 @@ where
         // with `eprintln!`, which panics on the same closed stderr.
         .log_internal_errors(false)
         .with_writer(std::io::stderr);
+    // Trace ids only when spans are exported: otherwise no line has any.
+    let traced = settings.traces.is_some();
     if settings.log_json {
         layer
             .json()
             .flatten_event(true)
-            .map_event_format(|f| TraceIds {
-                inner: f,
+            .map_event_format(|inner| TraceIds {
+                inner,
                 json: true,
+                traced,
             })
             .boxed()
     } else {
         layer
             .with_ansi(false)
-            .map_event_format(|f| TraceIds {
-                inner: f,
+            .map_event_format(|inner| TraceIds {
+                inner,
                 json: false,
+                traced,
             })
             .boxed()
     }
@@ -118,10 +122,11 @@ where
 /// span around an event (`trace_id`, `span_id`, as log-to-trace
 /// correlation expects): at the top of a JSON line, at the end of a text
 /// line. Lines outside any traced span, and every line when traces are not
-/// exported, are `inner`'s alone.
+/// exported (`traced` false: no span is looked at), are `inner`'s alone.
 struct TraceIds<F> {
     inner: F,
     json: bool,
+    traced: bool,
 }
 
 impl<S, N, F> FormatEvent<S, N> for TraceIds<F>
@@ -136,6 +141,9 @@ where
         mut writer: Writer<'_>,
         event: &Event<'_>,
     ) -> std::fmt::Result {
+        if !self.traced {
+            return self.inner.format_event(ctx, writer, event);
+        }
         let ids = ctx
             .event_scope()
             .and_then(|scope| scope.into_iter().find_map(|span| otel::ids_of(&span.id())));

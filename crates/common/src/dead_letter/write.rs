@@ -72,11 +72,7 @@ impl DeadLetter {
         );
         if let Some(tp) = &self.trace_parent {
             // The message's tracestate belongs to its own span, not ours.
-            let mut kept: BTreeMap<ShortString, AMQPValue> = (&headers)
-                .into_iter()
-                .filter(|(k, _)| k.as_str() != "tracestate")
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
+            let mut kept = kept_headers(Some(&headers), |k| k != "tracestate");
             kept.insert(
                 "traceparent".into(),
                 AMQPValue::LongString(tp.clone().into()),
@@ -125,14 +121,7 @@ pub async fn publish(
 /// the replay is a new trace, linked to the delivery's first.
 pub fn replay_headers(headers: Option<&FieldTable>) -> FieldTable {
     let replays = header_int(headers, HEADER_REPLAYS).unwrap_or(0) + 1;
-    let mut kept: BTreeMap<ShortString, AMQPValue> = headers
-        .map(|h| {
-            h.into_iter()
-                .filter(|(k, _)| !is_bookkeeping(k.as_str()))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut kept = kept_headers(headers, |k| !is_bookkeeping(k));
     kept.insert(HEADER_REPLAYS.into(), AMQPValue::LongLongInt(replays));
     kept.remove(&ShortString::from("tracestate"));
     if let Some(first) = kept.remove(&ShortString::from("traceparent")) {
@@ -140,6 +129,22 @@ pub fn replay_headers(headers: Option<&FieldTable>) -> FieldTable {
             .or_insert(first);
     }
     FieldTable::from(kept)
+}
+
+/// The headers whose names `keep` accepts, as a map to edit (a
+/// [`FieldTable`] cannot remove an entry).
+fn kept_headers(
+    headers: Option<&FieldTable>,
+    keep: impl Fn(&str) -> bool,
+) -> BTreeMap<ShortString, AMQPValue> {
+    headers
+        .map(|h| {
+            h.into_iter()
+                .filter(|(k, _)| keep(k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// How many times the message was replayed (its `x-oncehook-replays`, 0 if none).

@@ -60,15 +60,9 @@ pub async fn sweep(
             .map(|e| e.properties())
             .unwrap_or_default();
         // The envelope's properties lack the delivery's headers: the replay
-        // count parked with it goes back on.
-        let mut headers = dead_letter::with_replays(properties.headers().as_ref(), parked.replays);
-        // And so does its trace.
-        if let Some(tp) = &parked.trace_parent {
-            headers.insert(
-                "traceparent".into(),
-                lapin::types::AMQPValue::LongString(tp.as_str().into()),
-            );
-        }
+        // count parked with it goes back on (its trace goes on as the
+        // letter's, below).
+        let headers = dead_letter::with_replays(properties.headers().as_ref(), parked.replays);
         let properties = properties.with_headers(headers);
         let error = match &parked.order_ref {
             Some(order_ref) => format!(
@@ -85,8 +79,8 @@ pub async fn sweep(
             error,
             origin: topology.events(),
             attempts: 1,
-            // The parked row's traceparent is in the headers already.
-            trace_parent: None,
+            // The delivery's trace, kept with the parked row.
+            trace_parent: parked.trace_parent.clone(),
         };
         dead_letter::publish(
             ch,
