@@ -186,9 +186,14 @@ impl TestEnv {
     }
 
     /// [`TestEnv::envs`], through PgBouncer when the run asks for it.
+    /// A test that points the binaries at a database of its own
+    /// ([`TestEnv::set_env`]) keeps it.
     fn service_envs(&self) -> Vec<(String, String)> {
         let mut envs = self.envs();
-        if let Some(pooler) = &self.pooler {
+        let own_database = envs
+            .iter()
+            .any(|(k, v)| k == "ONCEHOOK_DATABASE_URL" && *v == self.database_url);
+        if let Some(pooler) = self.pooler.as_ref().filter(|_| own_database) {
             put(
                 &mut envs,
                 "ONCEHOOK_DATABASE_URL",
