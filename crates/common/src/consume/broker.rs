@@ -2,7 +2,8 @@
 //! [`Delivery`], the dead-letter exchange as a [`DeadLetterSink`], and
 //! [`consume`] — one queue with per-consumer prefetch, one task per delivery
 //! (so deliveries run concurrently up to a limit, the prefetch unless the
-//! binary sets its own); on shutdown the consumer is cancelled and in-flight
+//! binary sets its own); on shutdown the consumer is cancelled, deliveries
+//! received but not started are given back uncounted, and in-flight
 //! deliveries are drained.
 
 use std::sync::Arc;
@@ -19,7 +20,7 @@ use tokio::task::JoinSet;
 
 use super::counting;
 use super::queue::{DeadLetterSink, Delivery, Message, Published};
-use super::{Handler, dispatch};
+use super::{Handler, dispatch, give_back};
 use crate::amqp;
 use crate::dead_letter::{self, DeadLetter, DeadLetterKind};
 use crate::health::Readiness;
@@ -216,10 +217,18 @@ pub async fn consume<H: Handler, S: DeadLetterSink>(
     }
     readiness.set(false);
     if shutdown.is_triggered() {
-        // Stop taking work; prefetched-but-unstarted messages are requeued on close.
-        let _ = ch
+        // Stop taking work, then give back what the broker sent but no task
+        // started: returned with the channel, it would count as a failed
+        // delivery on every broker version.
+        match ch
             .basic_cancel(consumer.tag(), BasicCancelOptions::default())
-            .await;
+            .await
+        {
+            Ok(()) => give_back_unstarted(&mut consumer, &mut in_flight, &sink).await,
+            Err(err) => {
+                tracing::warn!(queue, %err, "could not cancel the consumer; unstarted deliveries are returned with the channel");
+            }
+        }
     }
     drain(&mut in_flight).await;
     // Close explicitly (and wait) before the connection goes: a channel
@@ -227,6 +236,34 @@ pub async fn consume<H: Handler, S: DeadLetterSink>(
     // Anything prefetched but not acked is requeued by the broker.
     let _ = ch.close(200, "consumer stops".into()).await;
     result
+}
+
+/// How long a cancelled consumer waits for the broker's cancel to pass the
+/// deliveries it had already sent.
+const UNSTARTED_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Gives back, uncounted, the deliveries a cancelled `consumer` still
+/// buffers (the stream ends once the broker's cancel went past them).
+async fn give_back_unstarted<S: DeadLetterSink>(
+    consumer: &mut lapin::Consumer,
+    in_flight: &mut JoinSet<()>,
+    sink: &Arc<S>,
+) {
+    let unstarted = async {
+        let mut n = 0_usize;
+        while let Some(Ok(delivery)) = consumer.next().await {
+            in_flight.spawn(give_back(delivery, sink.clone()));
+            n += 1;
+        }
+        n
+    };
+    match tokio::time::timeout(UNSTARTED_TIMEOUT, unstarted).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(deliveries = n, "gave back deliveries not started before shutdown"),
+        Err(_) => tracing::warn!(
+            "the consumer's cancel did not arrive in time; deliveries not started yet are returned with the channel"
+        ),
+    }
 }
 
 /// Waits up to [`DRAIN_TIMEOUT`] for in-flight deliveries, then abandons

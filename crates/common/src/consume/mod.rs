@@ -135,7 +135,15 @@ where
     }
 }
 
-/// Carries out `verdict` on `delivery`: the only place a delivery is settled.
+/// Gives `delivery` back to its queue without running a handler and
+/// without counting toward the delivery limit (a delivery the consume loop
+/// received but did not start before shutdown).
+pub async fn give_back<D: Delivery, S: DeadLetterSink>(delivery: D, sink: Arc<S>) {
+    put_back(&delivery, sink.as_ref(), Return::GiveBack).await;
+}
+
+/// Carries out `verdict` on `delivery`: the only place a handled delivery is
+/// settled.
 pub async fn settle<H, D, S>(handler: &H, delivery: &D, sink: &S, verdict: Verdict)
 where
     H: Handler,
