@@ -259,7 +259,10 @@ async fn give_back_unstarted<S: DeadLetterSink>(
     };
     match tokio::time::timeout(UNSTARTED_TIMEOUT, unstarted).await {
         Ok(0) => {}
-        Ok(n) => tracing::info!(deliveries = n, "gave back deliveries not started before shutdown"),
+        Ok(n) => tracing::info!(
+            deliveries = n,
+            "gave back deliveries not started before shutdown"
+        ),
         Err(_) => tracing::warn!(
             "the consumer's cancel did not arrive in time; deliveries not started yet are returned with the channel"
         ),

@@ -203,7 +203,6 @@ pub fn original_routing_key<'a>(
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -182,7 +182,7 @@ impl Delivery for MemoryDelivery {
 #[derive(Debug)]
 pub enum Next {
     /// Handed out again, with the counters the broker puts on it.
-    Redelivered(MemoryDelivery),
+    Redelivered(Box<MemoryDelivery>),
     /// Its delivery count went past the delivery limit: the broker
     /// dead-lettered it.
     DeadLetteredByBroker,
@@ -211,7 +211,7 @@ impl MemoryQueue {
         let failed = match delivery.settled().last() {
             Some(Settled::Acked) => {
                 return match sink.take_copy() {
-                    Some(copy) => Next::Redelivered(copy),
+                    Some(copy) => Next::Redelivered(Box::new(copy)),
                     None => Next::Gone,
                 };
             }
@@ -228,7 +228,7 @@ impl MemoryQueue {
         if count > self.limit {
             Next::DeadLetteredByBroker
         } else {
-            Next::Redelivered(delivery.again(self.counting, failed, returns))
+            Next::Redelivered(Box::new(delivery.again(self.counting, failed, returns)))
         }
     }
 }

@@ -218,9 +218,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
-    use super::memory::{
-        Counting, MemoryDeadLetters, MemoryDelivery, MemoryQueue, Next, Settled,
-    };
+    use super::memory::{Counting, MemoryDeadLetters, MemoryDelivery, MemoryQueue, Next, Settled};
     use super::*;
 
     /// Returns a fixed verdict (or panics) and remembers dead-letter callbacks.
@@ -420,7 +418,7 @@ mod tests {
             // A consumer that dies holding it: the delivery stays unsettled.
             let _ = tokio::time::timeout(Duration::from_millis(20), run).await;
             match queue.next(&delivery, &sink) {
-                Next::Redelivered(next) => delivery = next,
+                Next::Redelivered(next) => delivery = *next,
                 Next::DeadLetteredByBroker => return End::DeadLetteredByBroker,
                 Next::Gone => {
                     return match sink.published().pop() {
@@ -430,7 +428,9 @@ mod tests {
                 }
             }
         }
-        panic!("{counting:?}: still delivered after 200 deliveries: the delivery limit never ended it");
+        panic!(
+            "{counting:?}: still delivered after 200 deliveries: the delivery limit never ended it"
+        );
     }
 
     #[tokio::test]
@@ -501,7 +501,8 @@ mod tests {
             assert!(
                 matches!(
                     end,
-                    End::DeadLetteredByBroker | End::DeadLetteredByLoop(DeadLetterKind::DeliveryLimit)
+                    End::DeadLetteredByBroker
+                        | End::DeadLetteredByLoop(DeadLetterKind::DeliveryLimit)
                 ),
                 "{counting:?}: {end:?}"
             );
