@@ -195,9 +195,15 @@ async fn put_back<D: Delivery, S: DeadLetterSink>(delivery: &D, sink: &S, why: R
                 tracing::warn!(message_id = %id, "reject lost with the channel; the broker will redeliver");
             }
         }
-        Requeue::Nack => release(delivery).await,
+        Requeue::Nack => {
+            release(delivery).await;
+            tracing::info!(message_id = %id, "given back with a nack (not counted toward the delivery limit)");
+        }
         Requeue::Copy { failures } => match sink.requeue_copy(delivery, failures).await {
-            Ok(()) => ack(delivery).await,
+            Ok(()) => {
+                ack(delivery).await;
+                tracing::info!(message_id = %id, failures, "given back as a requeued copy (not counted toward the delivery limit)");
+            }
             Err(err) => {
                 tracing::warn!(message_id = %id, %err, "could not requeue a copy; nacking instead (brokers before RabbitMQ 4.3 count that return)");
                 release(delivery).await;
