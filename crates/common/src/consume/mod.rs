@@ -104,10 +104,9 @@ where
     S: DeadLetterSink,
 {
     let counts = delivery.counts();
-    if let (Admission::DeadLetter, Some(limit)) = (
-        counting::admit(counts, sink.delivery_limit()),
-        sink.delivery_limit(),
-    ) {
+    if let Some(limit) = sink.delivery_limit()
+        && counting::admit(counts, Some(limit)) == Admission::DeadLetter
+    {
         let error = format!(
             "message {} failed {} deliveries (requeued copies included), past the delivery limit of {limit}",
             delivery.message_id(),
