@@ -36,8 +36,13 @@ pub struct QueueSettings {
 
 /// The configured source that received the webhook.
 pub const HEADER_SOURCE: &str = "x-oncehook-source";
-/// The broker's own delivery counter on quorum queues.
+/// The broker's own delivery counter on quorum queues: every return before
+/// RabbitMQ 4.3, failed deliveries only from 4.3 on (see
+/// `consume::counting`).
 pub const HEADER_DELIVERY_COUNT: &str = "x-delivery-count";
+/// RabbitMQ 4.3+: how often a quorum queue handed the message to a
+/// consumer before, whether or not that counted as a failure.
+pub const HEADER_ACQUIRED_COUNT: &str = "x-acquired-count";
 
 /// Names of every exchange and queue for one prefix.
 #[derive(Debug, Clone)]

@@ -2,7 +2,8 @@
 //! [`Delivery`], the dead-letter exchange as a [`DeadLetterSink`], and
 //! [`consume`] — one queue with per-consumer prefetch, one task per delivery
 //! (so deliveries run concurrently up to a limit, the prefetch unless the
-//! binary sets its own); on shutdown the consumer is cancelled and in-flight
+//! binary sets its own); on shutdown the consumer is cancelled, deliveries
+//! received but not started are given back uncounted, and in-flight
 //! deliveries are drained.
 
 use std::sync::Arc;
@@ -11,18 +12,19 @@ use std::time::Duration;
 use futures_lite::StreamExt;
 use lapin::options::{
     BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions,
+    BasicRejectOptions,
 };
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Connection};
 use tokio::task::JoinSet;
 
+use super::counting;
 use super::queue::{DeadLetterSink, Delivery, Message, Published};
-use super::{Handler, dispatch};
+use super::{Handler, dispatch, give_back};
 use crate::amqp;
 use crate::dead_letter::{self, DeadLetter, DeadLetterKind};
 use crate::health::Readiness;
 use crate::shutdown::Shutdown;
-use crate::topology::HEADER_DELIVERY_COUNT;
 
 /// How long a stopping consumer waits for in-flight deliveries.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(25);
@@ -34,14 +36,13 @@ impl Message for lapin::message::Delivery {
     fn properties(&self) -> &BasicProperties {
         &self.properties
     }
+    /// A requeued copy's original routing key, else the delivery's own.
     fn routing_key(&self) -> &str {
-        self.routing_key.as_str()
-    }
-    /// Quorum queues count in `x-delivery-count`; absent on the first delivery.
-    fn delivery_count(&self) -> u32 {
-        amqp::header_int(self.properties.headers().as_ref(), HEADER_DELIVERY_COUNT)
-            .and_then(|n| u32::try_from(n).ok())
-            .unwrap_or(0)
+        counting::original_routing_key(
+            self.exchange.as_str(),
+            self.routing_key.as_str(),
+            self.properties.headers().as_ref(),
+        )
     }
 }
 
@@ -49,7 +50,13 @@ impl Delivery for lapin::message::Delivery {
     async fn ack(&self) -> bool {
         matches!(self.acker.ack(BasicAckOptions::default()).await, Ok(true))
     }
+    /// `basic.reject` with requeue: a failed delivery on every version.
     async fn requeue(&self) -> bool {
+        let options = BasicRejectOptions { requeue: true };
+        matches!(self.acker.reject(options).await, Ok(true))
+    }
+    /// `basic.nack` with requeue: not a failure on RabbitMQ 4.3+.
+    async fn release(&self) -> bool {
         let options = BasicNackOptions {
             multiple: false,
             requeue: true,
@@ -58,18 +65,50 @@ impl Delivery for lapin::message::Delivery {
     }
 }
 
-/// The dead-letter exchange, reached over a confirm channel.
+/// The dead-letter exchange and the consumed queue, reached over a confirm
+/// channel.
 #[derive(Clone)]
 pub struct BrokerDeadLetters {
     pub channel: Channel,
     /// The dead-letter exchange (`P.dead`).
     pub exchange: String,
-    /// The queue the messages come from (the `x-oncehook-origin` header).
+    /// The queue the messages come from (the `x-oncehook-origin` header, and
+    /// where requeued copies go).
     pub origin: String,
+    /// The delivery limit `origin` was declared with.
+    pub delivery_limit: Option<u32>,
     pub timeout: Duration,
 }
 
 impl DeadLetterSink for BrokerDeadLetters {
+    fn delivery_limit(&self) -> Option<u32> {
+        self.delivery_limit
+    }
+
+    /// Through the default exchange, straight to `origin` (a republish to
+    /// the message's exchange would reach every other queue bound there).
+    async fn requeue_copy(&self, message: &dyn Message, failures: u32) -> Published {
+        let properties = message.properties();
+        let headers = counting::copy_headers(
+            properties.headers().as_ref(),
+            message.routing_key(),
+            failures,
+        );
+        let properties = properties
+            .clone()
+            .with_headers(headers)
+            .with_delivery_mode(2);
+        amqp::publish_confirmed(
+            &self.channel,
+            "",
+            &self.origin,
+            message.body(),
+            properties,
+            self.timeout,
+        )
+        .await
+    }
+
     async fn dead_letter(
         &self,
         message: &dyn Message,
@@ -178,10 +217,18 @@ pub async fn consume<H: Handler, S: DeadLetterSink>(
     }
     readiness.set(false);
     if shutdown.is_triggered() {
-        // Stop taking work; prefetched-but-unstarted messages are requeued on close.
-        let _ = ch
+        // Stop taking work, then give back what the broker sent but no task
+        // started: returned with the channel, it would count as a failed
+        // delivery on every broker version.
+        match ch
             .basic_cancel(consumer.tag(), BasicCancelOptions::default())
-            .await;
+            .await
+        {
+            Ok(()) => give_back_unstarted(&mut consumer, &mut in_flight, &sink).await,
+            Err(err) => {
+                tracing::warn!(queue, %err, "could not cancel the consumer; unstarted deliveries are returned with the channel");
+            }
+        }
     }
     drain(&mut in_flight).await;
     // Close explicitly (and wait) before the connection goes: a channel
@@ -189,6 +236,37 @@ pub async fn consume<H: Handler, S: DeadLetterSink>(
     // Anything prefetched but not acked is requeued by the broker.
     let _ = ch.close(200, "consumer stops".into()).await;
     result
+}
+
+/// How long a cancelled consumer waits for the broker's cancel to pass the
+/// deliveries it had already sent.
+const UNSTARTED_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Gives back, uncounted, the deliveries a cancelled `consumer` still
+/// buffers (the stream ends once the broker's cancel went past them).
+async fn give_back_unstarted<S: DeadLetterSink>(
+    consumer: &mut lapin::Consumer,
+    in_flight: &mut JoinSet<()>,
+    sink: &Arc<S>,
+) {
+    let unstarted = async {
+        let mut n = 0_usize;
+        while let Some(Ok(delivery)) = consumer.next().await {
+            in_flight.spawn(give_back(delivery, sink.clone()));
+            n += 1;
+        }
+        n
+    };
+    match tokio::time::timeout(UNSTARTED_TIMEOUT, unstarted).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(
+            deliveries = n,
+            "gave back deliveries not started before shutdown"
+        ),
+        Err(_) => tracing::warn!(
+            "the consumer's cancel did not arrive in time; deliveries not started yet are returned with the channel"
+        ),
+    }
 }
 
 /// Waits up to [`DRAIN_TIMEOUT`] for in-flight deliveries, then abandons

@@ -1,13 +1,16 @@
 //! The queue seam between the consume loop and the broker: what a handler
 //! may read of a message ([`Message`]), what the loop may do with a delivery
-//! ([`Delivery`]: ack, requeue) and where dead letters go
-//! ([`DeadLetterSink`]). `consume::broker` implements them over RabbitMQ,
-//! `consume::memory` in memory so decisions are testable without a broker.
+//! ([`Delivery`]: ack, requeue counted or not) and the queue's side of it
+//! ([`DeadLetterSink`]: dead letters, requeued copies, the delivery limit).
+//! `consume::broker` implements them over RabbitMQ, `consume::memory` in
+//! memory (either way of counting deliveries) so decisions are testable
+//! without a broker.
 
 use std::future::Future;
 
 use lapin::BasicProperties;
 
+use super::counting::Counts;
 use crate::amqp::PublishError;
 use crate::dead_letter::{DeadLetter, DeadLetterKind};
 
@@ -19,12 +22,15 @@ pub trait Message: Send + Sync {
     fn properties(&self) -> &BasicProperties;
     /// The routing key it was published with.
     fn routing_key(&self) -> &str;
-    /// How many times the broker handed it out before (0 on the first delivery).
-    fn delivery_count(&self) -> u32;
+    /// Its delivery counters, as its headers carry them (see
+    /// [`counting`](super::counting)).
+    fn counts(&self) -> Counts {
+        Counts::from_headers(self.properties().headers().as_ref())
+    }
 
     /// This delivery's attempt number (1 on the first delivery).
     fn attempts(&self) -> u32 {
-        self.delivery_count().saturating_add(1)
+        self.counts().attempt()
     }
 
     /// The message's `message_id`, or `-`.
@@ -43,17 +49,39 @@ pub trait Delivery: Message + 'static {
     /// Acknowledges; `false` if the ack was lost (dead channel: the broker
     /// redelivers and the receiver's idempotency absorbs the copy).
     fn ack(&self) -> impl Future<Output = bool> + Send;
-    /// Puts the message back on the queue (counts toward the delivery
-    /// limit); `false` if the nack was lost (the broker redelivers anyway).
+    /// Puts the message back on the queue as a failed delivery
+    /// (`basic.reject`, which every broker version counts toward the
+    /// delivery limit); `false` if it was lost (the broker redelivers
+    /// anyway, and counts that too).
     fn requeue(&self) -> impl Future<Output = bool> + Send;
+    /// Puts the message back without calling it a failure (`basic.nack`:
+    /// RabbitMQ 4.3+ does not count it, earlier versions do); `false` if it
+    /// was lost.
+    fn release(&self) -> impl Future<Output = bool> + Send;
 }
 
 /// The outcome of publishing a dead letter: `Ok` once the broker holds it.
 pub type Published = Result<(), PublishError>;
 
-/// Where dead letters go: the dead-letter exchange, with the headers
-/// `dead_letter` writes, confirmed.
+/// The queue's side of the consume loop: where dead letters go (the
+/// dead-letter exchange, with the headers `dead_letter` writes, confirmed),
+/// where requeued copies go (the queue itself), and its delivery limit.
 pub trait DeadLetterSink: Send + Sync + 'static {
+    /// The delivery limit the queue was declared with (`None`: unknown;
+    /// then only the broker enforces one).
+    fn delivery_limit(&self) -> Option<u32>;
+
+    /// Publishes a copy of `message` (body and properties kept) to the
+    /// queue it came from, with the headers of
+    /// [`counting::copy_headers`](super::counting::copy_headers) carrying
+    /// `failures`; `Ok` only once the broker holds it. The loop then acks
+    /// the original: a return no broker version counts.
+    fn requeue_copy(
+        &self,
+        message: &dyn Message,
+        failures: u32,
+    ) -> impl Future<Output = Published> + Send;
+
     /// Publishes a copy of `message` (body and properties kept) as a dead
     /// letter of class `kind`, in the trace `trace_parent` when given; `Ok`
     /// only once the broker holds it.

@@ -156,6 +156,7 @@ impl<H: Handler, T: SessionTasks> Session for Consuming<'_, H, T> {
             channel: pub_ch.clone(),
             exchange: spec.topology.dead(),
             origin: spec.queue.clone(),
+            delivery_limit: Some(spec.queues.delivery_limit),
             timeout: spec.publish_timeout,
         });
         let result = consume(

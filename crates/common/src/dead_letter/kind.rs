@@ -105,9 +105,10 @@ kinds! {
     UnknownOutboxRow = "unknown_outbox_row" by [Mailer];
     /// Sending kept failing until the attempts ran out.
     SmtpFailed = "smtp_failed" by [Mailer];
-    /// The broker's delivery limit: the message crashed or stalled a
-    /// consumer on every delivery.
-    DeliveryLimit = "delivery_limit" by [Broker];
+    /// The delivery limit: the message crashed or stalled a consumer on
+    /// every delivery. Written by the broker, or by the consume loop for a
+    /// requeued copy whose carried failures are past the limit.
+    DeliveryLimit = "delivery_limit" by [Worker, Mailer, Broker];
     /// A letter that records no kind at all (neither oncehook's header nor
     /// the broker's reason).
     Unrecorded = "unknown" by [];

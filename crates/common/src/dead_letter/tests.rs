@@ -11,7 +11,8 @@ use time::macros::datetime;
 use super::read::stable_id;
 use super::*;
 use crate::amqp::{header_int, header_string};
-use crate::topology::{HEADER_DELIVERY_COUNT, HEADER_SOURCE};
+use crate::consume::counting::HEADER_FAILURES;
+use crate::topology::{HEADER_ACQUIRED_COUNT, HEADER_DELIVERY_COUNT, HEADER_SOURCE};
 
 fn why(kind: DeadLetterKind) -> DeadLetter {
     DeadLetter {
@@ -94,11 +95,14 @@ fn each_service_dead_letters_with_its_own_kinds() {
             "database",
             "bad_message",
             "unknown_outbox_row",
-            "smtp_failed"
+            "smtp_failed",
+            "delivery_limit"
         ]
     );
     assert_eq!(of(Writer::Broker), ["delivery_limit"]);
     assert!(of(Writer::Worker).contains(&"unknown_order"));
+    // A requeued copy past the limit is dead-lettered by the consume loop.
+    assert!(of(Writer::Worker).contains(&"delivery_limit"));
     assert!(!of(Writer::Worker).contains(&"smtp_failed"));
 }
 
@@ -318,6 +322,10 @@ fn replay_strips_bookkeeping_and_counts_replays() {
     }
     h.insert(HEADER_ATTEMPTS.into(), AMQPValue::LongLongInt(3));
     h.insert(HEADER_DELIVERY_COUNT.into(), AMQPValue::LongLongInt(7));
+    // RabbitMQ 4.3's hand-out counter and a requeued copy's failures: a
+    // replay starts counting afresh.
+    h.insert(HEADER_ACQUIRED_COUNT.into(), AMQPValue::LongLongInt(9));
+    h.insert(HEADER_FAILURES.into(), AMQPValue::LongLongInt(2));
     h.insert("x-death".into(), AMQPValue::FieldArray(Vec::new().into()));
     h.insert(HEADER_SOURCE.into(), AMQPValue::LongString("rzp".into()));
     h.insert(HEADER_REPLAYS.into(), AMQPValue::LongLongInt(1));

@@ -12,7 +12,8 @@ use time::format_description::well_known::Rfc3339;
 
 use super::DeadLetterKind;
 use crate::amqp::{self, PublishError, header_int};
-use crate::topology::HEADER_DELIVERY_COUNT;
+use crate::consume::counting::HEADER_FAILURES;
+use crate::topology::{HEADER_ACQUIRED_COUNT, HEADER_DELIVERY_COUNT};
 
 /// Stable id of a dead letter (what `oncehookctl dlq show|replay|purge` take).
 pub const HEADER_DEAD_ID: &str = "x-oncehook-dead-id";
@@ -176,6 +177,8 @@ fn is_bookkeeping(k: &str) -> bool {
         HEADER_ATTEMPTS,
         HEADER_DEAD_ID,
         HEADER_DELIVERY_COUNT,
+        HEADER_ACQUIRED_COUNT,
+        HEADER_FAILURES,
         HEADER_REPLAYS,
         "x-death",
     ]
