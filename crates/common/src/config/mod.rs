@@ -129,3 +129,7 @@ mod testing;
 #[cfg(test)]
 #[path = "docs_tests.rs"]
 mod docs_tests;
+
+#[cfg(test)]
+#[path = "secrets_in_errors_tests.rs"]
+mod secrets_in_errors_tests;
