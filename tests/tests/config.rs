@@ -182,7 +182,10 @@ async fn the_mailer_refuses_a_url_without_a_host_never_echoing_it() {
         let log = proc.log_text();
         assert_ne!(code, Some(0), "{var}={value}: must not start: {log}");
         assert!(code.is_some(), "{var}={value}: must exit, not hang: {log}");
-        assert!(log.contains(var), "{var}={value}: names the variable: {log}");
+        assert!(
+            log.contains(var),
+            "{var}={value}: names the variable: {log}"
+        );
         assert!(
             !log.to_ascii_lowercase().contains("mailersecret1"),
             "{var}={value}: the secret is printed: {log}"

@@ -31,7 +31,7 @@ fn malformed(scheme: &str) -> Vec<String> {
         format!("{scheme}:{m}@db.example"),
         format!("{scheme}:user:{m}@db.example"),
         format!("{m}:{m}@db.example"),
-        format!("{m}"),
+        m.to_owned(),
         // No host, or a password the parser reads as a port or a host.
         format!("{scheme}://user:{m}@"),
         format!("{scheme}:///{m}"),
@@ -137,7 +137,7 @@ fn no_error_quotes_a_notify_endpoint_or_an_api_base_url() {
     for url in [
         format!("https:{m}@shop.example/hooks"),
         format!("ftp://u:{m}@shop.example/hooks"),
-        format!("{m}"),
+        m.to_owned(),
         format!("https://u:{m}@/hooks"),
         format!("https://user:pa#{m}@shop.example"),
     ] {
@@ -155,7 +155,7 @@ fn no_error_quotes_a_notify_endpoint_or_an_api_base_url() {
         format!("https://u:{m}@api.stripe.com"),
         format!("https://:{m}@api.stripe.com"),
         format!("http://u:{m}@api.stripe.com"),
-        format!("{m}"),
+        m.to_owned(),
     ] {
         let toml = format!(
             "[[source]]\nname = \"s\"\ngateway = \"stripe\"\nsecrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\n\
