@@ -64,6 +64,16 @@ fn rabbitmqctl(node: &str, args: &[&str]) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// Runs `f` on the blocking pool; a panic in it (a failed `cluster.sh`,
+/// with the script's output) is the caller's panic, never a silent `None`.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(v) => v,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => panic!("cluster.sh: {e}"),
+    }
+}
+
 impl Cluster {
     /// Whether the RabbitMQ server the cluster is made of is installed.
     pub fn installed() -> bool {
@@ -71,26 +81,34 @@ impl Cluster {
     }
 
     /// Starts the cluster (whichever nodes are down; a no-op when all are
-    /// up) and returns it; `None` if rabbitmq-server is not installed.
-    pub async fn ensure() -> Option<Cluster> {
-        if !Self::installed() {
-            return None;
-        }
-        tokio::task::spawn_blocking(|| {
+    /// up) and returns it. Panics, failing the test that needs the cluster,
+    /// when rabbitmq-server is not installed (`make test` installs it) or
+    /// the cluster does not start (with `cluster.sh`'s output): a test
+    /// never passes without the cluster it is about.
+    pub async fn ensure() -> Cluster {
+        assert!(
+            Self::installed(),
+            "rabbitmq-server is not installed: `make test` installs it (deploy/local/services.sh); \
+             the cluster tests need it"
+        );
+        blocking(|| {
             run_script(&["start"], Duration::from_secs(300));
             let urls = run_script(&["urls"], Duration::from_secs(10))
                 .trim()
                 .to_owned();
-            let nodes = run_script(&["nodes"], Duration::from_secs(10))
+            let nodes: Vec<String> = run_script(&["nodes"], Duration::from_secs(10))
                 .lines()
                 .map(str::trim)
                 .filter(|l| !l.is_empty())
                 .map(str::to_owned)
                 .collect();
+            assert!(
+                !urls.is_empty() && !nodes.is_empty(),
+                "cluster.sh gave no URLs ({urls:?}) or no nodes ({nodes:?})"
+            );
             Cluster { urls, nodes }
         })
         .await
-        .ok()
     }
 
     /// The short name cluster.sh takes (`a` for `oncehook-a@localhost`).
@@ -104,19 +122,13 @@ impl Cluster {
     /// Stops one node (`rabbitmqctl stop`: the whole node, not just the app).
     pub async fn stop_node(&self, node: &str) {
         let short = Self::short(node).to_owned();
-        let _ = tokio::task::spawn_blocking(move || {
-            run_script(&["stop", &short], Duration::from_secs(120))
-        })
-        .await;
+        blocking(move || run_script(&["stop", &short], Duration::from_secs(120))).await;
     }
 
     /// Starts one node again and waits until it has booted and rejoined.
     pub async fn start_node(&self, node: &str) {
         let short = Self::short(node).to_owned();
-        let _ = tokio::task::spawn_blocking(move || {
-            run_script(&["start", &short], Duration::from_secs(180))
-        })
-        .await;
+        blocking(move || run_script(&["start", &short], Duration::from_secs(180))).await;
     }
 
     /// A guard that starts every stopped node again if the test panics

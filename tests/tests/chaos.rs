@@ -321,12 +321,8 @@ async fn chaos_sigterm_each_binary_mid_load() {
 #[tokio::test]
 async fn chaos_cluster_node_loss() {
     let _turn = ONE_AT_A_TIME.lock().await;
-    let Some(cluster) = Cluster::ensure().await else {
-        eprintln!(
-            "SKIPPED chaos_cluster_node_loss: rabbitmq-server is not installed (deploy/local/services.sh installs it)"
-        );
-        return;
-    };
+    // No cluster (not installed, or it fails to start) fails this test.
+    let cluster = Cluster::ensure().await;
     let _restart = cluster.restart_on_panic();
     let mut env = TestEnv::new().await;
     env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");

@@ -163,3 +163,32 @@ async fn secure_cookies_takes_a_toml_boolean() {
         assert_eq!(cookie.contains("Secure"), secure, "{value}: {cookie}");
     }
 }
+
+/// A URL that parses as something other than it looks like (`smtp:PASSWORD`
+/// is the scheme `smtp` and the path `PASSWORD`; `postgres:…`, `amqp:…`
+/// likewise) is refused naming the variable, and the mailer's output never
+/// holds the secret.
+#[tokio::test]
+async fn the_mailer_refuses_a_url_without_a_host_never_echoing_it() {
+    let mut env = TestEnv::new().await;
+    for (var, value) in [
+        ("ONCEHOOK_SMTP_URL", "smtp:MAILERSECRET1"),
+        ("ONCEHOOK_SMTP_URL", "smtps://user:12/MAILERSECRET1@relay"),
+        ("ONCEHOOK_DATABASE_URL", "postgres:MAILERSECRET1@db/shop"),
+        ("ONCEHOOK_AMQP_URL", "amqp:MAILERSECRET1"),
+    ] {
+        let mut proc = env.spawn("oncehook-mailer", &[(var, value)], &[]);
+        let code = proc.wait_exit(Duration::from_secs(15));
+        let log = proc.log_text();
+        assert_ne!(code, Some(0), "{var}={value}: must not start: {log}");
+        assert!(code.is_some(), "{var}={value}: must exit, not hang: {log}");
+        assert!(
+            log.contains(var),
+            "{var}={value}: names the variable: {log}"
+        );
+        assert!(
+            !log.to_ascii_lowercase().contains("mailersecret1"),
+            "{var}={value}: the secret is printed: {log}"
+        );
+    }
+}

@@ -149,6 +149,14 @@ fn parse_node(entry: &str) -> Result<BrokerNode, String> {
     } else {
         5672
     });
+    // `amqp://u:12/x@host` is the host `u`, the port 12 and the vhost
+    // `x@host`: an `@` after the host is a password that needs %-encoding.
+    if parsed.path().contains('@') || parsed.fragment().is_some() {
+        return Err(
+            "has an @ or a # after its host: a password's / ? # or @ must be %-encoded (%2F %3F %23 %40)"
+                .to_owned(),
+        );
+    }
     let mut label = format!("{host}:{port}");
     let vhost = parsed.path().trim_start_matches('/');
     if !vhost.is_empty() && vhost != "%2f" && vhost != "%2F" {
@@ -156,9 +164,13 @@ fn parse_node(entry: &str) -> Result<BrokerNode, String> {
         label.push_str(vhost);
     }
     // What the client itself will parse (query parameters such as heartbeat).
-    // Its messages for these cases do not quote the URL.
-    lapin::uri::AMQPUri::from_str(entry)
-        .map_err(|e| format!("{label}: not a valid AMQP URL ({e})"))?;
+    // Its messages may quote a value (`Invalid SASL mechanism: …`): not shown.
+    lapin::uri::AMQPUri::from_str(entry).map_err(|_| {
+        format!(
+            "{label}: not a valid AMQP URL (check the %-escapes and the query parameters: \
+             heartbeat, frame_max, channel_max, connection_timeout, auth_mechanism)"
+        )
+    })?;
     Ok(BrokerNode {
         url: Secret::new(entry),
         label,

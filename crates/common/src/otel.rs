@@ -100,9 +100,12 @@ where
             )
         }
         Err(why) => {
+            // The endpoint may carry a token: shown redacted, also where
+            // the exporter's message quotes it.
+            let shown = crate::redact::redact(&config.endpoint);
             eprintln!(
-                "{binary}: traces are not exported: the OTLP exporter for {} could not be built: {why}",
-                config.endpoint
+                "{binary}: traces are not exported: the OTLP exporter for {shown} could not be built: {}",
+                why.replace(config.endpoint.as_str(), &shown)
             );
             (None, Traces::default())
         }

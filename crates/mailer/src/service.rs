@@ -10,6 +10,17 @@
 //! database trouble (claiming, marking sent) never settles a message: it is
 //! held and retried for as long as it lasts (so it never counts toward the
 //! queue's delivery limit); only shutdown gives it back.
+//!
+//! A send happens only under a lease this mailer can vouch for
+//! ([`outbox::Lease`]): with a whole send's time left of it. A failed send
+//! is recorded, which renews the lease; when that write fails (or lands
+//! too late) the lease may lapse while we wait, so the handler stops
+//! working the row — logged with the outbox id — waits until the lease has
+//! run out and claims the row afresh, like any other mailer would. The one
+//! edge left is at-least-once: an email whose send succeeded but whose
+//! mark could not be written before its lease ran out may be claimed and
+//! sent again by a mailer holding another copy of its message
+//! (docs/operations.md, "Emails sent twice").
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,8 +36,8 @@ use oncehook_common::{MailerSettings, RetryPolicy, Topology, db, otel};
 use tracing::Instrument as _;
 use uuid::Uuid;
 
-use crate::outbox::{self, Claim};
-use crate::transport::{Email, Transport};
+use crate::outbox::{self, Claim, Lease};
+use crate::transport::{Email, SendError, Transport};
 
 /// Shared state of one mailer process.
 pub struct Mailer {
@@ -79,11 +90,21 @@ impl Mailer {
         .await;
     }
 
-    /// Sends a claimed email, retrying failures, until it has a verdict.
-    async fn send(&self, email: Email) -> Verdict {
+    /// Sends a claimed email under `lease`, retrying failures (drawing on
+    /// `backoff`, the delivery's retry budget), until it has a verdict or
+    /// the lease can no longer be vouched for.
+    async fn send(
+        &self,
+        email: Email,
+        lease: &mut Lease,
+        backoff: &mut impl Iterator<Item = Duration>,
+    ) -> Sent {
         let id = email.outbox_id;
-        let mut backoff = self.retry.backoff();
         loop {
+            if !lease.covers_a_send(Instant::now()) {
+                tracing::warn!(outbox_id = %id, "too little of the lease is left for a send; leaving the email to a fresh claim");
+                return Sent::LeaseLost;
+            }
             let started = Instant::now();
             let span = tracing::info_span!(
                 "send email",
@@ -104,7 +125,7 @@ impl Mailer {
                     metrics::counter!("oncehook_mailer_emails_total", "outcome" => "sent")
                         .increment(1);
                     tracing::info!(outbox_id = %id, subject = %email.subject, "email sent");
-                    return Verdict::Ack;
+                    return Sent::Settled(Verdict::Ack);
                 }
                 Err(err) => err,
             };
@@ -123,12 +144,14 @@ impl Mailer {
                 }
                 metrics::counter!("oncehook_mailer_emails_total", "outcome" => "failed")
                     .increment(1);
-                return Verdict::dead_letter(DeadLetterKind::SmtpFailed, error);
+                return Sent::Settled(Verdict::dead_letter(DeadLetterKind::SmtpFailed, error));
             };
-            let _ = store::record_attempt_failure(&self.db, id, &error, outbox::LEASE).await;
+            if !self.record_failure(id, &error, &err, lease).await {
+                return Sent::LeaseLost;
+            }
             if self.shutdown.is_triggered() {
                 // Stopping: leave the row for the next mailer.
-                return Verdict::Retry;
+                return Sent::Settled(Verdict::Retry);
             }
             metrics::counter!("oncehook_mailer_retries_total").increment(1);
             tracing::warn!(outbox_id = %id, %err, retry_in_ms = delay.as_millis() as u64, "send failed; retrying");
@@ -139,13 +162,53 @@ impl Mailer {
         }
     }
 
+    /// Records a failed send, which renews `lease`; `false` when the lease
+    /// can no longer be vouched for: the write failed (logged at error with
+    /// the outbox id: the lease may lapse while we wait, and another mailer
+    /// claim the row) or landed after the lease had run out.
+    async fn record_failure(
+        &self,
+        id: Uuid,
+        error: &str,
+        send_error: &SendError,
+        lease: &mut Lease,
+    ) -> bool {
+        let sent_at = Instant::now();
+        let lease_length = self.settings.mail.lease;
+        match store::record_attempt_failure(&self.db, id, error, lease_length).await {
+            Err(db_err) => {
+                tracing::error!(
+                    outbox_id = %id,
+                    %db_err,
+                    %send_error,
+                    "could not record the failed send (which renews the lease): stopping work on this email until its lease has run out and it is claimed afresh"
+                );
+                false
+            }
+            Ok(()) if !lease.renewed(sent_at, Instant::now()) => {
+                tracing::warn!(outbox_id = %id, "the failed send was recorded after the lease had run out: leaving the email to a fresh claim");
+                false
+            }
+            Ok(()) => true,
+        }
+    }
+
     /// The email left: record that, waiting out database trouble if need be
-    /// (acking without marking would make a redelivery send it again).
+    /// (until then the lease keeps other mailers off the row; a redelivery
+    /// after it would send the email again). On shutdown with the mark
+    /// still unwritten the message is acked all the same: the email did
+    /// leave, and acking is what keeps this mailer from sending it again;
+    /// the row stays unsent in the outbox (logged at error, with its id).
     async fn mark_sent(&self, id: Uuid) {
         let mut delays = RetryPolicy::DATABASE_WAIT.backoff();
         while let Err(err) = store::mark_sent(&self.db, id).await {
             tracing::warn!(outbox_id = %id, %err, "email sent but not yet marked; retrying");
             if !self.hold(&err, &mut delays).await {
+                tracing::error!(
+                    outbox_id = %id,
+                    %err,
+                    "email sent but never marked sent (shutting down): its row stays unsent; another copy of its message may send it again once the lease has run out"
+                );
                 return;
             }
         }
@@ -183,16 +246,29 @@ impl Mailer {
                 return Verdict::dead_letter(DeadLetterKind::BadMessage, error);
             }
         };
-        let busy_since = Instant::now();
+        let lease_length = self.settings.mail.lease;
+        let mut busy_since = Instant::now();
         let mut delays = RetryPolicy::DATABASE_WAIT.backoff();
+        // The send retries of this delivery, across claims.
+        let mut backoff = self.retry.backoff();
         loop {
-            match after_claim(id, outbox::claim(&self.db, id).await) {
-                AfterClaim::Send(email) => return self.send(email).await,
+            let sent_at = Instant::now();
+            match after_claim(id, outbox::claim(&self.db, id, lease_length).await) {
+                AfterClaim::Send(email) => {
+                    let mut lease = Lease::taken(sent_at, lease_length);
+                    match self.send(email, &mut lease, &mut backoff).await {
+                        Sent::Settled(verdict) => return verdict,
+                        // Our lease (or what is left of it) must run out
+                        // before the row can be claimed again, by us or
+                        // another mailer: wait for it as for a busy row.
+                        Sent::LeaseLost => busy_since = Instant::now(),
+                    }
+                }
                 AfterClaim::Settle(verdict) => return verdict,
                 AfterClaim::Busy => {
                     // Another mailer is sending it; hold this copy until its lease
                     // ends, so a crash there does not lose the email.
-                    if busy_since.elapsed() > outbox::LEASE + Duration::from_secs(5)
+                    if busy_since.elapsed() > lease_length + Duration::from_secs(5)
                         || self.shutdown.is_triggered()
                     {
                         return Verdict::Retry;
@@ -207,6 +283,15 @@ impl Mailer {
             }
         }
     }
+}
+
+/// How sending under a lease ended.
+#[derive(Debug)]
+enum Sent {
+    /// With this verdict.
+    Settled(Verdict),
+    /// The lease can no longer be vouched for: the row is not ours to send.
+    LeaseLost,
 }
 
 /// What claiming an outbox row leads to.

@@ -59,7 +59,7 @@ impl SendError {
 #[derive(Debug, thiserror::Error)]
 #[error("SMTP server {server}: {source}")]
 pub struct TransportConfigError {
-    /// The URL without its password.
+    /// `host:port` only: no part of the URL that could hold a secret.
     server: String,
     source: TlsSetupError,
 }
@@ -81,7 +81,7 @@ impl Transport {
         let pool =
             SmtpPool::new(smtp, SMTP_TIMEOUT, usize::from(mail.concurrency)).map_err(|source| {
                 TransportConfigError {
-                    server: smtp.shown.clone(),
+                    server: smtp.address(),
                     source,
                 }
             })?;

@@ -108,7 +108,9 @@ impl From<DatabaseSection> for DatabaseConfig {
     }
 }
 
-/// `database.url`: a `postgres://` or `postgresql://` URL, never printed.
+/// `database.url`: a `postgres://` or `postgresql://` URL the client
+/// accepts, never printed: the messages say what is wrong, never quote the
+/// URL nor the client's own message (which may quote a query value).
 #[derive(Debug, Clone)]
 struct PostgresUrl(Secret);
 
@@ -123,6 +125,27 @@ impl<'de> Deserialize<'de> for PostgresUrl {
                 "expected a URL starting with {}",
                 SCHEMES.join(" or ")
             )));
+        }
+        // `postgres://app:12/x@db/shop` is the host `app`, the port 12 and
+        // the database `x@db/shop`: an `@` after the host is a password
+        // that needs %-encoding.
+        let parsed = url::Url::parse(trimmed).map_err(|e| {
+            D::Error::custom(format!(
+                "is not a URL ({e}; a password's / ? # or @ must be %-encoded)"
+            ))
+        })?;
+        if parsed.path().contains('@') || parsed.fragment().is_some() {
+            return Err(D::Error::custom(
+                "has an @ or a # after its host: a password's / ? # or @ must be %-encoded \
+                 (%2F %3F %23 %40)",
+            ));
+        }
+        #[cfg(feature = "db")]
+        if trimmed.parse::<sqlx::postgres::PgConnectOptions>().is_err() {
+            return Err(D::Error::custom(
+                "is not a Postgres URL the client accepts: check the port and the query \
+                 parameters (sslmode, statement-cache-capacity, hostaddr, port, …)",
+            ));
         }
         Ok(PostgresUrl(Secret::new(url)))
     }

@@ -1,16 +1,18 @@
 //! `[mail]`: the mailer — the SMTP server and its login (checked together
 //! in `smtp.rs`; unset, emails are written as `.eml` files to `dir`), the
-//! sender, how many messages it holds and sends at once, and the retries
-//! of a send.
+//! sender, how many messages it holds and sends at once, the retries of a
+//! send and the lease a mailer holds on an email while it sends it.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
+use super::error::invalid;
 use super::keys::{ENV_MAX_ATTEMPTS, ENV_PREFETCH, Key};
 use super::smtp::{self, RawSmtp, SmtpConfig};
-use super::values::{AtLeast, NonEmpty, Retry, SecretText};
+use super::values::{AtLeast, HumanDuration, NonEmpty, Retry, SecretText};
 use crate::retry::RetryPolicy;
 
 pub const ENV_SMTP_URL: &str = "ONCEHOOK_SMTP_URL";
@@ -22,6 +24,11 @@ pub const ENV_SMTP_ALLOW_INSECURE_AUTH: &str = "ONCEHOOK_SMTP_ALLOW_INSECURE_AUT
 pub const ENV_MAIL_DIR: &str = "ONCEHOOK_MAIL_DIR";
 pub const ENV_MAIL_FROM: &str = "ONCEHOOK_MAIL_FROM";
 pub const ENV_MAIL_CONCURRENCY: &str = "ONCEHOOK_MAIL_CONCURRENCY";
+pub const ENV_MAIL_LEASE: &str = "ONCEHOOK_MAIL_LEASE";
+
+/// The shortest `mail.lease`: one SMTP send (at most 10 s, connecting
+/// included) must fit in what is left of a lease, with room to spare.
+pub const MIN_MAIL_LEASE: Duration = Duration::from_secs(15);
 
 pub(super) const KEYS: &[Key] = &[
     Key::new(ENV_SMTP_URL, "mail.smtp_url")
@@ -36,6 +43,7 @@ pub(super) const KEYS: &[Key] = &[
     Key::new(ENV_MAIL_DIR, "mail.dir").legacy("mail_dir"),
     Key::new(ENV_PREFETCH, "mail.prefetch").legacy("prefetch"),
     Key::new(ENV_MAIL_CONCURRENCY, "mail.concurrency"),
+    Key::new(ENV_MAIL_LEASE, "mail.lease"),
     Key::new(ENV_MAX_ATTEMPTS, "mail.retry.max_attempts").legacy("max_attempts"),
 ];
 
@@ -57,6 +65,9 @@ pub struct MailConfig {
     /// Backoff between SMTP sends (`retry.max_attempts` before an email is
     /// marked failed and dead-lettered).
     pub retry: RetryPolicy,
+    /// How long a claim keeps other mailers off an email (`lease`); a send
+    /// starts only with a whole send's time left of it.
+    pub lease: Duration,
 }
 
 /// `[mail]` as written.
@@ -75,6 +86,7 @@ pub(super) struct MailSection {
     prefetch: AtLeast<u16, 1>,
     concurrency: AtLeast<u16, 1>,
     retry: Retry,
+    lease: HumanDuration,
 }
 
 impl Default for MailSection {
@@ -91,6 +103,7 @@ impl Default for MailSection {
             prefetch: AtLeast(16),
             concurrency: AtLeast(32),
             retry: Retry::default(),
+            lease: HumanDuration(Duration::from_secs(120)),
         }
     }
 }
@@ -107,6 +120,13 @@ impl MailSection {
             ca_file: self.ca_file.filter(|p| !p.as_os_str().is_empty()),
             allow_insecure_auth: self.allow_insecure_auth,
         })?;
+        if self.lease.0 < MIN_MAIL_LEASE {
+            return Err(invalid(
+                &format!("mail.lease ({ENV_MAIL_LEASE})"),
+                &humantime::format_duration(self.lease.0).to_string(),
+                "must be at least 15s: a whole SMTP send (up to 10 s) must fit in a lease",
+            ));
+        }
         Ok(MailConfig {
             smtp,
             from: self.from.0,
@@ -114,6 +134,7 @@ impl MailSection {
             prefetch: self.prefetch.0,
             concurrency: self.concurrency.0,
             retry: RetryPolicy::EMAIL_SEND.with_max_attempts(self.retry.max_attempts.0),
+            lease: self.lease.0,
         })
     }
 }

@@ -56,6 +56,7 @@ pub use error::ConfigError;
 pub use ingest::{ENV_BODY_LIMIT, ENV_INGEST_ADDR, ENV_INGEST_WORKERS, IngestConfig};
 pub use keys::{ENV_CONFIG, ENV_MAX_ATTEMPTS, ENV_PREFETCH};
 pub use mail::{ENV_MAIL_CONCURRENCY, ENV_MAIL_DIR, ENV_MAIL_FROM, MailConfig};
+pub use mail::{ENV_MAIL_LEASE, MIN_MAIL_LEASE};
 pub use mail::{ENV_SMTP_ALLOW_INSECURE_AUTH, ENV_SMTP_CA_FILE, ENV_SMTP_PASSWORD};
 pub use mail::{ENV_SMTP_TLS, ENV_SMTP_URL, ENV_SMTP_USERNAME};
 pub use notify::{DEFAULT_RETRY_SCHEDULE, NotifyConfig, NotifyEndpoint, glob_matches};
@@ -129,3 +130,7 @@ mod testing;
 #[cfg(test)]
 #[path = "docs_tests.rs"]
 mod docs_tests;
+
+#[cfg(test)]
+#[path = "secrets_in_errors_tests.rs"]
+mod secrets_in_errors_tests;

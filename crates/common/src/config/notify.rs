@@ -244,12 +244,23 @@ fn resolve(e: FileEndpoint, env: &HashMap<String, String>) -> Result<NotifyEndpo
             "letters, digits, - and _ (at most 64)".to_owned(),
         ));
     }
-    let url = value("url", &e.url, true)?;
-    let parsed = url::Url::parse(&url).map_err(|err| ("url", url.clone(), err.to_string()))?;
-    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+    // The URL is never shown: it may carry a token (in its user, password
+    // or query), and one that parses as something else (`https:token@shop`)
+    // would show it whole.
+    let url = value("url", &e.url, false)?;
+    let parsed = url::Url::parse(&url).map_err(|err| {
+        (
+            "url",
+            "[redacted]".to_owned(),
+            format!("is not a URL ({err})"),
+        )
+    })?;
+    let lower = url.to_ascii_lowercase();
+    let written = lower.starts_with("http://") || lower.starts_with("https://");
+    if !written || !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
         return Err((
             "url",
-            url,
+            "[redacted]".to_owned(),
             "must be an http:// or https:// URL with a host".to_owned(),
         ));
     }

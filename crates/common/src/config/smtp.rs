@@ -7,8 +7,11 @@
 //!
 //! Credentials are never sent over a connection that is not encrypted
 //! unless `allow_insecure_auth` says so (a relay on the same host). No
-//! error here quotes the URL or a password: they name the key and what is
-//! wrong, and a URL is shown only through [`crate::redact`].
+//! error here quotes the URL or any part of it (scheme, user, parameters,
+//! TLS mode as written), nor a password: they name the key and what is
+//! wrong. A URL that parses as something other than it looks like
+//! (`smtp:PASSWORD` is the scheme `smtp` and the path `PASSWORD`) is refused
+//! by what it lacks, never echoed.
 
 use std::path::PathBuf;
 
@@ -107,37 +110,49 @@ pub(crate) fn smtp(raw: RawSmtp) -> Result<Option<SmtpConfig>, ConfigError> {
         }
         return Ok(None);
     };
-    let shown = redact(text.trim());
+    const EXPECTED: &str =
+        "expected smtp:// or smtps://, such as smtps://user:password@smtp.example.com:465";
     let url = url::Url::parse(text.trim()).map_err(|e| {
-        bad(
-            ENV_SMTP_URL,
-            &format!("{shown} is not a URL ({e}); expected smtp://host:port or smtps://host:port"),
-        )
+        // The url crate's messages name what is wrong, never the text.
+        bad(ENV_SMTP_URL, &format!("is not a URL ({e}); {EXPECTED}"))
     })?;
     let by_scheme = match url.scheme() {
         "smtp" => SmtpTls::None,
         "smtps" => SmtpTls::Implicit,
-        other => {
+        _ => {
             return Err(bad(
                 ENV_SMTP_URL,
-                &format!("scheme {other:?} in {shown}: expected smtp:// or smtps://"),
+                &format!("has a scheme other than smtp:// or smtps://; {EXPECTED}"),
             ));
         }
     };
     let host = url
         .host_str()
         .filter(|h| !h.is_empty())
-        .ok_or_else(|| bad(ENV_SMTP_URL, &format!("{shown} names no host")))?
+        .ok_or_else(|| bad(ENV_SMTP_URL, &format!("has no host; {EXPECTED}")))?
         .trim_start_matches('[')
         .trim_end_matches(']')
         .to_owned();
-    let tls = tls_mode(&url, by_scheme, raw.tls.as_deref(), &shown)?;
-    let credentials = credentials(&url, raw.username, raw.password, &shown)?;
+    // `smtp://user:pa/ss@host` is the host `user`, the port `pa` (refused by
+    // the parser above) or, with digits, a port and a path: an SMTP URL has
+    // no path, so what follows the authority is a password that needs
+    // %-encoding, not something to connect to.
+    if !matches!(url.path(), "" | "/") || url.fragment().is_some() {
+        return Err(bad(
+            ENV_SMTP_URL,
+            &format!(
+                "has a path or a fragment after its host (a password's / ? # or @ must be \
+                 %-encoded: %2F %3F %23 %40); {EXPECTED}"
+            ),
+        ));
+    }
+    let tls = tls_mode(&url, by_scheme, raw.tls.as_deref())?;
+    let credentials = credentials(&url, raw.username, raw.password)?;
     if credentials.is_some() && tls == SmtpTls::None && !raw.allow_insecure_auth {
         return Err(bad(
             ENV_SMTP_URL,
             &format!(
-                "{shown} would send the SMTP password over a plain connection: use tls = \"starttls\" \
+                "would send the SMTP password over a plain connection: use tls = \"starttls\" \
                  (port 587) or smtps:// (port 465), or set mail.allow_insecure_auth = true \
                  ({ENV_SMTP_ALLOW_INSECURE_AUTH}) for a relay on the same host"
             ),
@@ -160,7 +175,7 @@ pub(crate) fn smtp(raw: RawSmtp) -> Result<Option<SmtpConfig>, ConfigError> {
         tls,
         credentials,
         ca_file: raw.ca_file,
-        shown,
+        shown: redact(text.trim()),
     }))
 }
 
@@ -170,15 +185,12 @@ fn tls_mode(
     url: &url::Url,
     by_scheme: SmtpTls,
     setting: Option<&str>,
-    shown: &str,
 ) -> Result<SmtpTls, ConfigError> {
     let parse = |key: &str, v: &str| {
         SmtpTls::parse(v).ok_or_else(|| {
             bad(
                 key,
-                &format!(
-                    "{v:?} is not a TLS mode: expected \"none\", \"starttls\" or \"implicit\""
-                ),
+                "names something that is not a TLS mode: expected \"none\", \"starttls\" or \"implicit\"",
             )
         })
     };
@@ -191,13 +203,10 @@ fn tls_mode(
         .filter(|s| !s.trim().is_empty())
         .map(|s| parse(ENV_SMTP_TLS, s))
         .transpose()?;
-    if let Some(other) = url.query_pairs().find(|(k, _)| k != "tls") {
+    if url.query_pairs().any(|(k, _)| k != "tls") {
         return Err(bad(
             ENV_SMTP_URL,
-            &format!(
-                "unknown parameter {:?} in {shown}: only ?tls= is read",
-                other.0
-            ),
+            "has an unknown parameter: only ?tls= is read",
         ));
     }
     let chosen = match (from_query, from_setting) {
@@ -205,7 +214,7 @@ fn tls_mode(
             return Err(bad(
                 ENV_SMTP_TLS,
                 &format!(
-                    "is {:?} but {shown} says tls={:?}: set it in one place",
+                    "is {:?} but {ENV_SMTP_URL} says tls={:?}: set it in one place",
                     s.as_str(),
                     q.as_str()
                 ),
@@ -234,13 +243,12 @@ fn credentials(
     url: &url::Url,
     username: Option<String>,
     password: Option<String>,
-    shown: &str,
 ) -> Result<Option<SmtpCredentials>, ConfigError> {
     let decode = |s: &str| {
         percent_decode(s).ok_or_else(|| {
             bad(
                 ENV_SMTP_URL,
-                &format!("the user or password in {shown} is not valid percent-encoded UTF-8"),
+                "has a user or password that is not valid percent-encoded UTF-8",
             )
         })
     };
@@ -251,7 +259,7 @@ fn credentials(
         return Err(bad(
             ENV_SMTP_URL,
             &format!(
-                "{shown} carries a login and mail.username/mail.password ({ENV_SMTP_USERNAME}, \
+                "carries a login and mail.username/mail.password ({ENV_SMTP_USERNAME}, \
                  {ENV_SMTP_PASSWORD}) are set too: set the login in one place"
             ),
         ));
@@ -270,9 +278,11 @@ fn credentials(
             username: user,
             password: Secret::new(p),
         })),
+        // The user is not quoted: `smtps://PASSWORD@host` (the user left
+        // out) would otherwise print the password.
         (false, None) => Err(bad(
             ENV_SMTP_PASSWORD,
-            &format!("SMTP user {user:?} has no password (mail.password or the URL's password)"),
+            "is not set: the SMTP user has no password (mail.password or the URL's password)",
         )),
         (true, Some(_)) => Err(bad(
             ENV_SMTP_USERNAME,

@@ -155,10 +155,10 @@ fn value(key: &str, raw: Option<&String>, env: &HashMap<String, String>) -> Resu
 }
 
 /// `https://` anywhere; `http://` only to this machine (tests, emulators),
-/// so credentials never cross a network in clear text.
+/// so credentials never cross a network in clear text. The messages never
+/// quote the URL (it may carry a credential).
 fn check_base_url(raw: &str) -> Result<String, String> {
-    let url =
-        url::Url::parse(raw).map_err(|e| format!("api.base_url {raw:?} is not a URL: {e}"))?;
+    let url = url::Url::parse(raw).map_err(|e| format!("api.base_url is not a URL: {e}"))?;
     let loopback = match url.host() {
         Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
         Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
@@ -169,16 +169,21 @@ fn check_base_url(raw: &str) -> Result<String, String> {
         "https" if url.host().is_some() => {}
         "http" if loopback => {}
         "http" => {
-            return Err(format!(
-                "api.base_url {raw:?}: plain http is accepted only for a loopback address (credentials would travel in clear text)"
-            ));
+            return Err(
+                "api.base_url: plain http is accepted only for a loopback address (credentials would travel in clear text)"
+                    .to_owned(),
+            );
         }
-        _ => return Err(format!("api.base_url {raw:?} must be an https:// URL")),
+        _ => return Err("api.base_url must be an https:// URL with a host".to_owned()),
     }
-    if url.query().is_some() || url.fragment().is_some() || !url.username().is_empty() {
-        return Err(format!(
-            "api.base_url {raw:?} must not carry a query, a fragment or a user name"
-        ));
+    if url.query().is_some()
+        || url.fragment().is_some()
+        || !url.username().is_empty()
+        || url.password().is_some()
+    {
+        return Err(
+            "api.base_url must not carry a query, a fragment, a user name or a password".to_owned(),
+        );
     }
     Ok(url.as_str().trim_end_matches('/').to_owned())
 }

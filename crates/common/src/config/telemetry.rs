@@ -188,14 +188,30 @@ impl<'de> Deserialize<'de> for PrometheusUrl {
             .strip_prefix("http://")
             .or_else(|| url.strip_prefix("https://"));
         match host {
-            Some(h) if !h.is_empty() && !h.contains(char::is_whitespace) => {
+            Some(h) if !h.is_empty() && !h.contains(char::is_whitespace) && http_url(url) => {
                 Ok(PrometheusUrl(Some(url.to_owned())))
             }
-            _ => Err(D::Error::custom(format!(
-                "expected the Prometheus server's base URL, such as http://prometheus:9090, found {url:?}"
-            ))),
+            // Never the value: a URL may carry a password.
+            _ => Err(D::Error::custom(
+                "expected the Prometheus server's base URL, such as http://prometheus:9090",
+            )),
         }
     }
+}
+
+/// Whether `text` is written as an `http://` or `https://` URL and parses
+/// as one with a host, and no `@` or `#` after it (`https:token@collector`
+/// and `https://user:12/token@collector` are not: the parser would take a
+/// token for a user name or a path).
+fn http_url(text: &str) -> bool {
+    let lower = text.to_ascii_lowercase();
+    (lower.starts_with("http://") || lower.starts_with("https://"))
+        && url::Url::parse(text).is_ok_and(|u| {
+            matches!(u.scheme(), "http" | "https")
+                && u.host_str().is_some_and(|h| !h.is_empty())
+                && !u.path().contains('@')
+                && u.fragment().is_none()
+        })
 }
 
 /// `[telemetry]` as written.
@@ -271,11 +287,17 @@ impl TelemetrySection {
             },
             (traces, _) => traces.to_owned(),
         };
-        if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+        if !http_url(&endpoint) {
+            let key = if self.otlp_traces_endpoint.trim().is_empty() {
+                format!("telemetry.otlp_endpoint ({ENV_OTLP_ENDPOINT})")
+            } else {
+                format!("telemetry.otlp_traces_endpoint ({ENV_OTLP_TRACES_ENDPOINT})")
+            };
+            // Never the value: an endpoint may carry a token.
             return Err(invalid(
-                &format!("telemetry.otlp_endpoint ({ENV_OTLP_ENDPOINT})"),
-                &endpoint,
-                "expected an http:// or https:// URL, such as http://collector:4318",
+                &key,
+                "[redacted]",
+                "expected an http:// or https:// URL with a host, such as http://collector:4318",
             ));
         }
         Ok(Some(TracesConfig {

@@ -2,8 +2,8 @@
 //! Header values that sign or authorise a request, and payload fields that
 //! carry a signature, hash, token, password, salt, card number or CVV are
 //! replaced by a marker naming how long they were, so an operator sees that
-//! they were there without reading them. The console shows dead letters
-//! only through this.
+//! they were there without reading them. The console and `oncehookctl dlq
+//! show` (unless `--reveal`) show dead letters only through this.
 
 use serde_json::{Map, Value};
 
@@ -45,19 +45,45 @@ pub fn is_secret_field(name: &str) -> bool {
     exact.contains(&n.as_str()) || within.iter().any(|w| n.contains(w))
 }
 
+/// One header's value as it may be shown: masked if the header is secret.
+pub fn header_value(name: &str, value: &str) -> String {
+    if is_secret_header(name) {
+        marker(value.chars().count())
+    } else {
+        value.to_owned()
+    }
+}
+
 /// `headers` with secret values masked.
 pub fn headers<'a>(headers: impl IntoIterator<Item = (&'a str, &'a str)>) -> Vec<(String, String)> {
     headers
         .into_iter()
+        .map(|(k, v)| (k.to_owned(), header_value(k, v)))
+        .collect()
+}
+
+/// A header map (a letter's AMQP headers, an envelope's request headers)
+/// with secret text values masked; values that are not text are kept.
+pub fn header_map(headers: &Map<String, Value>) -> Map<String, Value> {
+    headers
+        .iter()
         .map(|(k, v)| {
-            let shown = if is_secret_header(k) {
-                marker(v.chars().count())
-            } else {
-                v.to_owned()
+            let shown = match v {
+                Value::String(s) => Value::String(header_value(k, s)),
+                other => other.clone(),
             };
-            (k.to_owned(), shown)
+            (k.clone(), shown)
         })
         .collect()
+}
+
+/// One form field's value as it may be shown: masked if the field is secret.
+pub fn field_value(name: &str, value: &str) -> String {
+    if is_secret_field(name) {
+        marker(value.chars().count())
+    } else {
+        value.to_owned()
+    }
 }
 
 /// A JSON payload with secret fields masked, at any depth.
@@ -84,14 +110,7 @@ pub fn json(value: &Value) -> Value {
 pub fn form(pairs: &[(String, String)]) -> Vec<(String, String)> {
     pairs
         .iter()
-        .map(|(k, v)| {
-            let shown = if is_secret_field(k) {
-                marker(v.chars().count())
-            } else {
-                v.clone()
-            };
-            (k.clone(), shown)
-        })
+        .map(|(k, v)| (k.clone(), field_value(k, v)))
         .collect()
 }
 

@@ -37,9 +37,17 @@ pub enum DlqCommand {
     /// List dead letters without consuming them (queue order, oldest first).
     List(ListArgs),
     /// Everything about one dead letter: headers, error, envelope, payload.
+    /// Signature headers, hashes, tokens and other secrets are masked as the
+    /// console masks them (text and --json) unless --reveal.
     Show {
         /// The ID `dlq list` prints.
         id: String,
+        /// Show signatures, hashes and other secrets in full (and the whole
+        /// message body in --json). Not written to the console's audit trail
+        /// (the console never reveals them): a warning naming the operator
+        /// ($USER) and the letter is printed on stderr for the session's log.
+        #[arg(long)]
+        reveal: bool,
     },
     /// Republish dead letters to the exchange they came from, then remove them from the DLQ.
     Replay(ReplayArgs),
@@ -104,9 +112,14 @@ pub async fn run(settings: &Config, command: DlqCommand, out: &Output) -> anyhow
         DlqCommand::List(args) => list::run(&conn, &topology, args)
             .await
             .map(|r| out.finish(&r)),
-        DlqCommand::Show { id } => show::run(&conn, &topology, &id)
-            .await
-            .map(|r| out.finish(&r)),
+        DlqCommand::Show { id, reveal } => show::run(&conn, &topology, &id).await.map(|r| {
+            if reveal {
+                eprintln!("{}", reveal_warning(&r.summary.facts.id));
+                out.finish(&r)
+            } else {
+                out.finish(&r.masked())
+            }
+        }),
         DlqCommand::Replay(args) => replay::run(settings, &conn, &topology, args, out)
             .await
             .map(|r| out.finish(&r)),
@@ -116,6 +129,17 @@ pub async fn run(settings: &Config, command: DlqCommand, out: &Output) -> anyhow
     };
     broker::close(conn).await;
     result
+}
+
+/// The warning `dlq show --reveal` prints: who saw which letter's secrets.
+fn reveal_warning(id: &str) -> String {
+    let user = std::env::var("USER")
+        .ok()
+        .filter(|u| !u.trim().is_empty())
+        .unwrap_or_else(|| "unknown ($USER not set)".to_owned());
+    format!(
+        "warning: dlq show --reveal: the secrets of dead letter {id} shown in full to operator {user}"
+    )
 }
 
 /// IDs as users type them.

@@ -1,6 +1,8 @@
 //! `oncehookctl dlq show <ID>`: everything about one dead letter — headers,
 //! error, envelope and the gateway's payload (JSON pretty-printed, PayU
-//! forms decoded).
+//! forms decoded). What it prints is masked as the console masks it
+//! ([`super::mask`]: signature headers, hashes and other secret fields)
+//! unless `--reveal` asks for everything ([`ShowReport::masked`]).
 
 use std::fmt;
 
@@ -12,6 +14,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::letter::{Letter, LetterSummary};
+use super::mask;
 use crate::broker;
 use crate::output::{Report, or_dash};
 use crate::timefmt::rfc3339;
@@ -27,8 +30,11 @@ pub struct ShowReport {
     pub email: Option<EmailView>,
     /// The payload as JSON, a decoded form as an object, else null.
     pub payload: Value,
+    /// The payload as received; masked: the masked JSON, or the form with
+    /// its secret fields masked.
     pub payload_raw: Option<String>,
-    pub message_body_b64: String,
+    /// The whole message, base64; masked: null (it holds every secret).
+    pub message_body_b64: Option<String>,
     #[serde(skip)]
     letter: Letter,
     #[serde(skip)]
@@ -39,6 +45,9 @@ pub struct ShowReport {
     form: Option<Vec<(String, String)>>,
     #[serde(skip)]
     payload_is_json: bool,
+    /// Whether secrets are masked ([`ShowReport::masked`]).
+    #[serde(skip)]
+    masked: bool,
 }
 
 /// The envelope ingest wrapped the delivery in (without its body).
@@ -112,13 +121,38 @@ impl ShowReport {
             payload_raw: payload_bytes
                 .as_deref()
                 .map(|p| String::from_utf8_lossy(p).into_owned()),
-            message_body_b64: base64::engine::general_purpose::STANDARD.encode(&letter.body),
+            message_body_b64: Some(base64::engine::general_purpose::STANDARD.encode(&letter.body)),
             letter,
             queue,
             payload_bytes,
             form,
             payload_is_json,
+            masked: false,
         }
+    }
+
+    /// The report with every secret masked by the console's rules
+    /// ([`mask`]): signature and credential headers (the letter's and the
+    /// gateway request's), secret payload fields (JSON at any depth, form
+    /// fields such as PayU's `hash`) in the payload and its raw text; the
+    /// whole message body (`message_body_b64`) is left out.
+    #[must_use]
+    pub fn masked(mut self) -> ShowReport {
+        self.summary.headers = mask::header_map(&self.summary.headers);
+        if let Some(env) = &mut self.envelope {
+            env.headers = mask::header_map(&env.headers);
+        }
+        self.payload = mask::json(&self.payload);
+        self.form = self.form.map(|pairs| mask::form(&pairs));
+        self.payload_raw = match (&self.payload_raw, self.payload_is_json, &self.form) {
+            (None, ..) => None,
+            (Some(_), true, _) => Some(self.payload.to_string()),
+            (Some(raw), false, Some(_)) => Some(masked_form_text(raw)),
+            (Some(raw), false, None) => Some(raw.clone()),
+        };
+        self.message_body_b64 = None;
+        self.masked = true;
+        self
     }
 
     /// The labelled fields at the top of the text.
@@ -163,11 +197,12 @@ impl ShowReport {
             let body = &self.letter.body;
             writeln!(f, "\nMessage body ({} bytes):", body.len())?;
             return match serde_json::from_slice::<Value>(body) {
+                Ok(j) if self.masked => write!(f, "{}", pretty(&mask::json(&j))),
                 Ok(j) => write!(f, "{}", pretty(&j)),
                 Err(_) => write!(f, "{}", String::from_utf8_lossy(body).trim_end()),
             };
         };
-        let raw_text = String::from_utf8_lossy(raw);
+        let raw_text = self.payload_raw.as_deref().unwrap_or_default();
         if self.payload_is_json {
             let pretty = pretty(&self.payload);
             return write!(f, "\nPayload (JSON, {} bytes):\n{pretty}", raw.len());
@@ -225,13 +260,20 @@ impl fmt::Display for ShowReport {
         for (k, v) in &self.summary.headers {
             writeln!(f, "  {k}: {}", header_text(v))?;
         }
-        if let Some(env) = &self.letter.envelope {
+        if let Some(env) = &self.envelope {
             writeln!(f, "\nGateway request headers:")?;
-            for (k, v) in env.headers.iter() {
-                writeln!(f, "  {k}: {v}")?;
+            for (k, v) in &env.headers {
+                writeln!(f, "  {k}: {}", header_text(v))?;
             }
         }
-        self.fmt_payload(f)
+        self.fmt_payload(f)?;
+        if self.masked {
+            write!(
+                f,
+                "\n\nSignatures, hashes, tokens and other secrets are masked (`--reveal` shows them)."
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -256,6 +298,26 @@ fn looks_like_form(letter: &Letter) -> bool {
             .as_ref()
             .and_then(|e| e.headers.get("content-type"))
             .is_some_and(|ct| ct.contains("x-www-form-urlencoded"))
+}
+
+/// A form body as written, with the value of each secret field (by its
+/// decoded name, [`mask::field_value`]) replaced by the mask's marker.
+fn masked_form_text(raw: &str) -> String {
+    raw.trim()
+        .split('&')
+        .map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let name = oncehook_gateways::percent_decode(k).unwrap_or_else(|| k.to_owned());
+            let value = oncehook_gateways::percent_decode(v).unwrap_or_else(|| v.to_owned());
+            let shown = mask::field_value(&name, &value);
+            if shown == value {
+                pair.to_owned()
+            } else {
+                format!("{k}={shown}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("&")
 }
 
 /// Decodes an `application/x-www-form-urlencoded` body into pairs, the way
@@ -290,5 +352,18 @@ mod tests {
         assert!(decode_form(b"{\"a\": 1}").is_none());
         // Not UTF-8 once decoded: not a form PayU verification would accept.
         assert!(decode_form(b"a=%ff").is_none());
+    }
+
+    #[test]
+    fn a_masked_form_text_hides_the_hash_and_keeps_the_rest() {
+        let shown = masked_form_text("txnid=t1&hash=abc%2Fdef&status=failure&HASH=x");
+        assert_eq!(
+            shown,
+            format!(
+                "txnid=t1&hash={}&status=failure&HASH={}",
+                mask::marker(7),
+                mask::marker(1)
+            )
+        );
     }
 }
