@@ -12,9 +12,8 @@ PIPELINE_TESTS := $(patsubst tests/tests/%.rs,--test %,$(sort $(wildcard tests/t
 # files' settings (DEALLOCATE ALL on every hand-over, ONCEHOOK_DATABASE_POOLER
 # =transaction): at least one file per such binary, which
 # tests/tests/pooled_pass.rs checks against the workspace's binaries.
-POOLED_FILES := $(sort $(basename $(notdir $(wildcard tests/tests/pipeline_*.rs)))) \
+POOLED_FILES := $(sort $(basename $(notdir $(wildcard tests/tests/pipeline_*.rs tests/tests/ops_*.rs)))) \
 	notify api reconciliation console console_notify console_hardening \
-	ops_dlq_list ops_dlq_purge ops_dlq_replay ops_metrics ops_retention ops_stats ops_trace \
 	mail_tls db_trouble chaos
 POOLED_TESTS := $(patsubst %,--test %,$(POOLED_FILES))
 

@@ -146,15 +146,17 @@ fn the_pooled_pass_keeps_the_files_the_deployments_depend_on() {
             "POOLED_FILES lacks {needed}: {files:?}"
         );
     }
-    let pipeline: Vec<_> = std::fs::read_dir(root().join("tests/tests"))
+    // Every file of the pipeline and of the operators' commands.
+    let grouped: Vec<_> = std::fs::read_dir(root().join("tests/tests"))
         .expect("read tests/tests")
         .filter_map(|e| {
             let name = e.ok()?.file_name().to_string_lossy().into_owned();
-            let stem = name.strip_prefix("pipeline_")?.strip_suffix(".rs")?;
-            Some(format!("pipeline_{stem}"))
+            let stem = name.strip_suffix(".rs")?;
+            (stem.starts_with("pipeline_") || stem.starts_with("ops_")).then(|| stem.to_owned())
         })
         .collect();
-    for p in pipeline {
+    assert!(grouped.len() >= 10, "{grouped:?}");
+    for p in grouped {
         assert!(files.contains(&p), "POOLED_FILES lacks {p}");
     }
 }
