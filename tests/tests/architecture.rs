@@ -545,7 +545,7 @@ const BARE_DATABASE: &[&str] = &[
     "PoolOptions",
     ".acquire()",
     "PgConnection::connect",
-    "PgConnectOptions",
+    "connect_with(",
     "connect_lazy",
 ];
 
