@@ -5,10 +5,20 @@ export ONCEHOOK_CONFIG ?= $(CURDIR)/deploy/local/oncehook.toml
 export ONCEHOOK_MAIL_DIR ?= $(CURDIR)/var/mail
 CTL := target/debug/oncehookctl
 # The pipeline's end-to-end tests (tests/tests/pipeline_*.rs), one --test each:
-# `make test` runs them once more through PgBouncer and once without group commit.
+# `make test` runs them once more without group commit.
 PIPELINE_TESTS := $(patsubst tests/tests/%.rs,--test %,$(sort $(wildcard tests/tests/pipeline_*.rs)))
+# The end-to-end files `make test` runs once more with every binary that uses
+# the database behind a real PgBouncer in transaction mode, with the deploy
+# files' settings (DEALLOCATE ALL on every hand-over, ONCEHOOK_DATABASE_POOLER
+# =transaction): at least one file per such binary, which
+# tests/tests/pooled_pass.rs checks against the workspace's binaries.
+POOLED_FILES := $(sort $(basename $(notdir $(wildcard tests/tests/pipeline_*.rs)))) \
+	notify api reconciliation console console_notify console_hardening \
+	ops_dlq_list ops_dlq_purge ops_dlq_replay ops_metrics ops_retention ops_stats ops_trace \
+	mail_tls db_trouble chaos
+POOLED_TESTS := $(patsubst %,--test %,$(POOLED_FILES))
 
-.PHONY: run test lint services tools alerts-test api-schema-test k8s-validate compose-test build demo bench bench-smoke chaos confluence fmt clean
+.PHONY: pooled-files run test lint services tools alerts-test api-schema-test k8s-validate compose-test build demo bench bench-smoke chaos confluence fmt clean
 
 ## run: start Postgres + RabbitMQ if needed, migrate, run ingest + worker + mailer + notifier + console + the shop's API,
 ## and seed demo data through that API
@@ -16,14 +26,16 @@ run: services build
 	$(CTL) migrate
 	deploy/local/run.sh
 
-## test: unit, property and end-to-end tests against real Postgres and RabbitMQ, the pipeline's
-## tests once more through a real PgBouncer in transaction mode and once without group commit
+## test: unit, property and end-to-end tests against real Postgres and RabbitMQ, every binary's
+## end-to-end files once more through a real PgBouncer in transaction mode (POOLED_FILES), the
+## pipeline's once more without group commit
 ## (batch size 1), the bench once with tiny loads, then the alert rules' tests, schemathesis
 ## against the shop API and the Kubernetes manifests' schema check. (`make compose-test` is not part of it: see deploy/compose/README.md.)
 test: services tools
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace
-	ONCEHOOK_TEST_POOLER=pgbouncer $(CARGO) test -p oncehook-e2e $(PIPELINE_TESTS)
+	@echo "make test: the PgBouncer pass (transaction mode) over: $(POOLED_FILES)"
+	ONCEHOOK_TEST_POOLER=pgbouncer $(CARGO) test -p oncehook-e2e $(POOLED_TESTS)
 	ONCEHOOK_TEST_WORKER_BATCH_SIZE=1 $(CARGO) test -p oncehook-e2e $(PIPELINE_TESTS)
 	$(MAKE) bench-smoke
 	$(MAKE) alerts-test
@@ -59,6 +71,10 @@ lint:
 
 fmt:
 	$(CARGO) fmt --all
+
+## pooled-files: the files of the PgBouncer pass, one a line (read by tests/tests/pooled_pass.rs)
+pooled-files:
+	@printf '%s\n' $(POOLED_FILES)
 
 services:
 	@bash deploy/local/services.sh

@@ -71,6 +71,19 @@ pub struct TestEnv {
     pooler: Option<crate::pgbouncer::PgBouncer>,
 }
 
+/// The binaries that use the database: behind PgBouncer in the pooler
+/// pass (`ONCEHOOK_TEST_POOLER=pgbouncer`), as the deploy files can run
+/// every one of them. `tests/tests/pooled_pass.rs` holds it to the
+/// workspace's binaries.
+pub const DATABASE_BINARIES: [&str; 6] = [
+    "oncehook-worker",
+    "oncehook-mailer",
+    "oncehook-notifier",
+    "oncehook-api",
+    "oncehook-console",
+    "oncehookctl",
+];
+
 impl TestEnv {
     /// A fresh environment; the service binaries go through PgBouncer when
     /// the run asks for it (`ONCEHOOK_TEST_POOLER=pgbouncer`).
@@ -158,11 +171,29 @@ impl TestEnv {
         self.pooler.as_ref().map(|p| p.counts(&self.db_name))
     }
 
-    /// The environment of the service binaries: [`TestEnv::envs`], through
-    /// PgBouncer when the run asks for it.
+    /// The environment of a binary that uses the database: [`TestEnv::envs`],
+    /// through PgBouncer in transaction mode, as the deploy files run it,
+    /// when the run asks for it. `oncehookctl migrate` always goes straight
+    /// to Postgres (a migration holds a session-level lock; the deploy
+    /// files' migrate job does the same).
+    pub fn database_envs(&self, bin: &str, args: &[&str]) -> Vec<(String, String)> {
+        let migrate = bin == "oncehookctl" && args.first() == Some(&"migrate");
+        if DATABASE_BINARIES.contains(&bin) && !migrate {
+            self.service_envs()
+        } else {
+            self.envs()
+        }
+    }
+
+    /// [`TestEnv::envs`], through PgBouncer when the run asks for it.
+    /// A test that points the binaries at a database of its own
+    /// ([`TestEnv::set_env`]) keeps it.
     fn service_envs(&self) -> Vec<(String, String)> {
         let mut envs = self.envs();
-        if let Some(pooler) = &self.pooler {
+        let own_database = envs
+            .iter()
+            .any(|(k, v)| k == "ONCEHOOK_DATABASE_URL" && *v == self.database_url);
+        if let Some(pooler) = self.pooler.as_ref().filter(|_| own_database) {
             put(
                 &mut envs,
                 "ONCEHOOK_DATABASE_URL",
@@ -225,11 +256,7 @@ impl TestEnv {
             "oncehook-mailer",
             "oncehook-notifier",
         ];
-        let mut envs = if SERVICES.contains(&bin) {
-            self.service_envs()
-        } else {
-            self.envs()
-        };
+        let mut envs = self.database_envs(bin, args);
         for (k, v) in extra {
             put(&mut envs, k, *v);
         }
@@ -327,7 +354,7 @@ impl TestEnv {
             .args(args)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .envs(self.envs())
+            .envs(self.database_envs("oncehookctl", args))
             .stdin(std::process::Stdio::null())
             .output()
             .await

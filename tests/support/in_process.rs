@@ -10,9 +10,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use oncehook_common::config::Pooler;
 use oncehook_common::consume::dispatch;
 use oncehook_common::consume::memory::{MemoryDeadLetters, MemoryDelivery, Settled};
 use oncehook_common::shutdown::Shutdown;
+use oncehook_common::store::Pooled;
 use oncehook_common::{Config, Envelope};
 use oncehook_gateways::Gateway;
 use oncehook_gateways::sample::SignedDelivery;
@@ -52,7 +54,12 @@ impl<E: Effect> InProcess<E> {
             .expect("worker settings")
             .into_worker();
         InProcess {
-            worker: Worker::new(pool.clone(), effect, settings, Shutdown::new()),
+            worker: Worker::new(
+                Pooled::new(pool.clone(), Pooler::None),
+                effect,
+                settings,
+                Shutdown::new(),
+            ),
             dead_letters: MemoryDeadLetters::default(),
         }
     }
@@ -106,5 +113,5 @@ pub async fn commit_group<E: Effect>(
         .map(|e| pipeline::decode(&e.to_bytes(), &e.message_id()).expect("a readable envelope"))
         .collect();
     let refs: Vec<&pipeline::Delivery> = deliveries.iter().collect();
-    pipeline::commit(pool, effect, &refs).await
+    pipeline::commit(&Pooled::new(pool.clone(), Pooler::None), effect, &refs).await
 }

@@ -532,3 +532,71 @@ fn production_functions_and_files_stay_small() {
         "these are within the limits now: take them off SIZE_ALLOWLIST: {fixed:?}"
     );
 }
+
+/// Ways to reach Postgres other than `store::Pooled::begin` and
+/// `Pooled::single`: a bare pool or connection runs statements outside a
+/// transaction, which fails behind PgBouncer in transaction mode (the
+/// notifier, the API's reads and `oncehookctl` once did). Only the store
+/// (and `db.rs`, which takes a `Pooled`) may name them.
+const BARE_DATABASE: &[&str] = &[
+    "PgPool",
+    "sqlx::Pool",
+    "PgPoolOptions",
+    "PoolOptions",
+    ".acquire()",
+    "PgConnection::connect",
+    "PgConnectOptions",
+    "connect_lazy",
+];
+
+/// What in `src` reaches the database around the store's `Pooled`.
+fn bare_database_findings(src: &str) -> Vec<String> {
+    let code = lex(src).code;
+    BARE_DATABASE
+        .iter()
+        .filter(|name| code.contains(**name))
+        .map(|name| format!("names `{name}`"))
+        .collect()
+}
+
+#[test]
+fn the_bare_database_check_reads_code_not_prose() {
+    let prose =
+        "//! Not a `PgPool`: see `pool.acquire()`.\nfn f(db: &Pooled) { let s = \"PgPool\"; }\n";
+    assert_eq!(bare_database_findings(prose), Vec::<String>::new());
+    let bare = "async fn f(p: &sqlx::PgPool) { let c = p.acquire().await; }";
+    assert_eq!(
+        bare_database_findings(bare).len(),
+        2,
+        "{:?}",
+        bare_database_findings(bare)
+    );
+    let raw = "async fn f(u: &str) { sqlx::PgConnection::connect(u).await; }";
+    assert!(!bare_database_findings(raw).is_empty());
+}
+
+#[test]
+fn binaries_reach_the_database_only_through_the_store() {
+    let mut files = Vec::new();
+    rust_sources(&root().join("crates"), &mut files);
+    let mut offenders = Vec::new();
+    for path in files {
+        let rel = path
+            .strip_prefix(root())
+            .expect("under the workspace")
+            .to_string_lossy()
+            .replace('\\', "/");
+        if rel.starts_with(STORE) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("source");
+        let found = bare_database_findings(&text);
+        offenders.extend(found.into_iter().map(|f| format!("{rel}: {f}")));
+    }
+    assert!(
+        offenders.is_empty(),
+        "every statement goes through store::Pooled (begin or single), so it holds behind \
+         PgBouncer in transaction mode:\n{}",
+        offenders.join("\n")
+    );
+}

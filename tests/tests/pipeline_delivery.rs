@@ -132,6 +132,12 @@ async fn oncehookctl_send_signs_for_every_gateway_and_reports_the_answers() {
             .await;
         assert_eq!(code, 0, "{source}: {out}{err}");
         assert!(out.contains("200 x3"), "{source}: {out}");
+        // The order exists: its own amount is signed, not a made-up one
+        // (behind PgBouncer the read once failed and fell back silently).
+        assert!(!err.contains("note:"), "{source}: {err}");
+    }
+    for order in ["ord_s1", "ord_s2", "ord_s3", "ord_s4", "ord_s5"] {
+        shop::wait_paid(&env.pool, order).await;
     }
     // Refusals are what --tamper and --stale are for: exit 0 when refused as expected.
     let (code, out, _) = env

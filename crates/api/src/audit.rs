@@ -75,8 +75,9 @@ pub async fn on_failure(
         None => e.code.to_owned(),
     };
     let recorded = async {
-        let mut conn = state.pool.acquire().await?;
-        shop::record_audit(&mut conn, &write.entry(false, &result)).await
+        let mut conn = state.pool.single().await?;
+        shop::record_audit(&mut conn, &write.entry(false, &result)).await?;
+        conn.finish().await
     }
     .await;
     if let Err(err) = recorded {

@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use oncehook_common::shutdown::Shutdown;
+use oncehook_common::store::Pooled;
 use oncehook_common::store::shop;
-use sqlx::PgPool;
 
 /// Keys deleted per transaction (short transactions, no long locks).
 const BATCH: i64 = 1_000;
@@ -20,7 +20,7 @@ pub fn interval(ttl: Duration) -> Duration {
 }
 
 /// Prunes until `shutdown`.
-pub async fn run(pool: PgPool, ttl: Duration, shutdown: Shutdown) {
+pub async fn run(pool: Pooled, ttl: Duration, shutdown: Shutdown) {
     metrics::counter!("oncehook_api_idempotency_keys_pruned_total").absolute(0);
     loop {
         match prune_once(&pool, ttl).await {
@@ -41,7 +41,7 @@ pub async fn run(pool: PgPool, ttl: Duration, shutdown: Shutdown) {
 }
 
 /// One pass: batch after batch until a batch is not full.
-async fn prune_once(pool: &PgPool, ttl: Duration) -> Result<u64, sqlx::Error> {
+async fn prune_once(pool: &Pooled, ttl: Duration) -> Result<u64, sqlx::Error> {
     let mut total = 0;
     loop {
         let mut tx = pool.begin().await?;

@@ -14,9 +14,10 @@ use actix_web::http::header::X_CONTENT_TYPE_OPTIONS;
 use actix_web::middleware::{DefaultHeaders, Next, from_fn};
 use actix_web::{App, HttpServer, web};
 use metrics_exporter_prometheus::PrometheusHandle;
+use oncehook_common::ApiSettings;
 use oncehook_common::health::{self, Readiness};
 use oncehook_common::shutdown::Shutdown;
-use oncehook_common::{ApiSettings, db, store};
+use oncehook_common::store::{self, Pooled};
 
 use crate::auth::Auth;
 use crate::routes;
@@ -39,7 +40,7 @@ impl Application {
                 "no [[api.key]] configured: every request gets 401 (`oncehookctl api-key NAME --scope …` prints an entry)"
             );
         }
-        let pool = db::service_pool(&settings.database, settings.database.pool_size(8))?;
+        let pool = Pooled::open(&settings.database, settings.database.pool_size(8))?;
         let ready = Readiness::default();
         tokio::spawn(watch_database(
             pool.clone(),
@@ -120,7 +121,11 @@ impl Application {
 }
 
 /// Keeps `/readyz` to whether the database answers.
-async fn watch_database(pool: sqlx::PgPool, ready: Readiness, shutdown: Shutdown) {
+async fn watch_database(
+    pool: oncehook_common::store::Pooled,
+    ready: Readiness,
+    shutdown: Shutdown,
+) {
     loop {
         ready.set(store::ping(&pool).await.is_ok());
         tokio::select! {

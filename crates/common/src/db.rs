@@ -1,5 +1,4 @@
-//! Postgres: the connection pool (retried with backoff at start), the
-//! embedded migrations from `migrations/`, the classification of errors
+//! Postgres: the embedded migrations from `migrations/`, the classification of errors
 //! (transient or not, connection trouble or not), waiting for an
 //! unreachable database, waiting for a schema at least as new as the
 //! binary ([`wait_for_schema`]) and holding a delivery through transient
@@ -7,75 +6,13 @@
 
 use std::time::Duration;
 
-use backon::Retryable;
-use sqlx::PgPool;
 use sqlx::migrate::Migrator;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::config::{DatabaseConfig, Pooler};
 use crate::retry::RetryPolicy;
+use crate::store::Pooled;
 
 /// The schema, embedded at build time from the workspace's `migrations/`.
 pub static MIGRATOR: Migrator = sqlx::migrate!("../../migrations");
-
-/// Opens a pool without waiting for the database (connections are made lazily).
-pub fn lazy_pool(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
-    PgPoolOptions::new()
-        .max_connections(max_connections)
-        .acquire_timeout(Duration::from_secs(5))
-        .connect_lazy(url)
-}
-
-/// The pool of a long-running binary, opened lazily: `max_connections`
-/// connections, through whatever [`Pooler`] the configuration names. Behind
-/// a transaction-mode pooler no prepared statement is cached (a server
-/// connection is ours only inside a transaction), and the store runs every
-/// statement inside one (`store::Pooled` for those run on their own).
-pub fn service_pool(db: &DatabaseConfig, max_connections: u32) -> Result<PgPool, sqlx::Error> {
-    let options: PgConnectOptions = db.url.expose().parse()?;
-    let options = match db.pooler {
-        Pooler::None => options,
-        Pooler::Transaction => options.statement_cache_capacity(0),
-    };
-    Ok(PgPoolOptions::new()
-        .max_connections(max_connections)
-        .acquire_timeout(Duration::from_secs(5))
-        .connect_lazy_with(options))
-}
-
-/// Opens a pool, retrying with backoff ([`RetryPolicy::DATABASE_CONNECT`])
-/// until the database answers or `retries` retries after the first attempt
-/// run out.
-pub async fn connect(
-    url: &str,
-    max_connections: u32,
-    retries: usize,
-) -> Result<PgPool, sqlx::Error> {
-    let attempts = u32::try_from(retries).unwrap_or(u32::MAX).saturating_add(1);
-    let policy = RetryPolicy::DATABASE_CONNECT.with_max_attempts(attempts);
-    connect_with(url, max_connections, &policy).await
-}
-
-/// Opens a pool, retrying by `policy` until the database answers or the
-/// attempts run out.
-pub async fn connect_with(
-    url: &str,
-    max_connections: u32,
-    policy: &RetryPolicy,
-) -> Result<PgPool, sqlx::Error> {
-    let open = || async {
-        PgPoolOptions::new()
-            .max_connections(max_connections)
-            .acquire_timeout(Duration::from_secs(5))
-            .connect(url)
-            .await
-    };
-    open.retry(policy.builder())
-    .notify(|err, delay| {
-        tracing::warn!(%err, retry_in_ms = delay.as_millis() as u64, "database not reachable; retrying");
-    })
-    .await
-}
 
 /// Whether an error is worth retrying (connection trouble, serialization
 /// failure, deadlock, lock timeout, shutdown) rather than a permanent fault.
@@ -121,11 +58,11 @@ pub fn is_connection_problem(err: &sqlx::Error) -> bool {
 
 /// Waits until `SELECT 1` works, polling by [`RetryPolicy::DATABASE_WAIT`];
 /// `false` if shutdown came first.
-pub async fn wait_for_database(pool: &PgPool, shutdown: &crate::shutdown::Shutdown) -> bool {
+pub async fn wait_for_database(db: &Pooled, shutdown: &crate::shutdown::Shutdown) -> bool {
     let mut delays = RetryPolicy::DATABASE_WAIT.backoff();
     let mut warned = false;
     loop {
-        if crate::store::ping(pool).await.is_ok() {
+        if crate::store::ping(db).await.is_ok() {
             if warned {
                 tracing::info!("database reachable again; resuming");
             }
@@ -178,11 +115,11 @@ pub fn schema_gap(applied: &[i64], migrator: &Migrator) -> SchemaGap {
 /// [`RetryPolicy::DATABASE_WAIT`] and logging what is missing; a newer
 /// schema (versions this binary does not know) is accepted with a warning.
 /// `false` if shutdown came first.
-pub async fn wait_for_schema(pool: &PgPool, shutdown: &crate::shutdown::Shutdown) -> bool {
+pub async fn wait_for_schema(db: &Pooled, shutdown: &crate::shutdown::Shutdown) -> bool {
     let mut delays = RetryPolicy::DATABASE_WAIT.backoff();
     let mut reported = None;
     loop {
-        match crate::store::schema::applied_migrations(pool).await {
+        match crate::store::schema::applied_migrations(db).await {
             Ok(applied) => {
                 let gap = schema_gap(&applied, &MIGRATOR);
                 if gap.missing.is_empty() {
@@ -215,14 +152,14 @@ pub async fn wait_for_schema(pool: &PgPool, shutdown: &crate::shutdown::Shutdown
 /// delay of `delays` (`cap` once they are used up, so a delivery is held
 /// for as long as the trouble lasts). `false` if shutdown came first.
 pub async fn hold(
-    pool: &PgPool,
+    db: &Pooled,
     err: &sqlx::Error,
     delays: &mut impl Iterator<Item = Duration>,
     cap: Duration,
     shutdown: &crate::shutdown::Shutdown,
 ) -> bool {
     if is_connection_problem(err) {
-        return wait_for_database(pool, shutdown).await;
+        return wait_for_database(db, shutdown).await;
     }
     shutdown.sleep(delays.next().unwrap_or(cap)).await
 }

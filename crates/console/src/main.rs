@@ -26,9 +26,9 @@ use actix_web::{App, HttpServer, web};
 use anyhow::Context;
 use oncehook_common::config::ConsoleConfig;
 use oncehook_common::shutdown::Shutdown;
-use oncehook_common::{Config, Topology, db, telemetry};
+use oncehook_common::store::Pooled;
+use oncehook_common::{Config, Topology, telemetry};
 use rand::RngCore as _;
-use sqlx::PgPool;
 
 use session::{SessionKey, Sessions};
 use state::State;
@@ -54,8 +54,8 @@ async fn main() -> anyhow::Result<()> {
     let traces = telemetry::init_logging(&settings.telemetry, "oncehook-console");
     let console = settings.console.clone();
     warn_about(&console);
-    let pool = db::service_pool(&settings.database, settings.database.pool_size(4))
-        .context("database URL")?;
+    let pool =
+        Pooled::open(&settings.database, settings.database.pool_size(4)).context("database URL")?;
     let state = web::Data::new(shared_state(settings, &console, pool.clone())?);
     let server = HttpServer::new(move || {
         App::new()
@@ -126,7 +126,7 @@ fn decoy_hash() -> anyhow::Result<String> {
 }
 
 /// What every handler shares.
-fn shared_state(settings: Config, console: &ConsoleConfig, pool: PgPool) -> anyhow::Result<State> {
+fn shared_state(settings: Config, console: &ConsoleConfig, pool: Pooled) -> anyhow::Result<State> {
     let topology = Topology::new(settings.broker.prefix.clone());
     Ok(State {
         dead_letters: dead_letters::DeadLetters::new(settings.clone(), topology.clone()),

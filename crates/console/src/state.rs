@@ -8,7 +8,7 @@ use oncehook_common::store::audit::{self, NewAuditEntry};
 use oncehook_common::{Config, Topology};
 use std::sync::Arc;
 
-use sqlx::PgPool;
+use oncehook_common::store::Pooled;
 use tokio::sync::Semaphore;
 
 use crate::dead_letters::DeadLetters;
@@ -22,7 +22,7 @@ pub struct State {
     pub throttle: Throttle,
     /// Permits for password checks: [`crate::throttle::MAX_CHECKS`] at once.
     pub password_checks: Arc<Semaphore>,
-    pub pool: PgPool,
+    pub pool: Pooled,
     pub dead_letters: Arc<DeadLetters>,
     /// A hash of no one's password: unknown names are checked against it,
     /// so they cost as much as a wrong password.
@@ -39,8 +39,10 @@ impl State {
     /// it records has happened either way) and returned as `false`.
     pub async fn audit(&self, entry: &NewAuditEntry<'_>) -> bool {
         let recorded = async {
-            let mut conn = self.pool.acquire().await?;
-            audit::record(&mut conn, entry).await
+            let mut conn = self.pool.single().await?;
+            let done = audit::record(&mut conn, entry).await?;
+            conn.finish().await?;
+            Ok::<_, sqlx::Error>(done)
         }
         .await;
         if let Err(e) = &recorded {

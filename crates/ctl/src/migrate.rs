@@ -3,8 +3,9 @@
 use std::fmt;
 
 use anyhow::Context;
+use oncehook_common::Config;
 use oncehook_common::redact::redact;
-use oncehook_common::{Config, db};
+use oncehook_common::store::{self, Pooled};
 use serde::Serialize;
 
 use crate::output::Report;
@@ -16,13 +17,12 @@ pub struct MigrateReport {
 }
 
 pub async fn run(settings: &Config) -> anyhow::Result<MigrateReport> {
-    let pool = db::connect(settings.database.url.expose(), 2, 3)
+    let pool = Pooled::connect(&settings.database, 2, 3)
         .await
         .with_context(|| format!("connecting to {}", redact(settings.database.url.expose())))?;
-    db::MIGRATOR
-        .run(&pool)
-        .await
-        .context("applying migrations")?;
+    let migrated = store::schema::migrate(&pool).await;
+    pool.close().await;
+    migrated.context("applying migrations")?;
     Ok(MigrateReport { status: "migrated" })
 }
 

@@ -10,9 +10,10 @@ use std::fmt;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
+use oncehook_common::Config;
+use oncehook_common::store::Pooled;
 use oncehook_common::store::notify::{self as store, DeliveryRecord, EndpointState, Filter};
 use oncehook_common::store::order_events;
-use oncehook_common::{Config, db};
 use serde::Serialize;
 use sqlx::PgConnection;
 use time::OffsetDateTime;
@@ -95,12 +96,16 @@ pub enum NotifyReport {
 }
 
 pub async fn run(settings: &Config, command: NotifyCommand) -> anyhow::Result<NotifyReport> {
-    let pool = db::connect(settings.database.url.expose(), 2, 3)
+    let pool = Pooled::connect(&settings.database, 2, 3)
         .await
         .context("connecting to the database")?;
-    let mut conn = pool.acquire().await?;
-    let report = verb(settings, &mut conn, command).await;
-    drop(conn);
+    let report = async {
+        let mut conn = pool.single().await?;
+        let report = verb(settings, &mut conn, command).await?;
+        conn.finish().await?;
+        anyhow::Ok(report)
+    }
+    .await;
     pool.close().await;
     report
 }

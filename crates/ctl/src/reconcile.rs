@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Args;
+use oncehook_common::Config;
+use oncehook_common::store::Pooled;
 use oncehook_common::store::reconcile::RunLock;
-use oncehook_common::{Config, db};
 use oncehook_reconcile::{Reconciler, Report, Scope};
 use serde::Serialize;
 
@@ -53,7 +54,7 @@ impl crate::output::Report for ReconcileReport {
 }
 
 pub async fn run(settings: &Config, args: ReconcileArgs) -> anyhow::Result<ReconcileReport> {
-    let pool = db::connect(settings.database.url.expose(), 3, 3)
+    let pool = Pooled::connect(&settings.database, 3, 3)
         .await
         .context("connecting to the database")?;
     let reconciler = Reconciler::new(settings, pool.clone())?;

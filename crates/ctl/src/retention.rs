@@ -9,9 +9,10 @@ use std::fmt;
 
 use anyhow::{Context, bail};
 use clap::Args;
+use oncehook_common::Config;
 use oncehook_common::config::RETENTION_DAYS;
+use oncehook_common::store::Pooled;
 use oncehook_common::store::retention::{self, Counts};
-use oncehook_common::{Config, db};
 use serde::Serialize;
 
 use crate::output::{Caution, Report, approve};
@@ -57,7 +58,7 @@ pub async fn run(settings: &Config, args: RetentionArgs) -> anyhow::Result<Reten
     {
         bail!("nothing deleted");
     }
-    let pool = db::connect(settings.database.url.expose(), 2, 3)
+    let pool = Pooled::connect(&settings.database, 2, 3)
         .await
         .context("connecting to the database")?;
     let result = if args.caution.dry_run {

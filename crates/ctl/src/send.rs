@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Args;
+use oncehook_common::store::Pooled;
 use oncehook_common::store::ledger;
-use oncehook_common::{Config, SourceConfig, db};
+use oncehook_common::{Config, SourceConfig};
 use oncehook_gateways::sample::{self, SampleSpec, SignedDelivery};
 use serde::Serialize;
 use time::OffsetDateTime;
@@ -65,7 +66,8 @@ struct OrderFacts {
     amount_minor: i64,
     currency: String,
     email: String,
-    found: bool,
+    /// Why the order's own figures were not used: `None` when they were.
+    fallback_because: Option<String>,
 }
 
 pub async fn run(settings: &Config, args: SendArgs, out: &Output) -> anyhow::Result<SendReport> {
@@ -86,10 +88,10 @@ pub async fn run(settings: &Config, args: SendArgs, out: &Output) -> anyhow::Res
         .clone()
         .unwrap_or_else(|| format!("http://{}", settings.ingest.addr));
     let url = format!("{}/webhooks/{}", base.trim_end_matches('/'), args.source);
-    if !facts.found {
+    if let Some(why) = &facts.fallback_because {
         out.progress(&format!(
-            "note: order {} not found in the database; using {} {} and {}",
-            args.order, spec.amount_minor, spec.currency, spec.email
+            "note: {why}; using {} {} and {}",
+            spec.amount_minor, spec.currency, spec.email
         ));
     }
 
@@ -331,28 +333,39 @@ async fn post_one(client: &reqwest::Client, url: &str, delivery: &SignedDelivery
 }
 
 async fn order_facts(settings: &Config, order_ref: &str) -> OrderFacts {
-    let fallback = OrderFacts {
+    let fallback = |why: String| OrderFacts {
         amount_minor: 49_900,
         currency: "INR".to_owned(),
         email: "customer@example.com".to_owned(),
-        found: false,
+        fallback_because: Some(why),
     };
-    let Ok(pool) = db::connect(settings.database.url.expose(), 1, 0).await else {
-        return fallback;
+    let pool = match Pooled::connect(&settings.database, 1, 0).await {
+        Ok(pool) => pool,
+        Err(e) => {
+            return fallback(format!(
+                "could not reach the database to read order {order_ref} ({e})"
+            ));
+        }
     };
-    let order = match pool.acquire().await {
-        Ok(mut conn) => ledger::order_by_ref(&mut conn, order_ref).await,
-        Err(e) => Err(e),
-    };
+    let order = async {
+        let mut conn = pool.single().await?;
+        let order = ledger::order_by_ref(&mut conn, order_ref).await?;
+        conn.finish().await?;
+        Ok::<_, sqlx::Error>(order)
+    }
+    .await;
     pool.close().await;
     match order {
         Ok(Some(o)) => OrderFacts {
             amount_minor: o.amount_minor,
             currency: o.currency,
             email: o.customer_email,
-            found: true,
+            fallback_because: None,
         },
-        _ => fallback,
+        Ok(None) => fallback(format!("order {order_ref} not found in the database")),
+        Err(e) => fallback(format!(
+            "could not read order {order_ref} from the database ({e})"
+        )),
     }
 }
 

@@ -9,11 +9,12 @@ use std::fmt;
 
 use anyhow::Context;
 use clap::Subcommand;
+use oncehook_common::Config;
+use oncehook_common::store::Pooled;
 use oncehook_common::store::dedup::{self, WebhookRow};
 use oncehook_common::store::ledger::{self, ItemStock, OrderDetail, PaymentRecord, RefundRecord};
 use oncehook_common::store::outbox::{self, EmailRecord};
 use oncehook_common::store::shop::{self, ApiAuditEntry};
-use oncehook_common::{Config, db};
 use oncehook_gateways::{currency_exponent, format_decimal_minor};
 use serde::Serialize;
 use serde_json::Value;
@@ -86,17 +87,19 @@ pub struct NoEvent {
 }
 
 pub async fn run(settings: &Config, command: TraceCommand) -> anyhow::Result<TraceReport> {
-    let pool = db::connect(settings.database.url.expose(), 2, 3)
+    let pool = Pooled::connect(&settings.database, 2, 3)
         .await
         .context("connecting to the database")?;
     let report = async {
-        let mut conn = pool.acquire().await?;
-        match command {
-            TraceCommand::Order { order_ref } => trace_order(&mut conn, &order_ref).await,
+        let mut conn = pool.single().await?;
+        let report = match command {
+            TraceCommand::Order { order_ref } => trace_order(&mut conn, &order_ref).await?,
             TraceCommand::Event { provider, event_id } => {
-                trace_event(&mut conn, provider, event_id).await
+                trace_event(&mut conn, provider, event_id).await?
             }
-        }
+        };
+        conn.finish().await?;
+        anyhow::Ok(report)
     }
     .await;
     pool.close().await;

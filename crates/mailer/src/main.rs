@@ -4,7 +4,8 @@
 use anyhow::Context;
 use oncehook_common::dead_letter::{self, Writer};
 use oncehook_common::shutdown::Shutdown;
-use oncehook_common::{Config, db, health, telemetry};
+use oncehook_common::store::Pooled;
+use oncehook_common::{Config, health, telemetry};
 use oncehook_mailer::service::Mailer;
 use oncehook_mailer::transport::Transport;
 
@@ -22,7 +23,7 @@ async fn main() -> anyhow::Result<()> {
     let pool_size = settings
         .database
         .pool_size(u32::from(settings.mail.prefetch) + 2);
-    let pool = db::service_pool(&settings.database, pool_size).context("database URL")?;
+    let pool = Pooled::open(&settings.database, pool_size).context("database URL")?;
     tracing::info!(transport = %transport.describe(), concurrency = settings.mail.concurrency, prefix = %settings.broker.prefix, "oncehook-mailer starting");
     let mailer = Mailer::new(pool.clone(), transport, settings.clone(), shutdown.clone());
     if let Some(addr) = settings.metrics_addr {

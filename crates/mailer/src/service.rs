@@ -22,7 +22,6 @@ use oncehook_common::health::Readiness;
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::{Pooled, outbox as store};
 use oncehook_common::{MailerSettings, RetryPolicy, Topology, db, otel};
-use sqlx::PgPool;
 use tracing::Instrument as _;
 use uuid::Uuid;
 
@@ -44,13 +43,13 @@ pub struct Mailer {
 
 impl Mailer {
     pub fn new(
-        pool: PgPool,
+        pool: Pooled,
         transport: Transport,
         settings: MailerSettings,
         shutdown: Shutdown,
     ) -> Arc<Self> {
         Arc::new(Mailer {
-            db: Pooled::new(pool, settings.database.pooler),
+            db: pool,
             transport,
             topology: Topology::new(settings.broker.prefix.clone()),
             retry: settings.mail.retry,
@@ -72,7 +71,7 @@ impl Mailer {
         session::run_sessions(
             &spec,
             self.clone(),
-            &self.db.pool,
+            &self.db,
             &self.readiness,
             &self.shutdown,
             (),
@@ -156,7 +155,7 @@ impl Mailer {
     /// on shutdown.
     async fn hold(&self, err: &sqlx::Error, delays: &mut impl Iterator<Item = Duration>) -> bool {
         let cap = RetryPolicy::DATABASE_WAIT.max_delay;
-        db::hold(&self.db.pool, err, delays, cap, &self.shutdown).await
+        db::hold(&self.db, err, delays, cap, &self.shutdown).await
     }
 }
 

@@ -197,13 +197,13 @@ async fn finish(
 
 /// The event's body with the order's current snapshot, and its trace.
 async fn render(n: &Notifier, id: &str) -> Result<Option<(Vec<u8>, Option<String>)>, sqlx::Error> {
-    let mut conn = n.db.pool.acquire().await?;
+    let mut conn = n.db.single().await?;
     let Some(row) = order_events::by_id(&mut conn, id).await? else {
         return Ok(None);
     };
-    Ok(events::render_bytes(&mut conn, &row)
-        .await?
-        .map(|body| (body, row.trace_parent)))
+    let body = events::render_bytes(&mut conn, &row).await?;
+    conn.finish().await?;
+    Ok(body.map(|body| (body, row.trace_parent)))
 }
 
 /// Sets the endpoints' gauges every few seconds until shutdown.
@@ -215,10 +215,28 @@ pub async fn gauges(n: Arc<Notifier>) {
         .iter()
         .map(|e| e.name.clone())
         .collect();
+    // Logged once per spell of failures, not every 5 s.
+    let mut failing = false;
     while !n.shutdown.is_triggered() {
-        if let Ok(mut conn) = n.db.pool.acquire().await
-            && let Ok(states) = store::endpoints(&mut conn).await
-        {
+        let read = async {
+            let mut conn = n.db.single().await?;
+            let states = store::endpoints(&mut conn).await?;
+            conn.finish().await?;
+            Ok::<_, sqlx::Error>(states)
+        }
+        .await;
+        match &read {
+            Err(err) if !failing => {
+                tracing::warn!(error = %err, "could not read the endpoints' state for the notify gauges; retrying every 5 s");
+                failing = true;
+            }
+            Ok(_) if failing => {
+                tracing::info!("the notify gauges are read again");
+                failing = false;
+            }
+            _ => {}
+        }
+        if let Ok(states) = read {
             for s in states.iter().filter(|s| names.contains(&s.name)) {
                 let e = s.name.clone();
                 metrics::gauge!("oncehook_notify_pending", "endpoint" => e.clone())

@@ -74,7 +74,7 @@ impl FanOut {
                 Err(err) => {
                     tracing::warn!(event_id = %head.id, %err, "could not record the order event's deliveries; retrying");
                     let cap = RetryPolicy::DATABASE_WAIT.max_delay;
-                    if !db::hold(&n.db.pool, &err, &mut delays, cap, &n.shutdown).await {
+                    if !db::hold(&n.db, &err, &mut delays, cap, &n.shutdown).await {
                         return Verdict::Retry;
                     }
                 }

@@ -28,7 +28,6 @@ use oncehook_common::health::Readiness;
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::Pooled;
 use oncehook_common::{NotifierSettings, RetryPolicy, Topology, db};
-use sqlx::PgPool;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
@@ -56,7 +55,7 @@ pub enum StartError {
 
 impl Notifier {
     pub fn new(
-        pool: PgPool,
+        pool: Pooled,
         settings: NotifierSettings,
         shutdown: Shutdown,
     ) -> Result<Arc<Self>, StartError> {
@@ -76,7 +75,7 @@ impl Notifier {
             .map(|_| Arc::new(Notify::new()))
             .collect();
         Ok(Arc::new(Notifier {
-            db: Pooled::new(pool, settings.database.pooler),
+            db: pool,
             http,
             topology: Topology::new(settings.broker.prefix.clone()),
             settings,
@@ -109,7 +108,7 @@ impl Notifier {
                 Err(err) => {
                     tracing::warn!(%err, "notifier database call failed; retrying");
                     let cap = RetryPolicy::DATABASE_WAIT.max_delay;
-                    if !db::hold(&self.db.pool, &err, &mut delays, cap, &self.shutdown).await {
+                    if !db::hold(&self.db, &err, &mut delays, cap, &self.shutdown).await {
                         return None;
                     }
                 }
@@ -159,7 +158,7 @@ impl Notifier {
             Topology::notify,
         );
         let tasks = RelayTask {
-            pool: self.db.pool.clone(),
+            pool: self.db.clone(),
             topology: self.topology.clone(),
             timeout: self.settings.broker.publish_timeout,
         };
@@ -167,7 +166,7 @@ impl Notifier {
         session::run_sessions(
             &spec,
             handler,
-            &self.db.pool,
+            &self.db,
             &self.readiness,
             &self.shutdown,
             tasks,
@@ -181,7 +180,7 @@ impl Notifier {
 
 /// The relay, for as long as a broker session lasts.
 struct RelayTask {
-    pool: PgPool,
+    pool: Pooled,
     topology: Topology,
     timeout: Duration,
 }

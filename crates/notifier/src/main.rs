@@ -4,7 +4,8 @@
 
 use anyhow::Context;
 use oncehook_common::shutdown::Shutdown;
-use oncehook_common::{Config, db, health, telemetry};
+use oncehook_common::store::Pooled;
+use oncehook_common::{Config, health, telemetry};
 use oncehook_notifier::Notifier;
 
 #[tokio::main]
@@ -19,7 +20,7 @@ async fn main() -> anyhow::Result<()> {
     let attempts: u32 =
         settings.notify.endpoints.len() as u32 * u32::from(settings.notify.concurrency);
     let pool_size = settings.database.pool_size(attempts.min(32) + 20);
-    let pool = db::service_pool(&settings.database, pool_size).context("database URL")?;
+    let pool = Pooled::open(&settings.database, pool_size).context("database URL")?;
     let endpoints: Vec<&str> = settings
         .notify
         .endpoints

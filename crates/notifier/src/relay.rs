@@ -14,9 +14,9 @@ use lapin::Channel;
 use oncehook_api::events;
 use oncehook_common::amqp::{self, PublishError};
 use oncehook_common::shutdown::Shutdown;
+use oncehook_common::store::Pooled;
 use oncehook_common::store::order_events;
 use oncehook_common::{Topology, otel};
-use sqlx::PgPool;
 
 const BATCH: i64 = 100;
 /// How often the relay looks for new events when it found none.
@@ -36,7 +36,7 @@ pub enum RelayError {
 }
 
 /// Publishes batches on `ch` until `stop` fires or the channel dies.
-pub async fn run(pool: PgPool, ch: Channel, topology: Topology, timeout: Duration, stop: Shutdown) {
+pub async fn run(pool: Pooled, ch: Channel, topology: Topology, timeout: Duration, stop: Shutdown) {
     loop {
         match publish_batch(&pool, &ch, &topology, timeout).await {
             Ok(n) if n as i64 == BATCH => continue,
@@ -57,7 +57,7 @@ pub async fn run(pool: PgPool, ch: Channel, topology: Topology, timeout: Duratio
 
 /// Publishes up to `BATCH` unpublished events; returns how many.
 pub async fn publish_batch(
-    pool: &PgPool,
+    pool: &Pooled,
     ch: &Channel,
     topology: &Topology,
     timeout: Duration,

@@ -13,10 +13,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use oncehook_common::config::{BrokerConfig, ReconcileConfig};
+use oncehook_common::store::Pooled;
 use oncehook_common::store::reconcile::{self as store, DueOrder, FactKey, Selection};
 use oncehook_common::{Config, Envelope};
 use oncehook_gateways::{EventKind, Gateway, NormalizedEvent};
-use sqlx::PgPool;
 use time::OffsetDateTime;
 use tokio::task::JoinSet;
 
@@ -55,7 +55,7 @@ pub enum RunError {
 /// The reconciler: the sources it may ask and how.
 #[derive(Clone)]
 pub struct Reconciler {
-    pool: PgPool,
+    pool: Pooled,
     sources: Vec<ApiSource>,
     config: ReconcileConfig,
     broker: BrokerConfig,
@@ -64,7 +64,7 @@ pub struct Reconciler {
 
 impl Reconciler {
     /// The sources of `config` that have a `[source.api]`.
-    pub fn new(config: &Config, pool: PgPool) -> Result<Reconciler, RunError> {
+    pub fn new(config: &Config, pool: Pooled) -> Result<Reconciler, RunError> {
         Ok(Reconciler {
             pool,
             sources: config
@@ -87,7 +87,7 @@ impl Reconciler {
         &self.config
     }
 
-    pub fn pool(&self) -> &PgPool {
+    pub fn pool(&self) -> &Pooled {
         &self.pool
     }
 

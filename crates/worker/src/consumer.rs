@@ -29,7 +29,6 @@ use oncehook_common::health::Readiness;
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::Pooled;
 use oncehook_common::{RetryPolicy, Topology, WorkerSettings, db, otel};
-use sqlx::PgPool;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tracing::Instrument as _;
@@ -39,7 +38,7 @@ use crate::relay;
 
 /// Shared state of one worker process.
 pub struct Worker<E: Effect> {
-    pub pool: PgPool,
+    pub pool: Pooled,
     pub effect: Arc<E>,
     pub settings: WorkerSettings,
     pub topology: Topology,
@@ -53,7 +52,7 @@ pub struct Worker<E: Effect> {
 }
 
 impl<E: Effect> Worker<E> {
-    pub fn new(pool: PgPool, effect: E, settings: WorkerSettings, shutdown: Shutdown) -> Arc<Self> {
+    pub fn new(pool: Pooled, effect: E, settings: WorkerSettings, shutdown: Shutdown) -> Arc<Self> {
         let effect = Arc::new(effect);
         let size = usize::from(settings.worker.batch_size.max(1));
         // Enough committers that the prefetched deliveries fill groups of
@@ -288,7 +287,7 @@ fn rejected(Rejection { kind, message }: Rejection) -> Verdict {
 /// sweeper, both publishing over the session's confirm channel, and the
 /// queue gauges (channels of their own on the session's connection).
 struct WorkerTasks {
-    pool: PgPool,
+    pool: Pooled,
     topology: Topology,
     settings: WorkerSettings,
     relay_wakeup: Arc<Notify>,
@@ -302,7 +301,7 @@ impl SessionTasks for WorkerTasks {
         stop: &Shutdown,
     ) -> Vec<JoinHandle<()>> {
         let relay = tokio::spawn(relay::run(
-            Pooled::new(self.pool.clone(), self.settings.database.pooler),
+            self.pool.clone(),
             channel.clone(),
             self.topology.clone(),
             self.settings.broker.publish_timeout,

@@ -5,7 +5,8 @@
 
 use anyhow::Context;
 use oncehook_common::shutdown::Shutdown;
-use oncehook_common::{Config, db, health, telemetry};
+use oncehook_common::store::Pooled;
+use oncehook_common::{Config, health, telemetry};
 use oncehook_reconcile::{Reconciler, schedule};
 use oncehook_worker::consumer::{self, Worker};
 use oncehook_worker::ledger::{Ledger, parking};
@@ -40,7 +41,7 @@ async fn main() -> anyhow::Result<()> {
             "the database connection budget is below the prefetch: deliveries will wait for connections"
         );
     }
-    let pool = db::service_pool(&settings.database, pool_size).context("database URL")?;
+    let pool = Pooled::open(&settings.database, pool_size).context("database URL")?;
     let worker = Worker::new(pool.clone(), Ledger, settings.clone(), shutdown.clone());
     if let Some(addr) = settings.metrics_addr {
         let bound = health::serve(addr, metrics, worker.readiness.clone(), shutdown.clone())
@@ -58,7 +59,7 @@ async fn main() -> anyhow::Result<()> {
     ));
     // The reconciler's own two connections (the lock's and its queries'),
     // so a pass never takes one a delivery is waiting for.
-    let reconcile_pool = db::service_pool(&settings.database, 2).context("database URL")?;
+    let reconcile_pool = Pooled::open(&settings.database, 2).context("database URL")?;
     let reconciler = Reconciler::new(&reconcile_config, reconcile_pool.clone())
         .context("starting the reconciler")?;
     let reconciling = tokio::spawn(schedule::run_scheduled(reconciler, shutdown.clone()));

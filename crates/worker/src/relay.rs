@@ -14,7 +14,6 @@ use oncehook_common::email::EmailMessage;
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::{Pooled, outbox};
 use oncehook_common::{Topology, otel};
-use sqlx::PgPool;
 use tokio::sync::Notify;
 
 const BATCH: i64 = 100;
@@ -41,7 +40,7 @@ pub async fn run(
 ) {
     let mut last_gauges = Instant::now() - Duration::from_secs(60);
     loop {
-        match publish_batch(&db.pool, &ch, &topology, timeout).await {
+        match publish_batch(&db, &ch, &topology, timeout).await {
             Ok(n) if n as i64 == BATCH => continue,
             Ok(_) => {}
             Err(err) => {
@@ -65,7 +64,7 @@ pub async fn run(
 
 /// Publishes up to `BATCH` unpublished rows; returns how many.
 pub async fn publish_batch(
-    pool: &PgPool,
+    pool: &Pooled,
     ch: &Channel,
     topology: &Topology,
     timeout: Duration,

@@ -8,11 +8,11 @@
 use std::time::Duration;
 
 use oncehook_common::shutdown::Shutdown;
+use oncehook_common::store::Pooled;
 use oncehook_common::store::retention;
-use sqlx::PgPool;
 
 /// Runs retention every `every` until shutdown, in one worker at a time.
-pub async fn run_scheduled(pool: PgPool, days: u32, every: Duration, shutdown: Shutdown) {
+pub async fn run_scheduled(pool: Pooled, days: u32, every: Duration, shutdown: Shutdown) {
     loop {
         tokio::select! {
             () = tokio::time::sleep(every) => {}

@@ -48,7 +48,7 @@ pub async fn list(
         ),
     };
     let types = types(query.kind.as_deref())?;
-    let mut conn = state.pool.acquire().await?;
+    let mut conn = state.pool.single().await?;
     // One more than asked: whether more follow.
     let mut rows = order_events::page(&mut conn, after, &types, i64::from(limit) + 1).await?;
     let has_more = rows.len() > limit as usize;
@@ -67,6 +67,7 @@ pub async fn list(
             data.push(event);
         }
     }
+    conn.finish().await?;
     Ok(HttpResponse::Ok().json(EventPage {
         data,
         next_cursor: next.encode(),

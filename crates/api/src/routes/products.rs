@@ -119,8 +119,10 @@ pub async fn get(
     sku: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     validate::sku("sku", &sku)?;
-    let mut conn = state.pool.acquire().await?;
-    match shop::product(&mut conn, &sku).await? {
+    let mut conn = state.pool.single().await?;
+    let found = shop::product(&mut conn, &sku).await?;
+    conn.finish().await?;
+    match found {
         Some(row) => Ok(HttpResponse::Ok().json(product(row))),
         None => Err(ApiError::not_found("product")),
     }

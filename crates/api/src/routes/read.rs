@@ -34,8 +34,10 @@ pub async fn get(
     order_ref: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     validate::order_ref("order_ref", &order_ref)?;
-    let mut conn = state.pool.acquire().await?;
-    match view::order(&mut conn, &order_ref).await? {
+    let mut conn = state.pool.single().await?;
+    let order = view::order(&mut conn, &order_ref).await?;
+    conn.finish().await?;
+    match order {
         Some(order) => Ok(HttpResponse::Ok().json(order)),
         None => Err(ApiError::not_found("order")),
     }
@@ -92,7 +94,7 @@ pub async fn list(
             .with_field("cursor")
         })?),
     };
-    let mut conn = state.pool.acquire().await?;
+    let mut conn = state.pool.single().await?;
     let mut rows = shop::list_orders(
         &mut conn,
         status,
@@ -101,6 +103,7 @@ pub async fn list(
         i64::from(limit) + 1,
     )
     .await?;
+    conn.finish().await?;
     let more = rows.len() > limit as usize;
     rows.truncate(limit as usize);
     let next_cursor = more

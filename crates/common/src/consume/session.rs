@@ -10,8 +10,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::store::Pooled;
 use lapin::{Channel, Connection};
-use sqlx::PgPool;
 use tokio::task::JoinHandle;
 
 use super::Handler;
@@ -103,7 +103,7 @@ impl SessionTasks for () {
 pub async fn run_sessions<H: Handler>(
     spec: &ConsumerSpec,
     handler: Arc<H>,
-    pool: &PgPool,
+    db: &Pooled,
     readiness: &Readiness,
     shutdown: &Shutdown,
     tasks: impl SessionTasks,
@@ -112,7 +112,7 @@ pub async fn run_sessions<H: Handler>(
     let mut session = Consuming {
         spec,
         handler,
-        pool,
+        db,
         readiness,
         tasks,
     };
@@ -123,7 +123,7 @@ pub async fn run_sessions<H: Handler>(
 struct Consuming<'a, H, T> {
     spec: &'a ConsumerSpec,
     handler: Arc<H>,
-    pool: &'a PgPool,
+    db: &'a Pooled,
     readiness: &'a Readiness,
     tasks: T,
 }
@@ -133,8 +133,8 @@ impl<H: Handler, T: SessionTasks> Session for Consuming<'_, H, T> {
     type Open = Channel;
 
     async fn prepare(&mut self, shutdown: &Shutdown) -> bool {
-        db::wait_for_database(self.pool, shutdown).await
-            && db::wait_for_schema(self.pool, shutdown).await
+        db::wait_for_database(self.db, shutdown).await
+            && db::wait_for_schema(self.db, shutdown).await
     }
 
     async fn open(&mut self, conn: &Arc<Connection>) -> lapin::Result<Channel> {

@@ -31,11 +31,15 @@
 //! transaction of its own is decided in one place, [`Pooled::single`].
 
 use std::ops::{Deref, DerefMut};
+use std::time::Duration;
 
+use backon::Retryable;
 use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 
-use crate::config::Pooler;
+use crate::config::{DatabaseConfig, Pooler};
+use crate::retry::RetryPolicy;
 
 pub mod audit;
 pub mod dedup;
@@ -49,23 +53,96 @@ pub mod retention;
 pub mod schema;
 pub mod shop;
 
-/// A pool and the [`Pooler`] between it and Postgres.
+/// The database as the binaries see it: a pool and the [`Pooler`] between
+/// it and Postgres. The pool itself never leaves the store (the field is
+/// private and nothing hands it out), so every statement a binary runs goes
+/// through [`Pooled::begin`] (a transaction) or [`Pooled::single`] (one
+/// statement, in a transaction of its own behind a transaction-mode
+/// pooler). A bare `pool.acquire()` or `query.execute(&pool)` outside the
+/// store cannot be written: behind PgBouncer in transaction mode it fails
+/// ("prepared statement sqlx_s_N does not exist"), so the type rules it out.
+/// `tests/tests/architecture.rs` keeps `PgPool` out of the binaries.
 #[derive(Debug, Clone)]
 pub struct Pooled {
-    pub pool: PgPool,
-    pub pooler: Pooler,
+    pool: PgPool,
+    pooler: Pooler,
 }
 
 impl Pooled {
+    /// Wraps `pool`, which reaches Postgres through `pooler`. The pool must
+    /// have been opened for that pooler ([`Pooled::open`] and
+    /// [`Pooled::connect`] do it from the configuration): behind a
+    /// transaction-mode pooler, with no statement cache.
     pub fn new(pool: PgPool, pooler: Pooler) -> Pooled {
         Pooled { pool, pooler }
     }
 
-    /// A connection for one statement run on its own; end it with
-    /// [`Single::finish`]. Behind a transaction-mode pooler the statement
-    /// runs in a transaction of its own: with no statement cached, sqlx
-    /// runs a `query!` in two exchanges, each closed by a Sync (Parse and
-    /// Describe, then Bind and Execute), and at the first one's
+    /// A long-running binary's database, opened lazily (no connection until
+    /// the first statement): `max_connections` connections, set up for
+    /// whatever [`Pooler`] the configuration names.
+    pub fn open(db: &DatabaseConfig, max_connections: u32) -> Result<Pooled, sqlx::Error> {
+        Ok(Pooled::new(
+            PgPoolOptions::new()
+                .max_connections(max_connections)
+                .acquire_timeout(Duration::from_secs(5))
+                .connect_lazy_with(connect_options(db)?),
+            db.pooler,
+        ))
+    }
+
+    /// A command's database (`oncehookctl`): connected now, retrying with
+    /// backoff ([`RetryPolicy::DATABASE_CONNECT`]) until the database
+    /// answers or `retries` retries after the first attempt run out.
+    pub async fn connect(
+        db: &DatabaseConfig,
+        max_connections: u32,
+        retries: usize,
+    ) -> Result<Pooled, sqlx::Error> {
+        let options = connect_options(db)?;
+        let attempts = u32::try_from(retries).unwrap_or(u32::MAX).saturating_add(1);
+        let policy = RetryPolicy::DATABASE_CONNECT.with_max_attempts(attempts);
+        let open = || async {
+            PgPoolOptions::new()
+                .max_connections(max_connections)
+                .acquire_timeout(Duration::from_secs(5))
+                .connect_with(options.clone())
+                .await
+        };
+        let pool = open
+            .retry(policy.builder())
+            .notify(|err, delay| {
+                tracing::warn!(%err, retry_in_ms = delay.as_millis() as u64, "database not reachable; retrying");
+            })
+            .await?;
+        Ok(Pooled::new(pool, db.pooler))
+    }
+
+    /// The pooler between this pool and Postgres.
+    pub fn pooler(&self) -> Pooler {
+        self.pooler
+    }
+
+    /// A transaction: every statement in it runs on one server connection,
+    /// whatever the pooler.
+    pub async fn begin(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+        self.pool.begin().await
+    }
+
+    /// Closes the pool: waits for the connections in use to come back.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// The pool, for the store's own functions and the embedded migrations.
+    pub(crate) fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// A connection for statements run on their own (reads, mostly); end
+    /// it with [`Single::finish`]. Behind a transaction-mode pooler the
+    /// statements run in a transaction of their own: with no statement
+    /// cached, sqlx runs a `query!` in two exchanges, each closed by a Sync
+    /// (Parse and Describe, then Bind and Execute), and at the first one's
     /// ReadyForQuery (idle) the pooler may hand the server connection on,
     /// dropping the prepared statement (`DEALLOCATE ALL`), so the Bind fails
     /// ("prepared statement sqlx_s_N does not exist"; a test in
@@ -73,7 +150,7 @@ impl Pooled {
     /// session-mode pooler, the statement is cached per connection and runs
     /// in one exchange: there a transaction would only add a BEGIN and a
     /// COMMIT round trip.
-    pub(crate) async fn single(&self) -> Result<Single, sqlx::Error> {
+    pub async fn single(&self) -> Result<Single, sqlx::Error> {
         Ok(match self.pooler {
             Pooler::None => Single::Direct(self.pool.acquire().await?),
             Pooler::Transaction => Single::InTransaction(self.pool.begin().await?),
@@ -81,8 +158,19 @@ impl Pooled {
     }
 }
 
-/// A connection from [`Pooled::single`]: deref it to run the statement.
-pub(crate) enum Single {
+/// How to reach the database `db` names: behind a transaction-mode pooler
+/// no prepared statement is cached (a server connection is ours only inside
+/// a transaction, and the pooler drops its statements when it hands it on).
+fn connect_options(db: &DatabaseConfig) -> Result<PgConnectOptions, sqlx::Error> {
+    let options: PgConnectOptions = db.url.expose().parse()?;
+    Ok(match db.pooler {
+        Pooler::None => options,
+        Pooler::Transaction => options.statement_cache_capacity(0),
+    })
+}
+
+/// A connection from [`Pooled::single`]: deref it to run the statements.
+pub enum Single {
     Direct(PoolConnection<Postgres>),
     InTransaction(Transaction<'static, Postgres>),
 }
@@ -90,7 +178,7 @@ pub(crate) enum Single {
 impl Single {
     /// Commits the statement's own transaction, if it has one. Dropped
     /// without this (after an error), that transaction rolls back.
-    pub(crate) async fn finish(self) -> Result<(), sqlx::Error> {
+    pub async fn finish(self) -> Result<(), sqlx::Error> {
         match self {
             Single::Direct(_) => Ok(()),
             Single::InTransaction(tx) => tx.commit().await,
@@ -119,11 +207,11 @@ impl DerefMut for Single {
 }
 
 /// Whether the database answers (`SELECT 1`). Always in a transaction,
-/// which a transaction-mode pooler needs (see [`Pooled::single`]): it takes
-/// a bare pool and runs only when a session starts or the database was
-/// unreachable, never per event.
-pub async fn ping(pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
-    let mut tx = pool.begin().await?;
+/// which a transaction-mode pooler needs (see [`Pooled::single`]); it runs
+/// only when a session starts, on a readiness probe or while the database
+/// is unreachable, never per event.
+pub async fn ping(db: &Pooled) -> Result<(), sqlx::Error> {
+    let mut tx = db.begin().await?;
     sqlx::query_scalar!("SELECT 1 AS one")
         .fetch_one(&mut *tx)
         .await?;

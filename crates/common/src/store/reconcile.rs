@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use serde::Serialize;
-use sqlx::{PgConnection, PgPool, Postgres, Transaction};
+use sqlx::{PgConnection, Postgres, Transaction};
 use time::OffsetDateTime;
 
 /// The advisory lock key of the reconciler (`hashtext('oncehook.reconcile')`
@@ -81,8 +81,11 @@ impl From<Row> for DueOrder {
 }
 
 /// The orders a run asks about.
-pub async fn due_orders(pool: &PgPool, which: &Selection) -> Result<Vec<DueOrder>, sqlx::Error> {
-    let mut tx = pool.begin().await?;
+pub async fn due_orders(
+    db: &super::Pooled,
+    which: &Selection,
+) -> Result<Vec<DueOrder>, sqlx::Error> {
+    let mut tx = db.begin().await?;
     let (order_ref, after, horizon, limit) = match which {
         Selection::Window {
             after,
@@ -127,11 +130,11 @@ pub async fn due_orders(pool: &PgPool, which: &Selection) -> Result<Vec<DueOrder
 }
 
 /// Records that these orders were asked about now.
-pub async fn mark_checked(pool: &PgPool, order_ids: &[i64]) -> Result<(), sqlx::Error> {
+pub async fn mark_checked(db: &super::Pooled, order_ids: &[i64]) -> Result<(), sqlx::Error> {
     if order_ids.is_empty() {
         return Ok(());
     }
-    let mut tx = pool.begin().await?;
+    let mut tx = db.begin().await?;
     sqlx::query!(
         "INSERT INTO reconcile_checks (order_id)
          SELECT DISTINCT unnest($1::bigint[]) ORDER BY 1
@@ -160,7 +163,7 @@ pub enum FactKey {
 }
 
 /// Which of `facts` the ledger has recorded, in the order given.
-pub async fn recorded(pool: &PgPool, facts: &[FactKey]) -> Result<Vec<bool>, sqlx::Error> {
+pub async fn recorded(db: &super::Pooled, facts: &[FactKey]) -> Result<Vec<bool>, sqlx::Error> {
     if facts.is_empty() {
         return Ok(Vec::new());
     }
@@ -188,7 +191,7 @@ pub async fn recorded(pool: &PgPool, facts: &[FactKey]) -> Result<Vec<bool>, sql
             }
         }
     }
-    let mut tx = pool.begin().await?;
+    let mut tx = db.begin().await?;
     let found = sqlx::query_scalar!(
         r#"SELECT (CASE WHEN f.kind = 'attempt' THEN EXISTS (
                        SELECT 1 FROM payments p
@@ -215,7 +218,7 @@ pub async fn recorded(pool: &PgPool, facts: &[FactKey]) -> Result<Vec<bool>, sql
 /// order given. (A gateway account may serve more than this shop: its
 /// other events are none of oncehook's business.)
 pub async fn name_known_orders(
-    pool: &PgPool,
+    db: &super::Pooled,
     provider: &str,
     events: &[(Option<String>, Option<String>)],
 ) -> Result<Vec<bool>, sqlx::Error> {
@@ -224,7 +227,7 @@ pub async fn name_known_orders(
     }
     let refs: Vec<Option<String>> = events.iter().map(|(r, _)| r.clone()).collect();
     let payments: Vec<Option<String>> = events.iter().map(|(_, p)| p.clone()).collect();
-    let mut tx = pool.begin().await?;
+    let mut tx = db.begin().await?;
     let known = sqlx::query_scalar!(
         r#"SELECT (EXISTS (SELECT 1 FROM orders o WHERE o.order_ref = e.order_ref)
                 OR EXISTS (SELECT 1 FROM order_gateway_refs g
@@ -251,8 +254,8 @@ pub struct RunLock {
 
 impl RunLock {
     /// Takes the lock if no one holds it; `None`: another process does.
-    pub async fn try_take(pool: &PgPool) -> Result<Option<RunLock>, sqlx::Error> {
-        let mut tx = pool.begin().await?;
+    pub async fn try_take(db: &super::Pooled) -> Result<Option<RunLock>, sqlx::Error> {
+        let mut tx = db.begin().await?;
         let taken = sqlx::query_scalar!(
             r#"SELECT pg_try_advisory_xact_lock($1) AS "taken!""#,
             LOCK_KEY
@@ -269,8 +272,8 @@ impl RunLock {
 }
 
 /// When the last scheduled run finished, if one ever did.
-pub async fn last_run(pool: &PgPool) -> Result<Option<OffsetDateTime>, sqlx::Error> {
-    let mut tx = pool.begin().await?;
+pub async fn last_run(db: &super::Pooled) -> Result<Option<OffsetDateTime>, sqlx::Error> {
+    let mut tx = db.begin().await?;
     let at = sqlx::query_scalar!("SELECT finished_at FROM reconcile_runs WHERE id = 1")
         .fetch_optional(&mut *tx)
         .await?;
@@ -279,8 +282,8 @@ pub async fn last_run(pool: &PgPool) -> Result<Option<OffsetDateTime>, sqlx::Err
 }
 
 /// Records that a scheduled run finished now.
-pub async fn finish_run(pool: &PgPool) -> Result<(), sqlx::Error> {
-    let mut tx = pool.begin().await?;
+pub async fn finish_run(db: &super::Pooled) -> Result<(), sqlx::Error> {
+    let mut tx = db.begin().await?;
     sqlx::query!(
         "INSERT INTO reconcile_runs (id, finished_at) VALUES (1, now())
          ON CONFLICT (id) DO UPDATE SET finished_at = now(), runs = reconcile_runs.runs + 1"

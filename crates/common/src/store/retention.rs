@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use serde::Serialize;
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgConnection;
 
 const BATCH: i64 = 5_000;
 /// Advisory lock key for scheduled retention ("oncehook" in ASCII, truncated).
@@ -28,8 +28,8 @@ pub struct Counts {
 }
 
 /// Rows that retention would delete.
-pub async fn count_older(pool: &PgPool, days: u32) -> Result<Counts, sqlx::Error> {
-    let mut tx = pool.begin().await?;
+pub async fn count_older(db: &super::Pooled, days: u32) -> Result<Counts, sqlx::Error> {
+    let mut tx = db.begin().await?;
     let webhooks = sqlx::query_scalar!(
         r#"SELECT count(*) AS "n!" FROM processed_webhooks
            WHERE processed_at < now() - make_interval(days => $1)"#,
@@ -67,8 +67,8 @@ fn days_param(days: u32) -> i32 {
 }
 
 /// Deletes rows of both tables older than `days`, batch by batch. Returns how many.
-pub async fn delete_older(pool: &PgPool, days: u32) -> Result<Counts, sqlx::Error> {
-    let counts = in_batches(pool, days, Lock::None).await?;
+pub async fn delete_older(db: &super::Pooled, days: u32) -> Result<Counts, sqlx::Error> {
+    let counts = in_batches(db, days, Lock::None).await?;
     Ok(counts.unwrap_or_default())
 }
 
@@ -77,8 +77,11 @@ pub async fn delete_older(pool: &PgPool, days: u32) -> Result<Counts, sqlx::Erro
 /// retention pass is already running elsewhere); a pass that finds it taken
 /// later stops there and leaves the rest to the other. Transaction-scoped,
 /// so it also holds behind a transaction-mode pooler.
-pub async fn delete_older_locked(pool: &PgPool, days: u32) -> Result<Option<Counts>, sqlx::Error> {
-    in_batches(pool, days, Lock::Advisory).await
+pub async fn delete_older_locked(
+    db: &super::Pooled,
+    days: u32,
+) -> Result<Option<Counts>, sqlx::Error> {
+    in_batches(db, days, Lock::Advisory).await
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -98,7 +101,11 @@ enum Table {
 /// its own, table by table, until a batch deletes fewer than `BATCH` rows,
 /// pausing between batches so retention never holds locks for long.
 /// `None` only when `lock` is advisory and the first batch could not take it.
-async fn in_batches(pool: &PgPool, days: u32, lock: Lock) -> Result<Option<Counts>, sqlx::Error> {
+async fn in_batches(
+    db: &super::Pooled,
+    days: u32,
+    lock: Lock,
+) -> Result<Option<Counts>, sqlx::Error> {
     let mut counts = Counts::default();
     let mut first = true;
     for table in [
@@ -107,7 +114,7 @@ async fn in_batches(pool: &PgPool, days: u32, lock: Lock) -> Result<Option<Count
         Table::NotifyDeliveries,
     ] {
         loop {
-            let mut tx = pool.begin().await?;
+            let mut tx = db.begin().await?;
             if lock == Lock::Advisory && !try_lock(&mut tx).await? {
                 return Ok((!first).then_some(counts));
             }

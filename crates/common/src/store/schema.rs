@@ -7,10 +7,10 @@ const UNDEFINED_TABLE: &str = "42P01";
 
 /// The versions of the migrations applied successfully, in order; empty
 /// when nothing was ever migrated (no `_sqlx_migrations` table).
-pub async fn applied_migrations(pool: &sqlx::PgPool) -> Result<Vec<i64>, sqlx::Error> {
+pub async fn applied_migrations(db: &super::Pooled) -> Result<Vec<i64>, sqlx::Error> {
     // In a transaction (a transaction-mode pooler needs it); a failed read
     // rolls back when `tx` drops.
-    let mut tx = pool.begin().await?;
+    let mut tx = db.begin().await?;
     let applied =
         sqlx::query_scalar!("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
             .fetch_all(&mut *tx)
@@ -25,4 +25,28 @@ pub async fn applied_migrations(pool: &sqlx::PgPool) -> Result<Vec<i64>, sqlx::E
         }
         Err(err) => Err(err),
     }
+}
+
+/// Why [`migrate`] did not run.
+#[derive(Debug, thiserror::Error)]
+pub enum MigrateError {
+    /// Migrations hold a session-level advisory lock for their whole run,
+    /// which a transaction-mode pooler cannot keep.
+    #[error(
+        "migrations need a direct connection to Postgres (they hold a session-level lock), \
+         not a transaction-mode pooler: run it with the server's URL and \
+         ONCEHOOK_DATABASE_POOLER=none"
+    )]
+    BehindPooler,
+    #[error("applying the migrations: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+}
+
+/// Applies the embedded migrations ([`crate::db::MIGRATOR`]); idempotent.
+pub async fn migrate(db: &super::Pooled) -> Result<(), MigrateError> {
+    if db.pooler() == crate::config::Pooler::Transaction {
+        return Err(MigrateError::BehindPooler);
+    }
+    crate::db::MIGRATOR.run(db.pool()).await?;
+    Ok(())
 }

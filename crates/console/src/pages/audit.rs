@@ -19,8 +19,10 @@ pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
     };
     let page = page_number(&Pairs::parse(req.query_string().as_bytes()));
     let rows = async {
-        let mut conn = state.pool.acquire().await?;
-        audit::recent(&mut conn, PAGE_SIZE + 1, (page - 1) * PAGE_SIZE).await
+        let mut conn = state.pool.single().await?;
+        let done = audit::recent(&mut conn, PAGE_SIZE + 1, (page - 1) * PAGE_SIZE).await?;
+        conn.finish().await?;
+        Ok::<_, sqlx::Error>(done)
     }
     .await;
     let mut rows = match rows {

@@ -111,8 +111,10 @@ pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
         after: query.after.as_ref(),
     };
     let rows = async {
-        let mut conn = state.pool.acquire().await?;
-        dedup::recent(&mut conn, filter, PAGE_SIZE + 1).await
+        let mut conn = state.pool.single().await?;
+        let done = dedup::recent(&mut conn, filter, PAGE_SIZE + 1).await?;
+        conn.finish().await?;
+        Ok::<_, sqlx::Error>(done)
     }
     .await;
     let mut rows = match rows {

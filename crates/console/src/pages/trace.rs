@@ -68,12 +68,22 @@ pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
 /// The report for `q`, tried as an order ref, a payment id, then an event
 /// id of each gateway; with how it was found.
 async fn find(state: &State, q: &str) -> anyhow::Result<Option<(String, TraceReport)>> {
-    let mut conn = state.pool.acquire().await?;
-    if let r @ TraceReport::Order(_) = trace::trace_order(&mut conn, q).await? {
+    let mut conn = state.pool.single().await?;
+    let found = find_in(&mut conn, q).await?;
+    conn.finish().await?;
+    Ok(found)
+}
+
+/// [`find`] on one connection.
+async fn find_in(
+    conn: &mut sqlx::PgConnection,
+    q: &str,
+) -> anyhow::Result<Option<(String, TraceReport)>> {
+    if let r @ TraceReport::Order(_) = trace::trace_order(conn, q).await? {
         return Ok(Some((format!("Order {q}:"), r)));
     }
-    if let Some(order_ref) = ledger::order_ref_of_payment(&mut conn, q).await?
-        && let r @ TraceReport::Order(_) = trace::trace_order(&mut conn, &order_ref).await?
+    if let Some(order_ref) = ledger::order_ref_of_payment(conn, q).await?
+        && let r @ TraceReport::Order(_) = trace::trace_order(conn, &order_ref).await?
     {
         return Ok(Some((
             format!("Payment {q} belongs to order {order_ref}:"),
@@ -82,9 +92,7 @@ async fn find(state: &State, q: &str) -> anyhow::Result<Option<(String, TraceRep
     }
     for gateway in oncehook_gateways::Gateway::ALL {
         let provider = gateway.as_str().to_owned();
-        if let r @ TraceReport::Event(_) =
-            trace::trace_event(&mut conn, provider, q.to_owned()).await?
-        {
+        if let r @ TraceReport::Event(_) = trace::trace_event(conn, provider, q.to_owned()).await? {
             return Ok(Some((format!("{gateway} event {q}:"), r)));
         }
     }

@@ -11,8 +11,9 @@ use lapin::options::BasicAckOptions;
 use lapin::{Channel, Connection};
 use oncehook_common::amqp;
 use oncehook_common::dead_letter::replay_headers;
+use oncehook_common::store::Pooled;
 use oncehook_common::store::outbox;
-use oncehook_common::{Config, Topology, db};
+use oncehook_common::{Config, Topology};
 use serde::Serialize;
 use time::OffsetDateTime;
 
@@ -184,7 +185,7 @@ struct Republisher<'a> {
     conn: &'a Connection,
     topology: &'a Topology,
     channel: Option<Channel>,
-    pool: Option<sqlx::PgPool>,
+    pool: Option<oncehook_common::store::Pooled>,
 }
 
 impl<'a> Republisher<'a> {
@@ -274,7 +275,7 @@ impl<'a> Republisher<'a> {
     /// email goes back to the mailer.
     async fn clear_email_failure(&mut self, outbox_id: uuid::Uuid) -> anyhow::Result<()> {
         if self.pool.is_none() {
-            let pool = db::connect(self.settings.database.url.expose(), 1, 1)
+            let pool = Pooled::connect(&self.settings.database, 1, 1)
                 .await
                 .context("connecting to the database to clear the email's failure mark")?;
             self.pool = Some(pool);
@@ -282,10 +283,12 @@ impl<'a> Republisher<'a> {
         let Some(pool) = &self.pool else {
             return Ok(());
         };
-        let cleared = match pool.acquire().await {
-            Ok(mut conn) => outbox::clear_failure(&mut conn, outbox_id).await,
-            Err(e) => Err(e),
-        };
+        let cleared = async {
+            let mut conn = pool.single().await?;
+            outbox::clear_failure(&mut conn, outbox_id).await?;
+            conn.finish().await
+        }
+        .await;
         cleared.with_context(|| format!("clearing the failure mark of outbox row {outbox_id}"))
     }
 }

@@ -6,10 +6,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use oncehook_common::redact::redact;
-use oncehook_common::store::{dedup, ledger, outbox, parking, reconcile};
+use oncehook_common::store::{Pooled, dedup, ledger, outbox, parking, reconcile};
 use oncehook_common::{Config, Topology};
 use serde::Serialize;
-use sqlx::Connection as _;
 use time::OffsetDateTime;
 
 use crate::broker;
@@ -146,8 +145,8 @@ pub async fn broker_stats(
 
 pub async fn database_stats(settings: &Config, window: Duration) -> anyhow::Result<DatabaseStats> {
     let work = async {
-        // One plain connection: its error says why (a pool would only say "timed out").
-        let mut conn = sqlx::PgConnection::connect(settings.database.url.expose())
+        // One connection, tried once: its error says why.
+        let pool = Pooled::connect(&settings.database, 1, 0)
             .await
             .with_context(|| {
                 format!(
@@ -156,8 +155,14 @@ pub async fn database_stats(settings: &Config, window: Duration) -> anyhow::Resu
                 )
             })?;
         let reconcile_window = (settings.reconcile.after, settings.reconcile.horizon);
-        let result = database_queries(&mut conn, window, reconcile_window).await;
-        let _ = conn.close().await;
+        let result = async {
+            let mut conn = pool.single().await?;
+            let stats = database_queries(&mut conn, window, reconcile_window).await?;
+            conn.finish().await?;
+            anyhow::Ok(stats)
+        }
+        .await;
+        pool.close().await;
         result
     };
     match tokio::time::timeout(DB_TIMEOUT, work).await {

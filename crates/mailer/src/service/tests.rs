@@ -13,14 +13,17 @@ fn mailer() -> Arc<Mailer> {
 }
 
 fn mailer_with(vars: &[(&str, &str)]) -> Arc<Mailer> {
-    let env: HashMap<String, String> = vars
+    let mut env: HashMap<String, String> = vars
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect();
+    // Never connected: nothing listens there.
+    env.entry("ONCEHOOK_DATABASE_URL".to_owned())
+        .or_insert_with(|| "postgres://nobody@127.0.0.1:1/none".to_owned());
     let settings = oncehook_common::Config::from_env_map(&env)
         .expect("settings")
         .into_mailer();
-    let pool = db::lazy_pool("postgres://nobody@127.0.0.1:1/none", 1).expect("lazy pool");
+    let pool = Pooled::open(&settings.database, 1).expect("lazy pool");
     let dir = std::env::temp_dir().join("oncehook-mailer-unit");
     let transport = Transport::files(dir);
     Mailer::new(pool, transport, settings, Shutdown::new())

@@ -16,15 +16,18 @@ fn worker() -> Arc<Worker<Ledger>> {
 }
 
 fn worker_with(vars: &[(&str, &str)]) -> Arc<Worker<Ledger>> {
-    let env: HashMap<String, String> = vars
+    let mut env: HashMap<String, String> = vars
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect();
+    // Never connected: nothing listens there.
+    env.entry("ONCEHOOK_DATABASE_URL".to_owned())
+        .or_insert_with(|| "postgres://nobody@127.0.0.1:1/none".to_owned());
     let settings = oncehook_common::Config::from_env_map(&env)
         .expect("settings")
         .into_worker();
     // Never connected: the paths under test decide before touching Postgres.
-    let pool = db::lazy_pool("postgres://nobody@127.0.0.1:1/none", 1).expect("lazy pool");
+    let pool = Pooled::open(&settings.database, 1).expect("lazy pool");
     Worker::new(pool, Ledger, settings, Shutdown::new())
 }
 

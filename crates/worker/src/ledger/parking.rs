@@ -15,12 +15,13 @@ use std::time::Duration;
 use lapin::Channel;
 use oncehook_common::amqp::PublishError;
 use oncehook_common::dead_letter::{self, DeadLetter, DeadLetterKind, Writer};
+use oncehook_common::store::Pooled;
 use oncehook_common::store::ledger::books::PaymentKey;
 use oncehook_common::store::parking::Parked;
 use oncehook_common::store::{dedup, parking};
 use oncehook_common::{Envelope, Topology};
 use oncehook_gateways::{Gateway, NormalizedEvent};
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgConnection;
 
 use super::facts::{Fact, fact_of};
 use crate::pipeline::Delivery;
@@ -45,7 +46,7 @@ pub enum SweepError {
 /// and forgets their delivery records, so a replay is processed afresh. The
 /// rows are removed only after the broker confirmed the dead letter.
 pub async fn sweep(
-    pool: &PgPool,
+    pool: &Pooled,
     ch: &Channel,
     topology: &Topology,
     ttl: Duration,
@@ -121,7 +122,7 @@ pub fn zero_dead_letter_counters() {
 }
 
 /// Parked events, for the gauge.
-pub async fn count(pool: &PgPool) -> Result<i64, sqlx::Error> {
+pub async fn count(pool: &Pooled) -> Result<i64, sqlx::Error> {
     let mut tx = pool.begin().await?;
     let n = parking::count(&mut tx).await?;
     tx.commit().await?;
@@ -130,7 +131,7 @@ pub async fn count(pool: &PgPool) -> Result<i64, sqlx::Error> {
 
 /// Sweeps expired parked events until `stop` fires or the channel dies.
 pub async fn run_sweeper(
-    pool: PgPool,
+    pool: Pooled,
     ch: Channel,
     topology: Topology,
     ttl: Duration,

@@ -15,8 +15,9 @@ use std::time::Instant;
 
 use oncehook_common::dead_letter::DeadLetterKind;
 use oncehook_common::otel;
+use oncehook_common::store::Pooled;
 use oncehook_common::store::dedup as dedup_store;
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgConnection;
 use tracing::Instrument as _;
 
 use super::{Delivery, Effect, Effects, ProcessError, Processed, Rejection};
@@ -24,7 +25,7 @@ use super::{Delivery, Effect, Effects, ProcessError, Processed, Rejection};
 /// Commits `deliveries` in one transaction; the results are in their
 /// order. An error means nothing was committed.
 pub async fn commit<E: Effect>(
-    pool: &PgPool,
+    pool: &Pooled,
     effect: &E,
     deliveries: &[&Delivery],
 ) -> Result<Vec<Processed>, ProcessError> {
@@ -53,7 +54,7 @@ pub async fn commit<E: Effect>(
 }
 
 async fn transaction<E: Effect>(
-    pool: &PgPool,
+    pool: &Pooled,
     effect: &E,
     deliveries: &[&Delivery],
 ) -> Result<Vec<Processed>, ProcessError> {

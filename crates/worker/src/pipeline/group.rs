@@ -19,7 +19,7 @@
 
 use std::sync::Arc;
 
-use sqlx::PgPool;
+use oncehook_common::store::Pooled;
 use tokio::sync::{Mutex, mpsc, oneshot};
 
 use super::{Delivery, Effect, ProcessError, Processed, commit};
@@ -38,7 +38,7 @@ pub struct Grouper {
 
 impl Grouper {
     /// Starts `committers` tasks committing groups of up to `size`.
-    pub fn start<E: Effect>(pool: PgPool, effect: Arc<E>, size: usize, committers: usize) -> Self {
+    pub fn start<E: Effect>(pool: Pooled, effect: Arc<E>, size: usize, committers: usize) -> Self {
         let (jobs, queue) = mpsc::unbounded_channel();
         InCommit::gauge().set(0.0);
         let queue = Arc::new(Mutex::new(queue));
@@ -86,7 +86,7 @@ impl Drop for InCommit {
 }
 
 async fn run_committer<E: Effect>(
-    pool: PgPool,
+    pool: Pooled,
     effect: Arc<E>,
     queue: Arc<Mutex<mpsc::UnboundedReceiver<Job>>>,
     size: usize,
@@ -124,7 +124,7 @@ fn drain(queue: &mut mpsc::UnboundedReceiver<Job>, held: &mut Vec<Job>, size: us
 }
 
 /// Commits one group and answers every job in it.
-async fn run<E: Effect>(pool: &PgPool, effect: &E, group: Vec<Job>) {
+async fn run<E: Effect>(pool: &Pooled, effect: &E, group: Vec<Job>) {
     let deliveries: Vec<&Delivery> = group.iter().map(|job| &*job.delivery).collect();
     let result = commit(pool, effect, &deliveries).await;
     drop(deliveries);

@@ -38,8 +38,10 @@ pub async fn replay(req: HttpRequest, state: web::Data<State>, body: web::Bytes)
     };
     let scope = query.scope_text();
     let done = async {
-        let mut conn = state.pool.acquire().await?;
-        replay_in(&mut conn, &query).await
+        let mut conn = state.pool.single().await?;
+        let done = replay_in(&mut conn, &query).await?;
+        conn.finish().await?;
+        Ok::<_, sqlx::Error>(done)
     }
     .await;
     let said = match done {
@@ -155,8 +157,10 @@ pub async fn enable(req: HttpRequest, state: web::Data<State>, body: web::Bytes)
         Err(why) => return input::bad_request(&who, TITLE, PATH, &why),
     };
     let done = async {
-        let mut conn = state.pool.acquire().await?;
-        store::enable(&mut conn, &name).await
+        let mut conn = state.pool.single().await?;
+        let done = store::enable(&mut conn, &name).await?;
+        conn.finish().await?;
+        Ok::<_, sqlx::Error>(done)
     }
     .await;
     let said = match done {

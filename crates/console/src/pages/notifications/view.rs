@@ -40,9 +40,10 @@ struct Book {
 }
 
 async fn read(state: &State, query: &Query) -> Result<Book, sqlx::Error> {
-    let mut conn = state.pool.acquire().await?;
+    let mut conn = state.pool.single().await?;
     let endpoints = store::endpoints(&mut conn).await?;
     let mut deliveries = store::list(&mut conn, &query.list_filter()).await?;
+    conn.finish().await?;
     let more = deliveries.len() as i64 > PAGE_SIZE;
     deliveries.truncate(PAGE_SIZE as usize);
     Ok(Book {
