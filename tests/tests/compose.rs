@@ -1090,7 +1090,7 @@ async fn compose_stack() {
     let (_, refused2) = stack.received().await;
     let waited = |missing: &[String], secs: u64| {
         if missing.is_empty() {
-            format!("all within {secs} s")
+            format!("all, {secs} s after the orders were paid")
         } else {
             format!("{} missing after {secs} s", missing.len())
         }
