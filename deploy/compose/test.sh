@@ -10,8 +10,11 @@
 #  3. Postgres, RabbitMQ, PgBouncer and Mailpit: the stand-ins in standins/
 #     (built from Debian packages) unless ONCEHOOK_COMPOSE_IMAGES=official,
 #     which pulls the official images compose.yaml names by default.
-#  4. A fresh env file (random secrets, host ports that are free) in
-#     target/compose-test/, then tests/tests/compose.rs: the stack scenario and
+#  4. A fresh env file (random secrets, every host port compose.yaml
+#     publishes picked free) and an oncehook.toml (the shipped one plus an
+#     [[api.key]] for the test and a [[notify.endpoint]] at the "shop"
+#     profile's receiver) in target/compose-test/, then
+#     tests/tests/compose.rs: the stack scenario and
 #     the three-node cluster partition (ONCEHOOK_COMPOSE_TESTS picks one:
 #     compose_stack or compose_cluster_partition; built --release, reusing step
 #     2's dependencies). Figures go to
@@ -40,6 +43,18 @@ if docker compose version >/dev/null 2>&1; then COMPOSE="docker compose"; else C
 say "compose: $($COMPOSE version 2>/dev/null | head -n 1)"
 
 DOCKERFILE="${ONCEHOOK_COMPOSE_DOCKERFILE:-deploy/compose/Dockerfile.prebuilt}"
+# The receiver stand-in (profile "shop", built by compose) installs Python's
+# standardwebhooks from standins/wheels/ when a wheel is there: fetched here
+# with the host's pip, whose index and certificates may be ones the
+# engine's containers cannot use.
+if python3 -m pip --version >/dev/null 2>&1; then
+  say "fetching the standardwebhooks wheel for the receiver stand-in (host pip)"
+  python3 -m pip download -q --no-deps --only-binary=:all: \
+    --dest deploy/compose/standins/wheels "standardwebhooks==1.1.0"
+else
+  say "no pip on the host: the receiver stand-in installs standardwebhooks from the package index itself"
+fi
+
 if [ "$DOCKERFILE" = deploy/compose/Dockerfile.prebuilt ]; then
   say "building the release binaries on the host (Dockerfile.prebuilt copies them)"
   nice -n 10 "${CARGO:-cargo}" build --release --bins
@@ -76,13 +91,43 @@ secret() { head -c 24 /dev/urandom | base64 | tr -d '/+=' ; }
 ENV_FILE="$WORK/compose.env"
 if [ -f "$ENV_FILE" ]; then
   say "removing what an earlier run left (compose down -v)"
-  (cd deploy/compose && $COMPOSE --env-file "$ENV_FILE" -f compose.yaml --profile cluster --profile tools \
+  (cd deploy/compose && $COMPOSE --env-file "$ENV_FILE" -f compose.yaml --profile cluster --profile tools --profile shop \
     down -v --remove-orphans -t 40 >/dev/null 2>&1) || true
 fi
-for spec in INGEST_PORT:18080 INGEST_METRICS_PORT:19100 MAILER_METRICS_PORT:19102 NOTIFIER_METRICS_PORT:19104 API_PORT:18082 CONSOLE_PORT:18081 \
-            MAILPIT_PORT:18025 POSTGRES_PORT:15432 RABBITMQ_MANAGEMENT_PORT:15673; do
+# Every host port compose.yaml publishes: each picked here is written below
+# (a picked port left out of the file would publish compose.yaml's default).
+PORTS=(INGEST_PORT:18080 INGEST_METRICS_PORT:19100 MAILER_METRICS_PORT:19102 NOTIFIER_METRICS_PORT:19104
+       API_PORT:18082 CONSOLE_PORT:18081 MAILPIT_PORT:18025 POSTGRES_PORT:15432 RABBITMQ_MANAGEMENT_PORT:15673
+       RECEIVER_PORT:18090)
+for spec in "${PORTS[@]}"; do
   pick_port "${spec%%:*}" "${spec##*:}"
 done
+for var in $(grep -o '\${[A-Z_]*_PORT:-' deploy/compose/compose.yaml | sed 's/^\${//; s/:-$//' | sort -u); do
+  [[ " ${PORTS[*]%%:*} " == *" $var "* ]] || { say "compose.yaml publishes \$$var, which this script does not pick: add it to PORTS"; exit 1; }
+done
+
+# The configuration the stack loads (ONCEHOOK_CONFIG_FILE): the shipped
+# oncehook.toml, a key for the shop's API and the receiver as the shop's
+# endpoint. The key itself goes to the env file for the test; the file holds
+# only its SHA-256.
+CONFIG_FILE="$WORK/oncehook.toml"
+API_KEY="ohk_$(head -c 32 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
+{
+  cat deploy/compose/oncehook.toml
+  echo
+  echo "# Added by deploy/compose/test.sh."
+  echo "[[api.key]]"
+  echo 'name = "compose-test"'
+  echo "hash = \"$(printf '%s' "$API_KEY" | sha256sum | cut -d' ' -f1)\""
+  echo 'scopes = ["products:write", "orders:write", "orders:read", "events:read"]'
+  echo
+  echo "[[notify.endpoint]]"
+  echo 'name = "shop"'
+  echo 'url = "http://receiver:8090/hooks/oncehook"'
+  echo 'secret = "${SHOP_WEBHOOK_SECRET}"'
+  echo 'events = ["order.*"]'
+} > "$CONFIG_FILE"
+chmod 644 "$CONFIG_FILE"
 {
   echo "# Written by deploy/compose/test.sh; secrets are random per run."
   echo "COMPOSE_PROJECT_NAME=oncehook-compose-test"
@@ -100,15 +145,13 @@ done
   echo "RABBITMQ_PASSWORD=$(secret)"
   echo "RABBITMQ_ERLANG_COOKIE=$(secret)$(secret)"
   echo "ONCEHOOK_CONSOLE_SESSION_KEY=$(secret)$(secret)"
+  echo "SHOP_WEBHOOK_SECRET=whsec_$(head -c 32 /dev/urandom | base64 | tr -d '\n')"
+  echo "ONCEHOOK_CONFIG_FILE=$CONFIG_FILE"
+  # Not read by compose: the key the test calls the shop's API with.
+  echo "SHOP_API_KEY=$API_KEY"
   # Loopback only, on ports other than the host's own services'.
   echo "INGEST_BIND=127.0.0.1"
-  echo "INGEST_PORT=$INGEST_PORT"
-  echo "INGEST_METRICS_PORT=$INGEST_METRICS_PORT"
-  echo "MAILER_METRICS_PORT=$MAILER_METRICS_PORT"
-  echo "CONSOLE_PORT=$CONSOLE_PORT"
-  echo "MAILPIT_PORT=$MAILPIT_PORT"
-  echo "POSTGRES_PORT=$POSTGRES_PORT"
-  echo "RABBITMQ_MANAGEMENT_PORT=$RABBITMQ_MANAGEMENT_PORT"
+  for spec in "${PORTS[@]}"; do var="${spec%%:*}"; echo "$var=${!var}"; done
 } > "$ENV_FILE"
 chmod 600 "$ENV_FILE"
 say "env file: $ENV_FILE"

@@ -14,8 +14,10 @@
 #
 # Settings (environment): ONCEHOOK_DOCKER_ROOT (default /var/lib/oncehook-docker),
 # ONCEHOOK_DOCKER_RUN (default /run/oncehook-docker; the socket is docker.sock in it),
-# ONCEHOOK_DOCKER_BASE (default debian:bookworm-slim), DEBIAN_MIRROR (default
-# http://deb.debian.org/debian). Needs root (or sudo).
+# ONCEHOOK_DOCKER_BASE (default debian:bookworm-slim), DEBIAN_MIRROR (the
+# Debian archive debootstrap reads; default: the one this machine's apt
+# already uses for that release, from /etc/apt/sources.list and
+# /etc/apt/sources.list.d/*.list or *.sources). Needs root (or sudo).
 set -euo pipefail
 
 ROOT_DIR="${ONCEHOOK_DOCKER_ROOT:-/var/lib/oncehook-docker}"
@@ -28,7 +30,9 @@ BASE_IMAGE="${ONCEHOOK_DOCKER_BASE:-debian:bookworm-slim}"
 # another engine may own) with its own subnet.
 BRIDGE="${ONCEHOOK_DOCKER_BRIDGE:-oncehook0}"
 BRIDGE_CIDR="${ONCEHOOK_DOCKER_BRIDGE_CIDR:-172.31.250.1/24}"
-MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+# The release the base image is made of: debian:bookworm-slim -> bookworm.
+RELEASE="${BASE_IMAGE#*:}"
+RELEASE="${RELEASE%-slim}"
 export DOCKER_HOST="unix://$SOCK"
 
 say() { printf 'docker: %s\n' "$*"; }
@@ -45,6 +49,46 @@ apt_install() {
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@"
 }
 engine_up() { timeout 10 docker info >/dev/null 2>&1; }
+
+# The Debian archive this machine's apt reads RELEASE from: the URI of the
+# first enabled "deb" source whose suites include RELEASE itself (not
+# RELEASE-updates or -security), in the one-line format
+# (/etc/apt/sources.list, sources.list.d/*.list) or deb822
+# (sources.list.d/*.sources). The project names no mirror of its own.
+apt_mirror() {
+  local f
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [ -r "$f" ] || continue
+    # deb [options] URI SUITE COMPONENT...
+    awk -v rel="$RELEASE" '
+      { sub(/#.*/, ""); gsub(/\[[^]]*\]/, "") }
+      $1 == "deb" && $3 == rel { print $2; exit }' "$f"
+  done
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -r "$f" ] || continue
+    # Paragraphs of "Field: value" lines; a field may go on over indented lines.
+    awk -v rel="$RELEASE" '
+      function done_paragraph(   n, i, s, u) {
+        if (!found && enabled != "no" && (" " types " ") ~ / deb / && uris != "") {
+          n = split(suites, s, /[ \t]+/)
+          for (i = 1; i <= n; i++) if (s[i] == rel) { split(uris, u, /[ \t]+/); print u[1]; found = 1; exit }
+        }
+        types = ""; uris = ""; suites = ""; enabled = ""; key = ""
+      }
+      /^[ \t]*$/ { done_paragraph(); next }
+      /^#/ { next }
+      /^[ \t]/ { if (key == "uris") uris = uris " " $0; else if (key == "suites") suites = suites " " $0; next }
+      {
+        key = tolower($0); sub(/:.*/, "", key)
+        value = $0; sub(/^[^:]*:[ \t]*/, "", value)
+        if (key == "types") types = value
+        else if (key == "uris") uris = value
+        else if (key == "suites") suites = value
+        else if (key == "enabled") enabled = tolower(value)
+      }
+      END { done_paragraph() }' "$f"
+  done
+}
 
 ensure_installed() {
   local missing=()
@@ -104,12 +148,19 @@ ensure_base_image() {
     return 0
   fi
   if registry_reachable; then say "pulled $BASE_IMAGE"; return 0; fi
-  say "no registry serves $BASE_IMAGE: building it with debootstrap from $MIRROR (a few minutes)"
+  local mirror="${DEBIAN_MIRROR:-}"
+  if [ -z "$mirror" ]; then
+    mirror=$(apt_mirror)
+    mirror="${mirror%%$'\n'*}"
+    [ -n "$mirror" ] || die "no apt source of this machine serves Debian $RELEASE (looked in /etc/apt/sources.list and /etc/apt/sources.list.d/): set DEBIAN_MIRROR to a Debian archive"
+    say "Debian mirror from this machine's apt sources: $mirror"
+  fi
+  say "no registry serves $BASE_IMAGE: building it with debootstrap ($RELEASE from $mirror; a few minutes)"
   local dir
   dir=$(mktemp -d /var/tmp/oncehook-rootfs.XXXXXX)
   # shellcheck disable=SC2064
   trap "as_root rm -rf '$dir'" EXIT
-  as_root timeout 1200 debootstrap --variant=minbase bookworm "$dir" "$MIRROR" >"$ROOT_DIR/debootstrap.log" 2>&1 \
+  as_root timeout 1200 debootstrap --variant=minbase "$RELEASE" "$dir" "$mirror" >"$ROOT_DIR/debootstrap.log" 2>&1 \
     || die "debootstrap failed: see $ROOT_DIR/debootstrap.log"
   # What the official -slim image does: no docs, no apt caches kept.
   as_root rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/*

@@ -1,13 +1,21 @@
 //! `make compose-test`: deploy/compose/compose.yaml on a real Docker engine,
-//! driven from outside through its published ports only (ingest, the
-//! console, Mailpit's API, RabbitMQ's management API, Postgres on the host's
-//! loopback for the checks), plus `docker compose run ctl …` inside the stack.
+//! driven from outside through its published ports only (the shop's API,
+//! ingest, the console, the receiver's list of verified events, Mailpit's
+//! API, RabbitMQ's management API, Postgres on the host's loopback for the
+//! checks), plus `docker compose run ctl …` inside the stack.
 //!
-//! * `compose_stack`: signed events for every gateway (duplicates included)
-//!   through ingest, orders paid, one email each caught by the SMTP service,
-//!   the console's login page, `oncehookctl` in the stack, `--scale worker=3`,
-//!   a worker container SIGKILLed and Postgres restarted under load: lost 0,
-//!   doubled 0; then `down -v`.
+//! * `compose_stack`: every service compose.yaml defines outside the
+//!   "cluster" profile up and healthy (the "shop" profile's receiver
+//!   included; `ctl` run on demand); a product and the orders created through
+//!   `oncehook-api` with an `Idempotency-Key` (a replay answered the same);
+//!   signed events for every gateway (duplicates included) through ingest,
+//!   orders paid, one email each caught by the SMTP service, each order's
+//!   `order.paid` delivered by `oncehook-notifier` to the receiver, which
+//!   verified it with Python's `standardwebhooks`, and listed by
+//!   `GET /v1/events`; the console's login page; `oncehookctl` in the stack
+//!   (`send`, `stats`, `trace order`, `dlq list`, `notify list`);
+//!   `--scale worker=3`, a worker container SIGKILLed and Postgres restarted
+//!   under load: lost 0, doubled 0, every event delivered; then `down -v`.
 //! * `compose_cluster_partition`: the "cluster" profile (three RabbitMQ
 //!   nodes, pause_minority) under load; one node cut off with `docker network
 //!   disconnect` and reconnected, then the events queue's leader's node:
@@ -24,7 +32,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use oncehook_e2e::shop;
 use oncehook_gateways::Gateway;
 use oncehook_gateways::sample::{self, SampleSpec, SignedDelivery};
 use sqlx::PgPool;
@@ -53,6 +60,14 @@ struct Stack {
     http: reqwest::Client,
 }
 
+/// One answer of the shop's API.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    json: serde_json::Value,
+    replayed: bool,
+}
+
 impl Stack {
     fn from_env() -> Stack {
         let env_file = PathBuf::from(
@@ -78,7 +93,8 @@ impl Stack {
             compose,
             vars,
             extra: Vec::new(),
-            profiles: Vec::new(),
+            // The shop's endpoint the test config points the notifier at.
+            profiles: vec!["shop".to_owned()],
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(15))
                 .build()
@@ -185,6 +201,48 @@ impl Stack {
         }
     }
 
+    /// Until the one-shot `service` has exited 0 (at most `limit`).
+    async fn wait_exited_0(&self, service: &str, limit: Duration) {
+        let started = Instant::now();
+        loop {
+            let out = self
+                .compose_ok(&["ps", "-a", "-q", service], Duration::from_secs(30))
+                .await;
+            let ids: Vec<&str> = out
+                .lines()
+                .map(str::trim)
+                .filter(|l| l.len() >= 12 && l.chars().all(|c| c.is_ascii_hexdigit()))
+                .collect();
+            let mut states = Vec::new();
+            for id in &ids {
+                let (_, state) = self
+                    .docker(
+                        &["inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", id],
+                        Duration::from_secs(20),
+                    )
+                    .await;
+                states.push(state.trim().to_owned());
+            }
+            if !states.is_empty() && states.iter().all(|s| s == "exited 0") {
+                return;
+            }
+            if started.elapsed() > limit
+                || states
+                    .iter()
+                    .any(|s| s.starts_with("exited ") && s != "exited 0")
+            {
+                let (_, logs) = self
+                    .compose(&["logs", "--tail", "30", service], Duration::from_secs(30))
+                    .await;
+                panic!(
+                    "{service}: {states:?} after {:?}, not exited 0\n{logs}",
+                    started.elapsed()
+                );
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
     async fn pool(&self) -> PgPool {
         let url = format!(
             "postgres://oncehook:{}@127.0.0.1:{}/oncehook",
@@ -223,6 +281,104 @@ impl Stack {
             merchant_key: Some(self.var("PAYU_MERCHANT_KEY").to_owned()),
         };
         sample::build(gateway, "captured", &spec, &self.secret(gateway)).expect("sign a sample")
+    }
+
+    /// `method path` on the shop's API (its published port) with the test's
+    /// key, a JSON body and headers.
+    async fn api(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+        headers: &[(&str, &str)],
+    ) -> Answer {
+        let mut req = self
+            .http
+            .request(method, self.url("API_PORT", path))
+            .bearer_auth(self.var("SHOP_API_KEY"));
+        if let Some(b) = body {
+            req = req
+                .header("Content-Type", "application/json")
+                .body(b.to_string());
+        }
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let resp = req
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("the API answers {path}: {e}"));
+        let status = resp.status().as_u16();
+        let replayed = resp
+            .headers()
+            .get("Idempotent-Replayed")
+            .is_some_and(|v| v.as_bytes() == b"true");
+        let text = resp.text().await.unwrap_or_default();
+        let json = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
+        Answer {
+            status,
+            json,
+            replayed,
+        }
+    }
+
+    /// `PUT /v1/products/{sku}` through the API; insists on success.
+    async fn product(&self, sku: &str, stock: i32) {
+        let body = serde_json::json!({"name": format!("Product {sku}"), "stock": stock});
+        let a = self
+            .api(
+                reqwest::Method::PUT,
+                &format!("/v1/products/{sku}"),
+                Some(&body),
+                &[],
+            )
+            .await;
+        assert!(a.status == 201 || a.status == 200, "PUT product: {a:?}");
+    }
+
+    /// `POST /v1/orders` through the API with an `Idempotency-Key`: one
+    /// unit of SKU-COMPOSE at [`AMOUNT`], the customer `{order_ref}@example.com`.
+    async fn create_order(&self, order_ref: &str) -> Answer {
+        let body = serde_json::json!({
+            "order_ref": order_ref,
+            "customer_email": format!("{order_ref}@example.com"),
+            "currency": "INR",
+            "amount_minor": AMOUNT,
+            "items": [{"sku": "SKU-COMPOSE", "qty": 1, "unit_minor": AMOUNT}],
+        });
+        let key = format!("create-{order_ref}");
+        self.api(
+            reqwest::Method::POST,
+            "/v1/orders",
+            Some(&body),
+            &[("Idempotency-Key", &key)],
+        )
+        .await
+    }
+
+    /// What the receiver (profile "shop") verified: (event id, type,
+    /// order_ref) per request, and how many requests it refused.
+    async fn received(&self) -> (Vec<(String, String, String)>, u64) {
+        let Ok(resp) = self
+            .http
+            .get(self.url("RECEIVER_PORT", "/events"))
+            .send()
+            .await
+        else {
+            return (Vec::new(), 0);
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(&resp.text().await.unwrap_or_default()).unwrap_or_default();
+        let verified = v["verified"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| {
+                let text = |k: &str| e[k].as_str().unwrap_or("").to_owned();
+                (text("webhook_id"), text("type"), text("order_ref"))
+            })
+            .collect();
+        (verified, v["refused"].as_u64().unwrap_or(0))
     }
 
     /// Queue depth through RabbitMQ's management API on its published port.
@@ -435,11 +591,11 @@ async fn load(
     while tasks.join_next().await.is_some() {}
 }
 
-/// Creates `n` pending orders tagged `tag` (rotating over the gateways) and
-/// their signed captured events, posted 1–3 times each.
+/// Creates `n` pending orders tagged `tag` through the shop's API
+/// (rotating over the gateways) and their signed captured events, posted
+/// 1–3 times each.
 async fn plan(
     stack: &Stack,
-    pool: &PgPool,
     tag: &str,
     n: usize,
 ) -> Vec<(String, &'static str, SignedDelivery, usize)> {
@@ -447,7 +603,11 @@ async fn plan(
     for i in 0..n {
         let order_ref = format!("{tag}_{i:04}");
         let (gateway, source) = GATEWAYS[i % GATEWAYS.len()];
-        shop::order(pool, &order_ref, AMOUNT, "INR", &[("SKU-COMPOSE", 1)]).await;
+        let created = stack.create_order(&order_ref).await;
+        assert_eq!(
+            created.status, 201,
+            "POST /v1/orders {order_ref}: {created:?}"
+        );
         work.push((
             order_ref.clone(),
             source,
@@ -538,9 +698,51 @@ async fn report(section: &str) {
     println!("{section}");
 }
 
+/// A service of compose.yaml, as far as bringing it up goes.
+#[derive(Debug)]
+struct Service {
+    name: String,
+    profiles: Vec<String>,
+    healthcheck: bool,
+    /// `restart: "no"`: a one-shot that must exit 0 (the migration).
+    one_shot: bool,
+}
+
+/// Every service compose.yaml defines (a service's merge key `<<` read too).
+fn services() -> Vec<Service> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/compose/compose.yaml");
+    let text = std::fs::read_to_string(&path).expect("read compose.yaml");
+    let file: serde_yaml::Value = serde_yaml::from_str(&text).expect("compose.yaml parses");
+    let field = |service: &serde_yaml::Value, key: &str| -> Option<serde_yaml::Value> {
+        if let Some(v) = service.get(key) {
+            return Some(v.clone());
+        }
+        let merged = match service.get("<<")? {
+            serde_yaml::Value::Sequence(items) => items.clone(),
+            other => vec![other.clone()],
+        };
+        merged.iter().find_map(|m| m.get(key).cloned())
+    };
+    file["services"]
+        .as_mapping()
+        .expect("services")
+        .iter()
+        .map(|(name, service)| Service {
+            name: name.as_str().expect("a service name").to_owned(),
+            profiles: field(service, "profiles")
+                .and_then(|p| serde_yaml::from_value(p).ok())
+                .unwrap_or_default(),
+            healthcheck: field(service, "healthcheck").is_some(),
+            one_shot: field(service, "restart").and_then(|r| r.as_str().map(str::to_owned))
+                == Some("no".to_owned()),
+        })
+        .collect()
+}
+
 /// Brings the stack up (images built by compose as a user would) and waits
-/// for every long-running service to be healthy.
-async fn up(stack: &Stack, workers: usize) {
+/// until every service of compose.yaml that the active profiles start is
+/// healthy (the one-shot migration: exited 0); returns their names.
+async fn up(stack: &Stack, workers: usize) -> Vec<String> {
     let scale = format!("worker={workers}");
     stack
         .compose_ok(
@@ -548,20 +750,113 @@ async fn up(stack: &Stack, workers: usize) {
             Duration::from_secs(900),
         )
         .await;
-    for (service, n) in [
-        ("postgres", 1),
-        ("pgbouncer", 1),
-        ("rabbitmq", 1),
-        ("mailpit", 1),
-        ("ingest", 1),
-        ("worker", workers),
-        ("mailer", 1),
-        ("console", 1),
-    ] {
-        stack
-            .wait_healthy(service, n, Duration::from_secs(240))
-            .await;
+    let mut started = Vec::new();
+    for service in services() {
+        if !service.profiles.iter().all(|p| stack.profiles.contains(p)) {
+            continue;
+        }
+        let n = if service.name == "worker" { workers } else { 1 };
+        if service.one_shot {
+            stack
+                .wait_exited_0(&service.name, Duration::from_secs(240))
+                .await;
+        } else {
+            assert!(
+                service.healthcheck,
+                "compose.yaml: {} has no health check, so nothing says it works",
+                service.name
+            );
+            stack
+                .wait_healthy(&service.name, n, Duration::from_secs(240))
+                .await;
+        }
+        started.push(service.name);
     }
+    started
+}
+
+/// The order events the receiver verified for the orders of `tag`:
+/// event ids per (order, type), and every verified request (redeliveries
+/// included) counted.
+async fn delivered(
+    stack: &Stack,
+    tag: &str,
+) -> (BTreeMap<(String, String), BTreeSet<String>>, usize, u64) {
+    let (verified, refused) = stack.received().await;
+    let prefix = format!("{tag}_");
+    let mut events: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
+    let mut requests = 0;
+    for (id, kind, order_ref) in verified {
+        if order_ref.starts_with(&prefix) {
+            requests += 1;
+            events.entry((order_ref, kind)).or_default().insert(id);
+        }
+    }
+    (events, requests, refused)
+}
+
+/// Waits (at most `limit`) until the receiver has verified an `order.paid`
+/// for every order of `acked`; then (missing, doubled, verified requests):
+/// orders without one, and orders with more than one `order.paid` event id.
+async fn notified(
+    stack: &Stack,
+    tag: &str,
+    acked: &BTreeSet<String>,
+    limit: Duration,
+) -> (Vec<String>, Vec<String>, usize) {
+    let started = Instant::now();
+    loop {
+        let (events, requests, _) = delivered(stack, tag).await;
+        let paid = |o: &String| events.get(&(o.clone(), "order.paid".to_owned()));
+        let missing: Vec<String> = acked
+            .iter()
+            .filter(|o| paid(o).is_none())
+            .cloned()
+            .collect();
+        if missing.is_empty() || started.elapsed() > limit {
+            let doubled = acked
+                .iter()
+                .filter(|o| paid(o).is_some_and(|ids| ids.len() > 1))
+                .cloned()
+                .collect();
+            return (missing, doubled, requests);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Every `order.paid` event `GET /v1/events` lists for the orders of `tag`:
+/// event id -> order_ref, read a page at a time through the API.
+async fn listed_events(stack: &Stack, tag: &str) -> BTreeMap<String, String> {
+    let prefix = format!("{tag}_");
+    let mut out = BTreeMap::new();
+    let mut after = String::new();
+    for _ in 0..1000 {
+        let path = format!("/v1/events?type=order.paid&limit=100&after={after}");
+        let page = stack.api(reqwest::Method::GET, &path, None, &[]).await;
+        assert_eq!(page.status, 200, "GET {path}: {page:?}");
+        for e in page.json["data"].as_array().into_iter().flatten() {
+            let order_ref = e["order"]["order_ref"].as_str().unwrap_or("");
+            if order_ref.starts_with(&prefix) {
+                out.insert(
+                    e["id"].as_str().unwrap_or("").to_owned(),
+                    order_ref.to_owned(),
+                );
+            }
+        }
+        if page.json["has_more"] != serde_json::Value::Bool(true) {
+            return out;
+        }
+        after = page.json["next_cursor"].as_str().unwrap_or("").to_owned();
+    }
+    panic!("GET /v1/events: more than 1000 pages");
+}
+
+/// `oncehookctl ARGS` inside the stack (`compose run --rm ctl`); its output.
+async fn ctl(stack: &Stack, args: &[&str]) -> String {
+    let mut all = vec!["run", "--rm", "-T", "ctl"];
+    all.extend_from_slice(args);
+    stack.compose_ok(&all, Duration::from_secs(120)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -571,10 +866,34 @@ async fn compose_stack() {
     stack.down().await;
     let _down = DownOnDrop(stack.clone());
     let t0 = Instant::now();
-    up(&stack, 3).await;
+    let started = up(&stack, 3).await;
     let up_secs = t0.elapsed().as_secs();
+    // Every service compose.yaml defines: up here, run on demand (ctl,
+    // below), or the "cluster" profile's nodes (compose_cluster_partition).
+    let defined = services();
+    for service in &defined {
+        assert!(
+            started.contains(&service.name)
+                || service.name == "ctl"
+                || service.profiles == ["cluster"],
+            "compose.yaml defines {} ({:?}), which no compose test starts",
+            service.name,
+            service.profiles
+        );
+    }
+    println!("up and healthy in {up_secs} s: {started:?}");
     let pool = stack.pool().await;
-    shop::product(&pool, "SKU-COMPOSE", 100_000).await;
+
+    // The shop's API, through its published port: a product, and an order
+    // whose Idempotency-Key, sent again, gets the same answer.
+    stack.product("SKU-COMPOSE", 100_000).await;
+    let first = stack.create_order("capi_0001").await;
+    assert_eq!(first.status, 201, "POST /v1/orders: {first:?}");
+    let again = stack.create_order("capi_0001").await;
+    assert!(
+        again.status == 201 && again.replayed && again.json == first.json,
+        "the same Idempotency-Key again: {again:?}"
+    );
 
     // The console's login page, through its published port.
     let login = stack
@@ -590,70 +909,147 @@ async fn compose_stack() {
         "console /login is not a login page:\n{page}"
     );
 
-    // Phase 1: every gateway, duplicates included.
-    let work = plan(&stack, &pool, "cstack", 50).await;
+    // Phase 1: every gateway, duplicates included, on orders the API made.
+    let mut work = plan(&stack, "cstack", 50).await;
+    work.push((
+        "capi_0001".to_owned(),
+        "razorpay",
+        stack.captured(Gateway::Razorpay, "capi_0001"),
+        2,
+    ));
     let events = work.len();
     let tally = Arc::new(Tally::default());
     load(stack.clone(), work, 8, 0, tally.clone()).await;
     let acked = tally.acked.lock().expect("acked").clone();
     assert_eq!(acked.len(), events, "every event acked");
-    let (lost, doubled, why) =
-        settle(&stack, &pool, "cstack", &acked, Duration::from_secs(120)).await;
+    let stack_acked: BTreeSet<String> = acked
+        .iter()
+        .filter(|o| o.starts_with("cstack_"))
+        .cloned()
+        .collect();
+    let (lost, doubled, why) = settle(
+        &stack,
+        &pool,
+        "cstack",
+        &stack_acked,
+        Duration::from_secs(120),
+    )
+    .await;
     assert_eq!((lost, doubled), (0, 0), "phase 1: {why:#?}");
+    let api_acked = BTreeSet::from(["capi_0001".to_owned()]);
+    let (lost, doubled, why) =
+        settle(&stack, &pool, "capi", &api_acked, Duration::from_secs(60)).await;
+    assert_eq!((lost, doubled), (0, 0), "the API's order: {why:#?}");
+    let shown = stack
+        .api(reqwest::Method::GET, "/v1/orders/capi_0001", None, &[])
+        .await;
+    assert!(
+        shown.status == 200 && shown.json["status"] == "paid",
+        "GET /v1/orders/capi_0001: {shown:?}"
+    );
     println!(
         "phase 1: {events} events, {} posts, lost 0, doubled 0",
         tally.posts.load(Ordering::Relaxed)
     );
 
+    // The order events: delivered by the notifier (through PgBouncer) to the
+    // receiver, verified there with Python's standardwebhooks, and the same
+    // events listed by GET /v1/events. A failure here is asserted at the
+    // end, after the rest of the scenario has run and the report is written.
+    let mut failed: Vec<String> = Vec::new();
+    let notify_started = Instant::now();
+    let (missing, doubled_events, requests1) =
+        notified(&stack, "cstack", &stack_acked, Duration::from_secs(180)).await;
+    let notify_secs = notify_started.elapsed().as_secs();
+    let (_, refused) = stack.received().await;
+    if !(missing.is_empty() && doubled_events.is_empty() && refused == 0) {
+        failed.push(format!(
+            "phase 1 order.paid at the receiver: missing {missing:?}, more than one event id {doubled_events:?}, {refused} requests refused"
+        ));
+    }
+    let (api_missing, _, _) = notified(&stack, "capi", &api_acked, Duration::from_secs(60)).await;
+    if !api_missing.is_empty() {
+        failed.push("capi_0001's order.paid was not delivered to the receiver".to_owned());
+    }
+    let (events_at_receiver, _, _) = delivered(&stack, "cstack").await;
+    let delivered_ids: BTreeMap<String, String> = events_at_receiver
+        .iter()
+        .filter(|((_, kind), _)| kind == "order.paid")
+        .flat_map(|((o, _), ids)| ids.iter().map(|id| (id.clone(), o.clone())))
+        .collect();
+    let listed = listed_events(&stack, "cstack").await;
+    if listed != delivered_ids {
+        failed.push(format!(
+            "GET /v1/events lists {} order.paid events of phase 1, the receiver verified {}: listed only {:?}, verified only {:?}",
+            listed.len(),
+            delivered_ids.len(),
+            listed.keys().filter(|k| !delivered_ids.contains_key(*k)).collect::<Vec<_>>(),
+            delivered_ids.keys().filter(|k| !listed.contains_key(*k)).collect::<Vec<_>>(),
+        ));
+    }
+
     // oncehookctl inside the stack: sign and send through ingest's service
-    // name, read stats, trace the order.
-    shop::order(&pool, "cctl_0001", AMOUNT, "INR", &[("SKU-COMPOSE", 1)]).await;
+    // name, read stats, trace the order, the dead letters and the deliveries.
+    let created = stack.create_order("cctl_0001").await;
+    assert_eq!(
+        created.status, 201,
+        "POST /v1/orders cctl_0001: {created:?}"
+    );
     let amount = AMOUNT.to_string();
-    stack
-        .compose_ok(
-            &[
-                "run",
-                "--rm",
-                "-T",
-                "ctl",
-                "send",
-                "razorpay",
-                "payment.captured",
-                "--order",
-                "cctl_0001",
-                "--amount",
-                &amount,
-                "--times",
-                "3",
-                "--concurrency",
-                "3",
-                "--url",
-                "http://ingest:8080",
-            ],
-            Duration::from_secs(120),
-        )
-        .await;
+    ctl(
+        &stack,
+        &[
+            "send",
+            "razorpay",
+            "payment.captured",
+            "--order",
+            "cctl_0001",
+            "--amount",
+            &amount,
+            "--times",
+            "3",
+            "--concurrency",
+            "3",
+            "--url",
+            "http://ingest:8080",
+        ],
+    )
+    .await;
     let ctl_acked = BTreeSet::from(["cctl_0001".to_owned()]);
     let (lost, doubled, why) =
         settle(&stack, &pool, "cctl", &ctl_acked, Duration::from_secs(60)).await;
     assert_eq!((lost, doubled), (0, 0), "ctl send: {why:#?}");
-    let stats = stack
-        .compose_ok(
-            &["run", "--rm", "-T", "ctl", "stats"],
-            Duration::from_secs(120),
-        )
-        .await;
+    let stats = ctl(&stack, &["stats"]).await;
     assert!(stats.contains("oncehook.events"), "ctl stats:\n{stats}");
-    let trace = stack
-        .compose_ok(
-            &["run", "--rm", "-T", "ctl", "trace", "order", "cctl_0001"],
-            Duration::from_secs(120),
-        )
-        .await;
+    let trace = ctl(&stack, &["trace", "order", "cctl_0001"]).await;
     assert!(trace.contains("cctl_0001"), "ctl trace:\n{trace}");
+    let dlq = ctl(&stack, &["dlq", "list"]).await;
+    assert!(
+        dlq.contains("0 dead letter(s) in oncehook.dead"),
+        "ctl dlq list:\n{dlq}"
+    );
+    let deliveries = ctl(
+        &stack,
+        &[
+            "notify",
+            "list",
+            "--endpoint",
+            "shop",
+            "--status",
+            "delivered",
+            "--limit",
+            "500",
+        ],
+    )
+    .await;
+    if !(deliveries.contains("order.paid") && deliveries.contains("cstack_")) {
+        failed.push(format!(
+            "ctl notify list shows no delivered order.paid:\n{deliveries}"
+        ));
+    }
 
     // Phase 2: paced load; one worker SIGKILLed, then Postgres restarted.
-    let work = plan(&stack, &pool, "cchaos", 300).await;
+    let work = plan(&stack, "cchaos", 300).await;
     let events2 = work.len();
     let tally2 = Arc::new(Tally::default());
     let loader = tokio::spawn(load(stack.clone(), work, 8, 15, tally2.clone()));
@@ -689,22 +1085,71 @@ async fn compose_stack() {
     let (lost, doubled, why) =
         settle(&stack, &pool, "cchaos", &acked2, Duration::from_secs(180)).await;
     let dead = stack.queue_depth("oncehook.dead").await;
+    let (missing2, doubled_events2, requests2) =
+        notified(&stack, "cchaos", &acked2, Duration::from_secs(240)).await;
+    let (_, refused2) = stack.received().await;
+    let waited = |missing: &[String], secs: u64| {
+        if missing.is_empty() {
+            format!("all, {secs} s after the orders were paid")
+        } else {
+            format!("{} missing after {secs} s", missing.len())
+        }
+    };
+    let notify1 = waited(&missing, notify_secs);
+    let listed_vs_delivered = if listed == delivered_ids {
+        format!(
+            "`GET /v1/events` listed the {} order.paid events of phase 1 the receiver verified, no more, no fewer.",
+            listed.len()
+        )
+    } else {
+        format!(
+            "`GET /v1/events` listed {} order.paid events of phase 1; the receiver verified {}.",
+            listed.len(),
+            delivered_ids.len()
+        )
+    };
     report(&format!(
-        "\n## compose_stack\n\n| phase | events | posts | acked | non-200 answers retried | given up | lost | doubled | DLQ |\n|---|---|---|---|---|---|---|---|---|\n\
-         | every gateway, duplicates, 3 workers | {events} | {} | {} | {} | 0 | 0 | 0 | |\n\
-         | worker SIGKILLed, Postgres restarted {pg_restarted_after} s later | {events2} | {} | {} | {} | {given_up} | {lost} | {doubled} | {dead:?} |\n\n\
-         Stack up (build + healthy) in {up_secs} s.\n",
+        "\n## compose_stack\n\nServices up and healthy: {started:?}, in {up_secs} s (build included).\n\n\
+         | phase | events | posts | acked | non-200 answers retried | given up | lost | doubled | DLQ | order.paid verified at the receiver (requests) | missing | more than one event id |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n\
+         | every gateway, duplicates, 3 workers | {events} | {} | {} | {} | 0 | 0 | 0 | | {} of {} ({requests1}), {notify1} | {} | {} |\n\
+         | worker SIGKILLed, Postgres restarted {pg_restarted_after} s later | {events2} | {} | {} | {} | {given_up} | {lost} | {doubled} | {dead:?} | {} of {} ({requests2}) | {} | {} |\n\n\
+         Requests the receiver refused (signature not verified): {refused2}. {listed_vs_delivered}\n",
         tally.posts.load(Ordering::Relaxed),
         acked.len(),
         tally.retried.load(Ordering::Relaxed),
+        stack_acked.len() - missing.len(),
+        stack_acked.len(),
+        missing.len(),
+        doubled_events.len(),
         tally2.posts.load(Ordering::Relaxed),
         acked2.len(),
         tally2.retried.load(Ordering::Relaxed),
+        acked2.len() - missing2.len(),
+        acked2.len(),
+        missing2.len(),
+        doubled_events2.len(),
     ))
     .await;
     assert_eq!((lost, doubled), (0, 0), "phase 2: {why:#?}");
     assert_eq!(given_up, 0, "events never acked");
     assert_eq!(dead, Some(0), "dead letters");
+    if !(missing2.is_empty() && doubled_events2.is_empty() && refused2 == 0) {
+        failed.push(format!(
+            "phase 2 order.paid at the receiver: missing {missing2:?}, more than one event id {doubled_events2:?}, {refused2} refused"
+        ));
+    }
+    if !failed.is_empty() {
+        let (_, logs) = stack
+            .compose(
+                &["logs", "--tail", "40", "notifier"],
+                Duration::from_secs(30),
+            )
+            .await;
+        panic!(
+            "{}\n\nthe notifier's last lines:\n{logs}",
+            failed.join("\n")
+        );
+    }
 }
 
 /// The node names and the events queue's leader, as `node` sees them.
@@ -832,7 +1277,7 @@ async fn compose_cluster_partition() {
         .await;
     println!("queues:\n{members}");
     let pool = stack.pool().await;
-    shop::product(&pool, "SKU-COMPOSE", 100_000).await;
+    stack.product("SKU-COMPOSE", 100_000).await;
 
     // Leader watcher: polls every second from a node that is not cut off.
     let cut: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
@@ -869,7 +1314,7 @@ async fn compose_cluster_partition() {
     };
 
     // About 3 minutes of load: both rounds happen under it.
-    let work = plan(&stack, &pool, "cpart", 720).await;
+    let work = plan(&stack, "cpart", 720).await;
     let events = work.len();
     let tally = Arc::new(Tally::default());
     let loader = tokio::spawn(load(stack.clone(), work, 8, 4, tally.clone()));

@@ -1,0 +1,1088 @@
+//! The files we ship to deploy oncehook, held to the code by reading files
+//! only (no engine, no services, so it runs in `make test`):
+//!
+//! * Images: every Dockerfile in deploy/compose ships every binary of the
+//!   workspace (each member's `[[bin]]`, or its `src/main.rs`), and a
+//!   Dockerfile that copies binaries from the host lets exactly those into
+//!   its build context, through its own `.dockerignore` (BuildKit) and the
+//!   root one (the classic builder, Compose v1).
+//! * Variables: compose.yaml (anchors resolved by the parser, merge keys
+//!   here) and the Kubernetes manifests give each binary only `ONCEHOOK_*`
+//!   variables it reads — the key tables `keys::all()` lists in
+//!   crates/common/src/config/, narrowed to the sections the binary takes
+//!   (`binaries.rs`) — and what it needs: the database URL where it uses
+//!   the database, `ONCEHOOK_DATABASE_POOLER=transaction` wherever that URL
+//!   is PgBouncer's, `ONCEHOOK_CONFIG` where it reads `[[source]]`,
+//!   `[[api.key]]`, `[[notify.endpoint]]` or `[[console.user]]`, and the
+//!   route deploy/README.md ("Database connections") gives it: through
+//!   PgBouncer or straight to Postgres.
+//! * Merge lists: a YAML merge list (`<<: [*a, *b]`) whose mappings share a
+//!   key means one thing to PyYAML (Compose v1: the first wins) and another
+//!   to a library where the last wins; compose.yaml must read the same
+//!   both ways.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use serde_yaml::{Mapping, Value};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn read(rel: &str) -> String {
+    std::fs::read_to_string(root().join(rel)).unwrap_or_else(|e| panic!("read {rel}: {e}"))
+}
+
+fn files_in(rel: &str) -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_dir(root().join(rel))
+        .unwrap_or_else(|e| panic!("read {rel}: {e}"))
+        .map(|e| {
+            e.expect("dir entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+// --- the workspace's binaries ------------------------------------------------
+
+/// One binary of the workspace.
+#[derive(Debug, Clone)]
+struct Binary {
+    /// The crate's folder, relative to the root.
+    dir: String,
+    /// Its main source file, relative to the root.
+    main: String,
+}
+
+/// Every binary of every workspace member: `[[bin]]` entries, else
+/// `src/main.rs` (named after the package), and `src/bin/*.rs`.
+fn workspace_binaries() -> BTreeMap<String, Binary> {
+    let workspace: toml::Table = toml::from_str(&read("Cargo.toml")).expect("Cargo.toml");
+    let members = workspace["workspace"]["members"]
+        .as_array()
+        .expect("workspace.members");
+    let mut out = BTreeMap::new();
+    for member in members {
+        let dir = member.as_str().expect("a member path").to_owned();
+        let manifest: toml::Table = toml::from_str(&read(&format!("{dir}/Cargo.toml")))
+            .unwrap_or_else(|e| panic!("{dir}/Cargo.toml: {e}"));
+        let bins = manifest
+            .get("bin")
+            .and_then(|b| b.as_array())
+            .cloned()
+            .unwrap_or_default();
+        for bin in &bins {
+            let name = bin["name"].as_str().expect("[[bin]] name").to_owned();
+            let path = bin
+                .get("path")
+                .and_then(|p| p.as_str())
+                .unwrap_or("src/main.rs");
+            out.insert(name, main_binary_of(&dir, path));
+        }
+        let autobins = manifest
+            .get("package")
+            .and_then(|p| p.get("autobins"))
+            .and_then(|a| a.as_bool())
+            .unwrap_or(true);
+        if bins.is_empty() && autobins && root().join(&dir).join("src/main.rs").exists() {
+            let name = manifest["package"]["name"]
+                .as_str()
+                .expect("package.name")
+                .to_owned();
+            out.insert(name, main_binary_of(&dir, "src/main.rs"));
+        }
+        if autobins && root().join(&dir).join("src/bin").is_dir() {
+            for file in files_in(&format!("{dir}/src/bin")) {
+                if let Some(stem) = file.strip_suffix(".rs") {
+                    out.insert(
+                        stem.to_owned(),
+                        main_binary_of(&dir, &format!("src/bin/{file}")),
+                    );
+                }
+            }
+        }
+    }
+    out
+}
+
+fn main_binary_of(dir: &str, path: &str) -> Binary {
+    Binary {
+        dir: dir.to_owned(),
+        main: format!("{dir}/{path}"),
+    }
+}
+
+// --- Dockerfiles and their .dockerignore files -------------------------------
+
+/// A Dockerfile's instructions: continuation lines joined, comments dropped.
+fn instructions(dockerfile: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for line in dockerfile.lines() {
+        let trimmed = line.trim();
+        if trimmed.starts_with('#') || (trimmed.is_empty() && current.is_empty()) {
+            continue;
+        }
+        match trimmed.strip_suffix('\\') {
+            Some(head) => {
+                current.push_str(head);
+                current.push(' ');
+            }
+            None => {
+                current.push_str(trimmed);
+                if !current.trim().is_empty() {
+                    out.push(current.trim().to_owned());
+                }
+                current.clear();
+            }
+        }
+    }
+    out
+}
+
+/// What the Dockerfile's `COPY` (and `ADD`) instructions take from
+/// `target/release/` of the build context.
+fn copied_from_context(dockerfile: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for ins in instructions(dockerfile) {
+        let mut words = ins.split_whitespace();
+        let verb = words.next().unwrap_or("").to_ascii_uppercase();
+        if verb != "COPY" && verb != "ADD" {
+            continue;
+        }
+        let args: Vec<&str> = words.filter(|w| !w.starts_with("--")).collect();
+        if ins.contains("--from=") {
+            continue;
+        }
+        let Some((_, sources)) = args.split_last() else {
+            continue;
+        };
+        out.extend(
+            sources
+                .iter()
+                .filter_map(|s| s.strip_prefix("target/release/"))
+                .map(str::to_owned),
+        );
+    }
+    out
+}
+
+/// Every `target/release/NAME` the Dockerfile names (COPY from the host,
+/// or `cp` out of a build stage): the binaries its image ships.
+fn shipped(dockerfile: &str) -> BTreeSet<String> {
+    instructions(dockerfile)
+        .iter()
+        .flat_map(|ins| {
+            ins.split_whitespace()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .filter_map(|w| w.strip_prefix("target/release/").map(str::to_owned))
+        .filter(|w| !w.is_empty() && !w.contains('*'))
+        .collect()
+}
+
+/// The `!target/release/NAME` lines of a .dockerignore.
+fn let_in(dockerignore: &str) -> BTreeSet<String> {
+    dockerignore
+        .lines()
+        .map(str::trim)
+        .filter_map(|l| l.strip_prefix("!target/release/"))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn every_dockerfile_ships_every_binary_and_its_dockerignore_lets_them_in() {
+    let binaries: BTreeSet<String> = workspace_binaries().into_keys().collect();
+    assert!(
+        binaries.contains("oncehook-ingest") && binaries.contains("oncehookctl"),
+        "the workspace's binaries were not found: {binaries:?}"
+    );
+    let dockerfiles: Vec<String> = files_in("deploy/compose")
+        .into_iter()
+        .filter(|f| f.starts_with("Dockerfile") && !f.ends_with(".dockerignore"))
+        .collect();
+    assert!(!dockerfiles.is_empty(), "no Dockerfile in deploy/compose");
+    let root_ignore = let_in(&read(".dockerignore"));
+    let mut from_host = BTreeSet::new();
+    let mut problems = Vec::new();
+    for name in &dockerfiles {
+        let text = read(&format!("deploy/compose/{name}"));
+        let ships = shipped(&text);
+        if ships != binaries {
+            problems.push(format!(
+                "deploy/compose/{name} ships {ships:?}; the workspace's binaries are {binaries:?}"
+            ));
+        }
+        let copied = copied_from_context(&text);
+        let ignore_file = format!("deploy/compose/{name}.dockerignore");
+        if !root().join(&ignore_file).exists() {
+            problems.push(format!(
+                "{ignore_file} is missing: BuildKit would send the whole repository"
+            ));
+            continue;
+        }
+        let allowed = let_in(&read(&ignore_file));
+        if allowed != copied {
+            problems.push(format!(
+                "deploy/compose/{name} copies {copied:?} from target/release; {ignore_file} lets in {allowed:?}"
+            ));
+        }
+        from_host.extend(copied);
+    }
+    if root_ignore != from_host {
+        problems.push(format!(
+            "the Dockerfiles copy {from_host:?} from target/release; the root .dockerignore (the classic builder's) lets in {root_ignore:?}"
+        ));
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_dockerfile_checks_see_a_binary_left_out() {
+    let dockerfile =
+        "FROM x\nCOPY target/release/a \\\n     target/release/b \\\n     /usr/local/bin/\n";
+    assert_eq!(
+        copied_from_context(dockerfile),
+        BTreeSet::from(["a".to_owned(), "b".to_owned()])
+    );
+    let ignore = "*\n!target/release/a\n";
+    assert_ne!(let_in(ignore), copied_from_context(dockerfile));
+    let staged = "RUN cargo build \\\n && cp target/release/a target/release/b /out/\nCOPY --from=builder /out/ /usr/local/bin/\n";
+    assert!(copied_from_context(staged).is_empty());
+    assert_eq!(
+        shipped(staged),
+        BTreeSet::from(["a".to_owned(), "b".to_owned()])
+    );
+}
+
+// --- the configuration's variables, per binary -------------------------------
+
+/// The `const NAME: &str = "VALUE";` items of a Rust source.
+fn string_consts(source: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for piece in source.split("const ").skip(1) {
+        let Some(item) = piece.split(';').next() else {
+            continue;
+        };
+        let item: String = item.split_whitespace().collect::<Vec<_>>().join(" ");
+        let Some((name, rest)) = item.split_once(": &str = ") else {
+            continue;
+        };
+        if let Some(value) = rest.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
+            out.insert(name.trim().to_owned(), value.to_owned());
+        }
+    }
+    out
+}
+
+/// The `"ONCEHOOK_…"` literals of a Rust source.
+fn oncehook_literals(source: &str) -> BTreeSet<String> {
+    source
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .filter(|s| {
+            s.starts_with("ONCEHOOK_")
+                && s.len() > 9
+                && s.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// What the configuration code says about variables and sections.
+struct ConfigCode {
+    /// Every variable a key table lists, with the sections it sets.
+    sections_of: BTreeMap<String, BTreeSet<String>>,
+    /// Every section.
+    sections: BTreeSet<String>,
+    /// `ONCEHOOK_CONFIG`: read by every binary (`Config::load`).
+    config_var: String,
+    /// The sections each `into_*` of binaries.rs gives its binary.
+    into: BTreeMap<String, BTreeSet<String>>,
+}
+
+fn config_code() -> ConfigCode {
+    let dir = "crates/common/src/config";
+    let mut consts = BTreeMap::new();
+    for file in files_in(dir) {
+        if file.ends_with(".rs") && !file.ends_with("_tests.rs") && file != "testing.rs" {
+            consts.extend(string_consts(&read(&format!("{dir}/{file}"))));
+        }
+    }
+    // keys::all(): the one list of every section's key table.
+    let keys = read(&format!("{dir}/keys.rs"));
+    let all = keys
+        .split("fn all()")
+        .nth(1)
+        .and_then(|rest| rest.split("\n}").next())
+        .expect("keys::all() in keys.rs");
+    let modules: Vec<&str> = all
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+        .filter_map(|w| w.strip_suffix("::KEYS"))
+        .collect();
+    assert!(modules.len() >= 5, "keys::all() lists {modules:?}");
+    let mut sections_of: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for module in &modules {
+        let source = read(&format!("{dir}/{module}.rs"));
+        let table = source
+            .split("KEYS: &[Key] = &[")
+            .nth(1)
+            .and_then(|rest| rest.split("\n];").next())
+            .unwrap_or_else(|| panic!("{module}.rs has no KEYS table"));
+        for call in table.split("Key::new(").skip(1) {
+            let args = call.split(')').next().unwrap_or("");
+            let mut args = args.split(',').map(str::trim);
+            let constant = args.next().unwrap_or("").rsplit("::").next().unwrap_or("");
+            let path = args.next().unwrap_or("").trim_matches('"');
+            let env = consts
+                .get(constant)
+                .unwrap_or_else(|| panic!("{module}.rs: no string const {constant}"));
+            let section = path.split('.').next().unwrap_or(path);
+            assert!(
+                !section.is_empty(),
+                "{module}.rs: Key::new({constant}, {path:?})"
+            );
+            sections_of
+                .entry(env.clone())
+                .or_default()
+                .insert(section.to_owned());
+        }
+    }
+    let sections = sections_of.values().flatten().cloned().collect();
+    let config_var = consts.get("ENV_CONFIG").expect("ENV_CONFIG").clone();
+
+    // binaries.rs: each XSettings struct's *Config fields are its sections;
+    // each into_x(self) -> … XSettings names its struct.
+    let binaries = read(&format!("{dir}/binaries.rs"));
+    let mut structs: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for piece in binaries.split("pub struct ").skip(1) {
+        let name = piece.split_whitespace().next().unwrap_or("").to_owned();
+        let body = piece.split('}').next().unwrap_or("");
+        let fields = body
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("pub "))
+            .filter_map(|l| l.split_once(':'))
+            .filter(|(_, ty)| ty.trim().trim_end_matches(',').ends_with("Config"))
+            .map(|(field, _)| field.trim().to_owned())
+            .collect();
+        structs.insert(name, fields);
+    }
+    let mut into = BTreeMap::new();
+    for piece in binaries.split("pub fn into_").skip(1) {
+        let name = format!("into_{}", piece.split('(').next().unwrap_or(""));
+        let signature = piece.split('{').next().unwrap_or("");
+        let settings = signature
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .find(|w| w.ends_with("Settings"))
+            .unwrap_or_else(|| panic!("binaries.rs: {name} returns no *Settings"));
+        into.insert(name, structs[settings].clone());
+    }
+    ConfigCode {
+        sections_of,
+        sections,
+        config_var,
+        into,
+    }
+}
+
+/// What one binary (or `oncehookctl migrate`) reads and needs.
+#[derive(Debug, Clone)]
+struct Role {
+    name: String,
+    /// The sections its settings are made of.
+    primary: BTreeSet<String>,
+    /// Every `ONCEHOOK_*` variable it reads.
+    known: BTreeSet<String>,
+}
+
+/// Sections read beyond a binary's `into_*` settings, each with the line of
+/// its main.rs that shows why (checked to be still there).
+const EXTRA_SECTIONS: &[(&str, &[&str], &str)] = &[(
+    "oncehook-worker",
+    &["ingest", "reconcile"],
+    // The reconciler takes the whole configuration: [reconcile] and the
+    // sources' APIs.
+    "Reconciler::new(&reconcile_config",
+)];
+
+/// Sections whose entries live in the file only: a binary whose settings
+/// hold one needs ONCEHOOK_CONFIG (`[[source]]` is in the ingest section's
+/// settings, then `[[api.key]]`, `[[notify.endpoint]]`, `[[console.user]]`).
+const FILE_SECTIONS: &[&str] = &["ingest", "api", "notify", "console"];
+
+fn roles(code: &ConfigCode) -> BTreeMap<String, Role> {
+    let mut out = BTreeMap::new();
+    for (name, bin) in workspace_binaries() {
+        let main = read(&bin.main);
+        let called: Vec<&String> = code
+            .into
+            .keys()
+            .filter(|f| main.contains(&format!(".{f}()")))
+            .collect();
+        let mut primary = match called.as_slice() {
+            [] => code.sections.clone(),
+            [one] => code.into[*one].clone(),
+            more => panic!("{}: calls {more:?}", bin.main),
+        };
+        // Sections the binary reads and the settings struct does not show.
+        let mut read_too = primary.clone();
+        for (binary, extra, why) in EXTRA_SECTIONS {
+            if *binary == name {
+                assert!(
+                    main.contains(why),
+                    "{}: no longer contains {why:?}: update EXTRA_SECTIONS",
+                    bin.main
+                );
+                read_too.extend(extra.iter().map(|s| (*s).to_owned()));
+            }
+        }
+        let mut known: BTreeSet<String> = code
+            .sections_of
+            .iter()
+            .filter(|(_, sections)| !sections.is_disjoint(&read_too))
+            .map(|(var, _)| var.clone())
+            .collect();
+        known.insert(code.config_var.clone());
+        // Variables the binary's own crate reads (oncehookctl's ONCEHOOK_API_KEY).
+        let mut sources = Vec::new();
+        rust_files(&root().join(&bin.dir).join("src"), &mut sources);
+        for file in sources {
+            let text = std::fs::read_to_string(&file).expect("read a source");
+            known.extend(oncehook_literals(&text));
+        }
+        primary.retain(|s| code.sections.contains(s));
+        out.insert(
+            name.clone(),
+            Role {
+                name: name.clone(),
+                primary,
+                known,
+            },
+        );
+    }
+    // `oncehookctl migrate`: the database only.
+    let ctl = out.get("oncehookctl").expect("oncehookctl").clone();
+    out.insert(
+        "oncehookctl migrate".to_owned(),
+        Role {
+            name: "oncehookctl migrate".to_owned(),
+            primary: BTreeSet::from(["database".to_owned(), "telemetry".to_owned()]),
+            known: ctl.known,
+        },
+    );
+    out
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("read {}: {e}", dir.display())) {
+        let path = entry.expect("dir entry").path();
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        let name = name.unwrap_or_default();
+        if path.is_dir() {
+            if name != "tests" {
+                rust_files(&path, out);
+            }
+        } else if name.ends_with(".rs") && !name.ends_with("_tests.rs") && name != "tests.rs" {
+            out.push(path);
+        }
+    }
+}
+
+/// Where deploy/README.md ("Database connections") says a binary's database
+/// connection goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    PgBouncer,
+    Postgres,
+    None,
+}
+
+fn documented_routes() -> BTreeMap<String, Route> {
+    let readme = read("deploy/README.md");
+    let section = readme
+        .split("\n## Database connections")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("deploy/README.md has a \"## Database connections\" section");
+    let mut out = BTreeMap::new();
+    for row in section.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let route = match cells.get(2).and_then(|c| c.split_whitespace().next()) {
+            Some("PgBouncer") => Route::PgBouncer,
+            Some("Postgres") => Route::Postgres,
+            Some("none") => Route::None,
+            other => panic!("deploy/README.md: {row}: route {other:?}"),
+        };
+        for name in cells[1].split('`').skip(1).step_by(2) {
+            out.insert(name.to_owned(), route);
+        }
+    }
+    out
+}
+
+/// The host of a `postgres://` URL.
+fn url_host(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    rest.split([':', '/', '?']).next().unwrap_or(rest)
+}
+
+/// One process a deploy file runs: its binary, role and environment.
+#[derive(Debug)]
+struct Launch {
+    /// Where (`compose.yaml services.worker`).
+    at: String,
+    role: String,
+    env: BTreeMap<String, String>,
+}
+
+/// The problems of one launch, against the code and the documented routes.
+fn check_launch(
+    launch: &Launch,
+    roles: &BTreeMap<String, Role>,
+    routes: &BTreeMap<String, Route>,
+    pgbouncer_hosts: &BTreeSet<String>,
+    config_var: &str,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    let at = &launch.at;
+    let Some(role) = roles.get(&launch.role) else {
+        return vec![format!(
+            "{at}: runs {}, no binary of the workspace",
+            launch.role
+        )];
+    };
+    for var in launch.env.keys().filter(|v| v.starts_with("ONCEHOOK_")) {
+        if !role.known.contains(var) {
+            problems.push(format!(
+                "{at}: {} is given {var}, which it does not read",
+                role.name
+            ));
+        }
+    }
+    let needs = |section: &str| role.primary.contains(section);
+    let url = launch
+        .env
+        .get("ONCEHOOK_DATABASE_URL")
+        .filter(|u| !u.is_empty());
+    let binary = role.name.split_whitespace().next().unwrap_or(&role.name);
+    let route = routes
+        .get(&role.name)
+        .or_else(|| routes.get(binary))
+        .copied();
+    match (needs("database"), url) {
+        (true, None) => problems.push(format!("{at}: {} needs ONCEHOOK_DATABASE_URL", role.name)),
+        (false, Some(_)) => problems.push(format!(
+            "{at}: {} never uses the database but is given ONCEHOOK_DATABASE_URL",
+            role.name
+        )),
+        _ => {}
+    }
+    if let Some(url) = url {
+        let pooled = pgbouncer_hosts.contains(url_host(url));
+        let pooler = launch
+            .env
+            .get("ONCEHOOK_DATABASE_POOLER")
+            .map(String::as_str);
+        if pooled && pooler != Some("transaction") {
+            problems.push(format!(
+                "{at}: {} reaches PgBouncer ({}) without ONCEHOOK_DATABASE_POOLER=transaction (got {pooler:?})",
+                role.name,
+                url_host(url)
+            ));
+        }
+        match route {
+            Some(Route::PgBouncer) if !pooled => problems.push(format!(
+                "{at}: deploy/README.md routes {} through PgBouncer; it is given {}",
+                role.name,
+                url_host(url)
+            )),
+            Some(Route::Postgres) if pooled => problems.push(format!(
+                "{at}: deploy/README.md sends {} straight to Postgres; it is given PgBouncer ({})",
+                role.name,
+                url_host(url)
+            )),
+            Some(Route::None) => problems.push(format!(
+                "{at}: deploy/README.md says {} never talks to Postgres",
+                role.name
+            )),
+            None => problems.push(format!(
+                "{at}: deploy/README.md (\"Database connections\") does not say where {} connects",
+                role.name
+            )),
+            _ => {}
+        }
+    }
+    if needs("broker")
+        && role.name != "oncehookctl migrate"
+        && launch
+            .env
+            .get("ONCEHOOK_AMQP_URL")
+            .is_none_or(|u| u.is_empty())
+    {
+        problems.push(format!("{at}: {} needs ONCEHOOK_AMQP_URL", role.name));
+    }
+    let reads_file = FILE_SECTIONS.iter().any(|s| needs(s)) && role.name != "oncehookctl migrate";
+    if reads_file && launch.env.get(config_var).is_none_or(|v| v.is_empty()) {
+        problems.push(format!(
+            "{at}: {} reads entries of {FILE_SECTIONS:?} from the file, and is given no {config_var}",
+            role.name
+        ));
+    }
+    problems
+}
+
+// --- YAML: merge keys, both ways ---------------------------------------------
+
+/// `value` with every merge key (`<<`) applied: the mapping's own keys win;
+/// among the mappings of a merge list the first (PyYAML, so Compose v1) or
+/// the last wins a key they share.
+fn merged(value: &Value, first_wins: bool) -> Value {
+    match value {
+        Value::Mapping(map) => {
+            let mut out = Mapping::new();
+            let mut inherited = Mapping::new();
+            for (key, v) in map {
+                if key.as_str() == Some("<<") {
+                    let sources: Vec<&Value> = match v {
+                        Value::Sequence(items) => items.iter().collect(),
+                        other => vec![other],
+                    };
+                    for source in sources {
+                        let Value::Mapping(source) = merged(source, first_wins) else {
+                            panic!("a merge key's value must be mappings: {v:?}");
+                        };
+                        for (k, sv) in source {
+                            if first_wins && inherited.contains_key(&k) {
+                                continue;
+                            }
+                            inherited.insert(k, sv);
+                        }
+                    }
+                } else {
+                    out.insert(key.clone(), merged(v, first_wins));
+                }
+            }
+            for (k, v) in inherited {
+                if !out.contains_key(&k) {
+                    out.insert(k, v);
+                }
+            }
+            Value::Mapping(out)
+        }
+        Value::Sequence(items) => {
+            Value::Sequence(items.iter().map(|i| merged(i, first_wins)).collect())
+        }
+        other => other.clone(),
+    }
+}
+
+/// Where two readings of a document differ, as dotted paths.
+fn differences(a: &Value, b: &Value, path: &str, out: &mut Vec<String>) {
+    match (a, b) {
+        (Value::Mapping(x), Value::Mapping(y)) => {
+            let keys: BTreeSet<String> = x
+                .keys()
+                .chain(y.keys())
+                .map(|k| scalar(k).unwrap_or_default())
+                .collect();
+            for key in keys {
+                let k = Value::String(key.clone());
+                let child = format!("{path}.{key}");
+                match (x.get(&k), y.get(&k)) {
+                    (Some(p), Some(q)) => differences(p, q, &child, out),
+                    (p, q) => out.push(format!("{child}: {p:?} / {q:?}")),
+                }
+            }
+        }
+        (Value::Sequence(x), Value::Sequence(y)) if x.len() == y.len() => {
+            for (i, (p, q)) in x.iter().zip(y).enumerate() {
+                differences(p, q, &format!("{path}[{i}]"), out);
+            }
+        }
+        (p, q) if p != q => out.push(format!("{path}: {p:?} / {q:?}")),
+        _ => {}
+    }
+}
+
+fn scalar(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+fn compose_file() -> Value {
+    serde_yaml::from_str(&read("deploy/compose/compose.yaml")).expect("compose.yaml parses")
+}
+
+#[test]
+fn compose_merge_lists_mean_the_same_whichever_mapping_wins() {
+    let file = compose_file();
+    let mut out = Vec::new();
+    differences(&merged(&file, true), &merged(&file, false), "", &mut out);
+    assert!(
+        out.is_empty(),
+        "compose.yaml reads differently when the first mapping of a merge list wins a shared key (PyYAML, Compose v1) and when the last does (first / last):\n{}",
+        out.join("\n")
+    );
+}
+
+#[test]
+fn a_merge_list_whose_winner_depends_on_the_library_is_caught() {
+    let doc: Value = serde_yaml::from_str(
+        "a: &a {URL: direct, LOG: info}\nb: &b {URL: pooled, POOLER: transaction}\n\
+         s: {env: {<<: [*b, *a], OWN: x}}\nt: {env: {<<: [*b, *a], URL: own}}\n",
+    )
+    .expect("yaml");
+    let first = merged(&doc, true);
+    let last = merged(&doc, false);
+    assert_eq!(first["s"]["env"]["URL"], Value::from("pooled"));
+    assert_eq!(last["s"]["env"]["URL"], Value::from("direct"));
+    assert_eq!(first["t"]["env"]["URL"], Value::from("own"));
+    let mut out = Vec::new();
+    differences(&first, &last, "", &mut out);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert!(out[0].starts_with(".s.env.URL"), "{out:?}");
+}
+
+/// The environment of a compose service or a container, as strings.
+fn environment(value: Option<&Value>) -> BTreeMap<String, String> {
+    match value {
+        Some(Value::Mapping(map)) => map
+            .iter()
+            .filter_map(|(k, v)| Some((scalar(k)?, scalar(v).unwrap_or_default())))
+            .collect(),
+        Some(Value::Sequence(items)) => items
+            .iter()
+            .filter_map(|i| i.as_str())
+            .map(|i| {
+                let (k, v) = i.split_once('=').unwrap_or((i, ""));
+                (k.to_owned(), v.to_owned())
+            })
+            .collect(),
+        _ => BTreeMap::new(),
+    }
+}
+
+fn strings(value: Option<&Value>) -> Vec<String> {
+    match value {
+        Some(Value::Sequence(items)) => items.iter().filter_map(scalar).collect(),
+        Some(Value::String(s)) => s.split_whitespace().map(str::to_owned).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The role a command line runs, if it runs a binary of the workspace.
+fn role_of(argv: &[String], binaries: &BTreeSet<String>) -> Option<String> {
+    let program = argv.first()?.rsplit('/').next()?.to_owned();
+    if !binaries.contains(&program) {
+        return None;
+    }
+    if program == "oncehookctl" && argv.get(1).map(String::as_str) == Some("migrate") {
+        return Some("oncehookctl migrate".to_owned());
+    }
+    Some(program)
+}
+
+/// Every oncehook process compose.yaml runs (read the first-wins way; the
+/// merge test above holds the other reading to it).
+fn compose_launches(binaries: &BTreeSet<String>) -> (Vec<Launch>, BTreeSet<String>) {
+    let file = merged(&compose_file(), true);
+    let services = file["services"].as_mapping().expect("services");
+    let mut launches = Vec::new();
+    let mut pgbouncer = BTreeSet::new();
+    for (name, service) in services {
+        let name = scalar(name).expect("a service name");
+        let image = service["image"].as_str().unwrap_or("");
+        if image.contains("pgbouncer") {
+            pgbouncer.insert(name.clone());
+        }
+        let mut argv = strings(service.get("entrypoint"));
+        argv.extend(strings(service.get("command")));
+        if let Some(role) = role_of(&argv, binaries) {
+            launches.push(Launch {
+                at: format!("compose.yaml services.{name}"),
+                role,
+                env: environment(service.get("environment")),
+            });
+        }
+    }
+    (launches, pgbouncer)
+}
+
+#[test]
+fn compose_gives_each_binary_what_it_reads_and_needs() {
+    let code = config_code();
+    let roles = roles(&code);
+    let routes = documented_routes();
+    let binaries: BTreeSet<String> = workspace_binaries().into_keys().collect();
+    let (launches, pgbouncer) = compose_launches(&binaries);
+    assert!(
+        !pgbouncer.is_empty(),
+        "compose.yaml has no PgBouncer service"
+    );
+    let mut problems = Vec::new();
+    let run: BTreeSet<String> = launches
+        .iter()
+        .map(|l| l.role.split_whitespace().next().unwrap_or("").to_owned())
+        .collect();
+    for missing in binaries.difference(&run) {
+        problems.push(format!("compose.yaml runs no {missing}"));
+    }
+    for b in &binaries {
+        if !routes.contains_key(b) {
+            problems.push(format!(
+                "deploy/README.md (\"Database connections\") does not list {b}"
+            ));
+        }
+    }
+    for launch in &launches {
+        problems.extend(check_launch(
+            launch,
+            &roles,
+            &routes,
+            &pgbouncer,
+            &code.config_var,
+        ));
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+// --- Kubernetes --------------------------------------------------------------
+
+/// Every object of every manifest in deploy/k8s.
+fn k8s_objects() -> Vec<(String, Value)> {
+    let mut out = Vec::new();
+    for file in files_in("deploy/k8s") {
+        if !(file.ends_with(".yaml") || file.ends_with(".yml")) {
+            continue;
+        }
+        let text = read(&format!("deploy/k8s/{file}"));
+        // Documents are separated by a line `---`.
+        let mut docs = vec![String::new()];
+        for line in text.lines() {
+            if line.trim_end() == "---" {
+                docs.push(String::new());
+            } else if let Some(doc) = docs.last_mut() {
+                doc.push_str(line);
+                doc.push('\n');
+            }
+        }
+        let content = |d: &String| {
+            d.lines()
+                .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+        };
+        for doc in docs.into_iter().filter(content) {
+            let value: Value =
+                serde_yaml::from_str(&doc).unwrap_or_else(|e| panic!("deploy/k8s/{file}: {e}"));
+            if value.get("kind").is_some() {
+                out.push((file.clone(), merged(&value, true)));
+            }
+        }
+    }
+    out
+}
+
+/// A ConfigMap's or Secret's keys and (example) values.
+fn data_of(object: &Value) -> BTreeMap<String, String> {
+    let mut out = environment(object.get("data"));
+    out.extend(environment(object.get("stringData")));
+    out
+}
+
+fn k8s_launches(binaries: &BTreeSet<String>) -> (Vec<Launch>, BTreeSet<String>) {
+    let objects = k8s_objects();
+    let by_kind = |kind: &str| -> BTreeMap<String, Value> {
+        objects
+            .iter()
+            .filter(|(_, o)| o["kind"].as_str() == Some(kind))
+            .filter_map(|(_, o)| Some((o["metadata"]["name"].as_str()?.to_owned(), o.clone())))
+            .collect()
+    };
+    let config_maps = by_kind("ConfigMap");
+    let secrets = by_kind("Secret");
+    let pgbouncer: BTreeSet<String> = by_kind("Service")
+        .into_keys()
+        .filter(|n| n.contains("pgbouncer"))
+        .collect();
+    let lookup = |kind: &str, reference: &Value| -> BTreeMap<String, String> {
+        let name = reference["name"].as_str().unwrap_or("");
+        let source = if kind == "configMap" {
+            &config_maps
+        } else {
+            &secrets
+        };
+        let object = source
+            .get(name)
+            .unwrap_or_else(|| panic!("deploy/k8s: no {kind} named {name}"));
+        data_of(object)
+    };
+    let mut launches = Vec::new();
+    for (file, object) in &objects {
+        let spec = match object["kind"].as_str() {
+            Some("Deployment" | "StatefulSet" | "DaemonSet" | "Job") => {
+                &object["spec"]["template"]["spec"]
+            }
+            Some("CronJob") => &object["spec"]["jobTemplate"]["spec"]["template"]["spec"],
+            _ => continue,
+        };
+        let containers = spec["containers"]
+            .as_sequence()
+            .into_iter()
+            .chain(spec["initContainers"].as_sequence())
+            .flatten();
+        for container in containers {
+            let mut argv = strings(container.get("command"));
+            argv.extend(strings(container.get("args")));
+            let Some(role) = role_of(&argv, binaries) else {
+                continue;
+            };
+            let mut env = BTreeMap::new();
+            for from in container["envFrom"].as_sequence().into_iter().flatten() {
+                let prefix = from["prefix"].as_str().unwrap_or("");
+                for (kind, key) in [("configMap", "configMapRef"), ("secret", "secretRef")] {
+                    if let Some(reference) = from.get(key) {
+                        for (k, v) in lookup(kind, reference) {
+                            env.insert(format!("{prefix}{k}"), v);
+                        }
+                    }
+                }
+            }
+            for var in container["env"].as_sequence().into_iter().flatten() {
+                let name = var["name"].as_str().expect("env name").to_owned();
+                let value = if let Some(v) = var.get("value") {
+                    scalar(v).unwrap_or_default()
+                } else if let Some(r) = var["valueFrom"].get("configMapKeyRef") {
+                    let key = r["key"].as_str().unwrap_or("");
+                    lookup("configMap", r).get(key).cloned().unwrap_or_default()
+                } else if let Some(r) = var["valueFrom"].get("secretKeyRef") {
+                    let key = r["key"].as_str().unwrap_or("");
+                    lookup("secret", r).get(key).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                };
+                env.insert(name, value);
+            }
+            launches.push(Launch {
+                at: format!(
+                    "deploy/k8s/{file} {} {}",
+                    object["metadata"]["name"].as_str().unwrap_or("?"),
+                    container["name"].as_str().unwrap_or("?")
+                ),
+                role,
+                env,
+            });
+        }
+    }
+    (launches, pgbouncer)
+}
+
+#[test]
+fn kubernetes_gives_each_binary_what_it_reads_and_needs() {
+    let code = config_code();
+    let roles = roles(&code);
+    let routes = documented_routes();
+    let binaries: BTreeSet<String> = workspace_binaries().into_keys().collect();
+    let (launches, pgbouncer) = k8s_launches(&binaries);
+    assert!(!pgbouncer.is_empty(), "deploy/k8s has no PgBouncer Service");
+    let mut problems = Vec::new();
+    let run: BTreeSet<String> = launches
+        .iter()
+        .map(|l| l.role.split_whitespace().next().unwrap_or("").to_owned())
+        .collect();
+    for missing in binaries.difference(&run) {
+        problems.push(format!("deploy/k8s runs no {missing}"));
+    }
+    for launch in &launches {
+        problems.extend(check_launch(
+            launch,
+            &roles,
+            &routes,
+            &pgbouncer,
+            &code.config_var,
+        ));
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_variable_checks_see_what_is_wrong() {
+    let code = config_code();
+    let roles = roles(&code);
+    assert!(
+        roles["oncehook-api"].known.contains("ONCEHOOK_API_ADDR")
+            && !roles["oncehook-api"].known.contains("ONCEHOOK_AMQP_URL"),
+        "{:?}",
+        roles["oncehook-api"]
+    );
+    assert!(roles["oncehookctl"].known.contains("ONCEHOOK_API_KEY"));
+    assert!(
+        roles["oncehook-worker"]
+            .known
+            .contains("ONCEHOOK_RECONCILE_INTERVAL")
+    );
+    let routes = BTreeMap::from([
+        ("oncehook-worker".to_owned(), Route::PgBouncer),
+        ("oncehook-ingest".to_owned(), Route::None),
+    ]);
+    let pgbouncer = BTreeSet::from(["pgbouncer".to_owned()]);
+    let launch = |role: &str, env: &[(&str, &str)]| Launch {
+        at: "here".to_owned(),
+        role: role.to_owned(),
+        env: env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    };
+    let check = |l: &Launch| check_launch(l, &roles, &routes, &pgbouncer, &code.config_var);
+    let good = launch(
+        "oncehook-worker",
+        &[
+            ("ONCEHOOK_DATABASE_URL", "postgres://u:p@pgbouncer:6432/db"),
+            ("ONCEHOOK_DATABASE_POOLER", "transaction"),
+            ("ONCEHOOK_AMQP_URL", "amqp://rabbitmq"),
+        ],
+    );
+    assert!(check(&good).is_empty(), "{:?}", check(&good));
+    let around = launch(
+        "oncehook-worker",
+        &[
+            ("ONCEHOOK_DATABASE_URL", "postgres://u:p@postgres:5432/db"),
+            ("ONCEHOOK_AMQP_URL", "amqp://rabbitmq"),
+            ("ONCEHOOK_SMTP_URL", "smtp://mail"),
+        ],
+    );
+    let found = check(&around).join("\n");
+    assert!(
+        found.contains("through PgBouncer") && found.contains("ONCEHOOK_SMTP_URL"),
+        "{found}"
+    );
+    let unpooled = launch(
+        "oncehook-worker",
+        &[
+            ("ONCEHOOK_DATABASE_URL", "postgres://u:p@pgbouncer:6432/db"),
+            ("ONCEHOOK_AMQP_URL", "amqp://rabbitmq"),
+        ],
+    );
+    assert!(
+        check(&unpooled)
+            .join("\n")
+            .contains("ONCEHOOK_DATABASE_POOLER"),
+        "{:?}",
+        check(&unpooled)
+    );
+    let ingest = launch("oncehook-ingest", &[("ONCEHOOK_AMQP_URL", "amqp://r")]);
+    let found = check(&ingest).join("\n");
+    assert!(found.contains("ONCEHOOK_CONFIG"), "{found}");
+}
