@@ -11,8 +11,8 @@ use sqlx::migrate::Migrator;
 use crate::retry::RetryPolicy;
 use crate::store::Pooled;
 
-/// The schema, embedded at build time from the workspace's `migrations/`.
-pub static MIGRATOR: Migrator = sqlx::migrate!("../../migrations");
+/// The schema, embedded at build time (defined with the store, which owns it).
+pub use crate::store::schema::MIGRATOR;
 
 /// Whether an error is worth retrying (connection trouble, serialization
 /// failure, deadlock, lock timeout, shutdown) rather than a permanent fault.

@@ -2,6 +2,9 @@
 //! a consuming binary can refuse to consume against a schema older than
 //! itself (`db::wait_for_schema`).
 
+/// The schema, embedded at build time from the workspace's `migrations/`.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
+
 /// Postgres' `undefined_table`: `_sqlx_migrations` does not exist yet.
 const UNDEFINED_TABLE: &str = "42P01";
 
@@ -42,11 +45,11 @@ pub enum MigrateError {
     Migrate(#[from] sqlx::migrate::MigrateError),
 }
 
-/// Applies the embedded migrations ([`crate::db::MIGRATOR`]); idempotent.
+/// Applies the embedded migrations ([`MIGRATOR`]); idempotent.
 pub async fn migrate(db: &super::Pooled) -> Result<(), MigrateError> {
     if db.pooler() == crate::config::Pooler::Transaction {
         return Err(MigrateError::BehindPooler);
     }
-    crate::db::MIGRATOR.run(db.pool()).await?;
+    MIGRATOR.run(db.pool()).await?;
     Ok(())
 }
