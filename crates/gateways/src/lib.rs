@@ -79,6 +79,17 @@ pub use scheme::{
     Verification, VerifyError, VerifyFn,
 };
 
+/// Standard Webhooks (<https://www.standardwebhooks.com>) for oncehook's own
+/// signing: the order events the notifier sends the shop are signed by the
+/// same code that verifies the `standard` gateway's deliveries, with one
+/// rule for reading a `whsec_` secret.
+pub mod standard_webhooks {
+    pub use crate::standard::{
+        ID_HEADER as HEADER_ID, SIGNATURE_HEADER as HEADER_SIGNATURE,
+        TIMESTAMP_HEADER as HEADER_TIMESTAMP, key_of as signing_key, signature,
+    };
+}
+
 /// Decodes one `application/x-www-form-urlencoded` component (`+` is a
 /// space, `%XY` a byte; a stray `%` stays) exactly as PayU verification
 /// does; `None` when the result is not UTF-8. Shared so that `oncehookctl`

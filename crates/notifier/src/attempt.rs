@@ -1,5 +1,5 @@
 //! One HTTP attempt at delivering an order event to an endpoint: render
-//! the event with the order's snapshot as it is now, sign it (`sign`), POST
+//! the event with the order's snapshot as it is now, sign it (Standard Webhooks, with the gateways crate's signer), POST
 //! it to the endpoint's URL within the timeout, and say how it ended —
 //! what the row becomes (`AttemptEnd`) and what the endpoint answered. The
 //! decision is pure ([`judge`]); 410 Gone disables the endpoint.
@@ -11,7 +11,7 @@ use oncehook_common::store::notify::{Answer, AttemptEnd};
 use reqwest::StatusCode;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, RETRY_AFTER};
 
-use crate::sign;
+use oncehook_gateways::standard_webhooks;
 
 /// The most of an answer's body kept on the row.
 pub const ANSWER_LIMIT: usize = 1024;
@@ -95,13 +95,14 @@ pub async fn post(
     traceparent: Option<String>,
 ) -> Sent {
     let timestamp = time::OffsetDateTime::now_utc().unix_timestamp();
-    let signature = sign::signature(&endpoint.secrets, id, timestamp, &body);
+    let secrets: Vec<&str> = endpoint.secrets.iter().map(|s| s.expose()).collect();
+    let signature = standard_webhooks::signature(&secrets, id, timestamp, &body);
     let mut request = http
         .post(&endpoint.url)
         .header(CONTENT_TYPE, "application/json")
-        .header(sign::HEADER_ID, id)
-        .header(sign::HEADER_TIMESTAMP, timestamp.to_string())
-        .header(sign::HEADER_SIGNATURE, signature)
+        .header(standard_webhooks::HEADER_ID, id)
+        .header(standard_webhooks::HEADER_TIMESTAMP, timestamp.to_string())
+        .header(standard_webhooks::HEADER_SIGNATURE, signature)
         .body(body);
     if let Some(tp) = traceparent {
         request = request.header("traceparent", tp);

@@ -8,7 +8,7 @@
 //!   one delivery row per endpoint the event is for;
 //! - `dispatch`: one loop per endpoint sends its due rows, within its own
 //!   concurrency limit, and writes how each attempt ended;
-//! - `attempt`: one signed POST (`sign`: Standard Webhooks) and what it
+//! - `attempt`: one signed POST (Standard Webhooks, signed by `oncehook_gateways::standard_webhooks`, the code that verifies the `standard` gateway) and what it
 //!   means for the row — delivered, due again on the schedule (honouring
 //!   `Retry-After`), failed and kept, or (410) the endpoint disabled.
 
@@ -16,7 +16,6 @@ pub mod attempt;
 pub mod dispatch;
 pub mod fanout;
 pub mod relay;
-pub mod sign;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -6,6 +6,8 @@
 mod sample;
 mod scheme;
 
+pub use scheme::{ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, key_of, signature};
+
 use crate::sample::SampleSpec;
 use crate::scheme::{ContentType, GatewayScheme, folder_items};
 

@@ -18,11 +18,11 @@ use crate::scheme::{ParseError, Request, Verification, VerifyError, header};
 use crate::{EventKind, Gateway, Headers, NormalizedEvent};
 
 /// Header carrying the delivery identity.
-pub(crate) const ID_HEADER: &str = "webhook-id";
+pub const ID_HEADER: &str = "webhook-id";
 /// Header carrying the signed timestamp, unix seconds.
-pub(crate) const TIMESTAMP_HEADER: &str = "webhook-timestamp";
+pub const TIMESTAMP_HEADER: &str = "webhook-timestamp";
 /// Header carrying the signatures.
-pub(crate) const SIGNATURE_HEADER: &str = "webhook-signature";
+pub const SIGNATURE_HEADER: &str = "webhook-signature";
 
 /// Secrets are accepted with or without base64 padding.
 const SECRET_BASE64: GeneralPurpose = GeneralPurpose::new(
@@ -32,9 +32,21 @@ const SECRET_BASE64: GeneralPurpose = GeneralPurpose::new(
 
 /// The HMAC key of a `whsec_…` secret (the prefix is optional), or `None` if
 /// the rest is not base64.
-pub(crate) fn key_of(secret: &str) -> Option<Vec<u8>> {
+pub fn key_of(secret: &str) -> Option<Vec<u8>> {
     let encoded = secret.strip_prefix("whsec_").unwrap_or(secret);
     SECRET_BASE64.decode(encoded.trim()).ok()
+}
+
+/// The whole `webhook-signature` value for `body` sent as `id` at
+/// `timestamp` (unix seconds): one `v1,<base64>` entry per secret whose key
+/// is usable ([`key_of`]), space-separated (a rotation signs with each).
+pub fn signature(secrets: &[&str], id: &str, timestamp: i64, body: &[u8]) -> String {
+    secrets
+        .iter()
+        .filter_map(|s| key_of(s))
+        .map(|key| sign(&key, id, timestamp, body))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The `webhook-signature` entry (`v1,<base64>`) for a delivery.
@@ -117,4 +129,60 @@ pub(crate) fn parse(headers: &Headers, body: &[u8]) -> Result<NormalizedEvent, P
         refund_id,
         cumulative_refund: false,
     })
+}
+
+#[cfg(test)]
+mod signing_tests {
+    use super::*;
+
+    /// The example of the Standard Webhooks specification.
+    #[test]
+    fn the_specification_example_signs_as_published() {
+        for secret in [
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        ] {
+            let sig = signature(
+                &[secret],
+                "msg_p5jXN8AQM9LWM0D4loKWxJek",
+                1_614_265_330,
+                br#"{"test": 2432232314}"#,
+            );
+            assert_eq!(sig, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=", "{secret}");
+        }
+    }
+
+    #[test]
+    fn a_rotation_signs_with_every_secret_and_skips_an_unusable_one() {
+        let (a, b) = (
+            "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            "QUJDREVGR0hJSktMTU5PUFFSU1RVVldY",
+        );
+        let both = signature(&[a, "!!not base64", b], "evt_1", 1, b"{}");
+        let parts: Vec<&str> = both.split(' ').collect();
+        assert_eq!(parts.len(), 2, "{both}");
+        assert_eq!(parts[0], signature(&[a], "evt_1", 1, b"{}"));
+        assert_eq!(parts[1], signature(&[b], "evt_1", 1, b"{}"));
+        assert_ne!(parts[0], parts[1]);
+    }
+
+    #[test]
+    fn what_is_signed_here_verifies_here() {
+        let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        let body = br#"{"type":"order.paid"}"#;
+        let now = 1_700_000_000;
+        let mut headers = Headers::default();
+        headers.insert(ID_HEADER, "evt_x");
+        headers.insert(TIMESTAMP_HEADER, now.to_string());
+        headers.insert(SIGNATURE_HEADER, signature(&[secret], "evt_x", now, body));
+        let secrets = [secret.to_owned()];
+        let request = Request {
+            headers: &headers,
+            body,
+            now_unix: now,
+            tolerance_secs: 300,
+            credentials: crate::Credentials::new(&secrets),
+        };
+        assert_eq!(verify(&request).expect("verified").secret_index, 0);
+    }
 }
