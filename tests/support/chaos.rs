@@ -233,6 +233,31 @@ impl Report {
     }
 }
 
+/// The (provider, event id) of every delivery the ledger recorded.
+async fn recorded_events(env: &TestEnv) -> BTreeSet<(String, String)> {
+    sqlx::query("SELECT provider, event_id FROM processed_webhooks")
+        .fetch_all(&env.pool)
+        .await
+        .expect("processed")
+        .iter()
+        .map(|r| (r.get("provider"), r.get("event_id")))
+        .collect()
+}
+
+/// The messages in this test's dead-letter queue (peeked, left in place).
+async fn dead_letters(env: &TestEnv) -> Vec<broker::Dead> {
+    broker::peek_on(&env.amqp_urls, &format!("{}.dead", env.prefix)).await
+}
+
+/// The (provider, event id) of the events among `letters`.
+fn dead_lettered(letters: &[broker::Dead]) -> BTreeSet<(String, String)> {
+    letters
+        .iter()
+        .filter_map(|m| Envelope::from_bytes(&m.body).ok())
+        .filter_map(|e| Some((e.gateway.to_string(), e.identity()?.to_owned())))
+        .collect()
+}
+
 /// Waits for the pipeline to go quiet, then checks every invariant.
 /// `expect_dead` lists order refs whose events are expected in the DLQ.
 pub async fn settle_and_check(
@@ -259,14 +284,7 @@ pub async fn settle_and_check(
     // event is recorded or dead-lettered; one that never is, by the
     // deadline, is reported lost below.
     let accounted = || async {
-        let recorded: BTreeSet<(String, String)> =
-            sqlx::query("SELECT provider, event_id FROM processed_webhooks")
-                .fetch_all(&env.pool)
-                .await
-                .expect("processed")
-                .iter()
-                .map(|r| (r.get("provider"), r.get("event_id")))
-                .collect();
+        let recorded = recorded_events(env).await;
         let missing: Vec<&(String, String)> = load
             .acked
             .iter()
@@ -275,13 +293,7 @@ pub async fn settle_and_check(
         if missing.is_empty() {
             return true;
         }
-        let dead: BTreeSet<(String, String)> =
-            broker::peek_on(&env.amqp_urls, &format!("{}.dead", env.prefix))
-                .await
-                .iter()
-                .filter_map(|m| Envelope::from_bytes(&m.body).ok())
-                .filter_map(|e| Some((e.gateway.to_string(), e.identity()?.to_owned())))
-                .collect();
+        let dead = dead_lettered(&dead_letters(env).await);
         missing.iter().all(|id| dead.contains(*id))
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
@@ -302,20 +314,9 @@ pub async fn settle_and_check(
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     let mut notes = Vec::new();
-    let processed: BTreeSet<(String, String)> =
-        sqlx::query("SELECT provider, event_id FROM processed_webhooks")
-            .fetch_all(&env.pool)
-            .await
-            .expect("processed")
-            .iter()
-            .map(|r| (r.get("provider"), r.get("event_id")))
-            .collect();
-    let dead_msgs = broker::peek_on(&env.amqp_urls, &format!("{}.dead", env.prefix)).await;
-    let dead: BTreeSet<(String, String)> = dead_msgs
-        .iter()
-        .filter_map(|m| Envelope::from_bytes(&m.body).ok())
-        .filter_map(|e| Some((e.gateway.to_string(), e.identity()?.to_owned())))
-        .collect();
+    let processed = recorded_events(env).await;
+    let dead_msgs = dead_letters(env).await;
+    let dead = dead_lettered(&dead_msgs);
     let lost: Vec<&(String, String)> = load
         .acked
         .iter()

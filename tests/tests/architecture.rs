@@ -248,8 +248,9 @@ fn the_sql_check_reads_code_not_prose() {
     assert_eq!(sql_findings(lit_with_comment_marker).len(), 1);
 }
 
-#[test]
-fn no_sql_outside_the_store() {
+/// What `findings` reports in each production source outside the store,
+/// as `path: finding` lines.
+fn outside_the_store(findings: fn(&str) -> Vec<String>) -> Vec<String> {
     let mut files = Vec::new();
     rust_sources(&root().join("crates"), &mut files);
     let mut offenders = Vec::new();
@@ -263,9 +264,14 @@ fn no_sql_outside_the_store() {
             continue;
         }
         let text = std::fs::read_to_string(&path).expect("source");
-        let found = sql_findings(&text);
-        offenders.extend(found.into_iter().map(|f| format!("{rel}: {f}")));
+        offenders.extend(findings(&text).into_iter().map(|f| format!("{rel}: {f}")));
     }
+    offenders
+}
+
+#[test]
+fn no_sql_outside_the_store() {
+    let offenders = outside_the_store(sql_findings);
     assert!(
         offenders.is_empty(),
         "SQL belongs in {STORE} (a function in the module that owns the table):\n{}",
@@ -577,22 +583,7 @@ fn the_bare_database_check_reads_code_not_prose() {
 
 #[test]
 fn binaries_reach_the_database_only_through_the_store() {
-    let mut files = Vec::new();
-    rust_sources(&root().join("crates"), &mut files);
-    let mut offenders = Vec::new();
-    for path in files {
-        let rel = path
-            .strip_prefix(root())
-            .expect("under the workspace")
-            .to_string_lossy()
-            .replace('\\', "/");
-        if rel.starts_with(STORE) {
-            continue;
-        }
-        let text = std::fs::read_to_string(&path).expect("source");
-        let found = bare_database_findings(&text);
-        offenders.extend(found.into_iter().map(|f| format!("{rel}: {f}")));
-    }
+    let offenders = outside_the_store(bare_database_findings);
     assert!(
         offenders.is_empty(),
         "every statement goes through store::Pooled (begin or single), so it holds behind \
