@@ -18,8 +18,8 @@ use oncehook_common::store::Pooled;
 use oncehook_common::{Config, Envelope};
 use oncehook_gateways::Gateway;
 use oncehook_gateways::sample::SignedDelivery;
-use oncehook_worker::consumer::Worker;
-use oncehook_worker::pipeline::{self, Effect, ProcessError, Processed};
+use oncehook_pipeline::consumer::Worker;
+use oncehook_pipeline::{self as pipeline, Effect, ProcessError, Processed};
 use sqlx::PgPool;
 use time::OffsetDateTime;
 

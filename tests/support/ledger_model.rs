@@ -14,6 +14,10 @@
 //!   never becomes `refunded`: "refunded(p) ≥ its amount" cannot be decided.
 //! - stock is decremented by the order's quantity once there is a valid
 //!   capture; `oversold` is "the stock after that decrement is below zero".
+//! - the order events `order.paid` and `order.oversold` ([`told`]) are
+//!   functions of the facts for every order, cancelled ones too: paid iff a
+//!   capture covering the order exists; oversold iff, besides, taking the
+//!   order's items from the stock before it takes a product below zero.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -389,6 +393,41 @@ pub fn expected(order: &ModelOrder, facts: &[Fact]) -> Result<LedgerState, Incon
         confirmations: usize::from(paid),
         refund_emails,
     })
+}
+
+/// The order events whose presence is not one per fact (docs/ledger.md,
+/// Order events): what the shop is told about the order as a whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Told {
+    /// `order.paid`: a capture covering the order (its amount, its
+    /// currency) exists, whether the shop cancelled the order or not.
+    pub paid: bool,
+    /// `order.oversold`: the order is covered and its items, taken from the
+    /// stock they had, take a product below zero (for a cancelled order,
+    /// whether or not the cancellation came first and the items stayed).
+    pub oversold: bool,
+}
+
+/// What `order.paid` and `order.oversold` say of `order` after `facts`.
+pub fn told(order: &ModelOrder, facts: &[Fact]) -> Told {
+    let covered = facts.iter().any(|f| match f {
+        Fact::Attempt {
+            status: AttemptStatus::Captured,
+            amount_minor,
+            currency,
+            ..
+        } => {
+            amount_minor.is_none_or(|x| x == order.amount_minor)
+                && currency
+                    .as_deref()
+                    .is_none_or(|x| x.eq_ignore_ascii_case(&order.currency))
+        }
+        _ => false,
+    });
+    Told {
+        paid: covered,
+        oversold: covered && order.stock - order.qty < 0,
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
-//! The crate layout is the architecture: ingest never touches Postgres, the
-//! gateways crate does no I/O, and SQL lives only in the store
-//! (`crates/common/src/store/`). These checks keep it that way, and keep
+//! The crate layout is the architecture: libraries below, binaries on top
+//! (no crate depends on a crate that has a binary), ingest never touches
+//! Postgres, the gateways crate does no I/O, and SQL lives only in the two
+//! stores (`crates/common/src/store/`, and the ledger's own tables in
+//! `crates/ledger/src/store/`). These checks keep it that way, and keep
 //! production code in pieces one can read: no function over
 //! [`MAX_FN_LINES`] lines, no file over [`MAX_FILE_LINES`] (tests aside).
 
@@ -82,8 +84,13 @@ fn the_gateways_crate_does_no_io() {
     }
 }
 
-/// Where SQL lives: the store, one module per table.
-const STORE: &str = "crates/common/src/store/";
+/// Where SQL lives: the store, one module per table; the ledger's tables
+/// in the ledger's own store, next to their one user.
+const STORES: &[&str] = &["crates/common/src/store/", "crates/ledger/src/store/"];
+
+/// Where a bare pool or connection may be named: the store that owns
+/// `Pooled`.
+const POOL_OWNER: &[&str] = &["crates/common/src/store/"];
 
 /// How sqlx is asked to run SQL (looked for in code, not in comments).
 const QUERY_CALLS: &[&str] = &["sqlx::query", "query!(", "query_as", "query_scalar"];
@@ -250,7 +257,7 @@ fn the_sql_check_reads_code_not_prose() {
 
 /// What `findings` reports in each production source outside the store,
 /// as `path: finding` lines.
-fn outside_the_store(findings: fn(&str) -> Vec<String>) -> Vec<String> {
+fn outside_the_store(findings: fn(&str) -> Vec<String>, allowed: &[&str]) -> Vec<String> {
     let mut files = Vec::new();
     rust_sources(&root().join("crates"), &mut files);
     let mut offenders = Vec::new();
@@ -260,7 +267,7 @@ fn outside_the_store(findings: fn(&str) -> Vec<String>) -> Vec<String> {
             .expect("under the workspace")
             .to_string_lossy()
             .replace('\\', "/");
-        if rel.starts_with(STORE) {
+        if allowed.iter().any(|store| rel.starts_with(store)) {
             continue;
         }
         let text = std::fs::read_to_string(&path).expect("source");
@@ -271,10 +278,10 @@ fn outside_the_store(findings: fn(&str) -> Vec<String>) -> Vec<String> {
 
 #[test]
 fn no_sql_outside_the_store() {
-    let offenders = outside_the_store(sql_findings);
+    let offenders = outside_the_store(sql_findings, STORES);
     assert!(
         offenders.is_empty(),
-        "SQL belongs in {STORE} (a function in the module that owns the table):\n{}",
+        "SQL belongs in {STORES:?} (a function in the module that owns the table):\n{}",
         offenders.join("\n")
     );
 }
@@ -583,11 +590,96 @@ fn the_bare_database_check_reads_code_not_prose() {
 
 #[test]
 fn binaries_reach_the_database_only_through_the_store() {
-    let offenders = outside_the_store(bare_database_findings);
+    let offenders = outside_the_store(bare_database_findings, POOL_OWNER);
     assert!(
         offenders.is_empty(),
         "every statement goes through store::Pooled (begin or single), so it holds behind \
          PgBouncer in transaction mode:\n{}",
         offenders.join("\n")
+    );
+}
+
+/// The workspace's members: each one's package name, whether it builds a
+/// binary, and the workspace crates it depends on (any dependency table).
+fn members() -> Vec<(String, bool, Vec<String>)> {
+    let workspace: toml::Table = read("Cargo.toml").parse().expect("Cargo.toml");
+    let paths = workspace["workspace"]["members"]
+        .as_array()
+        .expect("workspace.members")
+        .iter()
+        .filter_map(|m| m.as_str().map(str::to_owned));
+    paths
+        .map(|dir| {
+            let manifest: toml::Table = read(&format!("{dir}/Cargo.toml"))
+                .parse()
+                .unwrap_or_else(|e| panic!("{dir}/Cargo.toml: {e}"));
+            let name = manifest["package"]["name"]
+                .as_str()
+                .expect("package.name")
+                .to_owned();
+            let binary =
+                manifest.contains_key("bin") || root().join(&dir).join("src/main.rs").exists();
+            let deps = ["dependencies", "dev-dependencies", "build-dependencies"]
+                .iter()
+                .filter_map(|table| manifest.get(*table).and_then(|t| t.as_table()))
+                .flat_map(|t| t.keys().cloned())
+                .filter(|dep| dep.starts_with("oncehook-"))
+                .collect();
+            (name, binary, deps)
+        })
+        .collect()
+}
+
+/// `a depends on b, which has a binary` for each such pair.
+fn binaries_under_others(members: &[(String, bool, Vec<String>)]) -> Vec<String> {
+    let binaries: Vec<&str> = members
+        .iter()
+        .filter(|(_, binary, _)| *binary)
+        .map(|(name, _, _)| name.as_str())
+        .collect();
+    members
+        .iter()
+        .flat_map(|(name, _, deps)| {
+            deps.iter()
+                .filter(|dep| binaries.contains(&dep.as_str()))
+                .map(move |dep| format!("{name} depends on {dep}, which has a binary"))
+        })
+        .collect()
+}
+
+#[test]
+fn no_crate_depends_on_a_crate_with_a_binary() {
+    let members = members();
+    assert!(
+        members.iter().filter(|(_, binary, _)| *binary).count() >= 7,
+        "the seven binaries are found"
+    );
+    let offenders = binaries_under_others(&members);
+    assert!(
+        offenders.is_empty(),
+        "libraries below, binaries on top: what two binaries share belongs in a library crate \
+         (docs/architecture.md, Crates):\n{}",
+        offenders.join("\n")
+    );
+}
+
+#[test]
+fn the_binary_layering_check_finds_a_binary_under_another() {
+    let members = vec![
+        (
+            "oncehook-api".to_owned(),
+            true,
+            vec!["oncehook-worker".to_owned()],
+        ),
+        (
+            "oncehook-worker".to_owned(),
+            true,
+            vec!["oncehook-ledger".to_owned()],
+        ),
+        ("oncehook-ledger".to_owned(), false, vec![]),
+    ];
+    assert_eq!(
+        binaries_under_others(&members),
+        vec!["oncehook-api depends on oncehook-worker, which has a binary".to_owned()]
     );
 }

@@ -197,7 +197,13 @@ async fn every_event_type_reaches_the_shop_signed_and_on_the_broker() {
     wait_paid(&env.pool, "ne_cancel").await;
     {
         let mut tx = env.pool.begin().await.expect("begin");
-        oncehook_worker::ledger::cancel::cancel(&mut tx, "ne_cancel", "test", "customer left")
+        let cancel = oncehook_ledger::Cancel {
+            order_ref: "ne_cancel",
+            by: "test",
+            reason: "customer left",
+        };
+        oncehook_ledger::Ledger::default()
+            .apply(&mut tx, cancel)
             .await
             .expect("cancel");
         tx.commit().await.expect("commit");

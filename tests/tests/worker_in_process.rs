@@ -8,8 +8,8 @@ use oncehook_e2e::in_process::{InProcess, commit_group, envelope};
 use oncehook_e2e::statements::StatementCounter;
 use oncehook_e2e::{TestEnv, shop};
 use oncehook_gateways::Gateway;
-use oncehook_worker::ledger::Ledger;
-use oncehook_worker::pipeline::{
+use oncehook_ledger::Ledger;
+use oncehook_pipeline::{
     Applied, Delivery, Effect, EffectError, Effects, Outcome, ProcessError, Processed,
 };
 use sqlx::{PgConnection, PgPool};
@@ -84,7 +84,7 @@ async fn one_group_pays_refunds_and_links_as_one_by_one_would() {
             ),
         ),
     ];
-    let processed = commit_group(&env.pool, &Ledger, &group)
+    let processed = commit_group(&env.pool, &Ledger::default(), &group)
         .await
         .expect("committed");
     assert_eq!(
@@ -122,7 +122,7 @@ async fn one_group_pays_refunds_and_links_as_one_by_one_would() {
         2
     );
     // The same group again: every delivery is a duplicate, nothing moves.
-    let again = commit_group(&env.pool, &Ledger, &group)
+    let again = commit_group(&env.pool, &Ledger::default(), &group)
         .await
         .expect("committed");
     assert_eq!(outcomes(&again), ["duplicate"; 6]);
@@ -135,14 +135,14 @@ async fn an_unlinked_event_parked_by_one_group_is_applied_by_the_group_that_link
     shop::product(&env.pool, "ip_b", 10).await;
     shop::order(&env.pool, "ip_3", 50_000, "INR", &[("ip_b", 1)]).await;
     let refund = refunded(&env, "", "pay_ip3", "evt_ip3_r", 20_000);
-    let parked = commit_group(&env.pool, &Ledger, &[refund])
+    let parked = commit_group(&env.pool, &Ledger::default(), &[refund])
         .await
         .expect("parked");
     assert_eq!(outcomes(&parked), ["parked"]);
     assert_eq!(env.count("SELECT count(*) FROM parked_events").await, 1);
 
     let capture = captured(&env, "ip_3", "pay_ip3", "evt_ip3");
-    let linked = commit_group(&env.pool, &Ledger, &[capture])
+    let linked = commit_group(&env.pool, &Ledger::default(), &[capture])
         .await
         .expect("linked");
     let Processed::Done(Applied { outcome, detail }) = &linked[0] else {
@@ -190,7 +190,7 @@ async fn statements_per_group_do_not_grow_with_its_size() {
     // Warm the connection (and sqlx's prepared statements) first.
     commit_group(
         &pool,
-        &Ledger,
+        &Ledger::default(),
         &[captured(&env, "ip_s0", "pay_s0", "evt_s0")],
     )
     .await
@@ -200,7 +200,7 @@ async fn statements_per_group_do_not_grow_with_its_size() {
         let counter = &counter;
         async move {
             let before = counter.counted();
-            let processed = commit_group(&pool, &Ledger, &envelopes)
+            let processed = commit_group(&pool, &Ledger::default(), &envelopes)
                 .await
                 .expect("committed");
             assert!(
@@ -251,7 +251,7 @@ async fn a_bad_delivery_fails_alone_and_the_others_of_its_group_commit() {
     shop::order(&env.pool, "ip_g", 50_000, "INR", &[("ip_d", 1)]).await;
     let worker = InProcess::start(
         &env.pool,
-        Ledger,
+        Ledger::default(),
         &[
             ("ONCEHOOK_WORKER_BATCH_SIZE", "8"),
             ("ONCEHOOK_PREFETCH", "8"),
@@ -349,7 +349,7 @@ async fn a_second_effect_runs_through_the_same_pipeline_exactly_once() {
     if let Some(event) = bad.event.as_mut() {
         event.payment_id = None;
     }
-    let err = commit_group(&env.pool, &Ledger, &[bad])
+    let err = commit_group(&env.pool, &Ledger::default(), &[bad])
         .await
         .expect_err("a capture without a payment id");
     assert!(matches!(err, ProcessError::Permanent(_)), "{err:?}");
@@ -377,7 +377,7 @@ async fn a_webhook_finds_its_order_by_a_gateway_reference_of_its_own_gateway_onl
     // Razorpay echoes its own order id: the shop keeps its own reference.
     let paid = commit_group(
         &env.pool,
-        &Ledger,
+        &Ledger::default(),
         &[captured(&env, "order_RZP42", "pay_42", "evt_42")],
     )
     .await
@@ -391,7 +391,7 @@ async fn a_webhook_finds_its_order_by_a_gateway_reference_of_its_own_gateway_onl
     // event waits for an order with that reference.
     let waiting = commit_group(
         &env.pool,
-        &Ledger,
+        &Ledger::default(),
         &[captured(&env, "cf_77", "pay_77", "evt_77")],
     )
     .await
@@ -407,9 +407,9 @@ async fn a_webhook_finds_its_order_by_a_gateway_reference_of_its_own_gateway_onl
 
 #[tokio::test]
 async fn a_webhook_before_its_order_waits_and_is_applied_by_the_transaction_that_creates_it() {
-    use oncehook_common::store::ledger::books::GatewayRef;
-    use oncehook_common::store::ledger::{self as store, NewOrder};
-    use oncehook_worker::ledger::waiting;
+    use oncehook_ledger::store::books::GatewayRef;
+    use oncehook_ledger::store::{self as store, NewOrder};
+    use oncehook_ledger::waiting;
 
     let env = TestEnv::new().await;
     shop::product(&env.pool, "ip_w", 10).await;
@@ -420,7 +420,7 @@ async fn a_webhook_before_its_order_waits_and_is_applied_by_the_transaction_that
         captured(&env, "order_RZPw1", "pay_w1", "evt_w1"),
         refunded(&env, "order_RZPw1", "pay_w1", "evt_w1_r", 5_000),
     ];
-    let parked = commit_group(&env.pool, &Ledger, &early)
+    let parked = commit_group(&env.pool, &Ledger::default(), &early)
         .await
         .expect("parked");
     assert_eq!(outcomes(&parked), ["parked", "parked"]);
@@ -454,7 +454,12 @@ async fn a_webhook_before_its_order_waits_and_is_applied_by_the_transaction_that
         .execute(&mut *tx)
         .await
         .expect("gateway reference");
-    let applied = waiting::apply_waiting(&mut tx, "shop_w1", &refs)
+    let created = oncehook_ledger::Created {
+        order_ref: "shop_w1",
+        gateway_refs: &refs,
+    };
+    let applied = Ledger::default()
+        .apply(&mut tx, created)
         .await
         .expect("applied");
     tx.commit().await.expect("commit");
@@ -472,19 +477,22 @@ async fn a_webhook_before_its_order_waits_and_is_applied_by_the_transaction_that
             .expect("outcomes");
     assert_eq!(recorded, ["applied", "applied"]);
     // The same webhooks again: duplicates, nothing moves.
-    let again = commit_group(&env.pool, &Ledger, &early)
+    let again = commit_group(&env.pool, &Ledger::default(), &early)
         .await
         .expect("committed");
     assert_eq!(outcomes(&again), ["duplicate", "duplicate"]);
     assert_eq!(shop::stock(&env.pool, "ip_w").await, 9);
 }
 
-async fn cancel_order(
-    pool: &PgPool,
-    order_ref: &str,
-) -> oncehook_worker::ledger::cancel::Cancelled {
+async fn cancel_order(pool: &PgPool, order_ref: &str) -> oncehook_ledger::cancel::Cancelled {
     let mut tx = pool.begin().await.expect("begin");
-    let done = oncehook_worker::ledger::cancel::cancel(&mut tx, order_ref, "test", "customer left")
+    let cancel = oncehook_ledger::Cancel {
+        order_ref,
+        by: "test",
+        reason: "customer left",
+    };
+    let done = Ledger::default()
+        .apply(&mut tx, cancel)
         .await
         .expect("cancel");
     tx.commit().await.expect("commit");
@@ -501,7 +509,7 @@ async fn flag_of(pool: &PgPool, payment_id: &str) -> Option<String> {
 
 #[tokio::test]
 async fn cancel_and_capture_give_the_same_books_in_either_order() {
-    use oncehook_worker::ledger::cancel::Cancelled;
+    use oncehook_ledger::cancel::Cancelled;
 
     let env = TestEnv::new().await;
     shop::product(&env.pool, "ip_x", 10).await;
@@ -510,7 +518,7 @@ async fn cancel_and_capture_give_the_same_books_in_either_order() {
     // Paid, then cancelled: its stock comes back, its payment is owed back.
     commit_group(
         &env.pool,
-        &Ledger,
+        &Ledger::default(),
         &[captured(&env, "cx_first", "pay_cx1", "evt_cx1")],
     )
     .await
@@ -521,7 +529,7 @@ async fn cancel_and_capture_give_the_same_books_in_either_order() {
     assert_eq!(cancel_order(&env.pool, "cx_then").await, Cancelled::Now);
     let late = commit_group(
         &env.pool,
-        &Ledger,
+        &Ledger::default(),
         &[captured(&env, "cx_then", "pay_cx2", "evt_cx2")],
     )
     .await
@@ -549,7 +557,7 @@ async fn cancel_and_capture_give_the_same_books_in_either_order() {
     // The payment owed back is refunded: settled, the same for both.
     commit_group(
         &env.pool,
-        &Ledger,
+        &Ledger::default(),
         &[
             refunded(&env, "cx_first", "pay_cx1", "evt_cx1_r", 50_000),
             refunded(&env, "cx_then", "pay_cx2", "evt_cx2_r", 50_000),

@@ -7,6 +7,7 @@
 use actix_web::http::StatusCode;
 use actix_web::http::header::{CONTENT_TYPE, RETRY_AFTER};
 use actix_web::{HttpResponse, ResponseError};
+use oncehook_ledger::EffectError;
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -83,6 +84,24 @@ impl From<sqlx::Error> for ApiError {
             "unavailable",
             "the database is unavailable; retry",
         )
+    }
+}
+
+impl From<EffectError> for ApiError {
+    fn from(e: EffectError) -> ApiError {
+        match e {
+            EffectError::Database(e) => e.into(),
+            // Not expected from the shop's roads (the ledger keeps an
+            // unreadable waiting event parked): the ledger's words, logged.
+            EffectError::Permanent(rejection) => {
+                tracing::error!(error = %rejection, "the ledger refused the change");
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "ledger_refused",
+                    "the ledger could not apply the change; nothing was written",
+                )
+            }
+        }
     }
 }
 

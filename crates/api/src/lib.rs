@@ -1,13 +1,14 @@
 //! `oncehook-api`: the shop's machine-to-machine API (docs/shop-integration.md).
 //! `startup` wires it; `routes` are the endpoints in one table; `auth`
-//! checks keys and scopes; `validate` checks what a shop sends; `view`
-//! shows an order and `events` an order event; `audit` records every write; `openapi` describes it all;
-//! `prune` forgets idempotency keys older than `api.idempotency_ttl`.
+//! checks keys and scopes; `validate` checks what a shop sends; `model` is
+//! what it reads and answers (the order and its events are the ledger's
+//! view, `oncehook_ledger::view`); `audit` records every write; `openapi`
+//! describes it all; `prune` forgets idempotency keys older than
+//! `api.idempotency_ttl`.
 
 pub mod audit;
 pub mod auth;
 pub mod error;
-pub mod events;
 pub mod model;
 pub mod openapi;
 pub mod prune;
@@ -15,4 +16,3 @@ pub mod routes;
 pub mod startup;
 pub mod state;
 pub mod validate;
-pub mod view;

@@ -9,6 +9,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
+// The order and its events as the shop sees them are the ledger's view.
+pub use oncehook_ledger::view::{
+    Amount, Email, Item, Order, OrderEvent, OrderSummary, Payment, Refund,
+};
+
 /// `PUT /v1/products/{sku}`.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -77,109 +82,6 @@ pub struct ItemIn {
     pub unit_minor: i64,
 }
 
-/// One item of an order.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct Item {
-    pub sku: String,
-    pub qty: i32,
-    /// `null` for orders written before the API.
-    pub unit_minor: Option<i64>,
-}
-
-/// An amount in minor units and as text with the currency's exponent.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct Amount {
-    pub minor: i64,
-    /// `500.00`, `5000` (JPY), `12.345` (KWD).
-    pub formatted: String,
-}
-
-/// A payment attempt the ledger recorded.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct Payment {
-    pub provider: String,
-    pub payment_id: String,
-    /// `authorized`, `captured` or `failed`.
-    pub status: String,
-    pub amount_minor: Option<i64>,
-    pub currency: Option<String>,
-    /// `needs_refund`, `amount_mismatch`, `refunded` or `null`.
-    pub flag: Option<String>,
-    /// RFC 3339.
-    pub created_at: String,
-}
-
-/// A refund the ledger recorded.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct Refund {
-    pub provider: String,
-    pub refund_id: String,
-    pub payment_id: Option<String>,
-    pub amount_minor: i64,
-    /// A payment's refunded total rather than one refund (Stripe).
-    pub cumulative: bool,
-    pub created_at: String,
-}
-
-/// An email the ledger wrote for the order.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct Email {
-    /// `confirmation` or `refund`.
-    pub kind: String,
-    pub to: String,
-    /// `sent`, `failed`, `queued` or `pending`.
-    pub status: String,
-    pub created_at: String,
-    pub sent_at: Option<String>,
-}
-
-/// An order: what the shop wrote and what the ledger made of it.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct Order {
-    pub order_ref: String,
-    /// `pending`, `paid`, `partially_refunded`, `refunded`, …
-    pub status: String,
-    pub customer_email: String,
-    pub currency: String,
-    pub amount: Amount,
-    pub refunded_minor: i64,
-    pub refunded: Amount,
-    pub items: Vec<Item>,
-    pub payments: Vec<Payment>,
-    pub refunds: Vec<Refund>,
-    pub emails: Vec<Email>,
-    /// A capture is owed back (paid twice, …).
-    pub needs_refund: bool,
-    /// A capture's amount or currency is not the order's.
-    pub amount_mismatch: bool,
-    /// Paying it took a product's stock below zero.
-    pub oversold: bool,
-    pub paid_by: Option<String>,
-    pub paid_at: Option<String>,
-    /// Grows with every change of the order's state.
-    pub version: i64,
-    #[schema(value_type = BTreeMap<String, String>)]
-    pub gateway_refs: BTreeMap<String, String>,
-    #[schema(value_type = Object)]
-    pub metadata: Value,
-    pub created_at: String,
-    pub updated_at: String,
-}
-
-/// An order in a page of `GET /v1/orders`.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct OrderSummary {
-    pub order_ref: String,
-    pub status: String,
-    pub currency: String,
-    pub amount: Amount,
-    pub refunded_minor: i64,
-    pub oversold: bool,
-    pub version: i64,
-    pub created_at: String,
-    pub updated_at: String,
-}
-
 /// One keyset page.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct OrderPage {
@@ -201,26 +103,6 @@ pub struct ListQuery {
     pub limit: Option<u32>,
     /// The `next_cursor` of the page before.
     pub cursor: Option<String>,
-}
-
-/// An order event (docs/shop-integration.md): what happened (`type`, and
-/// `data` from the fact that caused it) and the order as it is now. Its
-/// `id` is the Standard Webhooks `webhook-id`; keep the highest
-/// `order.version` per order.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct OrderEvent {
-    pub id: String,
-    /// `order.paid`, `order.refunded`, `order.needs_refund`,
-    /// `order.amount_mismatch`, `order.oversold`, `order.cancelled` or
-    /// `order.payment_failed`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    pub created_at: String,
-    /// What the causing fact says (the refund, the payment); `{}` when the
-    /// type says it all.
-    #[schema(value_type = Object)]
-    pub data: Value,
-    pub order: Order,
 }
 
 /// One page of `GET /v1/events`.

@@ -19,7 +19,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use maud::html;
 use oncehook_common::config::ConsoleRole;
 use oncehook_common::store::audit::NewAuditEntry;
-use oncehook_ctl::password;
+use oncehook_ops::password;
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::form::Pairs;

@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use lapin::Connection;
 use oncehook_common::{Config, Topology};
-use oncehook_ctl::broker;
-use oncehook_ctl::dlq::letter::Letter;
+use oncehook_ops::broker;
+use oncehook_ops::dlq::letter::Letter;
 use time::OffsetDateTime;
 use tokio::sync::{Mutex, RwLock};
 

@@ -122,7 +122,7 @@ fn session_key(console: &ConsoleConfig) -> SessionKey {
 fn decoy_hash() -> anyhow::Result<String> {
     let mut noise = [0u8; 24];
     rand::rng().fill_bytes(&mut noise);
-    oncehook_ctl::password::hash(&hex::encode(noise))
+    oncehook_ops::password::hash(&hex::encode(noise))
 }
 
 /// What every handler shares.

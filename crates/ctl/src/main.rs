@@ -2,14 +2,14 @@
 //! by default, `--json` for scripts. Each verb lives in its own module and
 //! returns a report (`Serialize + Display`); [`output::Output::finish`] is
 //! the one place that prints it. The verbs themselves are the library
-//! (`src/lib.rs`), shared with the operators' console.
+//! (`oncehook-ops`), shared with the operators' console.
 
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use oncehook_common::Config;
-use oncehook_ctl::{
+use oncehook_ops::{
     api_key, demo, dlq, migrate, notify, output, password, reconcile, retention, send, stats, trace,
 };
 

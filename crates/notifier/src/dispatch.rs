@@ -10,11 +10,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use oncehook_api::events;
 use oncehook_common::config::NotifyEndpoint;
 use oncehook_common::otel;
 use oncehook_common::store::notify::{self as store, Answer, AttemptEnd, Due};
-use oncehook_common::store::order_events;
+use oncehook_ledger::render;
+use oncehook_ledger::store::order_events;
 use tokio::sync::{Notify, Semaphore};
 use tracing::Instrument as _;
 
@@ -201,7 +201,7 @@ async fn render(n: &Notifier, id: &str) -> Result<Option<(Vec<u8>, Option<String
     let Some(row) = order_events::by_id(&mut conn, id).await? else {
         return Ok(None);
     };
-    let body = events::render_bytes(&mut conn, &row).await?;
+    let body = render::render_bytes(&mut conn, &row).await?;
     conn.finish().await?;
     Ok(body.map(|body| (body, row.trace_parent)))
 }

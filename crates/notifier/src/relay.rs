@@ -11,12 +11,12 @@ use std::time::Duration;
 
 use lapin::BasicProperties;
 use lapin::Channel;
-use oncehook_api::events;
 use oncehook_common::amqp::{self, PublishError};
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::Pooled;
-use oncehook_common::store::order_events;
 use oncehook_common::{Topology, otel};
+use oncehook_ledger::render;
+use oncehook_ledger::store::order_events;
 
 const BATCH: i64 = 100;
 /// How often the relay looks for new events when it found none.
@@ -73,7 +73,7 @@ pub async fn publish_batch(
     let mut ids = Vec::with_capacity(rows.len());
     for row in &rows {
         ids.push(row.id.clone());
-        let Some(body) = events::render_bytes(&mut tx, row).await? else {
+        let Some(body) = render::render_bytes(&mut tx, row).await? else {
             tracing::warn!(event_id = %row.id, order_ref = %row.order_ref, "order event's order is gone; not published");
             continue;
         };

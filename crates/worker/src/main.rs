@@ -1,5 +1,7 @@
-//! `oncehook-worker`: consumes envelopes and applies each exactly once. Also
-//! runs the outbox relay, scheduled retention and the reconciler (which
+//! `oncehook-worker`: consumes envelopes and applies each exactly once — the
+//! generic worker (`oncehook_pipeline`) with the order ledger as its effect
+//! (`oncehook_ledger`, which brings its outbox relay and parked-event
+//! sweeper). Also runs scheduled retention and the reconciler (which
 //! asks the gateways' APIs about pending orders, on connections of its own). Stops cleanly on
 //! SIGTERM/SIGINT: no new deliveries, in-flight ones commit and ack.
 
@@ -7,10 +9,11 @@ use anyhow::Context;
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::Pooled;
 use oncehook_common::{Config, health, telemetry};
+use oncehook_ledger::Ledger;
+use oncehook_pipeline::consumer::{self, Worker};
 use oncehook_reconcile::{Reconciler, schedule};
-use oncehook_worker::consumer::{self, Worker};
-use oncehook_worker::ledger::{Ledger, parking};
-use oncehook_worker::retention;
+
+mod retention;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -27,7 +30,6 @@ async fn main() -> anyhow::Result<()> {
     let traces = telemetry::init_logging(&settings.telemetry, "oncehook-worker");
     let metrics = telemetry::init_metrics().map_err(anyhow::Error::msg)?;
     consumer::zero_counters(sources.iter().map(String::as_str));
-    parking::zero_dead_letter_counters();
     let shutdown = Shutdown::on_signals();
     // One connection per delivery in flight, plus the relay, the sweeper,
     // retention and the gauges — unless the budget says otherwise.
@@ -42,7 +44,12 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     let pool = Pooled::open(&settings.database, pool_size).context("database URL")?;
-    let worker = Worker::new(pool.clone(), Ledger, settings.clone(), shutdown.clone());
+    let worker = Worker::new(
+        pool.clone(),
+        Ledger::default(),
+        settings.clone(),
+        shutdown.clone(),
+    );
     if let Some(addr) = settings.metrics_addr {
         let bound = health::serve(addr, metrics, worker.readiness.clone(), shutdown.clone())
             .await

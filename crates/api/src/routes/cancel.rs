@@ -1,18 +1,19 @@
 //! `POST /v1/orders/{order_ref}/cancel`: the shop gives up on an order. One
-//! more fact in the ledger (`oncehook_worker::ledger::cancel`): the order
+//! more fact in the ledger (`oncehook_ledger::cancel`): the order
 //! is `cancelled`, a payment it had or gets is owed back (`needs_refund`),
 //! its stock is not taken (or given back). Cancelling twice answers the
 //! same order again.
 
 use actix_web::{HttpResponse, web};
-use oncehook_worker::ledger::cancel::{self, Cancelled};
+use oncehook_ledger::cancel::Cancelled;
+use oncehook_ledger::{Cancel, Ledger};
 
 use crate::audit::{self, Write};
 use crate::auth::{self, Authed};
 use crate::error::{ApiError, ErrorBody};
 use crate::model::{Order, OrderCancel};
 use crate::state::State;
-use crate::view;
+use oncehook_ledger::view;
 
 /// The longest reason kept.
 const MAX_REASON: usize = 500;
@@ -43,7 +44,12 @@ pub async fn cancel(
             ));
         }
         let mut tx = state.pool.begin().await?;
-        let result = match cancel::cancel(&mut tx, &order_ref, &caller.name, reason).await? {
+        let cancel = Cancel {
+            order_ref: &order_ref,
+            by: &caller.name,
+            reason,
+        };
+        let result = match Ledger::default().apply(&mut tx, cancel).await? {
             Cancelled::Unknown => return Err(ApiError::not_found("order")),
             Cancelled::Now => "cancelled",
             Cancelled::Already => "already cancelled",

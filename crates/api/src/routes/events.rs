@@ -4,13 +4,13 @@
 //! never skips an event committed after it was handed out.
 
 use actix_web::{HttpResponse, web};
-use oncehook_common::store::order_events::{self, Cursor};
+use oncehook_ledger::store::order_events::{self, Cursor};
 
 use crate::auth::{self, Authed};
 use crate::error::{ApiError, ErrorBody};
-use crate::events;
 use crate::model::{EventPage, EventsQuery};
 use crate::state::State;
+use oncehook_ledger::render as events;
 
 /// The page size when `limit` is left out (capped by `api.limits.max_page_size`).
 const DEFAULT_LIMIT: u32 = 50;

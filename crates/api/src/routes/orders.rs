@@ -12,7 +12,7 @@
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use oncehook_common::store::shop::{self, Claim, Created, ShopOrder};
-use oncehook_worker::ledger::waiting;
+use oncehook_ledger::{Created as Waited, Ledger, view, waiting};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -21,7 +21,7 @@ use crate::auth::{self, Authed, Caller};
 use crate::error::{ApiError, ErrorBody};
 use crate::model::{Order, OrderCreate};
 use crate::state::State;
-use crate::{validate, view};
+use crate::validate;
 
 /// The longest `Idempotency-Key`.
 const MAX_KEY: usize = 255;
@@ -126,8 +126,11 @@ async fn create_once(
     waiting::lock_refs(&mut tx, &order.order_ref, &order.gateway_refs).await?;
     let (status, result) = match shop::create_order(&mut tx, order).await? {
         Created::Order(_) => {
-            let applied =
-                waiting::apply_waiting(&mut tx, &order.order_ref, &order.gateway_refs).await?;
+            let created = Waited {
+                order_ref: &order.order_ref,
+                gateway_refs: &order.gateway_refs,
+            };
+            let applied = Ledger::default().apply(&mut tx, created).await?;
             if applied > 0 {
                 tracing::info!(order_ref = %order.order_ref, applied, "order created with the webhooks that waited for it");
             }

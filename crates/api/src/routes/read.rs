@@ -15,7 +15,8 @@ use crate::auth::{self, Authed};
 use crate::error::{ApiError, ErrorBody};
 use crate::model::{ListQuery, Order, OrderPage};
 use crate::state::State;
-use crate::{validate, view};
+use crate::validate;
+use oncehook_ledger::view;
 
 /// The page size when `limit` is left out (capped by `api.limits.max_page_size`).
 const DEFAULT_LIMIT: u32 = 50;

@@ -1,14 +1,12 @@
-//! The store: every table's SQL, one module per table or aggregate, checked
+//! The store: every table's SQL but the ledger's (which lives with the
+//! ledger, `oncehook_ledger::store`), one module per table or aggregate, checked
 //! against the schema at compile time (`sqlx::query!`, with the query data
 //! committed in `.sqlx/`; `make sqlx-prepare` refreshes it). A schema change
 //! is a migration plus the module that owns the table; the compiler finds
-//! the rest. Nothing outside this module writes SQL (enforced by
+//! the rest. Nothing outside the two stores writes SQL (enforced by
 //! `tests/tests/architecture.rs`).
 //!
 //! - [`dedup`]: `processed_webhooks`, the delivery-dedup record.
-//! - [`ledger`]: orders, their items and products (stock), and the facts the
-//!   order ledger records: `payments`, `refunds`, `payment_links`.
-//! - [`parking`]: `parked_events`, events waiting for their payment's link.
 //! - [`outbox`]: `email_outbox`, written with the effect, sent by the mailer.
 //! - [`retention`]: trimming `processed_webhooks` and sent or failed
 //!   `email_outbox` rows (the worker's schedule and `oncehookctl retention`).
@@ -19,8 +17,6 @@
 //! - [`reconcile`]: what the reconciler reads (pending orders, their
 //!   references and known payments, recorded facts) and `reconcile_checks`,
 //!   `reconcile_runs` and its advisory lock.
-//! - [`order_events`]: `order_events`, what the ledger tells the shop,
-//!   written with the effect, published and paged.
 //! - [`notify`]: `notify_deliveries` and `notify_endpoints`, what the
 //!   notifier owes each of the shop's endpoints.
 //! - [`schema`]: `_sqlx_migrations`, which migrations are applied.
@@ -43,11 +39,8 @@ use crate::retry::RetryPolicy;
 
 pub mod audit;
 pub mod dedup;
-pub mod ledger;
 pub mod notify;
-pub mod order_events;
 pub mod outbox;
-pub mod parking;
 pub mod reconcile;
 pub mod retention;
 pub mod schema;

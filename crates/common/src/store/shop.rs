@@ -3,7 +3,7 @@
 //! their items and gateway references in one transaction, the
 //! `Idempotency-Key` record (`api_idempotency`), the audit of every write
 //! (`api_audit`), and the keyset pages of `GET /v1/orders`. The order's
-//! ledger view is read with [`super::ledger`]'s reads.
+//! ledger view is read with the ledger's own reads (`oncehook_ledger::store`).
 
 use serde::Serialize;
 use serde_json::Value;
@@ -208,9 +208,16 @@ pub struct ShopItem {
     pub unit_minor: Option<i64>,
 }
 
-/// One gateway's reference for an order (the ledger's type: the webhook
-/// side looks orders up by it).
-pub use super::ledger::books::GatewayRef;
+/// A gateway's own reference for an order (Razorpay's `order_…` id), as
+/// registered with the order (`order_gateway_refs`); the ledger looks the
+/// webhooks' orders up by it.
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Deserialize, serde::Serialize,
+)]
+pub struct GatewayRef {
+    pub gateway: String,
+    pub gateway_ref: String,
+}
 
 /// An order as the shop wrote it: what "the same content" compares.
 #[derive(Debug, Clone, PartialEq)]

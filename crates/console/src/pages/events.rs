@@ -7,7 +7,7 @@
 use actix_web::{HttpRequest, HttpResponse, web};
 use maud::html;
 use oncehook_common::store::dedup::{self, OUTCOMES, RecentCursor, RecentFilter};
-use oncehook_ctl::timefmt::{parse_duration, parse_rfc3339, rfc3339};
+use oncehook_ops::timefmt::{parse_duration, parse_rfc3339, rfc3339};
 use time::OffsetDateTime;
 
 use super::PAGE_SIZE;

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use maud::html;
-use oncehook_ctl::stats::{self, Looked, StatsArgs};
-use oncehook_ctl::timefmt::parse_duration;
+use oncehook_ops::stats::{self, Looked, StatsArgs};
+use oncehook_ops::timefmt::parse_duration;
 
 use crate::auth;
 use crate::form::Pairs;

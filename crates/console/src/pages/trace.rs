@@ -6,8 +6,8 @@
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use maud::{Markup, html};
-use oncehook_common::store::ledger;
-use oncehook_ctl::trace::{self, TraceReport};
+use oncehook_ledger::store as ledger;
+use oncehook_ops::trace::{self, TraceReport};
 use serde_json::Value;
 
 use crate::auth;

@@ -12,12 +12,12 @@ use lapin::Connection;
 use maud::html;
 use oncehook_common::config::ConsoleRole;
 use oncehook_common::store::audit::NewAuditEntry;
-use oncehook_ctl::broker;
-use oncehook_ctl::dlq::Filter;
-use oncehook_ctl::dlq::letter::Letter;
-use oncehook_ctl::dlq::purge::{self, PurgeArgs};
-use oncehook_ctl::dlq::replay::{self, ReplayArgs};
-use oncehook_ctl::output::{Caution, Output, Report, truncate};
+use oncehook_ops::broker;
+use oncehook_ops::dlq::Filter;
+use oncehook_ops::dlq::letter::Letter;
+use oncehook_ops::dlq::purge::{self, PurgeArgs};
+use oncehook_ops::dlq::replay::{self, ReplayArgs};
+use oncehook_ops::output::{Caution, Output, Report, truncate};
 use serde_json::Value;
 use time::OffsetDateTime;
 

@@ -1,13 +1,13 @@
 //! `GET /letters/{id}`: one dead letter in full — what failed, its message
 //! headers, the gateway's request headers and the payload, every secret
-//! masked (`oncehook_ctl::dlq::mask`) — with replay and purge for an
+//! masked (`oncehook_ops::dlq::mask`) — with replay and purge for an
 //! operator.
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use maud::{Markup, html};
-use oncehook_ctl::broker;
-use oncehook_ctl::dlq::mask;
-use oncehook_ctl::dlq::show::{self, ShowReport};
+use oncehook_ops::broker;
+use oncehook_ops::dlq::mask;
+use oncehook_ops::dlq::show::{self, ShowReport};
 use serde_json::Value;
 
 use crate::auth::{self, Who};

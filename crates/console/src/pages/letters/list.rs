@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use actix_web::{HttpRequest, HttpResponse, web};
 use maud::{Markup, html};
 use oncehook_common::dead_letter::DeadLetterKind;
-use oncehook_ctl::dlq::Filter;
-use oncehook_ctl::dlq::letter::Letter;
+use oncehook_ops::dlq::Filter;
+use oncehook_ops::dlq::letter::Letter;
 use time::OffsetDateTime;
 
 use super::{Filtered, WINDOWS, freshness, letter_table};

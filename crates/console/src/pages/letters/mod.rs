@@ -28,10 +28,10 @@ mod list;
 
 use actix_web::HttpResponse;
 use maud::{Markup, html};
-use oncehook_ctl::dlq::Filter;
-use oncehook_ctl::dlq::letter::Letter;
-use oncehook_ctl::output::truncate;
-use oncehook_ctl::timefmt::parse_duration;
+use oncehook_ops::dlq::Filter;
+use oncehook_ops::dlq::letter::Letter;
+use oncehook_ops::output::truncate;
+use oncehook_ops::timefmt::parse_duration;
 
 use crate::auth::Who;
 use crate::dead_letters::View;

@@ -8,8 +8,8 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use oncehook_common::config::ConsoleRole;
 use oncehook_common::store::audit::NewAuditEntry;
 use oncehook_common::store::notify::{self as store, EndpointState, Filter};
-use oncehook_ctl::output::truncate;
-use oncehook_ctl::timefmt::short_time;
+use oncehook_ops::output::truncate;
+use oncehook_ops::timefmt::short_time;
 use sqlx::PgConnection;
 
 use super::view::answer;

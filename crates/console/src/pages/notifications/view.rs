@@ -7,8 +7,8 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use maud::{Markup, html};
 use oncehook_common::store::notify::{self as store, DeliveryRecord, EndpointState};
-use oncehook_ctl::output::truncate;
-use oncehook_ctl::timefmt::{human_duration, whole_secs};
+use oncehook_ops::output::truncate;
+use oncehook_ops::timefmt::{human_duration, whole_secs};
 
 use super::{PAGE_SIZE, PATH, Query, STATUSES, Said, TITLE};
 use crate::auth::{self, Who};

@@ -1,0 +1,76 @@
+//! Cancelling an order: the shop gives up on it (the customer left). A
+//! cancellation is one more fact (`order_cancellations`); the order is
+//! recomputed from all its facts in the same transaction, like after any
+//! other fact, so a capture that came before is owed back (`needs_refund`)
+//! and its stock given back, and one that comes after is recorded and owed
+//! back and takes no stock: the same books whatever the order of the two.
+//! Emails already written stay (a confirmation cannot be unsent); the
+//! order events it causes (`order.cancelled`, `order.needs_refund`) are
+//! written in the same transaction.
+
+use std::collections::BTreeMap;
+
+use oncehook_common::otel;
+use sqlx::PgConnection;
+
+use super::plan::Plan;
+use super::record::{Fresh, Recording};
+use super::{Intake, follow_through};
+use crate::store::books;
+
+/// What cancelling did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cancelled {
+    /// The order is cancelled now.
+    Now,
+    /// It was cancelled before: nothing changed.
+    Already,
+    /// No order has this reference.
+    Unknown,
+}
+
+/// Cancels the order `order_ref` in `conn`'s transaction, on behalf of
+/// `by` (`Input::Cancel`): the cancellation is recorded, then the ledger's
+/// one tail runs for the order, its consequences joined to the caller's
+/// trace.
+pub(crate) async fn cancel(
+    conn: &mut PgConnection,
+    order_ref: &str,
+    by: &str,
+    reason: &str,
+) -> Result<Cancelled, sqlx::Error> {
+    let refs = [order_ref.to_owned()];
+    books::lock_keys(conn, &[], &refs).await?;
+    let locked = books::lock_orders(conn, &refs, &[], &[]).await?;
+    let Some(mut order) = locked
+        .into_iter()
+        .map(|l| l.order)
+        .find(|o| o.order_ref == order_ref)
+    else {
+        return Ok(Cancelled::Unknown);
+    };
+    if !books::record_cancellation(conn, order.id, by, reason).await? {
+        return Ok(Cancelled::Already);
+    }
+    order.cancelled = true;
+    let id = order.id;
+    let plan = Plan {
+        orders: BTreeMap::from([(id, order)]),
+        ..Plan::default()
+    };
+    let recording = Recording::default();
+    let intake = Intake {
+        touched: plan.orders.values().collect(),
+        traces: otel::current_traceparent()
+            .map(|tp| (id, tp))
+            .into_iter()
+            .collect(),
+        plan: &plan,
+        recording: &recording,
+        fresh: &Fresh::default(),
+        parked: Vec::new(),
+    };
+    follow_through(conn, intake).await?;
+    tracing::info!(%order_ref, cancelled_by = by, "order cancelled");
+    Ok(Cancelled::Now)
+}
