@@ -429,6 +429,7 @@ async fn cancel(pool: PgPool, order_ref: String) -> Option<String> {
                 order_ref: &order_ref,
                 by: "confluence",
                 reason: "",
+                trace_parent: None,
             };
             Ledger::default()
                 .apply(&mut tx, cancel)

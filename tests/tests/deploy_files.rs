@@ -418,6 +418,29 @@ const EXTRA_SECTIONS: &[(&str, &[&str], &str)] = &[(
 /// settings, then `[[api.key]]`, `[[notify.endpoint]]`, `[[console.user]]`).
 const FILE_SECTIONS: &[&str] = &["ingest", "api", "notify", "console"];
 
+/// The directories of the workspace libraries the crate in `dir` depends
+/// on, but the two every binary shares (the common crate's variables are
+/// its configuration's, counted by section; the gateways crate reads none).
+fn own_libraries(dir: &str) -> Vec<String> {
+    let workspace: toml::Table = read("Cargo.toml").parse().expect("Cargo.toml");
+    let paths = workspace["workspace"]["dependencies"]
+        .as_table()
+        .expect("workspace.dependencies");
+    let manifest: toml::Table = read(&format!("{dir}/Cargo.toml"))
+        .parse()
+        .expect("a member's manifest");
+    manifest
+        .get("dependencies")
+        .and_then(|d| d.as_table())
+        .map(|deps| {
+            deps.keys()
+                .filter(|dep| !["oncehook-common", "oncehook-gateways"].contains(&dep.as_str()))
+                .filter_map(|dep| paths.get(dep)?.get("path")?.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn roles(code: &ConfigCode) -> BTreeMap<String, Role> {
     let mut out = BTreeMap::new();
     for (name, bin) in workspace_binaries() {
@@ -451,9 +474,12 @@ fn roles(code: &ConfigCode) -> BTreeMap<String, Role> {
             .map(|(var, _)| var.clone())
             .collect();
         known.insert(code.config_var.clone());
-        // Variables the binary's own crate reads (oncehookctl's ONCEHOOK_API_KEY).
+        // Variables the binary's own crate reads, or a library of its own
+        // that it links (oncehookctl's ONCEHOOK_API_KEY, read by its verbs).
         let mut sources = Vec::new();
-        rust_files(&root().join(&bin.dir).join("src"), &mut sources);
+        for dir in std::iter::once(bin.dir.clone()).chain(own_libraries(&bin.dir)) {
+            rust_files(&root().join(dir).join("src"), &mut sources);
+        }
         for file in sources {
             let text = std::fs::read_to_string(&file).expect("read a source");
             known.extend(oncehook_literals(&text));

@@ -201,6 +201,7 @@ async fn every_event_type_reaches_the_shop_signed_and_on_the_broker() {
             order_ref: "ne_cancel",
             by: "test",
             reason: "customer left",
+            trace_parent: None,
         };
         oncehook_ledger::Ledger::default()
             .apply(&mut tx, cancel)

@@ -490,6 +490,7 @@ async fn cancel_order(pool: &PgPool, order_ref: &str) -> oncehook_ledger::cancel
         order_ref,
         by: "test",
         reason: "customer left",
+        trace_parent: None,
     };
     let done = Ledger::default()
         .apply(&mut tx, cancel)

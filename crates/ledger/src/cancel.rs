@@ -6,16 +6,16 @@
 //! back and takes no stock: the same books whatever the order of the two.
 //! Emails already written stay (a confirmation cannot be unsent); the
 //! order events it causes (`order.cancelled`, `order.needs_refund`) are
-//! written in the same transaction.
+//! written in the same transaction, through the ledger's one tail like any
+//! fact's: counted, and joined to the trace of the caller's request.
 
 use std::collections::BTreeMap;
 
-use oncehook_common::otel;
 use sqlx::PgConnection;
 
 use super::plan::Plan;
 use super::record::{Fresh, Recording};
-use super::{Intake, follow_through};
+use super::{Cancel, Intake, follow_through};
 use crate::store::books;
 
 /// What cancelling did.
@@ -29,15 +29,17 @@ pub enum Cancelled {
     Unknown,
 }
 
-/// Cancels the order `order_ref` in `conn`'s transaction, on behalf of
-/// `by` (`Input::Cancel`): the cancellation is recorded, then the ledger's
-/// one tail runs for the order, its consequences joined to the caller's
-/// trace.
+/// Cancels the order in `conn`'s transaction ([`Cancel`]): the
+/// cancellation is recorded, then the ledger's one tail runs for the order,
+/// its consequences joined to the caller's trace.
 pub(crate) async fn cancel(
     conn: &mut PgConnection,
-    order_ref: &str,
-    by: &str,
-    reason: &str,
+    Cancel {
+        order_ref,
+        by,
+        reason,
+        trace_parent,
+    }: Cancel<'_>,
 ) -> Result<Cancelled, sqlx::Error> {
     let refs = [order_ref.to_owned()];
     books::lock_keys(conn, &[], &refs).await?;
@@ -61,8 +63,8 @@ pub(crate) async fn cancel(
     let recording = Recording::default();
     let intake = Intake {
         touched: plan.orders.values().collect(),
-        traces: otel::current_traceparent()
-            .map(|tp| (id, tp))
+        traces: trace_parent
+            .map(|tp| (id, tp.to_owned()))
             .into_iter()
             .collect(),
         plan: &plan,

@@ -154,13 +154,15 @@ pub struct Created<'a> {
     pub gateway_refs: &'a [GatewayRef],
 }
 
-/// The shop cancels this order, on behalf of `by`. The answer is what
+/// The shop cancels this order, on behalf of `by`; what it causes joins
+/// the trace `trace_parent` (the caller's request). The answer is what
 /// cancelling did.
 #[derive(Debug, Clone, Copy)]
 pub struct Cancel<'a> {
     pub order_ref: &'a str,
     pub by: &'a str,
     pub reason: &'a str,
+    pub trace_parent: Option<&'a str>,
 }
 
 impl Input for Deliveries<'_> {}
@@ -184,7 +186,7 @@ impl sealed::Road for Created<'_> {
 impl sealed::Road for Cancel<'_> {
     type Answer = Cancelled;
     async fn take(self, conn: &mut PgConnection) -> Result<Cancelled, EffectError> {
-        Ok(cancel::cancel(conn, self.order_ref, self.by, self.reason).await?)
+        Ok(cancel::cancel(conn, self).await?)
     }
 }
 

@@ -5,6 +5,7 @@
 //! same order again.
 
 use actix_web::{HttpResponse, web};
+use oncehook_common::otel;
 use oncehook_ledger::cancel::Cancelled;
 use oncehook_ledger::{Cancel, Ledger};
 
@@ -44,10 +45,12 @@ pub async fn cancel(
             ));
         }
         let mut tx = state.pool.begin().await?;
+        let trace = otel::current_traceparent();
         let cancel = Cancel {
             order_ref: &order_ref,
             by: &caller.name,
             reason,
+            trace_parent: trace.as_deref(),
         };
         let result = match Ledger::default().apply(&mut tx, cancel).await? {
             Cancelled::Unknown => return Err(ApiError::not_found("order")),
