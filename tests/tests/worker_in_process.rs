@@ -305,7 +305,7 @@ impl Effect for Tally {
                 .iter()
                 .map(|_| Applied::new(Outcome::Applied, "tallied"))
                 .collect(),
-            settled_earlier: Vec::<(DeliveryKey, Applied)>::new(),
+            completed_earlier: Vec::<(DeliveryKey, Applied)>::new(),
         })
     }
 }

@@ -49,7 +49,7 @@ pub fn tell(
             continue;
         };
         tracing::info!(event_id = %a.event.event_id, linked_by = %events[by].event.event_id, "parked event applied");
-        effects.settled_earlier.push((
+        effects.completed_earlier.push((
             a.parked.key.clone(),
             adopted_detail(&events[by], plan, order_id),
         ));

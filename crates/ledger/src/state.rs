@@ -314,7 +314,7 @@ mod tests {
         assert_eq!((s.status, s.paid_by.as_deref()), ("cancelled", None));
         assert_eq!(flag(&s, "pay_1"), Some(FLAG_NEEDS_REFUND));
         assert!(!s.is_paid(), "no stock is taken for a cancelled order");
-        // Refunded back: settled, and every refund counts.
+        // Refunded back: squared, and every refund counts.
         let s = compute(
             &cancelled,
             &[cap("pay_1", 500)],

@@ -66,13 +66,13 @@ pub struct Effects {
     pub applied: Vec<Applied>,
     /// Deliveries of earlier transactions the effect kept (parked) and has
     /// now completed: their recorded outcome becomes this.
-    pub settled_earlier: Vec<(DeliveryKey, Applied)>,
+    pub completed_earlier: Vec<(DeliveryKey, Applied)>,
 }
 
 impl Effects {
     /// Records every outcome in `processed_webhooks`, one statement: those
     /// of `applied` (the deliveries `keys` names, in the order handed to
-    /// [`Effect::apply`]) and of the earlier deliveries now settled.
+    /// [`Effect::apply`]) and of the earlier deliveries now completed.
     pub async fn record<'a>(
         &'a self,
         conn: &mut PgConnection,
@@ -81,7 +81,7 @@ impl Effects {
         let finished: Vec<Finish<'_>> = keys
             .zip(&self.applied)
             .chain(
-                self.settled_earlier
+                self.completed_earlier
                     .iter()
                     .map(|(key, applied)| (key, applied)),
             )

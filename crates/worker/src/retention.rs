@@ -1,5 +1,5 @@
 //! Scheduled retention of the dedup table, of sent or failed outbox rows
-//! (customer addresses) and of the notifier's settled deliveries (the
+//! (customer addresses) and of the notifier's finished deliveries (the
 //! shop's answers). The SQL lives in
 //! [`oncehook_common::store::retention`] (shared with `oncehookctl
 //! retention`); this module only runs it every so often, in one worker at a

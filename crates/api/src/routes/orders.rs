@@ -1,6 +1,6 @@
 //! `POST /v1/orders`: an order with its items and gateway references, in
 //! one transaction with its `Idempotency-Key` (required). The key is
-//! claimed first (insert first, per API key): a concurrent post with the
+//! taken first (insert first, per API key): a concurrent post with the
 //! same key waits for that transaction and then answers what it stored, so
 //! twenty parallel posts make one order. The same key with another body →
 //! 422 `idempotency_key_reused`; an existing `order_ref` with the same
@@ -11,7 +11,7 @@
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
-use oncehook_common::store::shop::{self, Claim, Created, ShopOrder};
+use oncehook_common::store::shop::{self, Created, KeyUse, ShopOrder};
 use oncehook_ledger::{Created as Waited, Ledger, view, waiting};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -104,8 +104,8 @@ async fn create_once(
     order: &ShopOrder,
 ) -> Result<Answer, ApiError> {
     let mut tx = state.pool.begin().await?;
-    let claim = shop::claim_idempotency(&mut tx, &caller.name, key, digest).await?;
-    if let Some((status, body)) = answered_before(claim, digest)? {
+    let key_use = shop::take_idempotency_key(&mut tx, &caller.name, key, digest).await?;
+    if let Some((status, body)) = answered_before(key_use, digest)? {
         return Ok(Answer {
             status,
             body,
@@ -188,17 +188,17 @@ async fn same_content(
 }
 
 /// The answer a key already gave (`Some`), a refusal, or `None` for a key
-/// claimed now.
-fn answered_before(claim: Claim, digest: &str) -> Result<Option<(StatusCode, Value)>, ApiError> {
-    match claim {
-        Claim::Fresh => Ok(None),
-        Claim::Used { request_sha256, .. } if request_sha256 != digest => Err(ApiError::new(
+/// taken now.
+fn answered_before(key_use: KeyUse, digest: &str) -> Result<Option<(StatusCode, Value)>, ApiError> {
+    match key_use {
+        KeyUse::Fresh => Ok(None),
+        KeyUse::Used { request_sha256, .. } if request_sha256 != digest => Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "idempotency_key_reused",
             "this Idempotency-Key was used with another request body",
         )
         .with_field("Idempotency-Key")),
-        Claim::Used {
+        KeyUse::Used {
             status_code: Some(code),
             response: Some(response),
             ..
@@ -209,7 +209,7 @@ fn answered_before(claim: Claim, digest: &str) -> Result<Option<(StatusCode, Val
                 .unwrap_or(StatusCode::OK);
             Ok(Some((status, response)))
         }
-        Claim::Used { .. } => Err(ApiError::new(
+        KeyUse::Used { .. } => Err(ApiError::new(
             StatusCode::CONFLICT,
             "idempotency_key_in_use",
             "a request with this Idempotency-Key is still being answered; retry",

@@ -103,7 +103,7 @@ pub async fn missing_skus(
 
 /// What an `Idempotency-Key` already holds.
 #[derive(Debug, Clone)]
-pub enum Claim {
+pub enum KeyUse {
     /// The key is new: this transaction owns it (see [`finish_idempotency`]).
     Fresh,
     /// The key was used: for a request with this digest, answered so.
@@ -114,17 +114,17 @@ pub enum Claim {
     },
 }
 
-/// Claims `(key_name, key)` for a request with digest `sha`. A concurrent
-/// claim of the same key waits for the first transaction and then sees its
-/// row (or, if it rolled back, claims the key itself).
-pub async fn claim_idempotency(
+/// Takes `(key_name, key)` for a request with digest `sha` (insert first).
+/// A concurrent request with the same key waits for the first transaction
+/// and then sees its row (or, if it rolled back, takes the key itself).
+pub async fn take_idempotency_key(
     conn: &mut PgConnection,
     key_name: &str,
     key: &str,
     sha: &str,
-) -> Result<Claim, sqlx::Error> {
+) -> Result<KeyUse, sqlx::Error> {
     // Twice at most: a key pruned between the insert and the read is
-    // claimed again, as the new request it now is.
+    // taken again, as the new request it now is.
     for _ in 0..2 {
         let fresh = sqlx::query_scalar!(
             "INSERT INTO api_idempotency (key_name, idempotency_key, request_sha256) VALUES ($1, $2, $3)
@@ -136,7 +136,7 @@ pub async fn claim_idempotency(
         .fetch_optional(&mut *conn)
         .await?;
         if fresh.is_some() {
-            return Ok(Claim::Fresh);
+            return Ok(KeyUse::Fresh);
         }
         let row = sqlx::query!(
             "SELECT request_sha256, status_code, response FROM api_idempotency
@@ -147,7 +147,7 @@ pub async fn claim_idempotency(
         .fetch_optional(&mut *conn)
         .await?;
         if let Some(row) = row {
-            return Ok(Claim::Used {
+            return Ok(KeyUse::Used {
                 request_sha256: row.request_sha256,
                 status_code: row.status_code,
                 response: row.response,
@@ -178,7 +178,7 @@ pub async fn prune_idempotency(
     Ok(done.rows_affected())
 }
 
-/// Stores the answer of a claimed key (same transaction as the claim).
+/// Stores the answer of a key just taken (in the transaction that took it).
 pub async fn finish_idempotency(
     conn: &mut PgConnection,
     key_name: &str,
