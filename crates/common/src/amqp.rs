@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
 
@@ -275,4 +275,39 @@ mod tests {
         assert!(s.as_str().chars().all(|c| c == '₹'));
         assert_eq!(short("abc").as_str(), "abc");
     }
+}
+
+/// What a passive declare tells about a queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueDepth {
+    /// Messages ready (not those delivered and still unacked).
+    pub messages: u32,
+    /// Consumers attached.
+    pub consumers: u32,
+}
+
+/// Declares `queue` passively (no side effects) on a channel of its own: a
+/// missing queue closes the channel it is declared on, never a caller's.
+/// A missing queue is an error (`broker::queues::is_not_found`); see
+/// `broker::queues::depth` for `None`.
+pub async fn passive_declare(conn: &Connection, queue: &str) -> lapin::Result<QueueDepth> {
+    let ch = conn.create_channel().await?;
+    let declared = ch
+        .queue_declare(
+            short(queue),
+            QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await;
+    if ch.status().connected() {
+        let _ = ch.close(200, "queue inspected".into()).await;
+    }
+    let q = declared?;
+    Ok(QueueDepth {
+        messages: q.message_count(),
+        consumers: q.consumer_count(),
+    })
 }

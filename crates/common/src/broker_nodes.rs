@@ -14,7 +14,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::config::Secret;
+use crate::secret::Secret;
 
 /// One node: its URL (secret: it may carry a password) and a label fit for
 /// logs (`host:port`, no user name or password).

@@ -26,6 +26,7 @@ pub mod otel;
 pub mod peek_lock;
 pub mod redact;
 pub mod retry;
+pub mod secret;
 pub mod shutdown;
 #[cfg(feature = "db")]
 pub mod store;

@@ -21,18 +21,10 @@ use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptio
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Connection, ExchangeKind};
 
+use crate::config::QueueSettings;
+
 /// The queue argument that asks for a replica on each of N nodes.
 pub const ARG_QUORUM_INITIAL_GROUP_SIZE: &str = "x-quorum-initial-group-size";
-
-/// The arguments the topology's quorum queues are declared with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QueueSettings {
-    /// `x-delivery-limit` of the work queues.
-    pub delivery_limit: u32,
-    /// `x-quorum-initial-group-size` of every queue: replicas at creation
-    /// (the broker caps it at the number of nodes, so 3 works on one node).
-    pub initial_group_size: u32,
-}
 
 /// The configured source that received the webhook.
 pub const HEADER_SOURCE: &str = "x-oncehook-source";
@@ -257,7 +249,7 @@ async fn declare_quorum_queue(
             Ok(())
         }
         Err(err) if names_group_size(&err) => {
-            crate::broker::queues::passive_declare(conn, queue).await?;
+            crate::amqp::passive_declare(conn, queue).await?;
             tracing::warn!(
                 queue,
                 group_size,

@@ -256,7 +256,7 @@ async fn post_load(env: &TestEnv, base: &str, knobs: &Knobs, tag: &str) -> Stats
 
 async fn declare_topology(prefix: &str) {
     let conn = broker::connect().await;
-    let queues = oncehook_common::topology::QueueSettings {
+    let queues = oncehook_common::config::QueueSettings {
         delivery_limit: 5,
         initial_group_size: 3,
     };

@@ -1,17 +1,16 @@
-//! Looking at queues without changing them. [`passive_declare`] is the one
-//! passive declare every binary uses (the topology's check that a queue
-//! exists, `oncehookctl`'s depths, the gauges); [`report_gauges`] sets
+//! Looking at queues without changing them, with the one passive declare
+//! every binary uses ([`passive_declare`], an AMQP primitive the topology's
+//! check that a queue exists also uses): `oncehookctl`'s depths, the
+//! gauges; [`report_gauges`] sets
 //! `oncehook_queue_messages` and `oncehook_queue_consumers` for every queue
 //! of the topology every few seconds while a broker session lasts.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use lapin::options::QueueDeclareOptions;
-use lapin::types::FieldTable;
 use lapin::{Connection, ErrorKind};
 
-use crate::amqp::short;
+pub use crate::amqp::{QueueDepth, passive_declare};
 use crate::shutdown::Shutdown;
 use crate::{Topology, peek_lock};
 
@@ -20,40 +19,6 @@ pub const GAUGE_INTERVAL: Duration = Duration::from_secs(5);
 
 /// AMQP reply code of a passive declare of a queue that does not exist.
 const NOT_FOUND: u16 = 404;
-
-/// What a passive declare tells about a queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QueueDepth {
-    /// Messages ready (not those delivered and still unacked).
-    pub messages: u32,
-    /// Consumers attached.
-    pub consumers: u32,
-}
-
-/// Declares `queue` passively (no side effects) on a channel of its own: a
-/// missing queue closes the channel it is declared on, never a caller's.
-/// A missing queue is an error ([`is_not_found`]); see [`depth`] for `None`.
-pub async fn passive_declare(conn: &Connection, queue: &str) -> lapin::Result<QueueDepth> {
-    let ch = conn.create_channel().await?;
-    let declared = ch
-        .queue_declare(
-            short(queue),
-            QueueDeclareOptions {
-                passive: true,
-                ..QueueDeclareOptions::default()
-            },
-            FieldTable::default(),
-        )
-        .await;
-    if ch.status().connected() {
-        let _ = ch.close(200, "queue inspected".into()).await;
-    }
-    let q = declared?;
-    Ok(QueueDepth {
-        messages: q.message_count(),
-        consumers: q.consumer_count(),
-    })
-}
 
 /// [`passive_declare`], with a queue that does not exist as `None`.
 pub async fn depth(conn: &Connection, queue: &str) -> lapin::Result<Option<QueueDepth>> {

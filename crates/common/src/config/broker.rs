@@ -13,7 +13,6 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use super::keys::Key;
 use super::values::{AtLeast, NonEmpty};
 use crate::broker_nodes::BrokerNodes;
-use crate::topology::QueueSettings;
 
 pub const DEFAULT_AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 
@@ -120,3 +119,13 @@ impl Serialize for AmqpUrls {
 #[cfg(test)]
 #[path = "broker_tests.rs"]
 mod tests;
+
+/// The arguments the topology's quorum queues are declared with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueSettings {
+    /// `x-delivery-limit` of the work queues.
+    pub delivery_limit: u32,
+    /// `x-quorum-initial-group-size` of every queue: replicas at creation
+    /// (the broker caps it at the number of nodes, so 3 works on one node).
+    pub initial_group_size: u32,
+}

@@ -31,7 +31,7 @@ mod load;
 mod mail;
 mod notify;
 mod reconcile;
-mod secret;
+
 mod smtp;
 mod source_api;
 mod sources;
@@ -41,10 +41,11 @@ mod worker;
 
 use std::collections::HashMap;
 
+pub use crate::secret::Secret;
 pub use api::{ApiConfig, ApiKey, ApiScope, ENV_API_ADDR, ENV_API_AUTH_FAILURES_PER_MINUTE};
 pub use api::{ENV_API_BODY_LIMIT_BYTES, ENV_API_MAX_ITEMS, ENV_API_MAX_PAGE_SIZE};
 pub use binaries::{ApiSettings, IngestSettings, MailerSettings, NotifierSettings, WorkerSettings};
-pub use broker::{BrokerConfig, DEFAULT_AMQP_URL};
+pub use broker::{BrokerConfig, DEFAULT_AMQP_URL, QueueSettings};
 pub use broker::{ENV_AMQP_PREFIX, ENV_AMQP_URL, ENV_DELIVERY_LIMIT};
 pub use broker::{ENV_PUBLISH_TIMEOUT_MS, ENV_QUORUM_INITIAL_GROUP_SIZE};
 pub use console::{ConsoleConfig, ConsoleRole, ConsoleUser};
@@ -64,7 +65,6 @@ pub use notify::{ENV_NOTIFY_CONCURRENCY, ENV_NOTIFY_RETRY_SCHEDULE, ENV_NOTIFY_T
 pub use reconcile::{ENV_RECONCILE_AFTER, ENV_RECONCILE_HORIZON, ENV_RECONCILE_INTERVAL};
 pub use reconcile::{ENV_RECONCILE_CALLS_PER_RUN, ENV_RECONCILE_CALLS_PER_SECOND};
 pub use reconcile::{ENV_RECONCILE_TIMEOUT, ReconcileConfig};
-pub use secret::Secret;
 pub use smtp::{SmtpConfig, SmtpCredentials, SmtpTls};
 pub use source_api::{ApiAuth, DEFAULT_CASHFREE_API_VERSION, SourceApi, default_base_url};
 pub use sources::{DEFAULT_TOLERANCE_SECS, MAX_TOLERANCE_SECS, SourceConfig};

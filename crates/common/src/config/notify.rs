@@ -14,9 +14,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use super::ConfigError;
 use super::error::invalid;
 use super::keys::Key;
-use super::secret::Secret;
 use super::sources::{Expanded, expand};
 use super::values::{HumanDuration, Within};
+use crate::secret::Secret;
 
 pub const ENV_NOTIFY_RETRY_SCHEDULE: &str = "ONCEHOOK_NOTIFY_RETRY_SCHEDULE";
 pub const ENV_NOTIFY_TIMEOUT: &str = "ONCEHOOK_NOTIFY_TIMEOUT";

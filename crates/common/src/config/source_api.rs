@@ -14,8 +14,8 @@ use std::collections::HashMap;
 use oncehook_gateways::Gateway;
 use serde::{Deserialize, Serialize};
 
-use super::secret::Secret;
 use super::sources::{Expanded, expand};
+use crate::secret::Secret;
 
 /// Cashfree's `x-api-version` when none is given.
 pub const DEFAULT_CASHFREE_API_VERSION: &str = "2023-08-01";

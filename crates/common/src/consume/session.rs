@@ -19,10 +19,10 @@ use super::broker::{BrokerDeadLetters, Window, consume};
 use crate::broker::{Session, SessionError, Supervisor};
 use crate::broker_nodes::BrokerNodes;
 use crate::config::BrokerConfig;
+use crate::config::QueueSettings;
 use crate::health::Readiness;
 use crate::retry::RetryPolicy;
 use crate::shutdown::Shutdown;
-use crate::topology::QueueSettings;
 use crate::{Topology, amqp, db};
 
 /// What one consuming binary consumes, and how.
