@@ -105,7 +105,7 @@ impl<E: Effect> Worker<E> {
     async fn process(&self, delivery: Arc<Delivery>) -> Verdict {
         let gateway = delivery.event.provider.as_str();
         let event_id = &delivery.event.event_id;
-        let mut backoff = self.retry.backoff();
+        let mut hold = db::Hold::by(self.retry, &self.pool, &self.shutdown);
         let mut tries: u32 = 0;
         loop {
             let err = match self.grouper.submit(delivery.clone()).await {
@@ -136,15 +136,7 @@ impl<E: Effect> Worker<E> {
                 }
             };
             metrics::counter!("oncehook_worker_retries_total", "gateway" => gateway).increment(1);
-            if !db::hold(
-                &self.pool,
-                &err,
-                &mut backoff,
-                self.retry.max_delay,
-                &self.shutdown,
-            )
-            .await
-            {
+            if !hold.pause(&err).await {
                 tracing::info!(gateway, %event_id, "stopping; requeueing the held delivery");
                 return Verdict::Retry;
             }
@@ -284,8 +276,9 @@ fn rejected(Rejection { kind, message }: Rejection) -> Verdict {
 }
 
 /// The worker's session tasks: the outbox relay and the parked-event
-/// sweeper, both publishing over the session's confirm channel, and the
-/// queue gauges (channels of their own on the session's connection).
+/// sweeper, both publishing over the session's confirm channel, the queue
+/// gauges (channels of their own on the session's connection) and the
+/// outbox gauges.
 struct WorkerTasks {
     pool: Pooled,
     topology: Topology,
@@ -321,7 +314,8 @@ impl SessionTasks for WorkerTasks {
             self.topology.clone(),
             stop.clone(),
         ));
-        vec![relay, sweeper, gauges]
+        let outbox_gauges = tokio::spawn(relay::gauges(self.pool.clone(), stop.clone()));
+        vec![relay, sweeper, gauges, outbox_gauges]
     }
 }
 
