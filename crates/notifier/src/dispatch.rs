@@ -211,13 +211,7 @@ async fn render(n: &Notifier, id: &str) -> Result<Option<(Vec<u8>, Option<String
 
 /// Sets the endpoints' gauges every few seconds until shutdown.
 pub async fn gauges(n: Arc<Notifier>) {
-    let names: Vec<String> = n
-        .settings
-        .notify
-        .endpoints
-        .iter()
-        .map(|e| e.name.clone())
-        .collect();
+    let names = n.endpoint_names();
     Periodic::every("notify gauges", Duration::from_secs(5))
         .logs(
             "could not read the endpoints' state for the notify gauges; retrying every 5 s",

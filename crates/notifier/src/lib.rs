@@ -84,6 +84,12 @@ impl Notifier {
         }))
     }
 
+    /// The configured endpoints' names.
+    pub fn endpoint_names(&self) -> Vec<String> {
+        let endpoints = &self.settings.notify.endpoints;
+        endpoints.iter().map(|e| e.name.clone()).collect()
+    }
+
     /// Wakes the dispatchers of `endpoints`.
     pub fn wake(&self, endpoints: &[String]) {
         for (e, waker) in self.settings.notify.endpoints.iter().zip(&self.wakers) {
@@ -111,13 +117,7 @@ impl Notifier {
     /// Runs the dispatchers, the gauges and broker sessions (relay and
     /// fan-out) until shutdown; then waits for the attempts in flight.
     pub async fn run(self: Arc<Self>) {
-        let names: Vec<String> = self
-            .settings
-            .notify
-            .endpoints
-            .iter()
-            .map(|e| e.name.clone())
-            .collect();
+        let names = self.endpoint_names();
         if self
             .with_db(|db| {
                 let names = names.clone();
