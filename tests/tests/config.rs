@@ -192,3 +192,27 @@ async fn the_mailer_refuses_a_url_without_a_host_never_echoing_it() {
         );
     }
 }
+
+/// A retired setting is refused by name with the release it went away in,
+/// from the environment and from the file, never read and ignored.
+#[tokio::test]
+async fn the_worker_refuses_the_retired_batch_linger() {
+    let mut env = TestEnv::new().await;
+    let said = "worker.batch.linger_ms (ONCEHOOK_WORKER_BATCH_LINGER_MS) was removed in oncehook";
+    let mut proc = env.spawn(
+        "oncehook-worker",
+        &[("ONCEHOOK_WORKER_BATCH_LINGER_MS", "2")],
+        &[],
+    );
+    let code = proc.wait_exit(Duration::from_secs(15));
+    let log = proc.log_text();
+    assert!(code.is_some_and(|c| c != 0), "must exit, refused: {log}");
+    assert!(log.contains(said), "{log}");
+    let (code, log) = start_with(
+        &mut env,
+        "oncehook-worker",
+        "[worker.batch]\nsize = 8\nlinger_ms = 2\n",
+    );
+    assert!(code.is_some_and(|c| c != 0), "must exit, refused: {log}");
+    assert!(log.contains(said), "{log}");
+}

@@ -1,12 +1,14 @@
 //! Forgetting old `Idempotency-Key`s: every API process deletes keys older
 //! than `api.idempotency_ttl` (24 h by default) in small batches, at start
-//! and then every `ttl / 4` (between 1 s and 10 min). Several replicas may
+//! and then every `ttl / 4` (between 1 s and 10 min, plus up to a tenth
+//! of it at random), on the common periodic helper. Several replicas may
 //! prune at once: a row two of them pick is deleted by one, skipped by the
-//! other. A failed pass is logged and tried again at the next tick; the API
-//! answers meanwhile.
+//! other. A failed pass is tried again at the next tick (logged once per spell
+//! of failures); the API answers meanwhile.
 
 use std::time::Duration;
 
+use oncehook_common::periodic::{Next, Periodic};
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::Pooled;
 use oncehook_common::store::shop;
@@ -19,25 +21,26 @@ pub fn interval(ttl: Duration) -> Duration {
     (ttl / 4).clamp(Duration::from_secs(1), Duration::from_secs(600))
 }
 
-/// Prunes until `shutdown`.
+/// Prunes until `shutdown`, at start and then every [`interval`] (plus up
+/// to a tenth of it at random, so replicas spread out).
 pub async fn run(pool: Pooled, ttl: Duration, shutdown: Shutdown) {
     metrics::counter!("oncehook_api_idempotency_keys_pruned_total").absolute(0);
-    loop {
-        match prune_once(&pool, ttl).await {
-            Ok(0) => {}
-            Ok(deleted) => {
+    let every = interval(ttl);
+    Periodic::every("idempotency key pruning", every)
+        .jitter(every / 10)
+        .logs(
+            "deleting old idempotency keys failed; trying again later",
+            "deleting old idempotency keys works again",
+        )
+        .run(&shutdown, || async {
+            let deleted = prune_once(&pool, ttl).await?;
+            if deleted > 0 {
                 metrics::counter!("oncehook_api_idempotency_keys_pruned_total").increment(deleted);
                 tracing::info!(deleted, ttl = ?ttl, "idempotency keys older than api.idempotency_ttl deleted");
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "deleting old idempotency keys failed; trying again later");
-            }
-        }
-        tokio::select! {
-            () = tokio::time::sleep(interval(ttl)) => {}
-            () = shutdown.wait() => return,
-        }
-    }
+            Ok::<_, sqlx::Error>(Next::Pause)
+        })
+        .await;
 }
 
 /// One pass: batch after batch until a batch is not full.

@@ -16,6 +16,7 @@ use actix_web::{App, HttpServer, web};
 use metrics_exporter_prometheus::PrometheusHandle;
 use oncehook_common::ApiSettings;
 use oncehook_common::health::{self, Readiness};
+use oncehook_common::periodic::{self, Periodic};
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::{self, Pooled};
 
@@ -120,19 +121,23 @@ impl Application {
     }
 }
 
-/// Keeps `/readyz` to whether the database answers.
+/// Keeps `/readyz` to whether the database answers, checked every 5 s.
 async fn watch_database(
     pool: oncehook_common::store::Pooled,
     ready: Readiness,
     shutdown: Shutdown,
 ) {
-    loop {
-        ready.set(store::ping(&pool).await.is_ok());
-        tokio::select! {
-            () = tokio::time::sleep(Duration::from_secs(5)) => {}
-            () = shutdown.wait() => return,
-        }
-    }
+    Periodic::every("database readiness", Duration::from_secs(5))
+        .logs(
+            "the database does not answer; /readyz is red",
+            "the database answers again; /readyz is green",
+        )
+        .run(&shutdown, || async {
+            let answered = store::ping(&pool).await;
+            ready.set(answered.is_ok());
+            answered.map(|()| periodic::Next::Pause)
+        })
+        .await;
 }
 
 /// Counts each answer by route pattern and status.

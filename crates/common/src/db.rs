@@ -2,9 +2,7 @@
 //! (transient or not, connection trouble or not), waiting for an
 //! unreachable database, waiting for a schema at least as new as the
 //! binary ([`wait_for_schema`]) and holding a delivery through transient
-//! trouble ([`hold`]). Session supervision lives in `consume::session`.
-
-use std::time::Duration;
+//! trouble ([`Hold`]). Session supervision lives in `consume::session`.
 
 use sqlx::migrate::Migrator;
 
@@ -59,7 +57,7 @@ pub fn is_connection_problem(err: &sqlx::Error) -> bool {
 /// Waits until `SELECT 1` works, polling by [`RetryPolicy::DATABASE_WAIT`];
 /// `false` if shutdown came first.
 pub async fn wait_for_database(db: &Pooled, shutdown: &crate::shutdown::Shutdown) -> bool {
-    let mut delays = RetryPolicy::DATABASE_WAIT.backoff();
+    let mut hold = Hold::new(db, shutdown);
     let mut warned = false;
     loop {
         if crate::store::ping(db).await.is_ok() {
@@ -72,10 +70,7 @@ pub async fn wait_for_database(db: &Pooled, shutdown: &crate::shutdown::Shutdown
             tracing::warn!("database unreachable; consumption paused");
             warned = true;
         }
-        let delay = delays
-            .next()
-            .unwrap_or(RetryPolicy::DATABASE_WAIT.max_delay);
-        if !shutdown.sleep(delay).await {
+        if !hold.sleep().await {
             return false;
         }
     }
@@ -116,7 +111,7 @@ pub fn schema_gap(applied: &[i64], migrator: &Migrator) -> SchemaGap {
 /// schema (versions this binary does not know) is accepted with a warning.
 /// `false` if shutdown came first.
 pub async fn wait_for_schema(db: &Pooled, shutdown: &crate::shutdown::Shutdown) -> bool {
-    let mut delays = RetryPolicy::DATABASE_WAIT.backoff();
+    let mut hold = Hold::new(db, shutdown);
     let mut reported = None;
     loop {
         match crate::store::schema::applied_migrations(db).await {
@@ -138,30 +133,90 @@ pub async fn wait_for_schema(db: &Pooled, shutdown: &crate::shutdown::Shutdown) 
             }
             Err(err) => tracing::warn!(%err, "could not read the applied migrations; retrying"),
         }
-        let delay = delays
-            .next()
-            .unwrap_or(RetryPolicy::DATABASE_WAIT.max_delay);
-        if !shutdown.sleep(delay).await {
+        if !hold.sleep().await {
             return false;
         }
     }
 }
 
-/// Waits before the next try of a database call that failed transiently:
-/// until Postgres answers again when it is unreachable, otherwise the next
-/// delay of `delays` (`cap` once they are used up, so a delivery is held
-/// for as long as the trouble lasts). `false` if shutdown came first.
-pub async fn hold(
-    db: &Pooled,
-    err: &sqlx::Error,
-    delays: &mut impl Iterator<Item = Duration>,
-    cap: Duration,
-    shutdown: &crate::shutdown::Shutdown,
-) -> bool {
-    if is_connection_problem(err) {
-        return wait_for_database(db, shutdown).await;
+/// Holding a piece of work through database trouble — the one way every
+/// binary does it (a delivery's transaction, claiming and marking an
+/// email, the notifier's writes, waiting for Postgres or its schema before
+/// consuming). After a failed call: when Postgres is unreachable, wait
+/// until it answers again (polling by [`RetryPolicy::DATABASE_WAIT`]);
+/// otherwise (contention) wait the next delay of the hold's policy, and
+/// its longest delay once they are used up, so the work is held for as
+/// long as the trouble lasts. Only shutdown ends a hold.
+#[derive(Debug)]
+pub struct Hold<'a> {
+    db: &'a Pooled,
+    shutdown: &'a crate::shutdown::Shutdown,
+    policy: RetryPolicy,
+    delays: backon::ExponentialBackoff,
+}
+
+impl<'a> Hold<'a> {
+    /// A hold by [`RetryPolicy::DATABASE_WAIT`].
+    pub fn new(db: &'a Pooled, shutdown: &'a crate::shutdown::Shutdown) -> Self {
+        Self::by(RetryPolicy::DATABASE_WAIT, db, shutdown)
     }
-    shutdown.sleep(delays.next().unwrap_or(cap)).await
+
+    /// A hold whose pauses after contention follow `policy` (a delivery's
+    /// configured retries); an unreachable database is still waited for by
+    /// [`RetryPolicy::DATABASE_WAIT`].
+    pub fn by(
+        policy: RetryPolicy,
+        db: &'a Pooled,
+        shutdown: &'a crate::shutdown::Shutdown,
+    ) -> Self {
+        Hold {
+            db,
+            shutdown,
+            policy,
+            delays: policy.backoff(),
+        }
+    }
+
+    /// Waits before the next try of a call that failed with `err`: until
+    /// Postgres answers again when it is unreachable, otherwise the next
+    /// delay. `false` if shutdown came first.
+    pub async fn pause(&mut self, err: &sqlx::Error) -> bool {
+        if is_connection_problem(err) {
+            return wait_for_database(self.db, self.shutdown).await;
+        }
+        self.sleep().await
+    }
+
+    /// Waits the next delay of the policy (its longest once they are used
+    /// up); `false` if shutdown came first.
+    pub async fn sleep(&mut self) -> bool {
+        let delay = self.delays.next().unwrap_or(self.policy.max_delay);
+        self.shutdown.sleep(delay).await
+    }
+
+    /// Runs `call` until it succeeds, telling `failed` of each error and
+    /// pausing after it; `None` if shutdown came first.
+    pub async fn retry<T, F, Fut>(
+        &mut self,
+        mut call: F,
+        mut failed: impl FnMut(&sqlx::Error),
+    ) -> Option<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, sqlx::Error>>,
+    {
+        loop {
+            match call().await {
+                Ok(value) => return Some(value),
+                Err(err) => {
+                    failed(&err);
+                    if !self.pause(&err).await {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]

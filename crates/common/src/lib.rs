@@ -5,9 +5,11 @@
 //! (`broker`), dead letters (`dead_letter`: their kinds, headers and
 //! IDs), the consume loop that owns every delivery (`consume`:
 //! handlers return a verdict, the loop settles it), the one `RetryPolicy`
-//! every backoff reads, telemetry (logs and metrics), graceful shutdown and —
+//! every backoff reads, the one helper every periodic task runs on
+//! (`periodic`), the one `Retry-After` parser (`retry_after`), telemetry (logs and metrics), graceful shutdown and —
 //! with the `db` feature — the Postgres pool, migrations, the consumers'
-//! session (`consume::session`) and the `store` (the SQL of each table).
+//! session (`consume::session`), the one outbox relay (`relay`) and the
+//! `store` (the SQL of each table).
 //!
 //! Ingest builds this crate without `db`: it never touches Postgres.
 
@@ -24,8 +26,12 @@ pub mod envelope;
 pub mod health;
 pub mod otel;
 pub mod peek_lock;
+pub mod periodic;
 pub mod redact;
+#[cfg(feature = "db")]
+pub mod relay;
 pub mod retry;
+pub mod retry_after;
 pub mod secret;
 pub mod shutdown;
 #[cfg(feature = "db")]

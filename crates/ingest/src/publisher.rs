@@ -13,6 +13,7 @@ use oncehook_common::broker::{Session, SessionError, Supervisor};
 use oncehook_common::broker_nodes::BrokerNodes;
 use oncehook_common::config::QueueSettings;
 use oncehook_common::health::Readiness;
+use oncehook_common::periodic::{Next, Periodic};
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::{Envelope, RetryPolicy, Topology, otel};
 use tokio::sync::{Notify, RwLock};
@@ -29,7 +30,7 @@ pub struct Publisher {
 
 struct Inner {
     channel: RwLock<Option<Channel>>,
-    broken: Notify,
+    broken: Arc<Notify>,
     ready: Readiness,
     topology: Topology,
     timeout: Duration,
@@ -47,7 +48,7 @@ impl Publisher {
     ) -> Self {
         let inner = Arc::new(Inner {
             channel: RwLock::new(None),
-            broken: Notify::new(),
+            broken: Arc::new(Notify::new()),
             ready: Readiness::default(),
             topology,
             timeout,
@@ -122,16 +123,16 @@ impl Session for Publishing {
         metrics::gauge!("oncehook_ingest_broker_connected").set(1.0);
         *self.inner.channel.write().await = Some(ch.clone());
         self.inner.ready.set(true);
-        loop {
-            tokio::select! {
-                () = shutdown.wait() => break,
-                () = self.inner.broken.notified() => {}
-                () = tokio::time::sleep(CHECK_EVERY) => {}
-            }
-            if !ch.status().connected() || !conn.status().connected() {
-                break;
-            }
-        }
+        // Serves until the connection or the channel is gone (a failed
+        // publish wakes the check at once) or shutdown.
+        Periodic::every("broker session watch", CHECK_EVERY)
+            .first_after_a_pause()
+            .woken_by(self.inner.broken.clone())
+            .run(shutdown, || async {
+                let open = ch.status().connected() && conn.status().connected();
+                Ok::<_, std::convert::Infallible>(if open { Next::Pause } else { Next::Stop })
+            })
+            .await;
         self.inner.ready.set(false);
         *self.inner.channel.write().await = None;
         // Close the channel before the connection (a channel still closing

@@ -78,7 +78,7 @@ pub struct Ledger {
 
 impl Effect for Ledger {
     /// The email relay and the parked-event sweeper, both publishing over
-    /// the session's confirm channel.
+    /// the session's confirm channel, and the outbox gauges.
     fn session_tasks(&self, s: Session<'_>) -> Vec<JoinHandle<()>> {
         let timeout = s.settings.broker.publish_timeout;
         let relay = tokio::spawn(relay::run(
@@ -97,7 +97,8 @@ impl Effect for Ledger {
             timeout,
             s.stop.clone(),
         ));
-        vec![relay, sweeper]
+        let gauges = tokio::spawn(relay::gauges(s.pool.clone(), s.stop.clone()));
+        vec![relay, sweeper, gauges]
     }
 
     fn committed(&self, _applied: &Applied) {

@@ -18,6 +18,7 @@ use crate::store::parking::Parked;
 use lapin::Channel;
 use oncehook_common::amqp::PublishError;
 use oncehook_common::dead_letter::{self, DeadLetter, DeadLetterKind, Writer};
+use oncehook_common::periodic::{Next, Periodic};
 use oncehook_common::store::Pooled;
 use oncehook_common::store::dedup;
 use oncehook_common::{Envelope, Topology};
@@ -140,25 +141,31 @@ pub async fn run_sweeper(
     stop: oncehook_common::shutdown::Shutdown,
 ) {
     let every = (ttl / 2).clamp(Duration::from_millis(200), Duration::from_secs(5));
-    loop {
-        match sweep(&pool, &ch, &topology, ttl, timeout).await {
-            Ok(n) if n as i64 == SWEEP_BATCH => continue,
-            Ok(_) => {}
-            Err(err) => {
-                tracing::warn!(%err, "sweeping parked events failed; will retry");
-                if !ch.status().connected() {
-                    return;
+    let (pool, ch, topology) = (&pool, &ch, &topology);
+    Periodic::every("parked-event sweeper", every)
+        .logs(
+            "sweeping parked events failed; will retry",
+            "parked events are swept again",
+        )
+        .run(&stop, move || async move {
+            let swept = match sweep(pool, ch, topology, ttl, timeout).await {
+                Ok(n) => n,
+                Err(error) if !ch.status().connected() => {
+                    tracing::warn!(%error, "sweeping parked events failed (the channel closed; the next broker session sweeps)");
+                    return Ok(Next::Stop);
                 }
+                Err(error) => return Err(error),
+            };
+            if let Ok(n) = count(pool).await {
+                metrics::gauge!("oncehook_worker_parked_events").set(n as f64);
             }
-        }
-        if let Ok(n) = count(&pool).await {
-            metrics::gauge!("oncehook_worker_parked_events").set(n as f64);
-        }
-        tokio::select! {
-            () = tokio::time::sleep(every) => {}
-            () = stop.wait() => return,
-        }
-    }
+            Ok(if swept as i64 == SWEEP_BATCH {
+                Next::Again
+            } else {
+                Next::Pause
+            })
+        })
+        .await;
 }
 
 /// A parked event taken back because its payment is now linked.

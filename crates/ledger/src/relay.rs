@@ -1,33 +1,78 @@
-//! The outbox relay: publishes committed `email_outbox` rows to `P.emails`
-//! with confirms and marks them published. Safe in every worker copy: rows
-//! are claimed with `FOR UPDATE SKIP LOCKED`. A crash between publish and
-//! mark publishes a row twice; the mailer's `sent_at` check absorbs that.
-//! Every few seconds the relay also sets the outbox gauges (the queue gauges
-//! are the broker module's, `oncehook_common::broker::queues`).
+//! The worker's outbox relay: the committed `email_outbox` rows as the
+//! common relay's [`Source`], published to `P.emails` (one message per
+//! row, naming its outbox id, in the trace of the delivery that wrote it).
+//! The relay itself — claiming with `FOR UPDATE SKIP LOCKED`, confirms,
+//! marking, its cadence — is `oncehook_common::relay`; a crash between
+//! publish and mark publishes a row twice, and the mailer's `sent_at`
+//! check absorbs that. Beside it, a periodic task sets the outbox gauges
+//! (the queue gauges are the broker module's,
+//! `oncehook_common::broker::queues`).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lapin::Channel;
-use oncehook_common::amqp::{self, PublishError};
+use oncehook_common::Topology;
 use oncehook_common::email::EmailMessage;
+use oncehook_common::periodic::{Next, Periodic};
+use oncehook_common::relay::{Confirmed, Outgoing, Relay, Source};
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::{Pooled, outbox};
-use oncehook_common::{Topology, otel};
+use sqlx::PgConnection;
 use tokio::sync::Notify;
+use uuid::Uuid;
 
-const BATCH: i64 = 100;
+/// How often the relay looks for rows when no commit woke it.
+const POLL: Duration = Duration::from_millis(500);
+/// How often the outbox gauges are set.
+const GAUGES: Duration = Duration::from_secs(5);
 
-/// Why a relay pass stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum RelayError {
-    #[error("outbox query failed: {0}")]
-    Database(#[from] sqlx::Error),
-    #[error("publishing a batch of {count} outbox row(s) failed: {source}")]
-    Publish { count: usize, source: PublishError },
+/// The outbox's rows: `(id, trace parent)`.
+pub struct Emails {
+    routing_key: &'static str,
 }
 
-/// Publishes batches on `ch` until `stop` fires or the channel dies.
+impl Source for Emails {
+    type Row = (Uuid, Option<String>);
+    const FAILING: &'static str = "outbox relay pass failed; will retry";
+    const RECOVERED: &'static str = "outbox relay publishes again";
+    const PUBLISHED_TOTAL: &'static str = "oncehook_outbox_published_total";
+
+    async fn claim(
+        &self,
+        tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+        limit: usize,
+    ) -> Result<Vec<Self::Row>, sqlx::Error> {
+        let conn: &mut PgConnection = tx;
+        outbox::lock_unpublished(conn, limit as i64).await
+    }
+
+    async fn message(
+        &self,
+        _tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+        (id, trace_parent): &Self::Row,
+    ) -> Result<Option<Outgoing>, sqlx::Error> {
+        let msg = EmailMessage { outbox_id: *id };
+        Ok(Some(Outgoing {
+            routing_key: self.routing_key.to_owned(),
+            id: id.to_string(),
+            body: msg.to_bytes(),
+            properties: msg.properties(),
+            trace_parent: trace_parent.clone(),
+        }))
+    }
+
+    async fn mark(
+        &self,
+        tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+        rows: &[Self::Row],
+    ) -> Result<(), sqlx::Error> {
+        let ids: Vec<Uuid> = rows.iter().map(|(id, _)| *id).collect();
+        outbox::mark_published(tx, &ids).await
+    }
+}
+
+/// Relays the outbox on `ch` until `stop` fires or the channel dies.
 /// `wakeup` lets the consumer nudge the relay right after a commit that
 /// wrote an email.
 pub async fn run(
@@ -38,86 +83,33 @@ pub async fn run(
     wakeup: Arc<Notify>,
     stop: Shutdown,
 ) {
-    let mut last_gauges = Instant::now() - Duration::from_secs(60);
-    loop {
-        match publish_batch(&db, &ch, &topology, timeout).await {
-            Ok(n) if n as i64 == BATCH => continue,
-            Ok(_) => {}
-            Err(err) => {
-                tracing::warn!(%err, "outbox relay pass failed; will retry");
-                if !ch.status().connected() {
-                    return;
-                }
-            }
-        }
-        if last_gauges.elapsed() > Duration::from_secs(5) {
-            last_gauges = Instant::now();
-            update_gauges(&db).await;
-        }
-        tokio::select! {
-            () = wakeup.notified() => {}
-            () = tokio::time::sleep(Duration::from_millis(500)) => {}
-            () = stop.wait() => return,
-        }
-    }
+    let relay = Relay {
+        store: db,
+        publisher: Confirmed {
+            channel: ch,
+            exchange: topology.emails(),
+            timeout,
+        },
+        source: Emails {
+            routing_key: topology.email_routing_key(),
+        },
+    };
+    let cadence = Periodic::every("outbox relay", POLL).woken_by(wakeup);
+    relay.run(cadence, &stop).await;
 }
 
-/// Publishes up to `BATCH` unpublished rows; returns how many.
-pub async fn publish_batch(
-    pool: &Pooled,
-    ch: &Channel,
-    topology: &Topology,
-    timeout: Duration,
-) -> Result<usize, RelayError> {
-    let mut tx = pool.begin().await?;
-    let rows = outbox::lock_unpublished(&mut tx, BATCH).await?;
-    if rows.is_empty() {
-        return Ok(0);
-    }
-    let exchange = topology.emails();
-    let messages = rows
-        .iter()
-        .map(|(id, trace_parent)| {
-            let msg = EmailMessage { outbox_id: *id };
-            // A producer span in the trace of the delivery that wrote the
-            // row; the message carries it on to the mailer.
-            let mut properties = msg.properties();
-            if let Some(tp) = trace_parent {
-                let span =
-                    otel::producer_span(&exchange, topology.email_routing_key(), &id.to_string());
-                otel::set_parent(&span, otel::from_traceparent(tp));
-                let mut headers = lapin::types::FieldTable::default();
-                span.in_scope(|| otel::inject_amqp(&mut headers));
-                properties = properties.with_headers(headers);
-            }
-            (msg.to_bytes(), properties)
+/// Sets the outbox gauges every few seconds until `stop` fires.
+pub async fn gauges(db: Pooled, stop: Shutdown) {
+    Periodic::every("outbox gauges", GAUGES)
+        .logs(
+            "could not read the outbox backlog for its gauges; retrying every 5 s",
+            "the outbox gauges are read again",
+        )
+        .run(&stop, || async {
+            let backlog = outbox::backlog(&db).await?;
+            metrics::gauge!("oncehook_outbox_backlog").set(backlog.rows as f64);
+            metrics::gauge!("oncehook_outbox_oldest_age_seconds").set(backlog.oldest_age_secs);
+            Ok::<_, sqlx::Error>(Next::Pause)
         })
-        .collect();
-    let ids: Vec<uuid::Uuid> = rows.iter().map(|(id, _)| *id).collect();
-    // One round trip for the batch; if any confirm fails, nothing is marked
-    // and the whole batch is published again (the mailer skips sent rows).
-    amqp::publish_all_confirmed(
-        ch,
-        &topology.emails(),
-        topology.email_routing_key(),
-        messages,
-        timeout,
-    )
-    .await
-    .map_err(|source| RelayError::Publish {
-        count: ids.len(),
-        source,
-    })?;
-    outbox::mark_published(&mut tx, &ids).await?;
-    tx.commit().await?;
-    metrics::counter!("oncehook_outbox_published_total").increment(ids.len() as u64);
-    tracing::debug!(count = ids.len(), "outbox rows published");
-    Ok(ids.len())
-}
-
-async fn update_gauges(db: &Pooled) {
-    if let Ok(backlog) = outbox::backlog(db).await {
-        metrics::gauge!("oncehook_outbox_backlog").set(backlog.rows as f64);
-        metrics::gauge!("oncehook_outbox_oldest_age_seconds").set(backlog.oldest_age_secs);
-    }
+        .await;
 }

@@ -200,25 +200,23 @@ impl Mailer {
     /// leave, and acking is what keeps this mailer from sending it again;
     /// the row stays unsent in the outbox (logged at error, with its id).
     async fn mark_sent(&self, id: Uuid) {
-        let mut delays = RetryPolicy::DATABASE_WAIT.backoff();
-        while let Err(err) = store::mark_sent(&self.db, id).await {
-            tracing::warn!(outbox_id = %id, %err, "email sent but not yet marked; retrying");
-            if !self.hold(&err, &mut delays).await {
-                tracing::error!(
-                    outbox_id = %id,
-                    %err,
-                    "email sent but never marked sent (shutting down): its row stays unsent; another copy of its message may send it again once the lease has run out"
-                );
-                return;
-            }
+        let mut last_error = None;
+        let marked = db::Hold::new(&self.db, &self.shutdown)
+            .retry(
+                || store::mark_sent(&self.db, id),
+                |err| {
+                    tracing::warn!(outbox_id = %id, %err, "email sent but not yet marked; retrying");
+                    last_error = Some(err.to_string());
+                },
+            )
+            .await;
+        if marked.is_none() {
+            tracing::error!(
+                outbox_id = %id,
+                err = last_error.as_deref().unwrap_or("-"),
+                "email sent but never marked sent (shutting down): its row stays unsent; another copy of its message may send it again once the lease has run out"
+            );
         }
-    }
-
-    /// Waits before retrying a database call that failed transiently; `false`
-    /// on shutdown.
-    async fn hold(&self, err: &sqlx::Error, delays: &mut impl Iterator<Item = Duration>) -> bool {
-        let cap = RetryPolicy::DATABASE_WAIT.max_delay;
-        db::hold(&self.db, err, delays, cap, &self.shutdown).await
     }
 }
 
@@ -248,7 +246,7 @@ impl Mailer {
         };
         let lease_length = self.settings.mail.lease;
         let mut busy_since = Instant::now();
-        let mut delays = RetryPolicy::DATABASE_WAIT.backoff();
+        let mut hold = db::Hold::new(&self.db, &self.shutdown);
         // The send retries of this delivery, across claims.
         let mut backoff = self.retry.backoff();
         loop {
@@ -276,7 +274,7 @@ impl Mailer {
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
                 AfterClaim::Hold(err) => {
-                    if !self.hold(&err, &mut delays).await {
+                    if !hold.pause(&err).await {
                         return Verdict::Retry;
                     }
                 }

@@ -7,9 +7,10 @@
 use std::time::{Duration, Instant};
 
 use oncehook_common::config::{NotifyConfig, NotifyEndpoint};
+use oncehook_common::retry_after;
 use oncehook_common::store::notify::{Answer, AttemptEnd};
 use reqwest::StatusCode;
-use reqwest::header::{CONTENT_TYPE, HeaderMap, RETRY_AFTER};
+use reqwest::header::CONTENT_TYPE;
 
 use oncehook_gateways::standard_webhooks;
 
@@ -72,12 +73,6 @@ pub fn judge(config: &NotifyConfig, attempts: u32, reply: &Reply) -> (AttemptEnd
     }
 }
 
-/// `Retry-After` in seconds (an HTTP date is read as no wish).
-pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
-    value.parse::<u64>().ok().map(Duration::from_secs)
-}
-
 /// One attempt's outcome, as sent.
 #[derive(Debug)]
 pub struct Sent {
@@ -111,7 +106,8 @@ pub async fn post(
     match request.send().await {
         Ok(mut response) => {
             let status = response.status();
-            let retry_after = retry_after(response.headers());
+            let retry_after =
+                retry_after::from_headers(response.headers(), time::OffsetDateTime::now_utc());
             let text = read_start(&mut response).await;
             let error = (!status.is_success()).then(|| describe(status));
             Sent {
@@ -276,18 +272,5 @@ mod tests {
         assert_eq!(status(503).label(), "5xx");
         assert_eq!(Reply::Timeout.label(), "timeout");
         assert_eq!(Reply::Unreachable.label(), "error");
-    }
-
-    #[test]
-    fn retry_after_reads_seconds_only() {
-        let mut h = HeaderMap::new();
-        assert_eq!(retry_after(&h), None);
-        h.insert(RETRY_AFTER, "120".parse().expect("header"));
-        assert_eq!(retry_after(&h), Some(Duration::from_secs(120)));
-        h.insert(
-            RETRY_AFTER,
-            "Wed, 21 Oct 2015 07:28:00 GMT".parse().expect("header"),
-        );
-        assert_eq!(retry_after(&h), None);
     }
 }

@@ -1,4 +1,5 @@
-//! The dispatchers: one loop per configured endpoint claims the rows that
+//! The dispatchers: one periodic task per configured endpoint (woken when
+//! rows are made for it or an attempt ends) claims the rows that
 //! are due (`store::notify::claim_due`, with a lease) as long as the
 //! endpoint has room under its concurrency limit, and runs one attempt per
 //! row (`attempt`), writing how it ended. So a slow or dead endpoint holds
@@ -12,6 +13,7 @@ use std::time::Duration;
 
 use oncehook_common::config::NotifyEndpoint;
 use oncehook_common::otel;
+use oncehook_common::periodic::{Next, Periodic};
 use oncehook_common::store::notify::{self as store, Answer, AttemptEnd, Due};
 use oncehook_ledger::render;
 use oncehook_ledger::store::order_events;
@@ -32,36 +34,37 @@ pub async fn run(n: Arc<Notifier>, endpoint: Arc<NotifyEndpoint>, wake: Arc<Noti
     let limit = usize::from(n.settings.notify.concurrency);
     let permits = Arc::new(Semaphore::new(limit));
     let lease = n.settings.notify.timeout + LEASE_MARGIN;
-    while !n.shutdown.is_triggered() {
-        let free = permits.available_permits();
-        if free > 0 {
-            match store::claim_due(&n.db, &endpoint.name, free as i64, lease).await {
-                Ok(due) => {
-                    for row in due {
-                        // Never more rows than permits; waiting here keeps a
-                        // claimed row from idling until its lease ends.
-                        let Ok(permit) = permits.clone().acquire_owned().await else {
-                            return;
-                        };
-                        let (n, endpoint, wake) = (n.clone(), endpoint.clone(), wake.clone());
-                        tokio::spawn(async move {
-                            deliver(&n, &endpoint, row).await;
-                            drop(permit);
-                            wake.notify_one();
-                        });
-                    }
-                }
-                Err(err) => {
-                    tracing::warn!(endpoint = %endpoint.name, %err, "could not claim due order events; will retry");
-                }
+    let cadence = Periodic::every("notify dispatcher", POLL)
+        .woken_by(wake.clone())
+        .logs(
+            "could not claim due order events; will retry",
+            "due order events are claimed again",
+        );
+    cadence
+        .run(&n.shutdown, || async {
+            let free = permits.available_permits();
+            if free == 0 {
+                return Ok::<_, String>(Next::Pause);
             }
-        }
-        tokio::select! {
-            () = wake.notified() => {}
-            () = tokio::time::sleep(POLL) => {}
-            () = n.shutdown.wait() => {}
-        }
-    }
+            let due = store::claim_due(&n.db, &endpoint.name, free as i64, lease)
+                .await
+                .map_err(|err| format!("endpoint {}: {err}", endpoint.name))?;
+            for row in due {
+                // Never more rows than permits; waiting here keeps a
+                // claimed row from idling until its lease ends.
+                let Ok(permit) = permits.clone().acquire_owned().await else {
+                    return Ok(Next::Stop);
+                };
+                let (n, endpoint, wake) = (n.clone(), endpoint.clone(), wake.clone());
+                tokio::spawn(async move {
+                    deliver(&n, &endpoint, row).await;
+                    drop(permit);
+                    wake.notify_one();
+                });
+            }
+            Ok(Next::Pause)
+        })
+        .await;
     // Let the attempts in flight end (each within its timeout).
     let _ = tokio::time::timeout(
         n.settings.notify.timeout + LEASE_MARGIN,
@@ -208,35 +211,16 @@ async fn render(n: &Notifier, id: &str) -> Result<Option<(Vec<u8>, Option<String
 
 /// Sets the endpoints' gauges every few seconds until shutdown.
 pub async fn gauges(n: Arc<Notifier>) {
-    let names: Vec<String> = n
-        .settings
-        .notify
-        .endpoints
-        .iter()
-        .map(|e| e.name.clone())
-        .collect();
-    // Logged once per spell of failures, not every 5 s.
-    let mut failing = false;
-    while !n.shutdown.is_triggered() {
-        let read = async {
+    let names = n.endpoint_names();
+    Periodic::every("notify gauges", Duration::from_secs(5))
+        .logs(
+            "could not read the endpoints' state for the notify gauges; retrying every 5 s",
+            "the notify gauges are read again",
+        )
+        .run(&n.shutdown, || async {
             let mut conn = n.db.single().await?;
             let states = store::endpoints(&mut conn).await?;
             conn.finish().await?;
-            Ok::<_, sqlx::Error>(states)
-        }
-        .await;
-        match &read {
-            Err(err) if !failing => {
-                tracing::warn!(error = %err, "could not read the endpoints' state for the notify gauges; retrying every 5 s");
-                failing = true;
-            }
-            Ok(_) if failing => {
-                tracing::info!("the notify gauges are read again");
-                failing = false;
-            }
-            _ => {}
-        }
-        if let Ok(states) = read {
             for s in states.iter().filter(|s| names.contains(&s.name)) {
                 let e = s.name.clone();
                 metrics::gauge!("oncehook_notify_pending", "endpoint" => e.clone())
@@ -246,7 +230,7 @@ pub async fn gauges(n: Arc<Notifier>) {
                 metrics::gauge!("oncehook_notify_endpoint_disabled", "endpoint" => e)
                     .set(if s.disabled_at.is_some() { 1.0 } else { 0.0 });
             }
-        }
-        n.shutdown.sleep(Duration::from_secs(5)).await;
-    }
+            Ok::<_, sqlx::Error>(Next::Pause)
+        })
+        .await;
 }

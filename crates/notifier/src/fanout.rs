@@ -11,7 +11,7 @@ use std::sync::Arc;
 use oncehook_common::consume::{Handler, Message, Verdict};
 use oncehook_common::dead_letter::DeadLetterKind;
 use oncehook_common::store::notify as store;
-use oncehook_common::{RetryPolicy, db, otel};
+use oncehook_common::{db, otel};
 use serde::Deserialize;
 use tracing::Instrument as _;
 
@@ -63,22 +63,17 @@ impl FanOut {
             .map(|e| e.name.clone())
             .collect();
         let trace_parent = otel::current_traceparent();
-        let mut delays = RetryPolicy::DATABASE_WAIT.backoff();
-        loop {
-            match store::fan_out(&n.db, &head.id, &endpoints, trace_parent.as_deref()).await {
-                Ok(made) => {
-                    tracing::debug!(event_id = %head.id, event_type = %head.kind, endpoints = endpoints.len(), made, "order event fanned out");
-                    n.wake(&endpoints);
-                    return Verdict::Ack;
-                }
-                Err(err) => {
-                    tracing::warn!(event_id = %head.id, %err, "could not record the order event's deliveries; retrying");
-                    let cap = RetryPolicy::DATABASE_WAIT.max_delay;
-                    if !db::hold(&n.db, &err, &mut delays, cap, &n.shutdown).await {
-                        return Verdict::Retry;
-                    }
-                }
-            }
-        }
+        let made = db::Hold::new(&n.db, &n.shutdown)
+            .retry(
+                || store::fan_out(&n.db, &head.id, &endpoints, trace_parent.as_deref()),
+                |err| tracing::warn!(event_id = %head.id, %err, "could not record the order event's deliveries; retrying"),
+            )
+            .await;
+        let Some(made) = made else {
+            return Verdict::Retry;
+        };
+        tracing::debug!(event_id = %head.id, event_type = %head.kind, endpoints = endpoints.len(), made, "order event fanned out");
+        n.wake(&endpoints);
+        Verdict::Ack
     }
 }

@@ -26,7 +26,7 @@ use oncehook_common::consume::session::{self, ConsumerSpec, SessionTasks};
 use oncehook_common::health::Readiness;
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::Pooled;
-use oncehook_common::{NotifierSettings, RetryPolicy, Topology, db};
+use oncehook_common::{NotifierSettings, Topology, db};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
@@ -84,6 +84,12 @@ impl Notifier {
         }))
     }
 
+    /// The configured endpoints' names.
+    pub fn endpoint_names(&self) -> Vec<String> {
+        let endpoints = &self.settings.notify.endpoints;
+        endpoints.iter().map(|e| e.name.clone()).collect()
+    }
+
     /// Wakes the dispatchers of `endpoints`.
     pub fn wake(&self, endpoints: &[String]) {
         for (e, waker) in self.settings.notify.endpoints.iter().zip(&self.wakers) {
@@ -100,31 +106,18 @@ impl Notifier {
         F: Fn(Pooled) -> Fut,
         Fut: Future<Output = Result<T, sqlx::Error>>,
     {
-        let mut delays = RetryPolicy::DATABASE_WAIT.backoff();
-        loop {
-            match call(self.db.clone()).await {
-                Ok(value) => return Some(value),
-                Err(err) => {
-                    tracing::warn!(%err, "notifier database call failed; retrying");
-                    let cap = RetryPolicy::DATABASE_WAIT.max_delay;
-                    if !db::hold(&self.db, &err, &mut delays, cap, &self.shutdown).await {
-                        return None;
-                    }
-                }
-            }
-        }
+        db::Hold::new(&self.db, &self.shutdown)
+            .retry(
+                || call(self.db.clone()),
+                |err| tracing::warn!(%err, "notifier database call failed; retrying"),
+            )
+            .await
     }
 
     /// Runs the dispatchers, the gauges and broker sessions (relay and
     /// fan-out) until shutdown; then waits for the attempts in flight.
     pub async fn run(self: Arc<Self>) {
-        let names: Vec<String> = self
-            .settings
-            .notify
-            .endpoints
-            .iter()
-            .map(|e| e.name.clone())
-            .collect();
+        let names = self.endpoint_names();
         if self
             .with_db(|db| {
                 let names = names.clone();

@@ -105,7 +105,7 @@ impl<E: Effect> Worker<E> {
     async fn process(&self, delivery: Arc<Delivery>) -> Verdict {
         let gateway = delivery.event.provider.as_str();
         let event_id = &delivery.event.event_id;
-        let mut backoff = self.retry.backoff();
+        let mut hold = db::Hold::by(self.retry, &self.pool, &self.shutdown);
         let mut tries: u32 = 0;
         loop {
             let err = match self.grouper.submit(delivery.clone()).await {
@@ -136,15 +136,7 @@ impl<E: Effect> Worker<E> {
                 }
             };
             metrics::counter!("oncehook_worker_retries_total", "gateway" => gateway).increment(1);
-            if !db::hold(
-                &self.pool,
-                &err,
-                &mut backoff,
-                self.retry.max_delay,
-                &self.shutdown,
-            )
-            .await
-            {
+            if !hold.pause(&err).await {
                 tracing::info!(gateway, %event_id, "stopping; requeueing the held delivery");
                 return Verdict::Retry;
             }

@@ -8,10 +8,11 @@
 use std::time::Duration;
 
 use oncehook_common::config::{ApiAuth, SourceApi, SourceConfig};
+use oncehook_common::retry_after;
 use oncehook_gateways::reconcile as read;
 use oncehook_gateways::{Gateway, NormalizedEvent, ParseError};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
-use reqwest::header::{CONTENT_TYPE, RETRY_AFTER};
+use reqwest::header::CONTENT_TYPE;
 use reqwest::{Method, RequestBuilder, StatusCode};
 
 use crate::ask::Ask;
@@ -310,17 +311,11 @@ fn read_answer(
     })
 }
 
-/// `Retry-After` in seconds (the form the gateways send), capped.
+/// The wait a `Retry-After` asks for (`oncehook_common::retry_after`'s
+/// rule), capped at [`MAX_RETRY_AFTER`].
 fn retry_after(response: &reqwest::Response) -> Option<Duration> {
-    let secs: f64 = response
-        .headers()
-        .get(RETRY_AFTER)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs).min(MAX_RETRY_AFTER))
+    retry_after::from_headers(response.headers(), time::OffsetDateTime::now_utc())
+        .map(|wait| wait.min(MAX_RETRY_AFTER))
 }
 
 /// The start of a body, as text, for an error message.

@@ -1,6 +1,6 @@
 //! The worker's reconciler: a task of its own (its own connections, so it
 //! never holds up consuming) that runs a pass right after start-up and then
-//! every `[reconcile] interval`. One worker at a time runs it: each takes
+//! every `[reconcile] interval` (on the common periodic helper). One worker at a time runs it: each takes
 //! the advisory lock first, and one that gets it soon after another's run
 //! finished skips, so the workers make one pass per interval between them.
 //! A pass that fails (database or broker down) is logged and counted; the
@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use oncehook_common::periodic::{Next, Periodic};
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::reconcile::{self as store, RunLock};
 use time::OffsetDateTime;
@@ -67,17 +68,18 @@ pub async fn run_scheduled(reconciler: Reconciler, shutdown: Shutdown) {
         sources = reconciler.sources().len(),
         "reconciler started"
     );
-    loop {
-        let outcome = tokio::select! {
-            o = pass(&reconciler, interval) => o,
-            () = shutdown.wait() => return,
-        };
-        metrics::counter!("oncehook_reconcile_runs_total", "outcome" => outcome.as_str())
-            .increment(1);
-        if !shutdown.sleep(interval).await {
-            return;
-        }
-    }
+    Periodic::every("reconciliation", interval)
+        .run(&shutdown, || async {
+            let outcome = tokio::select! {
+                o = pass(&reconciler, interval) => o,
+                () = shutdown.wait() => return Ok(Next::Stop),
+            };
+            metrics::counter!("oncehook_reconcile_runs_total", "outcome" => outcome.as_str())
+                .increment(1);
+            // A pass logs its own failures (`pass`); the next interval tries again.
+            Ok::<_, std::convert::Infallible>(Next::Pause)
+        })
+        .await;
 }
 
 /// One scheduled pass, if this worker gets the lock and no other worker

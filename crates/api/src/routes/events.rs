@@ -12,9 +12,6 @@ use crate::model::{EventPage, EventsQuery};
 use crate::state::State;
 use oncehook_ledger::render as events;
 
-/// The page size when `limit` is left out (capped by `api.limits.max_page_size`).
-const DEFAULT_LIMIT: u32 = 50;
-
 /// The most types one query may name.
 const MAX_TYPES: usize = 16;
 
@@ -31,15 +28,7 @@ pub async fn list(
     state: web::Data<State>,
     query: web::Query<EventsQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let limit = query
-        .limit
-        .unwrap_or(DEFAULT_LIMIT.min(state.max_page_size));
-    if limit == 0 || limit > state.max_page_size {
-        return Err(ApiError::invalid(
-            "limit",
-            format!("between 1 and {}", state.max_page_size),
-        ));
-    }
+    let limit = state.page_size(query.limit)?;
     let after = match query.after.as_deref().filter(|s| !s.is_empty()) {
         None => None,
         Some(text) => Some(

@@ -18,9 +18,6 @@ use crate::state::State;
 use crate::validate;
 use oncehook_ledger::view;
 
-/// The page size when `limit` is left out (capped by `api.limits.max_page_size`).
-const DEFAULT_LIMIT: u32 = 50;
-
 /// One order as the ledger sees it.
 #[utoipa::path(get, path = "/v1/orders/{order_ref}", tag = "orders",
     params(("order_ref" = String, Path, description = "the shop's order reference")),
@@ -57,15 +54,7 @@ pub async fn list(
     state: web::Data<State>,
     query: web::Query<ListQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let limit = query
-        .limit
-        .unwrap_or(DEFAULT_LIMIT.min(state.max_page_size));
-    if limit == 0 || limit > state.max_page_size {
-        return Err(ApiError::invalid(
-            "limit",
-            format!("between 1 and {}", state.max_page_size),
-        ));
-    }
+    let limit = state.page_size(query.limit)?;
     let status = query.status.as_deref().filter(|s| !s.is_empty());
     if let Some(s) = status
         && (s.len() > 32 || !s.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))

@@ -11,6 +11,7 @@ use std::time::Duration;
 use lapin::{Connection, ErrorKind};
 
 pub use crate::amqp::{QueueDepth, passive_declare};
+use crate::periodic::{Next, Periodic};
 use crate::shutdown::Shutdown;
 use crate::{Topology, peek_lock};
 
@@ -38,13 +39,12 @@ pub fn is_not_found(err: &lapin::Error) -> bool {
 /// Sets the queue gauges now and then every [`GAUGE_INTERVAL`] until `stop`
 /// fires (the end of the session whose connection `conn` is).
 pub async fn report_gauges(conn: Arc<Connection>, topology: Topology, stop: Shutdown) {
-    loop {
-        set_gauges(&conn, &topology).await;
-        tokio::select! {
-            () = stop.wait() => return,
-            () = tokio::time::sleep(GAUGE_INTERVAL) => {}
-        }
-    }
+    Periodic::every("queue gauges", GAUGE_INTERVAL)
+        .run(&stop, || async {
+            set_gauges(&conn, &topology).await;
+            Ok::<_, std::convert::Infallible>(Next::Pause)
+        })
+        .await;
 }
 
 /// Depth and consumer count of every queue. The dead-letter queue is read

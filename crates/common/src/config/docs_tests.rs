@@ -138,6 +138,8 @@ fn every_variable_has_a_row_with_the_keys_it_sets() {
 fn the_document_names_no_variable_the_code_does_not_read() {
     let mut known: BTreeSet<&str> = keys::all().map(|k| k.env).collect();
     known.insert(ENV_CONFIG);
+    // A retired variable is read only to be refused; the document says so.
+    known.extend(keys::RETIRED.iter().map(|k| k.env));
     let named: BTreeSet<&str> = DOC
         .match_indices("ONCEHOOK_")
         .map(|(at, _)| {
@@ -157,6 +159,18 @@ fn the_document_names_no_variable_the_code_does_not_read() {
     rows.sort_unstable();
     rows.dedup();
     assert_eq!(rows.len(), n, "a variable with two rows");
+}
+
+#[test]
+fn every_retired_setting_is_in_the_document_with_its_release() {
+    for key in keys::RETIRED {
+        let line = DOC
+            .lines()
+            .find(|line| line.starts_with(&format!("| `{}`", key.path)))
+            .unwrap_or_else(|| panic!("{} has no row among the retired settings", key.path));
+        assert!(line.contains(key.env), "{line}");
+        assert!(line.contains(key.removed_in), "{line}");
+    }
 }
 
 #[test]

@@ -34,6 +34,23 @@ pub enum ConfigError {
     },
     #[error("source {source_name:?}: {reason}")]
     Source { source_name: String, reason: String },
+    #[error("{path} ({env}) was removed in oncehook {removed_in} and is no longer read; {instead}")]
+    Retired {
+        path: &'static str,
+        env: &'static str,
+        removed_in: &'static str,
+        instead: &'static str,
+    },
+}
+
+/// The refusal of a retired setting.
+pub(super) fn retired(key: &keys::Retired) -> ConfigError {
+    ConfigError::Retired {
+        path: key.path,
+        env: key.env,
+        removed_in: key.removed_in,
+        instead: key.instead,
+    }
 }
 
 /// A check of several settings together failed (`validate()` of a

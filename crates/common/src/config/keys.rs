@@ -3,7 +3,8 @@
 //! settings (`broker::KEYS`, `worker::KEYS`, …); this file holds the shape
 //! of a key, the variables no single section owns, and the list of every
 //! section's keys that the loader (`load.rs`) and the error messages
-//! (`error.rs`) read.
+//! (`error.rs`) read, and the settings that went away ([`RETIRED`]), which
+//! the loader refuses by name.
 
 use super::{api, broker, console, database, ingest, mail, notify, reconcile, telemetry, worker};
 
@@ -56,6 +57,29 @@ impl Key {
         }
     }
 }
+
+/// A setting that went away. Set in the file or the environment, it is
+/// refused at start-up with the release it went away in and what to do
+/// instead, rather than read and ignored (a variable) or called unknown
+/// (a key of the file).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Retired {
+    pub env: &'static str,
+    /// The dotted path it had in the sectioned file.
+    pub path: &'static str,
+    /// The release that no longer reads it.
+    pub removed_in: &'static str,
+    /// What to do instead.
+    pub instead: &'static str,
+}
+
+/// Every retired setting.
+pub(super) const RETIRED: &[Retired] = &[Retired {
+    env: "ONCEHOOK_WORKER_BATCH_LINGER_MS",
+    path: "worker.batch.linger_ms",
+    removed_in: "0.1.0",
+    instead: "delete it: no delivery waits for a group to fill (a free committer takes what is in flight at once), and `worker.batch.size` alone sizes the groups",
+}];
 
 /// Every section's keys.
 pub(super) fn all() -> impl Iterator<Item = &'static Key> {

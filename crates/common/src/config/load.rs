@@ -7,7 +7,9 @@
 //! environment gives text, so `"16"` is a number and `"true"`, `"yes"`,
 //! `"on"` or `"1"` a yes wherever one is expected, in the file too. Older
 //! files' flat top-level keys move into their sections before the merge. A
-//! TOML syntax error gives the line and column, never the line.
+//! TOML syntax error gives the line and column, never the line. A setting
+//! that went away (`keys::RETIRED`), in the file or the environment, is
+//! refused by name with the release it went away in.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -20,7 +22,7 @@ use super::api::ApiSection;
 use super::broker::BrokerSection;
 use super::console::ConsoleSection;
 use super::database::DatabaseSection;
-use super::error::{ConfigError, describe};
+use super::error::{ConfigError, describe, retired};
 use super::ingest::IngestSection;
 use super::keys::{self, ENV_CONFIG};
 use super::mail::MailSection;
@@ -50,6 +52,12 @@ pub(super) struct Sections {
 
 /// Layers the defaults, the file and `env`, and extracts the sections.
 pub(super) fn layered(env: &HashMap<String, String>) -> Result<Sections, ConfigError> {
+    if let Some(key) = keys::RETIRED
+        .iter()
+        .find(|key| env.get(key.env).is_some_and(|v| !v.is_empty()))
+    {
+        return Err(retired(key));
+    }
     let mut figment = Figment::from(Serialized::defaults(Sections::default()));
     if let Some(path) = env.get(ENV_CONFIG).filter(|p| !p.is_empty()) {
         figment = figment.merge(Serialized::defaults(read_file(Path::new(path))?));
@@ -81,6 +89,12 @@ fn read_file(path: &Path) -> Result<toml::Table, ConfigError> {
             message: e.message().to_owned(),
         }
     })?;
+    if let Some(key) = keys::RETIRED
+        .iter()
+        .find(|key| lookup(&table, key.path).is_some())
+    {
+        return Err(retired(key));
+    }
     let flat: Vec<(&str, toml::Value)> = keys::all()
         .filter_map(|key| Some((key.path, table.get(key.legacy?)?.clone())))
         .collect();
@@ -91,6 +105,19 @@ fn read_file(path: &Path) -> Result<toml::Table, ConfigError> {
         insert(&mut table, path, value);
     }
     Ok(table)
+}
+
+/// The value at the dotted `path` of `table`, if any.
+fn lookup<'a>(table: &'a toml::Table, path: &str) -> Option<&'a toml::Value> {
+    let (parents, last) = match path.rsplit_once('.') {
+        Some((parents, last)) => (Some(parents), last),
+        None => (None, path),
+    };
+    let mut current = table;
+    for part in parents.into_iter().flat_map(|p| p.split('.')) {
+        current = current.get(part)?.as_table()?;
+    }
+    current.get(last)
 }
 
 /// 1-based line and column of a byte offset.

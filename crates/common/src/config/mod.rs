@@ -74,9 +74,9 @@ pub use telemetry::{
 };
 pub use telemetry::{ENV_LOG, ENV_LOG_FORMAT, ENV_METRICS_ADDR, ENV_PROMETHEUS_URL};
 pub use telemetry::{MetricsListener, OtlpProtocol, Sampler, TelemetryConfig, TracesConfig};
-pub use worker::{BATCH_LINGER_MS, BATCH_SIZE, RETENTION_DAYS, WorkerConfig};
+pub use worker::{BATCH_SIZE, RETENTION_DAYS, WorkerConfig};
 pub use worker::{ENV_FAULT_PANIC_ORDER_REF, ENV_RETENTION_DAYS, ENV_RETENTION_INTERVAL_SECS};
-pub use worker::{ENV_UNLINKED_TTL, ENV_WORKER_BATCH_LINGER_MS, ENV_WORKER_BATCH_SIZE};
+pub use worker::{ENV_UNLINKED_TTL, ENV_WORKER_BATCH_SIZE};
 
 /// Every section, validated.
 #[derive(Debug, Clone)]

@@ -16,7 +16,6 @@ pub const ENV_RETENTION_DAYS: &str = "ONCEHOOK_RETENTION_DAYS";
 pub const ENV_RETENTION_INTERVAL_SECS: &str = "ONCEHOOK_RETENTION_INTERVAL_SECS";
 pub const ENV_UNLINKED_TTL: &str = "ONCEHOOK_UNLINKED_TTL";
 pub const ENV_WORKER_BATCH_SIZE: &str = "ONCEHOOK_WORKER_BATCH_SIZE";
-pub const ENV_WORKER_BATCH_LINGER_MS: &str = "ONCEHOOK_WORKER_BATCH_LINGER_MS";
 /// Fault injection for the chaos suite: the worker panics on events for this order.
 pub const ENV_FAULT_PANIC_ORDER_REF: &str = "ONCEHOOK_FAULT_PANIC_ORDER_REF";
 
@@ -31,7 +30,6 @@ pub(super) const KEYS: &[Key] = &[
     .legacy("retention_interval_secs"),
     Key::new(ENV_UNLINKED_TTL, "worker.unlinked_ttl").legacy("unlinked_ttl"),
     Key::new(ENV_WORKER_BATCH_SIZE, "worker.batch.size"),
-    Key::new(ENV_WORKER_BATCH_LINGER_MS, "worker.batch.linger_ms"),
     Key::new(ENV_FAULT_PANIC_ORDER_REF, "worker.fault_panic_order_ref"),
 ];
 
@@ -42,13 +40,10 @@ pub const RETENTION_DAYS: RangeInclusive<u32> = 1..=3650;
 /// Group commit bounds: a batch of 1 is one transaction per delivery; more
 /// than 256 deliveries would hold their locks for too long.
 pub const BATCH_SIZE: RangeInclusive<u16> = 1..=256;
-/// A batch waits at most a second for more deliveries.
-pub const BATCH_LINGER_MS: RangeInclusive<u64> = 0..=1000;
 
 type RetentionDays =
     Within<u32, { *RETENTION_DAYS.start() as u64 }, { *RETENTION_DAYS.end() as u64 }>;
 type BatchSize = Within<u16, { *BATCH_SIZE.start() as u64 }, { *BATCH_SIZE.end() as u64 }>;
-type BatchLingerMs = Within<u64, { *BATCH_LINGER_MS.start() }, { *BATCH_LINGER_MS.end() }>;
 
 /// `[worker]`: consuming events, retention and parked events.
 #[derive(Debug, Clone)]
@@ -62,8 +57,6 @@ pub struct WorkerConfig {
     /// Group commit: up to this many prefetched deliveries share one
     /// transaction (1 = one transaction per delivery).
     pub batch_size: u16,
-    /// How long a batch that is not full waits for more deliveries.
-    pub batch_linger: Duration,
     /// How long an event whose payment is not linked to an order yet stays
     /// parked before it is dead-lettered as `unknown_order`.
     pub unlinked_ttl: Duration,
@@ -97,7 +90,6 @@ struct Retention {
 #[serde(deny_unknown_fields, default)]
 struct Batch {
     size: BatchSize,
-    linger_ms: BatchLingerMs,
 }
 
 impl Default for WorkerSection {
@@ -124,10 +116,7 @@ impl Default for Retention {
 
 impl Default for Batch {
     fn default() -> Self {
-        Batch {
-            size: Within(8),
-            linger_ms: Within(2),
-        }
+        Batch { size: Within(8) }
     }
 }
 
@@ -139,7 +128,6 @@ impl From<WorkerSection> for WorkerConfig {
             retention_days: s.retention.days.0,
             retention_interval: Duration::from_secs(s.retention.interval_secs.0),
             batch_size: s.batch.size.0,
-            batch_linger: Duration::from_millis(s.batch.linger_ms.0),
             unlinked_ttl: s.unlinked_ttl.0,
             fault_panic_order_ref: s.fault_panic_order_ref.filter(|r| !r.is_empty()),
         }
