@@ -4,7 +4,7 @@
 //!
 //! * the write that records a failed send (and renews the lease) fails: the
 //!   mailer logs it with the outbox id and stops working the row until the
-//!   lease has run out and the row is claimed afresh, so the email is never
+//!   lease has run out and the row is leased afresh, so the email is never
 //!   re-sent under a lease another mailer may hold by then;
 //! * the mark after a send that succeeded fails for a while: the mailer
 //!   keeps the lease and retries the mark, logging the outbox id.
@@ -169,7 +169,7 @@ async fn a_failed_send_whose_bookkeeping_fails_is_never_resent_under_a_stale_lea
     })
     .await;
     // Past the first lease, with the sends still failing: the row changes
-    // hands between the mailers, each only under a fresh claim.
+    // hands between the mailers, each only under a fresh lease.
     tokio::time::sleep(Duration::from_secs(20)).await;
     assert_eq!(smtp.accepted(), 0);
     smtp.resume().await;

@@ -672,14 +672,14 @@ async fn a_claim_never_takes_more_rows_than_it_asks_for() {
     let db = Pooled::new(env.pool.clone(), Pooler::None);
     let mut seen = BTreeSet::new();
     for _ in 0..15 {
-        let due = notify::claim_due(&db, "shop", 4, Duration::from_secs(60))
+        let due = notify::lease_due(&db, "shop", 4, Duration::from_secs(60))
             .await
             .expect("claim");
         assert_eq!(due.len(), 4, "a claim of 4");
         seen.extend(due.into_iter().map(|d| d.event_id));
     }
     assert_eq!(seen.len(), 60, "every row once");
-    let left = notify::claim_due(&db, "shop", 4, Duration::from_secs(60))
+    let left = notify::lease_due(&db, "shop", 4, Duration::from_secs(60))
         .await
         .expect("claim");
     assert!(left.is_empty(), "held rows are not claimed twice");

@@ -140,7 +140,7 @@ pub async fn wait_for_schema(db: &Pooled, shutdown: &crate::shutdown::Shutdown) 
 }
 
 /// Holding a piece of work through database trouble — the one way every
-/// binary does it (a delivery's transaction, claiming and marking an
+/// binary does it (a delivery's transaction, locking and marking an
 /// email, the notifier's writes, waiting for Postgres or its schema before
 /// consuming). After a failed call: when Postgres is unreachable, wait
 /// until it answers again (polling by [`RetryPolicy::DATABASE_WAIT`]);

@@ -6,7 +6,7 @@
 //! a row twice; the consumers absorb that (the mailer's `sent_at`, the
 //! notifier's fan-out keyed on the event id).
 //!
-//! What differs between relays is a [`Source`]: how to claim a batch, what
+//! What differs between relays is a [`Source`]: how to lock a batch, what
 //! message each row becomes (with its routing key and the trace it belongs
 //! to), how to mark rows published, and the names of its log lines and
 //! counter. The relay groups a batch's messages by routing key (one
@@ -29,7 +29,7 @@ use crate::periodic::{Next, Periodic};
 use crate::shutdown::Shutdown;
 use crate::store::Pooled;
 
-/// Rows claimed per transaction.
+/// Rows locked per transaction.
 pub const BATCH: usize = 100;
 
 /// Where the rows live: a transaction begun and committed.
@@ -62,7 +62,7 @@ pub trait Source<S: Store = Pooled>: Send + Sync {
     const PUBLISHED_TOTAL: &'static str;
 
     /// Locks up to `limit` unpublished rows, oldest first.
-    fn claim(
+    fn lock(
         &self,
         tx: &mut S::Tx,
         limit: usize,
@@ -195,7 +195,7 @@ where
     /// the whole batch is published again by a later pass.
     pub async fn publish_batch(&self) -> Result<usize, RelayError> {
         let mut tx = self.store.begin().await?;
-        let rows = self.source.claim(&mut tx, BATCH).await?;
+        let rows = self.source.lock(&mut tx, BATCH).await?;
         if rows.is_empty() {
             return Ok(0);
         }

@@ -49,7 +49,7 @@ impl Source<Memory> for Test {
     const RECOVERED: &'static str = "test relay works again";
     const PUBLISHED_TOTAL: &'static str = "test_published_total";
 
-    async fn claim(&self, tx: &mut MemoryTx, limit: usize) -> Result<Vec<Self::Row>, sqlx::Error> {
+    async fn lock(&self, tx: &mut MemoryTx, limit: usize) -> Result<Vec<Self::Row>, sqlx::Error> {
         let rows = tx.rows.unpublished.lock().expect("rows");
         Ok(rows.iter().take(limit).copied().collect())
     }
@@ -151,11 +151,7 @@ async fn a_batch_is_published_by_routing_key_and_marked() {
         ],
         "one round trip per routing key; the row with nothing to say is not published"
     );
-    assert_eq!(
-        published(&rows),
-        [1, 2, 3, 4],
-        "every claimed row is marked"
-    );
+    assert_eq!(published(&rows), [1, 2, 3, 4], "every locked row is marked");
     assert_eq!(
         relay.publish_batch().await.expect("pass"),
         0,

@@ -5,8 +5,8 @@
 //! `parked`) and takes them back ([`adopt`]) in the transaction of the
 //! group whose event links their payment, recording their facts there;
 //! both happen under the payment's advisory lock, so a park and a link
-//! never miss each other. The sweeper here dead-letters what no link
-//! claimed within `ONCEHOOK_UNLINKED_TTL` (kind `unknown_order`), and the
+//! never miss each other. The sweeper here dead-letters what no link has
+//! taken back within `ONCEHOOK_UNLINKED_TTL` (kind `unknown_order`), and the
 //! worker's dead-letter counters start here at zero. The table belongs to
 //! `crate::store::parking`.
 

@@ -1,7 +1,7 @@
 //! The worker's outbox relay: the committed `email_outbox` rows as the
 //! common relay's [`Source`], published to `P.emails` (one message per
 //! row, naming its outbox id, in the trace of the delivery that wrote it).
-//! The relay itself — claiming with `FOR UPDATE SKIP LOCKED`, confirms,
+//! The relay itself — locking with `FOR UPDATE SKIP LOCKED`, confirms,
 //! marking, its cadence — is `oncehook_common::relay`; a crash between
 //! publish and mark publishes a row twice, and the mailer's `sent_at`
 //! check absorbs that. Beside it, a periodic task sets the outbox gauges
@@ -38,7 +38,7 @@ impl Source for Emails {
     const RECOVERED: &'static str = "outbox relay publishes again";
     const PUBLISHED_TOTAL: &'static str = "oncehook_outbox_published_total";
 
-    async fn claim(
+    async fn lock(
         &self,
         tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
         limit: usize,

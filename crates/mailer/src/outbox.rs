@@ -1,7 +1,7 @@
 //! The mailer's view of `email_outbox` (the table and its SQL belong to
 //! `oncehook_common::store::outbox`, which the mailer calls directly to mark
-//! a row sent or failed): claim a row with a short lease (no transaction
-//! held across the send) and tell why a claim failed; [`Lease`] is what
+//! a row sent or failed): lease a row for a short while (no transaction
+//! held across the send) and tell why no lease was taken; [`Lease`] is what
 //! this process can vouch for of the lease it took. A row with `sent_at`
 //! is never sent again.
 
@@ -43,7 +43,7 @@ impl Lease {
 
     /// A renewal sent at `sent_at` that succeeded at `done_at`: it counts
     /// only if it landed while the current lease still held (else another
-    /// mailer may have claimed the row in between, and the renewal moved
+    /// mailer may have leased the row in between, and the renewal moved
     /// *its* lease). `false`: the lease is lost.
     pub fn renewed(&mut self, sent_at: Instant, done_at: Instant) -> bool {
         if done_at > self.until {
@@ -54,11 +54,11 @@ impl Lease {
     }
 }
 
-/// What claiming found.
+/// What taking a lease found.
 #[derive(Debug)]
-pub enum Claim {
+pub enum Leasing {
     /// Ours to send.
-    Claimed(Email),
+    Leased(Email),
     /// Already sent: skip.
     AlreadySent,
     /// Given up on earlier: skip.
@@ -69,10 +69,10 @@ pub enum Claim {
     Missing,
 }
 
-/// Claims row `id` for `lease`.
-pub async fn claim(db: &Pooled, id: Uuid, lease: Duration) -> Result<Claim, sqlx::Error> {
-    if let Some(row) = outbox::claim(db, id, lease).await? {
-        return Ok(Claim::Claimed(Email {
+/// Leases row `id` for `lease`.
+pub async fn lease(db: &Pooled, id: Uuid, lease: Duration) -> Result<Leasing, sqlx::Error> {
+    if let Some(row) = outbox::lease(db, id, lease).await? {
+        return Ok(Leasing::Leased(Email {
             outbox_id: id,
             to: row.to_addr,
             subject: row.subject,
@@ -80,10 +80,10 @@ pub async fn claim(db: &Pooled, id: Uuid, lease: Duration) -> Result<Claim, sqlx
         }));
     }
     Ok(match outbox::send_state(db, id).await? {
-        None => Claim::Missing,
-        Some(s) if s.sent => Claim::AlreadySent,
-        Some(s) if s.failed => Claim::AlreadyFailed,
-        Some(_) => Claim::Busy,
+        None => Leasing::Missing,
+        Some(s) if s.sent => Leasing::AlreadySent,
+        Some(s) if s.failed => Leasing::AlreadyFailed,
+        Some(_) => Leasing::Busy,
     })
 }
 

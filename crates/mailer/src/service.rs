@@ -2,12 +2,12 @@
 //! verdict. The consume loop in `oncehook_common::consume` owns the session
 //! and settles every delivery by the verdict returned here.
 //!
-//! Claim the outbox row → send (retried by [`RetryPolicy::EMAIL_SEND`]) →
+//! Lease the outbox row → send (retried by [`RetryPolicy::EMAIL_SEND`]) →
 //! mark sent → `Ack`. Already-sent rows are skipped, so a redelivered or
 //! doubly-relayed message never mails twice. After the retry limit (or a
 //! permanent SMTP refusal) the row is marked failed and the message
 //! dead-lettered; the order it belongs to is never touched. Transient
-//! database trouble (claiming, marking sent) never settles a message: it is
+//! database trouble (leasing, marking sent) never settles a message: it is
 //! held and retried for as long as it lasts (so it never counts toward the
 //! queue's delivery limit); only shutdown gives it back.
 //!
@@ -16,9 +16,9 @@
 //! is recorded, which renews the lease; when that write fails (or lands
 //! too late) the lease may lapse while we wait, so the handler stops
 //! working the row — logged with the outbox id — waits until the lease has
-//! run out and claims the row afresh, like any other mailer would. The one
+//! run out and leases the row afresh, like any other mailer would. The one
 //! edge left is at-least-once: an email whose send succeeded but whose
-//! mark could not be written before its lease ran out may be claimed and
+//! mark could not be written before its lease ran out may be leased and
 //! sent again by a mailer holding another copy of its message
 //! (docs/operations.md, "Emails sent twice").
 
@@ -36,7 +36,7 @@ use oncehook_common::{MailerSettings, RetryPolicy, Topology, db, otel};
 use tracing::Instrument as _;
 use uuid::Uuid;
 
-use crate::outbox::{self, Claim, Lease};
+use crate::outbox::{self, Lease, Leasing};
 use crate::transport::{Email, SendError, Transport};
 
 /// Shared state of one mailer process.
@@ -90,7 +90,7 @@ impl Mailer {
         .await;
     }
 
-    /// Sends a claimed email under `lease`, retrying failures (drawing on
+    /// Sends a leased email under `lease`, retrying failures (drawing on
     /// `backoff`, the delivery's retry budget), until it has a verdict or
     /// the lease can no longer be vouched for.
     async fn send(
@@ -102,7 +102,7 @@ impl Mailer {
         let id = email.outbox_id;
         loop {
             if !lease.covers_a_send(Instant::now()) {
-                tracing::warn!(outbox_id = %id, "too little of the lease is left for a send; leaving the email to a fresh claim");
+                tracing::warn!(outbox_id = %id, "too little of the lease is left for a send; leaving the email to a fresh lease");
                 return Sent::LeaseLost;
             }
             let started = Instant::now();
@@ -165,7 +165,7 @@ impl Mailer {
     /// Records a failed send, which renews `lease`; `false` when the lease
     /// can no longer be vouched for: the write failed (logged at error with
     /// the outbox id: the lease may lapse while we wait, and another mailer
-    /// claim the row) or landed after the lease had run out.
+    /// lease the row) or landed after the lease had run out.
     async fn record_failure(
         &self,
         id: Uuid,
@@ -181,12 +181,12 @@ impl Mailer {
                     outbox_id = %id,
                     %db_err,
                     %send_error,
-                    "could not record the failed send (which renews the lease): stopping work on this email until its lease has run out and it is claimed afresh"
+                    "could not record the failed send (which renews the lease): stopping work on this email until its lease has run out and it is leased afresh"
                 );
                 false
             }
             Ok(()) if !lease.renewed(sent_at, Instant::now()) => {
-                tracing::warn!(outbox_id = %id, "the failed send was recorded after the lease had run out: leaving the email to a fresh claim");
+                tracing::warn!(outbox_id = %id, "the failed send was recorded after the lease had run out: leaving the email to a fresh lease");
                 false
             }
             Ok(()) => true,
@@ -247,23 +247,23 @@ impl Mailer {
         let lease_length = self.settings.mail.lease;
         let mut busy_since = Instant::now();
         let mut hold = db::Hold::new(&self.db, &self.shutdown);
-        // The send retries of this delivery, across claims.
+        // The send retries of this delivery, across leases.
         let mut backoff = self.retry.backoff();
         loop {
             let sent_at = Instant::now();
-            match after_claim(id, outbox::claim(&self.db, id, lease_length).await) {
-                AfterClaim::Send(email) => {
+            match after_lease(id, outbox::lease(&self.db, id, lease_length).await) {
+                AfterLease::Send(email) => {
                     let mut lease = Lease::taken(sent_at, lease_length);
                     match self.send(email, &mut lease, &mut backoff).await {
                         Sent::Settled(verdict) => return verdict,
                         // Our lease (or what is left of it) must run out
-                        // before the row can be claimed again, by us or
+                        // before the row can be leased again, by us or
                         // another mailer: wait for it as for a busy row.
                         Sent::LeaseLost => busy_since = Instant::now(),
                     }
                 }
-                AfterClaim::Settle(verdict) => return verdict,
-                AfterClaim::Busy => {
+                AfterLease::Settle(verdict) => return verdict,
+                AfterLease::Busy => {
                     // Another mailer is sending it; hold this copy until its lease
                     // ends, so a crash there does not lose the email.
                     if busy_since.elapsed() > lease_length + Duration::from_secs(5)
@@ -273,7 +273,7 @@ impl Mailer {
                     }
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
-                AfterClaim::Hold(err) => {
+                AfterLease::Hold(err) => {
                     if !hold.pause(&err).await {
                         return Verdict::Retry;
                     }
@@ -292,44 +292,44 @@ enum Sent {
     LeaseLost,
 }
 
-/// What claiming an outbox row leads to.
+/// What leasing an outbox row leads to.
 #[derive(Debug)]
-enum AfterClaim {
+enum AfterLease {
     /// Ours: send it.
     Send(Email),
     /// Nothing to send: settle the message so.
     Settle(Verdict),
     /// Another mailer holds the lease.
     Busy,
-    /// The claim failed transiently: hold the message, then claim again.
+    /// Taking the lease failed transiently: hold the message, then try again.
     Hold(sqlx::Error),
 }
 
-/// The decision table for a claim (counting and logging the skips).
-fn after_claim(id: Uuid, claim: Result<Claim, sqlx::Error>) -> AfterClaim {
-    match claim {
-        Ok(Claim::Claimed(email)) => AfterClaim::Send(email),
-        Ok(Claim::AlreadySent) => {
+/// The decision table for a lease (counting and logging the skips).
+fn after_lease(id: Uuid, leasing: Result<Leasing, sqlx::Error>) -> AfterLease {
+    match leasing {
+        Ok(Leasing::Leased(email)) => AfterLease::Send(email),
+        Ok(Leasing::AlreadySent) => {
             metrics::counter!("oncehook_mailer_emails_total", "outcome" => "skipped").increment(1);
             tracing::info!(outbox_id = %id, "already sent; skipping the copy");
-            AfterClaim::Settle(Verdict::Ack)
+            AfterLease::Settle(Verdict::Ack)
         }
-        Ok(Claim::AlreadyFailed) => {
+        Ok(Leasing::AlreadyFailed) => {
             tracing::info!(outbox_id = %id, "already marked failed; skipping the copy");
-            AfterClaim::Settle(Verdict::Ack)
+            AfterLease::Settle(Verdict::Ack)
         }
-        Ok(Claim::Missing) => AfterClaim::Settle(Verdict::dead_letter(
+        Ok(Leasing::Missing) => AfterLease::Settle(Verdict::dead_letter(
             DeadLetterKind::UnknownOutboxRow,
             format!("outbox row {id} does not exist"),
         )),
-        Ok(Claim::Busy) => AfterClaim::Busy,
+        Ok(Leasing::Busy) => AfterLease::Busy,
         Err(err) if db::is_transient(&err) => {
-            tracing::warn!(outbox_id = %id, %err, "claiming the outbox row failed; holding the message and retrying");
-            AfterClaim::Hold(err)
+            tracing::warn!(outbox_id = %id, %err, "leasing the outbox row failed; holding the message and retrying");
+            AfterLease::Hold(err)
         }
-        Err(err) => AfterClaim::Settle(Verdict::dead_letter(
+        Err(err) => AfterLease::Settle(Verdict::dead_letter(
             DeadLetterKind::Database,
-            format!("claiming outbox row {id} failed: {err}"),
+            format!("leasing outbox row {id} failed: {err}"),
         )),
     }
 }

@@ -1,11 +1,11 @@
 //! The dispatchers: one periodic task per configured endpoint (woken when
-//! rows are made for it or an attempt ends) claims the rows that
-//! are due (`store::notify::claim_due`, with a lease) as long as the
+//! rows are made for it or an attempt ends) leases the rows that
+//! are due (`store::notify::lease_due`, with a lease) as long as the
 //! endpoint has room under its concurrency limit, and runs one attempt per
 //! row (`attempt`), writing how it ended. So a slow or dead endpoint holds
 //! only its own permits, and memory per endpoint is bounded by them.
-//! A 410 disables the endpoint: its loop then claims nothing until
-//! `oncehookctl notify enable`. On shutdown a loop stops claiming and
+//! A 410 disables the endpoint: its loop then leases nothing until
+//! `oncehookctl notify enable`. On shutdown a loop stops leasing and
 //! waits for its attempts in flight (each bounded by the timeout).
 
 use std::sync::Arc;
@@ -26,7 +26,7 @@ use crate::attempt::{self, Reply};
 /// How often a loop looks for due rows when nothing woke it.
 const POLL: Duration = Duration::from_secs(1);
 
-/// How long a claimed row is held beyond the request's timeout.
+/// How long a leased row is held beyond the request's timeout.
 const LEASE_MARGIN: Duration = Duration::from_secs(5);
 
 /// Runs the loop of `endpoint` until shutdown.
@@ -37,8 +37,8 @@ pub async fn run(n: Arc<Notifier>, endpoint: Arc<NotifyEndpoint>, wake: Arc<Noti
     let cadence = Periodic::every("notify dispatcher", POLL)
         .woken_by(wake.clone())
         .logs(
-            "could not claim due order events; will retry",
-            "due order events are claimed again",
+            "could not lease due order events; will retry",
+            "due order events are leased again",
         );
     cadence
         .run(&n.shutdown, || async {
@@ -46,12 +46,12 @@ pub async fn run(n: Arc<Notifier>, endpoint: Arc<NotifyEndpoint>, wake: Arc<Noti
             if free == 0 {
                 return Ok::<_, String>(Next::Pause);
             }
-            let due = store::claim_due(&n.db, &endpoint.name, free as i64, lease)
+            let due = store::lease_due(&n.db, &endpoint.name, free as i64, lease)
                 .await
                 .map_err(|err| format!("endpoint {}: {err}", endpoint.name))?;
             for row in due {
                 // Never more rows than permits; waiting here keeps a
-                // claimed row from idling until its lease ends.
+                // leased row from idling until its lease ends.
                 let Ok(permit) = permits.clone().acquire_owned().await else {
                     return Ok(Next::Stop);
                 };

@@ -1,6 +1,6 @@
 //! `oncehook-notifier`: delivers the order events to the shop's endpoints
 //! and publishes them to `P.order-events`. Stops cleanly on SIGTERM/SIGINT:
-//! no new claims, the attempts in flight end and are written.
+//! no new leases, the attempts in flight end and are written.
 
 use anyhow::Context;
 use oncehook_common::shutdown::Shutdown;

@@ -1,7 +1,7 @@
 //! The order-events relay: the ledger's committed `order_events` rows as
 //! the common relay's [`Source`], published to the topic exchange
 //! `P.order-events` (routing key = the event type), each with its order's
-//! snapshot as it is now. The relay itself — claiming with `FOR UPDATE
+//! snapshot as it is now. The relay itself — locking with `FOR UPDATE
 //! SKIP LOCKED`, confirms, marking, its cadence — is
 //! `oncehook_common::relay`. A crash between publish and mark publishes an
 //! event twice: its `message_id` is the event id, and the notifier's
@@ -31,7 +31,7 @@ impl Source for OrderEvents {
     const RECOVERED: &'static str = "order events relay publishes again";
     const PUBLISHED_TOTAL: &'static str = "oncehook_notify_events_published_total";
 
-    async fn claim(
+    async fn lock(
         &self,
         tx: &mut Transaction<'static, Postgres>,
         limit: usize,

@@ -65,7 +65,7 @@ pub struct MailConfig {
     /// Backoff between SMTP sends (`retry.max_attempts` before an email is
     /// marked failed and dead-lettered).
     pub retry: RetryPolicy,
-    /// How long a claim keeps other mailers off an email (`lease`); a send
+    /// How long a lease keeps other mailers off an email (`lease`); a send
     /// starts only with a whole send's time left of it.
     pub lease: Duration,
 }

@@ -1,7 +1,7 @@
 //! `notify_deliveries` and `notify_endpoints`: the notifier's book of what
 //! it owes each of the shop's endpoints. A delivery row is made when an
-//! order event reaches the notifier (`fan_out`, idempotent), claimed with a
-//! lease while it is sent (`claim_due`; a killed notifier's rows come due
+//! order event reaches the notifier (`fan_out`, idempotent), leased while
+//! it is sent (`lease_due`; a killed notifier's rows come due
 //! again), and ends delivered, due again later, or failed — kept, never
 //! dropped, until `replay` makes it due again. A 410 Gone disables its
 //! endpoint (`disable`) until `enable`; a disabled endpoint's rows fail.
@@ -144,7 +144,7 @@ pub async fn fan_out(
     Ok(done.rows_affected())
 }
 
-/// A delivery claimed for one attempt.
+/// A delivery leased for one attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Due {
     pub event_id: String,
@@ -156,7 +156,7 @@ pub struct Due {
 
 /// Claims up to `limit` due rows of an enabled `endpoint`, oldest first,
 /// holding them for `lease`.
-pub async fn claim_due(
+pub async fn lease_due(
     db: &Pooled,
     endpoint: &str,
     limit: i64,
@@ -166,7 +166,7 @@ pub async fn claim_due(
     let rows = sqlx::query_as!(
         Due,
         // A materialized CTE: a subquery in UPDATE … FROM may be scanned
-        // again for each row, and claim more rows than the limit.
+        // again for each row, and lease more rows than the limit.
         "WITH due AS MATERIALIZED (
              SELECT d2.event_id FROM notify_deliveries d2
              WHERE d2.endpoint = $1 AND d2.status = 'pending' AND d2.next_attempt_at <= now()

@@ -1,6 +1,6 @@
 //! `email_outbox`: emails written in the same transaction as the effect
 //! that causes them (so "order committed" and "email due" are one fact),
-//! published by the worker's relay and sent by the mailer, which claims a
+//! published by the worker's relay and sent by the mailer, which leases a
 //! row with a short lease (no transaction is held across the SMTP call) and
 //! marks it sent or failed. `dedup_key` makes "one confirmation per order" a
 //! constraint; a row with `sent_at` is never sent again. The functions that
@@ -136,9 +136,9 @@ pub async fn backlog(db: &Pooled) -> Result<Backlog, sqlx::Error> {
     })
 }
 
-/// An email the mailer claimed: its lease keeps other mailers off it.
+/// An email the mailer leased: its lease keeps other mailers off it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Claimed {
+pub struct LeasedEmail {
     pub to_addr: String,
     pub subject: String,
     pub body: String,
@@ -146,10 +146,14 @@ pub struct Claimed {
 
 /// The mailer: takes a lease of `lease` on a row that is neither sent, nor
 /// failed, nor leased by another mailer.
-pub async fn claim(db: &Pooled, id: Uuid, lease: Duration) -> Result<Option<Claimed>, sqlx::Error> {
+pub async fn lease(
+    db: &Pooled,
+    id: Uuid,
+    lease: Duration,
+) -> Result<Option<LeasedEmail>, sqlx::Error> {
     let mut conn = db.single().await?;
     let result = sqlx::query_as!(
-        Claimed,
+        LeasedEmail,
         "UPDATE email_outbox SET claimed_until = now() + make_interval(secs => $2)
          WHERE id = $1 AND sent_at IS NULL AND failed_at IS NULL
            AND (claimed_until IS NULL OR claimed_until < now())
@@ -297,7 +301,7 @@ pub async fn counts(conn: &mut PgConnection) -> Result<Counts, sqlx::Error> {
     .await
 }
 
-/// Clears an unsent email's failure mark (and claim), so the mailer sends
+/// Clears an unsent email's failure mark (and lease), so the mailer sends
 /// it again when it is replayed from the dead-letter queue.
 pub async fn clear_failure(conn: &mut PgConnection, id: Uuid) -> Result<(), sqlx::Error> {
     sqlx::query!(

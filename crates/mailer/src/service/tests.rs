@@ -50,31 +50,34 @@ async fn an_unreadable_message_whose_dead_letter_fails_is_requeued() {
     assert_eq!(delivery.settled(), [Settled::Requeued]);
 }
 
-/// The decision table for a claim.
+/// The decision table for a lease.
 #[test]
-fn claims_map_to_verdicts() {
+fn leases_map_to_verdicts() {
     let id = Uuid::new_v4();
-    match after_claim(id, Ok(Claim::Missing)) {
-        AfterClaim::Settle(Verdict::DeadLetter { kind, error, .. }) => {
+    match after_lease(id, Ok(Leasing::Missing)) {
+        AfterLease::Settle(Verdict::DeadLetter { kind, error, .. }) => {
             assert_eq!(kind, DeadLetterKind::UnknownOutboxRow);
             assert!(error.contains(&id.to_string()), "{error}");
         }
         other => panic!("{other:?}"),
     }
-    for skip in [Claim::AlreadySent, Claim::AlreadyFailed] {
+    for skip in [Leasing::AlreadySent, Leasing::AlreadyFailed] {
         assert!(matches!(
-            after_claim(id, Ok(skip)),
-            AfterClaim::Settle(Verdict::Ack)
+            after_lease(id, Ok(skip)),
+            AfterLease::Settle(Verdict::Ack)
         ));
     }
-    assert!(matches!(after_claim(id, Ok(Claim::Busy)), AfterClaim::Busy));
     assert!(matches!(
-        after_claim(id, Err(sqlx::Error::PoolTimedOut)),
-        AfterClaim::Hold(_)
+        after_lease(id, Ok(Leasing::Busy)),
+        AfterLease::Busy
+    ));
+    assert!(matches!(
+        after_lease(id, Err(sqlx::Error::PoolTimedOut)),
+        AfterLease::Hold(_)
     ));
     // A database error no retry fixes dead-letters instead of spinning.
-    match after_claim(id, Err(sqlx::Error::RowNotFound)) {
-        AfterClaim::Settle(Verdict::DeadLetter { kind, .. }) => {
+    match after_lease(id, Err(sqlx::Error::RowNotFound)) {
+        AfterLease::Settle(Verdict::DeadLetter { kind, .. }) => {
             assert_eq!(kind, DeadLetterKind::Database)
         }
         other => panic!("{other:?}"),
@@ -85,8 +88,8 @@ fn claims_map_to_verdicts() {
         subject: "s".into(),
         body: "b".into(),
     };
-    match after_claim(id, Ok(Claim::Claimed(email))) {
-        AfterClaim::Send(email) => assert_eq!(email.outbox_id, id),
+    match after_lease(id, Ok(Leasing::Leased(email))) {
+        AfterLease::Send(email) => assert_eq!(email.outbox_id, id),
         other => panic!("{other:?}"),
     }
 }
