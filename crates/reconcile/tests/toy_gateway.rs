@@ -30,8 +30,11 @@ const WEBHOOK_SECRET: &str = "toy-webhook-secret";
 /// without the key 401. Every request line and `toy-api-key` is kept.
 struct ToyApi {
     base_url: String,
-    seen: Arc<Mutex<Vec<(String, Option<String>)>>>,
+    seen: Arc<Mutex<Vec<Seen>>>,
 }
+
+/// A request the stand-in got: its request line and its `toy-api-key`.
+type Seen = (String, Option<String>);
 
 impl ToyApi {
     async fn start() -> ToyApi {
@@ -72,7 +75,7 @@ impl ToyApi {
         ToyApi { base_url, seen }
     }
 
-    fn seen(&self) -> Vec<(String, Option<String>)> {
+    fn seen(&self) -> Vec<Seen> {
         self.seen.lock().expect("log").clone()
     }
 }

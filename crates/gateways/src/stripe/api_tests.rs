@@ -166,7 +166,7 @@ fn an_orders_intents_are_asked_once_and_lists_page_on() {
         "object": "event", "type": "customer.created", "data": {"object": {}}}]}"#;
     let read = api.read(&sweep[0], list).expect("read");
     let next = sweep[0].page_after("evt_9".into());
-    assert_eq!(read.follow_ups, [next.clone()]);
+    assert_eq!(read.follow_ups, std::slice::from_ref(&next));
     assert_eq!(
         api.describe(&next),
         "GET /v1/events?delivery_success=false&created[gte]=5&starting_after=evt_9"
