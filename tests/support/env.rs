@@ -35,6 +35,7 @@ impl Secrets {
             Gateway::Payu => Self::PAYU,
             Gateway::Stripe => Self::STRIPE,
             Gateway::Standard => Self::STANDARD,
+            other => panic!("no test source for gateway {other}: add its secret here"),
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The crate layout is the architecture: libraries below, binaries on top
 //! (no crate depends on a crate that has a binary), ingest never touches
-//! Postgres, the gateways crate does no I/O, and SQL lives only in the two
-//! stores (`crates/common/src/store/`, and the ledger's own tables in
+//! Postgres, the gateways crate does no I/O and is the only place that
+//! knows a gateway by name, and SQL lives only in the two stores
+//! (`crates/common/src/store/`, and the ledger's own tables in
 //! `crates/ledger/src/store/`). These checks keep it that way, and keep
 //! production code in pieces one can read: no function over
 //! [`MAX_FN_LINES`] lines, no file over [`MAX_FILE_LINES`] (tests aside).
@@ -647,6 +648,30 @@ fn binaries_under_others(members: &[(String, bool, Vec<String>)]) -> Vec<String>
         .collect()
 }
 
+/// Where every piece of knowledge about one gateway lives: its folder in
+/// the gateways crate (docs/adding-a-gateway.md).
+const GATEWAYS: &str = "crates/gateways/";
+
+/// Each `Gateway::` path in the code of `src` (a variant, `ALL`, …; comments
+/// and literals aside): outside the gateways crate, code asks a gateway
+/// (its scheme, its API, its name) instead of naming one.
+fn gateway_path_findings(src: &str) -> Vec<String> {
+    const PATH: &str = "Gateway::";
+    let code = lex(src).code;
+    let bytes = code.as_bytes();
+    code.match_indices(PATH)
+        .filter(|(at, _)| *at == 0 || !ident_byte(bytes[at - 1]))
+        .map(|(at, _)| {
+            let line = code[..at].matches('\n').count() + 1;
+            let name: String = code[at + PATH.len()..]
+                .chars()
+                .take_while(|&c| ident_char(c))
+                .collect();
+            format!("line {line}: `{PATH}{name}`")
+        })
+        .collect()
+}
+
 #[test]
 fn no_crate_depends_on_a_crate_with_a_binary() {
     let members = members();
@@ -681,5 +706,46 @@ fn the_binary_layering_check_finds_a_binary_under_another() {
     assert_eq!(
         binaries_under_others(&members),
         vec!["oncehook-api depends on oncehook-worker, which has a binary".to_owned()]
+    );
+}
+
+#[test]
+fn the_gateway_path_check_reads_code_not_prose() {
+    let prose = "//! Not `Gateway::Razorpay`.\n/* Gateway::ALL */\nfn f(e: E) { let _ = \"Gateway::Stripe\"; match e { E::UnknownGateway::X => {} } }\n";
+    assert_eq!(gateway_path_findings(prose), Vec::<String>::new());
+    let code = "fn f(g: Gateway) -> bool {\n    g == Gateway::Payu || oncehook_gateways::Gateway::ALL.contains(&g)\n}\n";
+    assert_eq!(
+        gateway_path_findings(code),
+        ["line 2: `Gateway::Payu`", "line 2: `Gateway::ALL`"]
+    );
+}
+
+#[test]
+fn nothing_outside_the_gateways_crate_names_a_gateway() {
+    let mut files = Vec::new();
+    rust_sources(&root().join("crates"), &mut files);
+    let mut offenders = Vec::new();
+    for path in files {
+        let rel = path
+            .strip_prefix(root())
+            .expect("under the workspace")
+            .to_string_lossy()
+            .replace('\\', "/");
+        if rel.starts_with(GATEWAYS) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("source");
+        offenders.extend(
+            gateway_path_findings(&text)
+                .into_iter()
+                .map(|f| format!("{rel}: {f}")),
+        );
+    }
+    assert!(
+        offenders.is_empty(),
+        "a gateway's knowledge belongs in its folder, {GATEWAYS}src/<gateway>/: ask the gateway \
+         (`scheme()`, `api()`, `as_str()`; `oncehook_gateways::registered()` or `names()` for \
+         every one; `\"name\".parse()` in a test) instead of naming it:\n{}",
+        offenders.join("\n")
     );
 }

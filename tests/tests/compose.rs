@@ -264,6 +264,7 @@ impl Stack {
             Gateway::Payu => "PAYU_MERCHANT_SALT",
             Gateway::Stripe => "STRIPE_WEBHOOK_SECRET",
             Gateway::Standard => "STANDARD_WEBHOOK_SECRET",
+            other => panic!("the compose stack has no source for gateway {other}"),
         })
         .to_owned()
     }

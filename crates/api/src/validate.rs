@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 
 use oncehook_common::store::shop::{GatewayRef, ShopItem, ShopOrder};
-use oncehook_gateways::{Gateway, is_known_currency};
+use oncehook_gateways::is_known_currency;
 use serde_json::Value;
 
 use crate::error::ApiError;
@@ -130,7 +130,7 @@ pub fn order(o: &OrderCreate, max_items: usize) -> Result<ShopOrder, ApiError> {
     let mut gateway_refs = Vec::with_capacity(o.gateway_refs.len());
     for (gateway, r) in &o.gateway_refs {
         let field = format!("gateway_refs.{gateway}");
-        if Gateway::ALL.iter().all(|g| g.as_str() != gateway) {
+        if !oncehook_gateways::names().contains(&gateway.as_str()) {
             return Err(ApiError::invalid(&field, "not a gateway oncehook knows"));
         }
         if !plain_text(r, 128) || r.contains(char::is_whitespace) {

@@ -1,19 +1,26 @@
-//! Payment-gateway webhook schemes: signature verification and payload
-//! normalisation. Pure code (no I/O, no clock): callers pass in the current
-//! time, so the same functions serve ingest, the worker, the CLI and fuzzers.
+//! Payment-gateway webhook schemes and APIs: signature verification,
+//! payload normalisation, and the requests and answers of reconciliation.
+//! Pure code (no I/O, no clock): callers pass in the current time and make
+//! the HTTP calls, so the same functions serve ingest, the worker, the
+//! reconciler, the CLI and fuzzers.
 //!
 //! Ingest calls [`verify`] on the raw request bytes and [`parse`] once to
 //! get a [`NormalizedEvent`], which travels to the worker in the envelope
 //! with the bytes. `oncehookctl send` and the tests use [`sample`] to build
 //! realistic signed deliveries.
 //!
+//! The reconciler asks a gateway's API through [`reconcile::GatewayApi`]
+//! (reached with [`Gateway::api`]): the calls about an order, each call's
+//! request and how its answer becomes events. Both the ledger and the
+//! reconciler key what an event records by [`NormalizedEvent::fact`].
+//!
 //! Layout: each gateway lives in its own folder (`src/<gateway>/`: its
 //! constants and [`GatewayScheme`] implementation in `mod.rs`, verification
-//! and parsing in `scheme.rs`, the sample builder in `sample.rs`). The
-//! registry below lists them, one line each; `registry.rs` derives
-//! [`Gateway`] and the dispatch from that list. Shared helpers (`crypto`,
-//! `json`, `form`, `amount`, `headers`) serve every gateway. Adding a gateway:
-//! `docs/adding-a-gateway.md`.
+//! and parsing in `scheme.rs`, the sample builder in `sample.rs`, its API
+//! for reconciliation in `api.rs`). The registry below lists them, one line
+//! each; `registry.rs` derives [`Gateway`] and the dispatch from that list.
+//! Shared helpers (`crypto`, `json`, `form`, `amount`, `headers`) serve
+//! every gateway. Adding a gateway: `docs/adding-a-gateway.md`.
 
 #![warn(missing_docs)]
 
@@ -24,9 +31,11 @@ mod amount;
 mod crypto;
 mod currency;
 mod event;
+mod fact;
 mod form;
 mod headers;
 mod json;
+pub mod reconcile;
 pub mod sample;
 mod scheme;
 
@@ -41,39 +50,22 @@ registry! {
     stripe::Stripe,
     /// The Standard Webhooks specification (`webhook-id` / `webhook-timestamp` / `webhook-signature`).
     standard::Standard,
-    /// A toy HMAC gateway that exists only in this crate's unit tests: it
-    /// checks `docs/adding-a-gateway.md` (a folder and this one line).
-    #[cfg(test)]
+    /// A toy HMAC gateway with a toy API, for tests only: it checks
+    /// `docs/adding-a-gateway.md` (a folder and this one line). It exists in
+    /// this crate's unit tests and, for other crates' tests, with the `toy`
+    /// feature; it is in `Gateway::ALL` only in this crate's unit tests.
+    #[cfg(any(test, feature = "toy"))]
+    #[listed(test)]
     toy::Toy,
 }
 
 pub use amount::{AmountError, currency_exponent, format_decimal_minor, parse_decimal_minor};
 pub use currency::is_known_currency;
 pub use event::{EventKind, NormalizedEvent};
+pub use fact::{Fact, FactError};
 
-/// Gateways' API answers read as events, for reconciliation (no I/O).
-pub mod reconcile {
-    pub use crate::cashfree::api::{
-        order_payments as cashfree_order_payments, order_refunds as cashfree_order_refunds,
-    };
-    pub use crate::payu::api::{
-        MAX_TXNIDS as PAYU_MAX_TXNIDS, VerifyRequestError as PayuVerifyRequestError,
-        verify_payment as payu_verify_payment,
-        verify_payment_request as payu_verify_payment_request,
-    };
-    pub use crate::razorpay::api::{
-        order_payments as razorpay_order_payments, payment_refunds as razorpay_payment_refunds,
-    };
-    pub use crate::stripe::api::{
-        Page as StripePage, events as stripe_events, payment_intent as stripe_payment_intent,
-        refunds as stripe_refunds,
-    };
-
-    #[cfg(test)]
-    mod tests;
-}
 pub use headers::Headers;
-pub use registry::{UnknownGateway, parse, verify};
+pub use registry::{UnknownGateway, names, parse, registered, verify};
 pub use scheme::{
     ContentType, Credentials, GatewayScheme, ParseError, ParseFn, Request, SampleFn, Scheme,
     Verification, VerifyError, VerifyFn,

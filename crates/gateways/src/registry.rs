@@ -4,9 +4,10 @@
 //! [`Scheme`], names and serde, and the generic [`verify`] and [`parse`].
 //!
 //! A registry line reads `module::Type,` (with the variant's doc comment and
-//! optionally `#[cfg(test)]`): it declares `mod module;` (the folder
-//! `src/module/`), the variant `Gateway::Type`, and its entry in
-//! [`Gateway::scheme`]. The variant's name in configuration, serde, routing
+//! optionally `#[cfg(...)]` and `#[listed(...)]`, as the toy gateway's): it
+//! declares `mod module;` (the folder `src/module/`), the variant
+//! `Gateway::Type`, and its entry in [`Gateway::scheme`] (and so in
+//! [`Gateway::api`]). The variant's name in configuration, serde, routing
 //! keys and message ids is the implementation's [`GatewayScheme::NAME`].
 
 use std::fmt;
@@ -18,16 +19,21 @@ use crate::scheme::{GatewayScheme, Scheme};
 use crate::{Gateway, Headers, NormalizedEvent};
 
 /// Declares the gateway modules, the [`Gateway`] enum and its dispatch from
-/// one list: `/// doc` lines, an optional `#[cfg(...)]`, then `module::Type,`
+/// one list: `/// doc` lines, an optional `#[cfg(...)]` (where the gateway
+/// exists), an optional `#[listed(...)]` (where it is also in
+/// [`Gateway::ALL`]; without it, wherever it exists), then `module::Type,`
 /// where `Type` implements [`GatewayScheme`].
 macro_rules! registry {
-    ($( $(#[doc = $doc:literal])* $(#[cfg($cfg:meta)])? $module:ident :: $scheme:ident, )+) => {
+    ($( $(#[doc = $doc:literal])* $(#[cfg($cfg:meta)])? $(#[listed($listed:meta)])? $module:ident :: $scheme:ident, )+) => {
         $( $(#[cfg($cfg)])? mod $module; )+
 
-        /// A payment gateway's webhook scheme, named in configuration
-        /// (`gateway = "razorpay"`), routing keys and `message_id`s by its
-        /// [`GatewayScheme::NAME`](crate::GatewayScheme::NAME).
+        /// A payment gateway, named in configuration (`gateway =
+        /// "razorpay"`), routing keys and `message_id`s by its
+        /// [`GatewayScheme::NAME`](crate::GatewayScheme::NAME). Outside this
+        /// crate nothing matches on its variants: callers ask it (its
+        /// [`scheme`](Gateway::scheme), its [`api`](Gateway::api)).
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
         pub enum Gateway {
             $( $(#[doc = $doc])* $(#[cfg($cfg)])? $scheme, )+
         }
@@ -35,12 +41,24 @@ macro_rules! registry {
         impl Gateway {
             const COUNT: usize = {
                 let mut n = 0;
+                $( $(#[cfg($cfg)])? $(#[cfg($listed)])? { n += 1; } )+
+                n
+            };
+
+            const KNOWN_COUNT: usize = {
+                let mut n = 0;
                 $( $(#[cfg($cfg)])? { n += 1; } )+
                 n
             };
 
             /// Every gateway, in registry order.
-            pub const ALL: [Gateway; Gateway::COUNT] = [ $( $(#[cfg($cfg)])? Gateway::$scheme, )+ ];
+            pub const ALL: [Gateway; Gateway::COUNT] =
+                [ $( $(#[cfg($cfg)])? $(#[cfg($listed)])? Gateway::$scheme, )+ ];
+
+            /// Every gateway that exists in this build, listed or not (what
+            /// a name is looked up in).
+            const KNOWN: [Gateway; Gateway::KNOWN_COUNT] =
+                [ $( $(#[cfg($cfg)])? Gateway::$scheme, )+ ];
 
             /// The gateway's registry entry: its constants and functions.
             pub fn scheme(self) -> &'static $crate::Scheme {
@@ -53,6 +71,18 @@ macro_rules! registry {
     };
 }
 
+/// Every registered gateway, in registry order ([`Gateway::ALL`]), for
+/// callers that serve each one (a metric per gateway, a list to choose
+/// from) without naming any.
+pub fn registered() -> &'static [Gateway] {
+    &Gateway::ALL
+}
+
+/// The names of every registered gateway, in registry order.
+pub fn names() -> Vec<&'static str> {
+    Gateway::ALL.iter().map(|g| g.as_str()).collect()
+}
+
 /// A gateway name that is not one of [`Gateway::ALL`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown gateway {0:?} (expected one of {expected})", expected = expected_names())]
@@ -60,8 +90,7 @@ pub struct UnknownGateway(pub String);
 
 /// `razorpay, cashfree, …`: every registered name.
 fn expected_names() -> String {
-    let names: Vec<&str> = Gateway::ALL.iter().map(|g| g.as_str()).collect();
-    names.join(", ")
+    names().join(", ")
 }
 
 impl Gateway {
@@ -97,7 +126,7 @@ impl FromStr for Gateway {
     type Err = UnknownGateway;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Gateway::ALL
+        Gateway::KNOWN
             .into_iter()
             .find(|g| g.as_str() == s)
             .ok_or_else(|| UnknownGateway(s.to_owned()))

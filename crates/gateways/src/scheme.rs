@@ -1,5 +1,6 @@
 //! The contract every gateway fulfils: the [`GatewayScheme`] trait (its
-//! constants, verification, parsing and sample builder), the [`Scheme`] entry
+//! constants, verification, parsing and sample builder, and its API for
+//! reconciliation if it has one), the [`Scheme`] entry
 //! the registry keeps for each implementation, and the result and error types
 //! the trait's functions share. Each gateway's folder (`src/<gateway>/`)
 //! implements the trait once; `registry.rs` turns a [`Gateway`] into its
@@ -9,6 +10,7 @@ use sha2::{Digest, Sha256};
 
 #[cfg(doc)]
 use crate::Gateway;
+use crate::reconcile::GatewayApi;
 use crate::sample::{SampleError, SampleSpec, SignedDelivery};
 use crate::{Headers, NormalizedEvent};
 
@@ -183,6 +185,10 @@ pub trait GatewayScheme {
     const SECRET_PROBLEM: fn(&str) -> Option<&'static str> = |_| None;
     /// Whether a source of this gateway must configure `merchant_key` (PayU).
     const NEEDS_MERCHANT_KEY: bool = false;
+    /// The gateway's API for reconciliation (`Some(&Self)` where the folder
+    /// implements [`GatewayApi`]), or `None`: its sources cannot have a
+    /// `[source.api]`.
+    const API: Option<&'static dyn GatewayApi> = None;
 
     /// The registry's entry for this implementation. Not meant to be
     /// overridden.
@@ -200,6 +206,7 @@ pub trait GatewayScheme {
         sample_refund_id: Self::SAMPLE_REFUND_ID,
         secret_problem: Self::SECRET_PROBLEM,
         needs_merchant_key: Self::NEEDS_MERCHANT_KEY,
+        api: Self::API,
     };
 }
 
@@ -266,6 +273,7 @@ pub struct Scheme {
     pub(crate) secret_problem: fn(&str) -> Option<&'static str>,
     /// [`GatewayScheme::NEEDS_MERCHANT_KEY`].
     pub needs_merchant_key: bool,
+    pub(crate) api: Option<&'static dyn GatewayApi>,
 }
 
 impl std::fmt::Debug for Scheme {

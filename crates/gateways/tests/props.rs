@@ -206,6 +206,7 @@ proptest! {
             Gateway::Payu => &[],
             Gateway::Stripe => &["stripe-signature"],
             Gateway::Standard => &["webhook-signature", "webhook-timestamp", "webhook-id"],
+            other => panic!("add the signature headers of gateway {other} here"),
         };
         for name in names {
             let value = d.headers.get(name).unwrap().as_bytes().to_vec();

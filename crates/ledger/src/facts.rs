@@ -5,7 +5,7 @@
 
 use crate::store::books::PaymentKey;
 use oncehook_common::dead_letter::DeadLetterKind;
-use oncehook_gateways::{EventKind, NormalizedEvent};
+use oncehook_gateways::NormalizedEvent;
 
 use oncehook_pipeline::Rejection;
 
@@ -86,29 +86,29 @@ pub fn describe(event: &NormalizedEvent) -> String {
 }
 
 /// The fact an event records; `None` for events oncehook does not act on.
+/// The identity is the gateways crate's ([`NormalizedEvent::fact`]), the
+/// one the reconciler looks facts up by.
 pub fn fact_of(event: &NormalizedEvent) -> Result<Option<Fact>, Rejection> {
-    let missing = |kind: DeadLetterKind, what: &str| {
-        Rejection::new(kind, format!("{} carries no {what}", describe(event)))
-    };
-    let status = match event.kind {
-        EventKind::Other => return Ok(None),
-        EventKind::Captured => "captured",
-        EventKind::Failed => "failed",
-        EventKind::Authorized => "authorized",
-        EventKind::Refunded => {
-            let refund_id = event
-                .refund_id
-                .clone()
-                .ok_or_else(|| missing(DeadLetterKind::MissingRefundId, "refund id"))?;
-            let amount = event
-                .amount_minor
-                .ok_or_else(|| missing(DeadLetterKind::MissingAmount, "refund amount"))?;
-            return Ok(Some(Fact::Refund { refund_id, amount }));
-        }
-    };
-    let payment_id = event
-        .payment_id
-        .clone()
-        .ok_or_else(|| missing(DeadLetterKind::MissingPaymentId, "payment id"))?;
-    Ok(Some(Fact::Attempt { status, payment_id }))
+    use oncehook_gateways::{Fact as Identity, FactError};
+    let fact = event.fact().map_err(|e| {
+        let kind = match e {
+            FactError::MissingPaymentId => DeadLetterKind::MissingPaymentId,
+            FactError::MissingRefundId => DeadLetterKind::MissingRefundId,
+            FactError::MissingRefundAmount => DeadLetterKind::MissingAmount,
+        };
+        Rejection::new(kind, format!("{} {e}", describe(event)))
+    })?;
+    Ok(fact.map(|f| match f {
+        Identity::Attempt {
+            status, payment_id, ..
+        } => Fact::Attempt { status, payment_id },
+        Identity::Refund {
+            refund_id,
+            amount_minor,
+            ..
+        } => Fact::Refund {
+            refund_id,
+            amount: amount_minor,
+        },
+    }))
 }

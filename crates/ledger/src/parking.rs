@@ -22,7 +22,7 @@ use oncehook_common::periodic::{Next, Periodic};
 use oncehook_common::store::Pooled;
 use oncehook_common::store::dedup;
 use oncehook_common::{Envelope, Topology};
-use oncehook_gateways::{Gateway, NormalizedEvent};
+use oncehook_gateways::NormalizedEvent;
 use sqlx::PgConnection;
 
 use super::facts::{Fact, fact_of};
@@ -117,7 +117,7 @@ pub async fn sweep(
 /// `dead`) — so Prometheus' `increase()` also counts the first dead letter.
 pub fn zero_dead_letter_counters() {
     dead_letter::zero_counters(Writer::Worker);
-    for gateway in Gateway::ALL {
+    for gateway in oncehook_gateways::registered() {
         metrics::counter!("oncehook_worker_events_total", "gateway" => gateway.as_str(), "outcome" => "dead")
             .increment(0);
     }

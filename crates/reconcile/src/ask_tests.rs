@@ -1,6 +1,14 @@
+//! Whom an order is asked of. What each gateway asks (its calls, their
+//! batching and paging) is tested in its own folder of the gateways crate.
+
+use oncehook_gateways::reconcile::Ask;
 use time::OffsetDateTime;
 
 use super::*;
+
+fn gateway(name: &str) -> Gateway {
+    name.parse().expect("a registered gateway")
+}
 
 fn order(refs: &[(&str, &str)], payments: &[(&str, &str)]) -> DueOrder {
     let pairs = |v: &[(&str, &str)]| {
@@ -21,121 +29,51 @@ fn order(refs: &[(&str, &str)], payments: &[(&str, &str)]) -> DueOrder {
 #[test]
 fn an_order_naming_no_gateway_is_asked_by_its_own_reference_only_where_that_works() {
     let bare = order(&[], &[]);
-    assert!(asks_about(Gateway::Cashfree, &bare));
-    assert!(asks_about(Gateway::Payu, &bare));
-    assert!(!asks_about(Gateway::Razorpay, &bare));
-    assert!(!asks_about(Gateway::Stripe, &bare));
-    assert_eq!(
-        asks_for(Gateway::Cashfree, &bare),
-        [
-            Ask::CashfreePayments {
-                order_id: "ORD-1".into()
-            },
-            Ask::CashfreeRefunds {
-                order_id: "ORD-1".into()
-            }
-        ]
+    assert!(asks_about(gateway("cashfree"), &bare));
+    assert!(asks_about(gateway("payu"), &bare));
+    assert!(!asks_about(gateway("razorpay"), &bare));
+    assert!(!asks_about(gateway("stripe"), &bare));
+    assert!(
+        !asks_about(gateway("standard"), &bare),
+        "a gateway without an API is never asked"
     );
     assert_eq!(
-        asks_for(Gateway::Payu, &bare),
-        [Ask::PayuVerify {
-            txnids: vec!["ORD-1".into()]
-        }]
+        asks_for(gateway("cashfree"), &bare)
+            .iter()
+            .map(|a| a.id())
+            .collect::<Vec<_>>(),
+        ["ORD-1", "ORD-1"],
+        "payments and refunds by the shop's reference"
     );
-    assert!(asks_for(Gateway::Razorpay, &bare).is_empty());
+    assert_eq!(asks_for(gateway("payu"), &bare)[0].ids, ["ORD-1"]);
+    assert!(asks_for(gateway("razorpay"), &bare).is_empty());
+    assert!(asks_for(gateway("standard"), &bare).is_empty());
 }
 
 #[test]
-fn an_order_naming_a_gateway_is_asked_of_that_gateway_only() {
-    let o = order(&[("razorpay", "order_9")], &[("razorpay", "pay_1")]);
-    assert!(asks_about(Gateway::Razorpay, &o));
-    assert!(!asks_about(Gateway::Cashfree, &o));
-    assert_eq!(
-        asks_for(Gateway::Razorpay, &o),
-        [
-            Ask::RazorpayOrderPayments {
-                order_id: "order_9".into()
-            },
-            Ask::RazorpayRefunds {
-                payment_id: "pay_1".into()
-            }
-        ]
+fn an_order_naming_a_gateway_is_asked_of_that_gateway_only_by_its_ids_there() {
+    let o = order(
+        &[("razorpay", "order_9"), ("stripe", "pi_3")],
+        &[("razorpay", "pay_1")],
     );
-    let s = order(
-        &[("stripe", "cs_1"), ("stripe", "pi_2")],
-        &[("stripe", "pi_2")],
-    );
-    assert_eq!(
-        asks_for(Gateway::Stripe, &s),
-        [
-            Ask::StripeIntent { id: "pi_2".into() },
-            Ask::StripeRefunds {
-                intent: "pi_2".into(),
-                starting_after: None
-            }
-        ],
-        "one intent once; a Checkout session is not an intent"
-    );
+    assert!(asks_about(gateway("razorpay"), &o));
+    assert!(asks_about(gateway("stripe"), &o));
+    assert!(!asks_about(gateway("cashfree"), &o));
+    let asks = asks_for(gateway("razorpay"), &o);
+    let ids: Vec<&str> = asks.iter().map(Ask::id).collect();
+    assert_eq!(ids, ["order_9", "pay_1"], "never Stripe's pi_3");
 }
 
 #[test]
-fn payu_txnids_are_batched_and_a_pipe_is_never_sent() {
-    let refs: Vec<(String, String)> = (0..150)
-        .map(|i| ("payu".to_owned(), format!("t{i:03}")))
-        .chain([("payu".to_owned(), "bad|id".to_owned())])
-        .collect();
-    let mut o = order(&[], &[]);
-    o.refs = refs;
-    let asks = asks_for(Gateway::Payu, &o);
-    let sizes: Vec<usize> = asks
-        .iter()
-        .map(|a| match a {
-            Ask::PayuVerify { txnids } => txnids.len(),
-            _ => 0,
-        })
-        .collect();
-    assert_eq!(sizes, [100, 51], "150 refs and the order's own reference");
-}
-
-#[test]
-fn a_captured_razorpay_payment_leads_to_its_refunds_and_pages_to_the_next() {
-    let captured = NormalizedEvent {
-        provider: Gateway::Razorpay,
-        event_id: "reconciliation:pay_7:captured".into(),
-        event_type: "payment.captured".into(),
-        kind: EventKind::Captured,
-        payment_id: Some("pay_7".into()),
-        order_ref: None,
-        amount_minor: Some(100),
-        currency: Some("INR".into()),
-        email: None,
-        refund_id: None,
-        cumulative_refund: false,
-    };
-    let ask = Ask::RazorpayOrderPayments {
-        order_id: "order_1".into(),
-    };
+fn an_ask_already_made_or_planned_is_not_made_again() {
+    let a = Ask::of("order_payments", "order_1");
+    let b = Ask::of("payment_refunds", "pay_1");
+    let planned = [a.clone()];
+    assert_eq!(not_yet_asked(vec![a.clone(), b.clone()], &planned), [b]);
+    assert!(not_yet_asked(vec![a.clone()], &planned).is_empty());
     assert_eq!(
-        ask.follow_ups(std::slice::from_ref(&captured), None),
-        [Ask::RazorpayRefunds {
-            payment_id: "pay_7".into()
-        }]
+        not_yet_asked(vec![a.page_after("x".into())], &planned).len(),
+        1,
+        "the next page is another call"
     );
-    let failed = NormalizedEvent {
-        kind: EventKind::Failed,
-        ..captured
-    };
-    assert!(ask.follow_ups(&[failed], None).is_empty());
-    let events = Ask::StripeUndelivered {
-        since: 5,
-        starting_after: None,
-    };
-    assert_eq!(
-        events.follow_ups(&[], Some("evt_9".into())),
-        [Ask::StripeUndelivered {
-            since: 5,
-            starting_after: Some("evt_9".into())
-        }]
-    );
-    assert!(events.follow_ups(&[], None).is_empty());
 }

@@ -1,21 +1,19 @@
-//! One API call to a gateway: the request each [`Ask`] is (URL, method,
-//! credentials, as each gateway documents them), and its answer read by
-//! the gateways crate's readers into the facts a webhook would carry. A 404
-//! is an answer (the gateway knows no such order or payment: nothing to
-//! record); every other failure is a [`CallError`] that says whether trying
+//! One API call to a gateway: the request the gateway's folder describes
+//! for an [`Ask`] (method, path, headers with the credentials, body) made
+//! over HTTP, and its answer handed back to the folder to be read into the
+//! facts a webhook would carry. An answer the gateway says means "no such
+//! id" (a 404 for every gateway so far) is an answer with nothing to
+//! record; every other failure is a [`CallError`] that says whether trying
 //! again may help.
 
 use std::time::Duration;
 
-use oncehook_common::config::{ApiAuth, SourceApi, SourceConfig};
+use oncehook_common::config::SourceConfig;
 use oncehook_common::retry_after;
-use oncehook_gateways::reconcile as read;
-use oncehook_gateways::{Gateway, NormalizedEvent, ParseError};
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
-use reqwest::header::CONTENT_TYPE;
-use reqwest::{Method, RequestBuilder, StatusCode};
-
-use crate::ask::Ask;
+use oncehook_gateways::reconcile::{ApiCredentials, ApiRequest, Ask, GatewayApi, Method};
+use oncehook_gateways::{Gateway, NormalizedEvent};
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use reqwest::{RequestBuilder, StatusCode};
 
 /// The longest `Retry-After` honoured; a longer one waits this long.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
@@ -24,39 +22,41 @@ const QUOTE: usize = 200;
 /// The largest answer read (an order's payments are a handful; a page of
 /// 100 Stripe events is well under this).
 const MAX_ANSWER: usize = 4 * 1024 * 1024;
-/// Stripe's largest page.
-const STRIPE_PAGE: u32 = 100;
 
-/// Path characters sent as they are; everything else is percent-encoded
-/// (an order reference is the shop's text).
-const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'_')
-    .remove(b'.')
-    .remove(b'~');
-
-/// A source oncehook may ask: its name, gateway and API, and for PayU the
-/// merchant key and salt that sign `verify_payment`.
-#[derive(Debug, Clone)]
+/// A source oncehook may ask: its name, its gateway's API, where the API
+/// is and the credentials to ask it with (`Debug` never shows a secret).
+#[derive(Clone)]
 pub struct ApiSource {
     pub name: String,
     pub gateway: Gateway,
-    pub api: SourceApi,
-    pub merchant_key: Option<String>,
-    /// PayU: the current salt (the first of the source's secrets).
-    pub salt: Option<String>,
+    pub api: &'static dyn GatewayApi,
+    /// Without a trailing `/`.
+    pub base_url: String,
+    pub credentials: ApiCredentials,
 }
 
 impl ApiSource {
-    /// The source's API, if it has a `[source.api]`.
+    /// The source's API, if it has a `[source.api]` (and its gateway an API).
     pub fn of(source: &SourceConfig) -> Option<ApiSource> {
+        let table = source.api.as_ref()?;
         Some(ApiSource {
             name: source.name.clone(),
             gateway: source.gateway,
-            api: source.api.clone()?,
-            merchant_key: source.merchant_key.clone(),
-            salt: source.secrets.first().cloned(),
+            api: source.gateway.api()?,
+            base_url: table.base_url.clone(),
+            credentials: table.credentials.clone(),
         })
+    }
+}
+
+impl std::fmt::Debug for ApiSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiSource")
+            .field("name", &self.name)
+            .field("gateway", &self.gateway)
+            .field("base_url", &self.base_url)
+            .field("credentials", &self.credentials)
+            .finish_non_exhaustive()
     }
 }
 
@@ -64,8 +64,9 @@ impl ApiSource {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Answer {
     pub facts: Vec<NormalizedEvent>,
-    /// A list's next page (`starting_after`).
-    pub next: Option<String>,
+    /// The calls the answer leads to (a list's next page, the refunds of a
+    /// payment found).
+    pub follow_ups: Vec<Ask>,
     /// The HTTP status (404: the gateway knows nothing of it).
     pub status: u16,
 }
@@ -140,7 +141,11 @@ impl Client {
 
     /// Makes one call and reads its answer.
     pub async fn call(&self, source: &ApiSource, ask: &Ask) -> Result<Answer, CallError> {
-        let request = self.request(source, ask)?;
+        let request = source
+            .api
+            .request(ask, &source.credentials)
+            .map_err(|e| CallError::Request(e.to_string()))?;
+        let request = self.build(&source.base_url, request)?;
         let response = request.send().await.map_err(|e| self.transport(e))?;
         let status = response.status();
         let retry_after = retry_after(&response);
@@ -152,13 +157,16 @@ impl Client {
             )));
         }
         match status {
-            s if s.is_success() => read_answer(ask, &body).map(|(facts, next)| Answer {
-                facts,
-                next,
+            s if s.is_success() => match source.api.read(ask, &body) {
+                Ok(answer) => Ok(Answer {
+                    facts: answer.facts,
+                    follow_ups: answer.follow_ups,
+                    status: s.as_u16(),
+                }),
+                Err(e) => Err(CallError::Unreadable(e.to_string())),
+            },
+            s if source.api.unknown_id(ask, s.as_u16()) => Ok(Answer {
                 status: s.as_u16(),
-            }),
-            StatusCode::NOT_FOUND => Ok(Answer {
-                status: 404,
                 ..Answer::default()
             }),
             StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Err(CallError::Credentials {
@@ -175,6 +183,33 @@ impl Client {
         }
     }
 
+    /// The HTTP request the gateway described, against `base_url`; a
+    /// credential header is marked sensitive.
+    fn build(&self, base_url: &str, request: ApiRequest) -> Result<RequestBuilder, CallError> {
+        let method = match request.method {
+            Method::Get => reqwest::Method::GET,
+            Method::Post => reqwest::Method::POST,
+        };
+        let mut headers = HeaderMap::new();
+        for h in request.headers {
+            let bad = || CallError::Request(format!("the {} header cannot be sent", h.name));
+            let name = HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| bad())?;
+            let mut value = HeaderValue::from_str(&h.value).map_err(|_| bad())?;
+            value.set_sensitive(h.sensitive);
+            headers.insert(name, value);
+        }
+        let mut builder = self
+            .http
+            .request(method, format!("{base_url}{}", request.path))
+            .headers(headers);
+        if let Some(body) = request.body {
+            builder = builder
+                .header(CONTENT_TYPE, body.content_type)
+                .body(body.bytes);
+        }
+        Ok(builder)
+    }
+
     fn transport(&self, e: reqwest::Error) -> CallError {
         if e.is_timeout() {
             CallError::Timeout(self.timeout)
@@ -184,131 +219,6 @@ impl Client {
             CallError::Connect(format!("{e}"))
         }
     }
-
-    /// The request `ask` is, for `source`'s API and credentials.
-    fn request(&self, source: &ApiSource, ask: &Ask) -> Result<RequestBuilder, CallError> {
-        let base = &source.api.base_url;
-        let seg = |s: &str| utf8_percent_encode(s, SEGMENT).to_string();
-        let get = |path: String| self.http.request(Method::GET, format!("{base}{path}"));
-        let request = match ask {
-            Ask::RazorpayOrderPayments { order_id } => {
-                get(format!("/v1/orders/{}/payments", seg(order_id)))
-            }
-            Ask::RazorpayRefunds { payment_id } => {
-                get(format!("/v1/payments/{}/refunds", seg(payment_id)))
-            }
-            Ask::CashfreePayments { order_id } => {
-                get(format!("/pg/orders/{}/payments", seg(order_id)))
-            }
-            Ask::CashfreeRefunds { order_id } => {
-                get(format!("/pg/orders/{}/refunds", seg(order_id)))
-            }
-            Ask::PayuVerify { txnids } => {
-                let (Some(key), Some(salt)) = (&source.merchant_key, &source.salt) else {
-                    return Err(CallError::Request(
-                        "a PayU source needs its merchant_key and salt".into(),
-                    ));
-                };
-                let ids: Vec<&str> = txnids.iter().map(String::as_str).collect();
-                let form = read::payu_verify_payment_request(key, salt, &ids)
-                    .map_err(|e| CallError::Request(e.to_string()))?;
-                self.http
-                    .request(
-                        Method::POST,
-                        format!("{base}/merchant/postservice.php?form=2"),
-                    )
-                    .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
-                    .body(form)
-            }
-            Ask::StripeIntent { id } => get(format!("/v1/payment_intents/{}", seg(id))),
-            Ask::StripeRefunds {
-                intent,
-                starting_after,
-            } => get(format!(
-                "/v1/refunds?payment_intent={}&limit={STRIPE_PAGE}{}",
-                seg(intent),
-                after(starting_after)
-            )),
-            Ask::StripeUndelivered {
-                since,
-                starting_after,
-            } => get(format!(
-                "/v1/events?delivery_success=false&created%5Bgte%5D={since}&limit={STRIPE_PAGE}{}",
-                after(starting_after)
-            )),
-        };
-        Ok(authenticate(request, &source.api))
-    }
-}
-
-/// `&starting_after=…` for a page after the first.
-fn after(starting_after: &Option<String>) -> String {
-    starting_after
-        .as_ref()
-        .map(|a| format!("&starting_after={}", utf8_percent_encode(a, SEGMENT)))
-        .unwrap_or_default()
-}
-
-/// The credentials each gateway takes.
-fn authenticate(request: RequestBuilder, api: &SourceApi) -> RequestBuilder {
-    match &api.auth {
-        ApiAuth::Razorpay { key_id, key_secret } => {
-            request.basic_auth(key_id.expose(), Some(key_secret.expose()))
-        }
-        ApiAuth::Cashfree {
-            client_id,
-            client_secret,
-            api_version,
-        } => request
-            .header("x-client-id", client_id.expose())
-            .header("x-client-secret", client_secret.expose())
-            .header("x-api-version", api_version.as_str()),
-        ApiAuth::Stripe { api_key } => request.bearer_auth(api_key.expose()),
-        // verify_payment is signed in its form.
-        ApiAuth::Payu => request,
-    }
-}
-
-/// Reads a successful answer with the reader for its call.
-fn read_answer(
-    ask: &Ask,
-    body: &[u8],
-) -> Result<(Vec<NormalizedEvent>, Option<String>), CallError> {
-    let unreadable = |e: ParseError| CallError::Unreadable(e.to_string());
-    Ok(match ask {
-        Ask::RazorpayOrderPayments { .. } => (
-            read::razorpay_order_payments(body).map_err(unreadable)?,
-            None,
-        ),
-        Ask::RazorpayRefunds { .. } => (
-            read::razorpay_payment_refunds(body).map_err(unreadable)?,
-            None,
-        ),
-        Ask::CashfreePayments { .. } => (
-            read::cashfree_order_payments(body).map_err(unreadable)?,
-            None,
-        ),
-        Ask::CashfreeRefunds { .. } => (
-            read::cashfree_order_refunds(body).map_err(unreadable)?,
-            None,
-        ),
-        Ask::PayuVerify { .. } => (read::payu_verify_payment(body).map_err(unreadable)?, None),
-        Ask::StripeIntent { .. } => (
-            read::stripe_payment_intent(body)
-                .map_err(unreadable)?
-                .into_iter()
-                .collect(),
-            None,
-        ),
-        Ask::StripeRefunds { .. } => {
-            let page = read::stripe_refunds(body).map_err(unreadable)?;
-            (page.events, page.next)
-        }
-        Ask::StripeUndelivered { .. } => {
-            let page = read::stripe_events(body).map_err(unreadable)?;
-            (page.events, page.next)
-        }
-    })
 }
 
 /// The wait a `Retry-After` asks for (`oncehook_common::retry_after`'s

@@ -9,10 +9,15 @@
 //! The rooms, in the order a pass meets them: `schedule` (the worker's
 //! task: the lock, the interval) → `run` (one pass: orders in scope, one
 //! task per source, the ledger's view of what was found, publishing) →
-//! `ask` (what to ask which gateway about an order; pure) → `limits` (the
-//! run's budget, a source's pace, retries) → `client` (the HTTP call and
-//! its answer, read by `oncehook_gateways::reconcile`) → `publish` (the
-//! envelopes, with confirms); `report` is what a pass tells its caller.
+//! `ask` (which source to ask about an order; pure) → `limits` (the run's
+//! budget, a source's pace, retries) → `client` (the HTTP call and its
+//! answer) → `publish` (the envelopes, with confirms); `report` is what a
+//! pass tells its caller.
+//!
+//! Nothing here knows a gateway: what to ask it, each call's request and
+//! authentication, which answer means "no such id" and how an answer
+//! becomes facts are the gateway's folder's, behind
+//! `oncehook_gateways::reconcile::GatewayApi`; this crate makes the calls.
 
 pub mod ask;
 pub mod client;

@@ -10,7 +10,8 @@ use std::time::Duration;
 use oncehook_common::RetryPolicy;
 use tokio::time::Instant;
 
-use crate::ask::Ask;
+use oncehook_gateways::reconcile::Ask;
+
 use crate::client::{Answer, ApiSource, CallError, Client};
 
 /// How many 429s in a row one call waits out before it is given up.
@@ -100,7 +101,7 @@ pub async fn call(
         };
         tracing::warn!(
             source = %source.name,
-            call = %ask.describe(),
+            call = %source.api.describe(ask),
             error = %err,
             retry_in = ?pause,
             "gateway API call failed; trying again"

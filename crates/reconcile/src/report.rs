@@ -7,7 +7,6 @@ use std::fmt;
 use oncehook_gateways::{EventKind, NormalizedEvent};
 use serde::Serialize;
 
-use crate::ask::Ask;
 use crate::client::ApiSource;
 
 /// Whether a fact found was news to the ledger.
@@ -112,10 +111,11 @@ pub struct CallReport {
 }
 
 impl CallReport {
-    pub fn new(order_ref: Option<String>, ask: &Ask) -> CallReport {
+    /// A report of the call `call` (the gateway's words for it).
+    pub fn new(order_ref: Option<String>, call: String) -> CallReport {
         CallReport {
             order_ref,
-            call: ask.describe(),
+            call,
             status: None,
             error: None,
             facts: Vec::new(),

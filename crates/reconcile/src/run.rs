@@ -4,7 +4,8 @@
 //! publish the new ones, and report what each gateway answered.
 //!
 //! The facts found are keyed as the ledger keys them (an attempt by
-//! gateway, payment and status; a refund by its id), so a fact found twice
+//! gateway, payment and status; a refund by its id — the gateways crate's
+//! one [`NormalizedEvent::fact`]), so a fact found twice
 //! in a run (a Stripe event and the intent it is about) is published once,
 //! and one the ledger has is never published again.
 
@@ -16,11 +17,12 @@ use oncehook_common::config::{BrokerConfig, ReconcileConfig};
 use oncehook_common::store::Pooled;
 use oncehook_common::store::reconcile::{self as store, DueOrder, FactKey, Selection};
 use oncehook_common::{Config, Envelope};
-use oncehook_gateways::{EventKind, Gateway, NormalizedEvent};
+use oncehook_gateways::reconcile::Ask;
+use oncehook_gateways::{Fact, NormalizedEvent};
 use time::OffsetDateTime;
 use tokio::task::JoinSet;
 
-use crate::ask::{self, Ask};
+use crate::ask;
 use crate::client::{ApiSource, CallError, Client};
 use crate::limits::{self, Budget, Pace};
 use crate::publish::{PublishError, Publisher};
@@ -185,18 +187,14 @@ impl Reconciler {
                 .map(|o| (Some(o.order_ref.clone()), ask::asks_for(source.gateway, o)))
                 .filter(|(_, asks)| !asks.is_empty())
                 .collect();
-            if let (Gateway::Stripe, Some(since)) = (source.gateway, since) {
+            // Calls about the whole window rather than one order
+            // (Stripe's undelivered events) go first.
+            if let Some(since) = since {
                 let from = OffsetDateTime::now_utc() - since;
-                work.insert(
-                    0,
-                    (
-                        None,
-                        vec![Ask::StripeUndelivered {
-                            since: from.unix_timestamp(),
-                            starting_after: None,
-                        }],
-                    ),
-                );
+                let sweep = source.api.sweep(from.unix_timestamp());
+                if !sweep.is_empty() {
+                    work.insert(0, (None, sweep));
+                }
             }
             let (client, budget, source) = (self.client.clone(), budget.clone(), source.clone());
             let per_second = self.config.calls_per_second;
@@ -313,11 +311,11 @@ async fn ask_source(
         let mut asked: Vec<Ask> = Vec::new();
         while let Some(ask) = queue.pop_front() {
             let result = limits::call(client, source, &ask, budget, &mut pace).await;
-            let mut call = CallReport::new(order_ref.clone(), &ask);
+            let mut call = CallReport::new(order_ref.clone(), source.api.describe(&ask));
             match result {
                 Ok(answer) => {
                     call.status = Some(answer.status);
-                    let more = ask.follow_ups(&answer.facts, answer.next.clone());
+                    let more = answer.follow_ups;
                     asked.push(ask);
                     let planned: Vec<Ask> = asked.iter().chain(queue.iter()).cloned().collect();
                     queue.extend(ask::not_yet_asked(more, &planned));
@@ -346,7 +344,7 @@ async fn ask_source(
                 }
                 Err(err) => {
                     report.ok = false;
-                    tracing::warn!(source = %source.name, order_ref = ?order_ref, call = %ask.describe(), error = %err, "gateway API call given up for this run");
+                    tracing::warn!(source = %source.name, order_ref = ?order_ref, call = %call.call, error = %err, "gateway API call given up for this run");
                     call.error = Some(err.to_string());
                     report.calls.push(call);
                 }
@@ -356,21 +354,30 @@ async fn ask_source(
     report
 }
 
-/// The fact an event records, keyed as the ledger keys it.
+/// The fact an event records, keyed as the ledger keys it (by the
+/// gateways crate's [`NormalizedEvent::fact`], as the ledger records it);
+/// `None` for an event that records none, or that the ledger would refuse
+/// for lack of a field.
 pub fn fact_key(event: &NormalizedEvent) -> Option<FactKey> {
-    let provider = event.provider.as_str().to_owned();
-    match event.kind {
-        EventKind::Other => None,
-        EventKind::Refunded => Some(FactKey::Refund {
+    Some(match event.fact().ok()?? {
+        Fact::Attempt {
             provider,
-            refund_id: event.refund_id.clone()?,
-        }),
-        kind => Some(FactKey::Attempt {
+            payment_id,
+            status,
+        } => FactKey::Attempt {
+            provider: provider.as_str().to_owned(),
+            payment_id,
+            status: status.to_owned(),
+        },
+        Fact::Refund {
             provider,
-            payment_id: event.payment_id.clone()?,
-            status: kind.as_str().to_owned(),
-        }),
-    }
+            refund_id,
+            ..
+        } => FactKey::Refund {
+            provider: provider.as_str().to_owned(),
+            refund_id,
+        },
+    })
 }
 
 fn names(sources: &[ApiSource]) -> String {

@@ -28,12 +28,11 @@ fn keys_with_defaults() -> Vec<(String, Option<String>)> {
     sections.source.push(FileSource {
         api: Some(FileSourceApi {
             base_url: every(),
-            key_id: every(),
-            key_secret: every(),
-            client_id: every(),
-            client_secret: every(),
-            api_version: every(),
-            api_key: every(),
+            // Every credential key any gateway takes.
+            keys: oncehook_gateways::reconcile::all_credential_keys()
+                .into_iter()
+                .map(|k| (k.to_owned(), Value::from("")))
+                .collect(),
         }),
         ..FileSource::default()
     });

@@ -66,7 +66,7 @@ pub use reconcile::{ENV_RECONCILE_AFTER, ENV_RECONCILE_HORIZON, ENV_RECONCILE_IN
 pub use reconcile::{ENV_RECONCILE_CALLS_PER_RUN, ENV_RECONCILE_CALLS_PER_SECOND};
 pub use reconcile::{ENV_RECONCILE_TIMEOUT, ReconcileConfig};
 pub use smtp::{SmtpConfig, SmtpCredentials, SmtpTls};
-pub use source_api::{ApiAuth, DEFAULT_CASHFREE_API_VERSION, SourceApi, default_base_url};
+pub use source_api::SourceApi;
 pub use sources::{DEFAULT_TOLERANCE_SECS, MAX_TOLERANCE_SECS, SourceConfig};
 pub use telemetry::{
     API_METRICS_ADDR, INGEST_METRICS_ADDR, MAILER_METRICS_ADDR, NOTIFIER_METRICS_ADDR,

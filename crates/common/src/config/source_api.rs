@@ -1,36 +1,32 @@
 //! `[source.api]`: how oncehook may call a source's gateway API, for the
 //! reconciliation that asks the gateway what the webhooks may have missed
-//! (checked at start-up; nothing calls the API yet). One table per
-//! `[[source]]`, optional; each
-//! gateway takes its own credentials — Razorpay `key_id` + `key_secret`
-//! (HTTP Basic), Cashfree `client_id` + `client_secret` (+ `api_version`),
-//! PayU the source's own `merchant_key` and salt, Stripe `api_key` — and
-//! every value may be a `${VAR}`. A key another gateway uses, a missing
-//! one, or a base URL that would send credentials in clear text to another
-//! machine refuses to start, naming the source and the key, never a value.
+//! (checked at start-up). One table per `[[source]]`, optional. This module
+//! reads the table and owns what is the same for every gateway — `${VAR}`
+//! expansion, the `base_url` policy; the gateway's folder
+//! (`oncehook_gateways::reconcile`) owns the rest: its default base URL,
+//! the credential keys it takes (Razorpay `key_id` + `key_secret`, Cashfree
+//! `client_id` + `client_secret` (+ `api_version`), PayU none — it signs
+//! with the source's `merchant_key` and salt —, Stripe `api_key`) and their
+//! shape. A key the gateway does not take, a missing or malformed one, or a
+//! base URL that would send credentials in clear text to another machine
+//! refuses to start, naming the source and the key, never a value.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
-use oncehook_gateways::Gateway;
+use figment::value::Value;
+use oncehook_gateways::reconcile::ApiCredentials;
+use oncehook_gateways::{Credentials, Gateway};
 use serde::{Deserialize, Serialize};
 
 use super::sources::{Expanded, expand};
-use crate::secret::Secret;
 
-/// Cashfree's `x-api-version` when none is given.
-pub const DEFAULT_CASHFREE_API_VERSION: &str = "2023-08-01";
-
-/// A `[source.api]` table as written.
+/// A `[source.api]` table as written: `base_url`, and the gateway's own
+/// credential keys (which ones, and their shape, the gateway decides).
 #[derive(Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
 pub(super) struct FileSourceApi {
     pub base_url: Option<String>,
-    pub key_id: Option<String>,
-    pub key_secret: Option<String>,
-    pub client_id: Option<String>,
-    pub client_secret: Option<String>,
-    pub api_version: Option<String>,
-    pub api_key: Option<String>,
+    #[serde(flatten)]
+    pub keys: BTreeMap<String, Value>,
 }
 
 /// A source's gateway API, validated: where it is and how to sign in.
@@ -38,108 +34,49 @@ pub(super) struct FileSourceApi {
 pub struct SourceApi {
     /// Without a trailing `/`; `https://`, or `http://` on a loopback address.
     pub base_url: String,
-    pub auth: ApiAuth,
-}
-
-/// The credentials of one gateway's API (`Debug` never shows a secret).
-#[derive(Clone, Debug)]
-pub enum ApiAuth {
-    /// HTTP Basic with the key id and secret.
-    Razorpay { key_id: Secret, key_secret: Secret },
-    /// `x-client-id`, `x-client-secret` and `x-api-version` headers.
-    Cashfree {
-        client_id: Secret,
-        client_secret: Secret,
-        api_version: String,
-    },
-    /// `verify_payment` signed with the source's merchant key and salt.
-    Payu,
-    /// `Authorization: Bearer` with the secret key.
-    Stripe { api_key: Secret },
-}
-
-/// The gateway's production API.
-pub fn default_base_url(gateway: Gateway) -> Option<&'static str> {
-    match gateway {
-        Gateway::Razorpay => Some("https://api.razorpay.com"),
-        Gateway::Cashfree => Some("https://api.cashfree.com"),
-        Gateway::Payu => Some("https://info.payu.in"),
-        Gateway::Stripe => Some("https://api.stripe.com"),
-        _ => None,
-    }
+    /// The gateway's credentials by key (`Debug` never shows a secret).
+    pub credentials: ApiCredentials,
 }
 
 impl FileSourceApi {
-    /// The table checked for `gateway`, its `${VAR}`s expanded from `env`.
-    /// `Err` is the reason, for the caller to name the source.
+    /// The table checked for `gateway`, its `${VAR}`s expanded from `env`;
+    /// `source` is the source's webhook credentials (PayU signs its API
+    /// calls with them). `Err` is the reason, for the caller to name the
+    /// source.
     pub(super) fn resolve(
         &self,
         gateway: Gateway,
+        source: Credentials<'_>,
         env: &HashMap<String, String>,
     ) -> Result<SourceApi, String> {
-        let Some(default_url) = default_base_url(gateway) else {
+        let Some(api) = gateway.api() else {
             return Err(format!(
                 "[source.api] is not available for gateway {:?}: it has no API to reconcile with",
                 gateway.as_str()
             ));
         };
-        let allowed: &[&str] = match gateway {
-            Gateway::Razorpay => &["key_id", "key_secret"],
-            Gateway::Cashfree => &["client_id", "client_secret", "api_version"],
-            Gateway::Stripe => &["api_key"],
-            _ => &[],
-        };
-        if let Some(extra) = self.given().into_iter().find(|k| !allowed.contains(k)) {
-            return Err(format!(
-                "api.{extra} is not used by gateway {:?} (it takes {})",
-                gateway.as_str(),
-                if allowed.is_empty() {
-                    "only base_url: it signs with the source's merchant_key and salt".to_owned()
-                } else {
-                    allowed.join(", ")
-                }
-            ));
+        let mut table = BTreeMap::new();
+        for (key, raw) in &self.keys {
+            let Some(raw) = raw.as_str() else {
+                return Err(format!("api.{key} must be a string"));
+            };
+            let value = match expand(raw, env).map_err(|why| format!("api.{key} {why}"))? {
+                Expanded::Value(v) => v,
+                // Blank: the gateway's check says the key is empty.
+                Expanded::Unset => String::new(),
+            };
+            table.insert(key.clone(), value);
         }
         let base_url = match &self.base_url {
-            None => default_url.to_owned(),
+            None => api.default_base_url().to_owned(),
             Some(raw) => check_base_url(&value("base_url", Some(raw), env)?)?,
         };
-        let secret =
-            |key: &str, raw: &Option<String>| value(key, raw.as_ref(), env).map(Secret::new);
-        let auth = match gateway {
-            Gateway::Razorpay => ApiAuth::Razorpay {
-                key_id: secret("key_id", &self.key_id)?,
-                key_secret: secret("key_secret", &self.key_secret)?,
-            },
-            Gateway::Cashfree => ApiAuth::Cashfree {
-                client_id: secret("client_id", &self.client_id)?,
-                client_secret: secret("client_secret", &self.client_secret)?,
-                api_version: match &self.api_version {
-                    None => DEFAULT_CASHFREE_API_VERSION.to_owned(),
-                    Some(raw) => value("api_version", Some(raw), env)?,
-                },
-            },
-            Gateway::Stripe => ApiAuth::Stripe {
-                api_key: secret("api_key", &self.api_key)?,
-            },
-            _ => ApiAuth::Payu,
-        };
-        Ok(SourceApi { base_url, auth })
-    }
-
-    /// The credential keys written in the table.
-    fn given(&self) -> Vec<&'static str> {
-        [
-            ("key_id", &self.key_id),
-            ("key_secret", &self.key_secret),
-            ("client_id", &self.client_id),
-            ("client_secret", &self.client_secret),
-            ("api_version", &self.api_version),
-            ("api_key", &self.api_key),
-        ]
-        .into_iter()
-        .filter_map(|(k, v)| v.is_some().then_some(k))
-        .collect()
+        let credentials = oncehook_gateways::reconcile::credentials(gateway, &table, source)
+            .map_err(|e| format!("api.{e}"))?;
+        Ok(SourceApi {
+            base_url,
+            credentials,
+        })
     }
 }
 

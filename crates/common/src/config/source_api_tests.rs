@@ -1,5 +1,5 @@
+use crate::config::SourceConfig;
 use crate::config::testing::{load, refused};
-use crate::config::{ApiAuth, SourceConfig};
 
 /// A source of `gateway` (PayU with its merchant key) with `[source.api]` `api`.
 fn source(gateway: &str, api: &str) -> String {
@@ -30,14 +30,13 @@ fn each_gateway_takes_its_own_credentials_from_variables() {
     );
     let api = rzp.api.as_ref().expect("api");
     assert_eq!(api.base_url, "https://api.razorpay.com");
-    match &api.auth {
-        ApiAuth::Razorpay { key_id, key_secret } => {
-            assert_eq!(key_id.expose(), "rzp_test_1DP5mmOlF5G5ag");
-            assert_eq!(key_secret.expose(), "thisisasecret");
-        }
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(
+        api.credentials.get("key_id"),
+        Some("rzp_test_1DP5mmOlF5G5ag")
+    );
+    assert_eq!(api.credentials.get("key_secret"), Some("thisisasecret"));
     assert!(!format!("{rzp:?}").contains("thisisasecret"), "{rzp:?}");
+    assert!(!format!("{rzp:?}").contains("1DP5mmOlF5G5ag"), "{rzp:?}");
 
     let cf = loaded(
         "cashfree",
@@ -46,15 +45,16 @@ fn each_gateway_takes_its_own_credentials_from_variables() {
     );
     let api = cf.api.as_ref().expect("api");
     assert_eq!(api.base_url, "https://sandbox.cashfree.com");
-    assert!(
-        matches!(&api.auth, ApiAuth::Cashfree { api_version, .. } if api_version == "2023-08-01")
-    );
+    assert_eq!(api.credentials.get("api_version"), Some("2023-08-01"));
 
     let payu = loaded("payu", "base_url = \"https://test.payu.in\"\n", &[]);
-    assert!(matches!(
-        payu.api.as_ref().map(|a| &a.auth),
-        Some(ApiAuth::Payu)
-    ));
+    let api = payu.api.as_ref().expect("api");
+    assert_eq!(api.base_url, "https://test.payu.in");
+    assert_eq!(
+        api.credentials.get("merchant_key"),
+        Some("gtKFFx"),
+        "PayU signs with the source's merchant key and salt"
+    );
 
     let stripe = loaded(
         "stripe",
@@ -115,6 +115,21 @@ fn a_wrong_missing_or_clear_text_credential_refuses_to_start() {
             "not a URL",
         ),
         ("stripe", "api_key = \"k\"\nextra = 1\n", "extra"),
+        (
+            "stripe",
+            "api_key = \"k\"\nextra = \"1\"\n",
+            "api.extra is not used",
+        ),
+        (
+            "stripe",
+            "api_key = \"pk_live_1\"\n",
+            "api.api_key is a publishable key",
+        ),
+        (
+            "cashfree",
+            "client_id = \"a b\"\nclient_secret = \"s\"\n",
+            "api.client_id holds a space",
+        ),
     ] {
         let text = refused(&source(gateway, api), &[]);
         assert!(text.contains(expect), "{gateway} {api:?}: {text}");

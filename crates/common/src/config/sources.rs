@@ -173,7 +173,10 @@ fn resolve(s: FileSource, env: &HashMap<String, String>) -> Result<SourceConfig,
     check_merchant_key(gateway, merchant_key.as_deref()).map_err(err)?;
     let api = match &s.api {
         None => None,
-        Some(table) => Some(table.resolve(gateway, env).map_err(err)?),
+        Some(table) => {
+            let webhook = Credentials::new(&secrets).with_merchant_key(merchant_key.as_deref());
+            Some(table.resolve(gateway, webhook, env).map_err(err)?)
+        }
     };
     Ok(SourceConfig {
         name: s.name.clone(),

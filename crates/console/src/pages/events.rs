@@ -124,10 +124,7 @@ pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
     let more = rows.len() as i64 > PAGE_SIZE;
     rows.truncate(PAGE_SIZE as usize);
     let next = more.then(|| rows.last().map(RecentCursor::after)).flatten();
-    let gateways: Vec<&str> = oncehook_gateways::Gateway::ALL
-        .iter()
-        .map(|g| g.as_str())
-        .collect();
+    let gateways: Vec<&str> = oncehook_gateways::names();
     let sources: Vec<&str> = state
         .settings
         .ingest

@@ -90,7 +90,7 @@ async fn find_in(
             r,
         )));
     }
-    for gateway in oncehook_gateways::Gateway::ALL {
+    for gateway in oncehook_gateways::registered() {
         let provider = gateway.as_str().to_owned();
         if let r @ TraceReport::Event(_) = trace::trace_event(conn, provider, q.to_owned()).await? {
             return Ok(Some((format!("{gateway} event {q}:"), r)));

@@ -6,14 +6,97 @@
 //! {fact}`, each successful refund `reconciliation:{refund id}:processed`
 //! with the refund id a webhook would carry, so a webhook for the same fact
 //! changes nothing in the ledger.
+//!
+//! [`GatewayApi`] for Cashfree: `https://api.cashfree.com`, the
+//! `x-client-id`, `x-client-secret` and `x-api-version` headers from
+//! `[source.api]` `client_id`, `client_secret` and `api_version` (default
+//! [`API_VERSION`]); each order id's payments and refunds — the order's
+//! Cashfree reference, else the shop's own reference (Cashfree's `order_id`
+//! is the merchant's).
 
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use super::Cashfree;
+use crate::Gateway;
 use crate::event::{EventKind, NormalizedEvent};
 use crate::json::{currency_at, decimal_amount_at, id_at, str_at};
+use crate::reconcile::{
+    Answer, ApiCredentials, ApiRequest, Ask, CredentialKey, GatewayApi, OrderNames, RequestError,
+    segment,
+};
 use crate::scheme::ParseError;
-use crate::Gateway;
+
+/// The `x-api-version` the answers are read in, when none is configured.
+pub const API_VERSION: &str = "2023-08-01";
+
+/// `GET /pg/orders/{order_id}/payments`.
+const ORDER_PAYMENTS: &str = "order_payments";
+/// `GET /pg/orders/{order_id}/refunds`.
+const ORDER_REFUNDS: &str = "order_refunds";
+
+const KEYS: &[CredentialKey] = &[
+    CredentialKey::secret("client_id"),
+    CredentialKey::secret("client_secret"),
+    CredentialKey::setting("api_version", API_VERSION),
+];
+
+impl GatewayApi for Cashfree {
+    fn default_base_url(&self) -> &'static str {
+        "https://api.cashfree.com"
+    }
+
+    fn credential_keys(&self) -> &'static [CredentialKey] {
+        KEYS
+    }
+
+    fn asks_by_shop_reference(&self) -> bool {
+        true
+    }
+
+    /// The payments and refunds of each Cashfree order id (the shop's own
+    /// reference when the order has no Cashfree reference).
+    fn asks(&self, order: &OrderNames) -> Vec<Ask> {
+        let ids = if order.refs.is_empty() {
+            std::slice::from_ref(&order.order_ref)
+        } else {
+            order.refs.as_slice()
+        };
+        ids.iter()
+            .flat_map(|id| [Ask::of(ORDER_PAYMENTS, id), Ask::of(ORDER_REFUNDS, id)])
+            .collect()
+    }
+
+    fn request(&self, ask: &Ask, credentials: &ApiCredentials) -> Result<ApiRequest, RequestError> {
+        let path = match ask.call {
+            ORDER_PAYMENTS => format!("/pg/orders/{}/payments", segment(ask.id())),
+            ORDER_REFUNDS => format!("/pg/orders/{}/refunds", segment(ask.id())),
+            other => return Err(RequestError::UnknownCall(other)),
+        };
+        Ok(ApiRequest::get(path)
+            .secret_header("x-client-id", credentials.require("client_id")?)
+            .secret_header("x-client-secret", credentials.require("client_secret")?)
+            .header("x-api-version", credentials.require("api_version")?))
+    }
+
+    fn read(&self, ask: &Ask, body: &[u8]) -> Result<Answer, ParseError> {
+        let facts = match ask.call {
+            ORDER_PAYMENTS => order_payments(body)?,
+            _ => order_refunds(body)?,
+        };
+        Ok(Answer {
+            facts,
+            follow_ups: Vec::new(),
+        })
+    }
+
+    fn describe(&self, ask: &Ask) -> String {
+        match ask.call {
+            ORDER_PAYMENTS => format!("GET /pg/orders/{}/payments", ask.id()),
+            _ => format!("GET /pg/orders/{}/refunds", ask.id()),
+        }
+    }
+}
 
 /// The most entries one answer may list (an order has a handful).
 const MAX_ITEMS: usize = 1_000;

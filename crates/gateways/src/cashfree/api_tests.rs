@@ -131,3 +131,57 @@ proptest! {
         let _ = order_refunds(body.as_bytes());
     }
 }
+
+#[test]
+fn an_order_naming_no_cashfree_order_is_asked_by_the_shops_reference() {
+    let api = crate::Gateway::Cashfree.api().expect("an API");
+    assert!(api.asks_by_shop_reference());
+    let bare = OrderNames {
+        order_ref: "ORD-1".into(),
+        ..OrderNames::default()
+    };
+    assert_eq!(
+        api.asks(&bare),
+        [Ask::of(ORDER_PAYMENTS, "ORD-1"), Ask::of(ORDER_REFUNDS, "ORD-1")]
+    );
+    let named = OrderNames {
+        refs: vec!["cf_order_2".into()],
+        ..bare
+    };
+    assert_eq!(
+        api.asks(&named),
+        [Ask::of(ORDER_PAYMENTS, "cf_order_2"), Ask::of(ORDER_REFUNDS, "cf_order_2")]
+    );
+}
+
+#[test]
+fn the_request_carries_the_client_headers_and_the_default_api_version() {
+    let api = crate::Gateway::Cashfree.api().expect("an API");
+    let secrets = vec!["s".to_owned()];
+    let table = crate::reconcile::table(&[("client_id", "id"), ("client_secret", "cs")]);
+    let creds = crate::reconcile::credentials(
+        crate::Gateway::Cashfree,
+        &table,
+        crate::Credentials::new(&secrets),
+    )
+    .expect("credentials");
+    let request = api
+        .request(&Ask::of(ORDER_REFUNDS, "ORD 1"), &creds)
+        .expect("a request");
+    assert_eq!(request.path, "/pg/orders/ORD%201/refunds");
+    let headers: Vec<(&str, &str, bool)> = request
+        .headers
+        .iter()
+        .map(|h| (h.name, h.value.as_str(), h.sensitive))
+        .collect();
+    assert_eq!(
+        headers,
+        [
+            ("x-client-id", "id", true),
+            ("x-client-secret", "cs", true),
+            ("x-api-version", API_VERSION, false)
+        ]
+    );
+    assert!(!format!("{creds:?}").contains("cs"), "{creds:?}");
+    assert!(format!("{creds:?}").contains(API_VERSION), "{creds:?}");
+}

@@ -8,6 +8,7 @@ pub(crate) mod api;
 mod sample;
 mod scheme;
 
+use crate::reconcile::GatewayApi;
 use crate::sample::SampleSpec;
 use crate::scheme::{ContentType, GatewayScheme, folder_items};
 
@@ -29,5 +30,6 @@ impl GatewayScheme for Cashfree {
     const SIGNATURE_HEADER: Option<&'static str> = Some(scheme::SIGNATURE_HEADER);
 
     folder_items!();
+    const API: Option<&'static dyn GatewayApi> = Some(&Cashfree);
     const SAMPLE_REFUND_ID: fn(&SampleSpec) -> String = |spec| format!("refund_{}", spec.event_id);
 }

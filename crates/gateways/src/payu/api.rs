@@ -10,17 +10,111 @@
 //! notification, and `udf1` the order (else the `txnid`). `pending` and
 //! `Not Found` record nothing: the attempt is still in flight, or never
 //! reached PayU.
+//!
+//! [`GatewayApi`] for PayU: `https://info.payu.in`; `[source.api]` takes no
+//! keys of its own (the request is signed with the source's `merchant_key`
+//! and first salt); every `txnid` the order may have used — its PayU
+//! references, known payments and the shop's own reference — asked
+//! [`MAX_TXNIDS`] at a time.
+
+use std::collections::BTreeSet;
 
 use serde_json::Value;
 use sha2::{Digest, Sha512};
 use url::form_urlencoded::Serializer;
 
+use super::Payu;
 use super::scheme::CURRENCY;
 use crate::amount::{currency_exponent, parse_decimal_minor};
 use crate::event::{EventKind, NormalizedEvent};
 use crate::json::{parse_body, str_at};
+use crate::reconcile::{
+    Answer, ApiCredentials, ApiRequest, Ask, CredentialError, CredentialKey, GatewayApi,
+    OrderNames, RequestError,
+};
 use crate::scheme::ParseError;
-use crate::Gateway;
+use crate::{Credentials, Gateway};
+
+/// The one call: `verify_payment` for a batch of txnids.
+const VERIFY: &str = "verify_payment";
+
+impl GatewayApi for Payu {
+    fn default_base_url(&self) -> &'static str {
+        "https://info.payu.in"
+    }
+
+    fn credential_keys(&self) -> &'static [CredentialKey] {
+        &[]
+    }
+
+    fn takes(&self) -> String {
+        "only base_url: it signs with the source's merchant_key and salt".to_owned()
+    }
+
+    /// The source's merchant key and current salt (its first secret).
+    fn complete_credentials(
+        &self,
+        credentials: &mut ApiCredentials,
+        source: Credentials<'_>,
+    ) -> Result<(), CredentialError> {
+        let missing = CredentialError::Source("a PayU source needs its merchant_key and salt");
+        let (Some(key), Some(salt)) = (source.merchant_key, source.secrets.first()) else {
+            return Err(missing);
+        };
+        credentials.set("merchant_key", key, false);
+        credentials.set("salt", salt.as_str(), true);
+        Ok(())
+    }
+
+    fn asks_by_shop_reference(&self) -> bool {
+        true
+    }
+
+    /// `verify_payment` for every txnid the order may have used, 100 at a
+    /// time; an id PayU's list separator would split is never sent.
+    fn asks(&self, order: &OrderNames) -> Vec<Ask> {
+        let txnids: BTreeSet<&String> = order
+            .refs
+            .iter()
+            .chain(&order.payments)
+            .chain([&order.order_ref])
+            .filter(|t| !t.is_empty() && !t.contains('|'))
+            .collect();
+        let txnids: Vec<String> = txnids.into_iter().cloned().collect();
+        txnids
+            .chunks(MAX_TXNIDS)
+            .map(|c| Ask::batch(VERIFY, c.to_vec()))
+            .collect()
+    }
+
+    fn request(&self, ask: &Ask, credentials: &ApiCredentials) -> Result<ApiRequest, RequestError> {
+        if ask.call != VERIFY {
+            return Err(RequestError::UnknownCall(ask.call));
+        }
+        let ids: Vec<&str> = ask.ids.iter().map(String::as_str).collect();
+        let form = verify_payment_request(
+            credentials.require("merchant_key")?,
+            credentials.require("salt")?,
+            &ids,
+        )
+        .map_err(|e| RequestError::Invalid(e.to_string()))?;
+        Ok(ApiRequest::post_form(
+            "/merchant/postservice.php?form=2".to_owned(),
+            form,
+        ))
+    }
+
+    fn read(&self, _ask: &Ask, body: &[u8]) -> Result<Answer, ParseError> {
+        Ok(Answer {
+            facts: verify_payment(body)?,
+            follow_ups: Vec::new(),
+        })
+    }
+
+    fn describe(&self, ask: &Ask) -> String {
+        format!("POST verify_payment {}", ask.ids.join("|"))
+    }
+}
 
 /// The command asked of PayU.
 pub const VERIFY_COMMAND: &str = "verify_payment";

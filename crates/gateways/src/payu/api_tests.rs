@@ -101,3 +101,42 @@ proptest! {
         let _ = verify_payment_request("k", "s", &[txnid.as_str()]);
     }
 }
+
+#[test]
+fn txnids_are_batched_and_a_pipe_is_never_sent() {
+    let api = Gateway::Payu.api().expect("an API");
+    assert!(api.asks_by_shop_reference());
+    let bare = OrderNames {
+        order_ref: "ORD-1".into(),
+        ..OrderNames::default()
+    };
+    assert_eq!(api.asks(&bare), [Ask::batch(VERIFY, vec!["ORD-1".into()])]);
+    let refs: Vec<String> = (0..150)
+        .map(|i| format!("t{i:03}"))
+        .chain(["bad|id".to_owned()])
+        .collect();
+    let many = OrderNames { refs, ..bare };
+    let sizes: Vec<usize> = api.asks(&many).iter().map(|a| a.ids.len()).collect();
+    assert_eq!(sizes, [100, 51], "150 refs and the order's own reference");
+}
+
+#[test]
+fn the_request_is_signed_with_the_sources_merchant_key_and_salt() {
+    let api = Gateway::Payu.api().expect("an API");
+    let salts = vec!["salt1".to_owned(), "old".to_owned()];
+    let source = crate::Credentials::new(&salts).with_merchant_key(Some("gtKFFx"));
+    let empty = crate::reconcile::table(&[]);
+    let creds = crate::reconcile::credentials(Gateway::Payu, &empty, source).expect("credentials");
+    assert_eq!(creds.get("salt"), Some("salt1"), "the current salt");
+    let ask = Ask::batch(VERIFY, vec!["t1".into(), "t2".into()]);
+    let request = api.request(&ask, &creds).expect("a request");
+    assert_eq!(request.path, "/merchant/postservice.php?form=2");
+    let expected = verify_payment_request("gtKFFx", "salt1", &["t1", "t2"]).expect("form");
+    assert_eq!(request.body.map(|b| b.bytes), Some(expected.into_bytes()));
+    assert_eq!(api.describe(&ask), "POST verify_payment t1|t2");
+
+    let keyed = crate::reconcile::table(&[("key_id", "k")]);
+    let refused = crate::reconcile::credentials(Gateway::Payu, &keyed, source)
+        .expect_err("PayU takes no keys");
+    assert!(refused.to_string().contains("merchant_key and salt"), "{refused}");
+}

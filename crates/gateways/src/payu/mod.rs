@@ -10,6 +10,7 @@ mod scheme;
 
 pub use sample::{PAYU_HASHED_FIELDS, SAMPLE_PAYU_KEY, payu_hash};
 
+use crate::reconcile::GatewayApi;
 use crate::sample::SampleSpec;
 use crate::scheme::{ContentType, GatewayScheme, folder_items};
 
@@ -25,6 +26,7 @@ impl GatewayScheme for Payu {
     const SIGNATURE_HEADER: Option<&'static str> = None;
 
     folder_items!();
+    const API: Option<&'static dyn GatewayApi> = Some(&Payu);
     /// PayU has no refund samples (its refunds are not webhooks); the value
     /// is not used.
     const SAMPLE_REFUND_ID: fn(&SampleSpec) -> String = |spec| format!("{}:refund", spec.payment_id);

@@ -5,13 +5,101 @@
 //! `reconciliation:{payment id}:{status}`, each processed refund
 //! `reconciliation:{refund id}:processed`, so asking twice, or a webhook
 //! for the same fact arriving later, changes nothing in the ledger.
+//!
+//! [`GatewayApi`] for Razorpay: `https://api.razorpay.com`, HTTP Basic with
+//! `[source.api]` `key_id` and `key_secret`; each `order_…` reference's
+//! payments, and the refunds of each payment known or found captured.
 
 use serde_json::Value;
 
+use super::Razorpay;
 use crate::event::{EventKind, NormalizedEvent};
 use crate::json::{currency_at, id_at, int_amount_at, parse_body, str_at};
-use crate::Gateway;
+use crate::reconcile::{
+    Answer, ApiCredentials, ApiRequest, Ask, CredentialError, CredentialKey, GatewayApi,
+    OrderNames, RequestError, segment,
+};
 use crate::scheme::ParseError;
+use crate::{Credentials, Gateway};
+
+/// `GET /v1/orders/{order_id}/payments`.
+const ORDER_PAYMENTS: &str = "order_payments";
+/// `GET /v1/payments/{payment_id}/refunds`.
+const PAYMENT_REFUNDS: &str = "payment_refunds";
+
+/// HTTP Basic: the key id is the user, the key secret the password.
+const KEYS: &[CredentialKey] = &[
+    CredentialKey::secret("key_id"),
+    CredentialKey::secret("key_secret"),
+];
+
+impl GatewayApi for Razorpay {
+    fn default_base_url(&self) -> &'static str {
+        "https://api.razorpay.com"
+    }
+
+    fn credential_keys(&self) -> &'static [CredentialKey] {
+        KEYS
+    }
+
+    fn complete_credentials(
+        &self,
+        credentials: &mut ApiCredentials,
+        _source: Credentials<'_>,
+    ) -> Result<(), CredentialError> {
+        if credentials.get("key_id").is_some_and(|id| id.contains(':')) {
+            return Err(CredentialError::Shape {
+                key: "key_id",
+                problem: "holds a `:` (it is the user name of HTTP Basic)",
+            });
+        }
+        Ok(())
+    }
+
+    /// Each Razorpay order's payments, and the refunds of each known payment.
+    fn asks(&self, order: &OrderNames) -> Vec<Ask> {
+        let orders = order.refs.iter().map(|id| Ask::of(ORDER_PAYMENTS, id));
+        let refunds = order.payments.iter().map(|id| Ask::of(PAYMENT_REFUNDS, id));
+        orders.chain(refunds).collect()
+    }
+
+    fn request(&self, ask: &Ask, credentials: &ApiCredentials) -> Result<ApiRequest, RequestError> {
+        let path = match ask.call {
+            ORDER_PAYMENTS => format!("/v1/orders/{}/payments", segment(ask.id())),
+            PAYMENT_REFUNDS => format!("/v1/payments/{}/refunds", segment(ask.id())),
+            other => return Err(RequestError::UnknownCall(other)),
+        };
+        Ok(ApiRequest::get(path).basic_auth(
+            credentials.require("key_id")?,
+            credentials.require("key_secret")?,
+        ))
+    }
+
+    /// A payment found captured leads to its refunds.
+    fn read(&self, ask: &Ask, body: &[u8]) -> Result<Answer, ParseError> {
+        if ask.call != ORDER_PAYMENTS {
+            return Ok(Answer {
+                facts: payment_refunds(body)?,
+                follow_ups: Vec::new(),
+            });
+        }
+        let facts = order_payments(body)?;
+        let follow_ups = facts
+            .iter()
+            .filter(|f| f.kind == EventKind::Captured)
+            .filter_map(|f| f.payment_id.as_ref())
+            .map(|id| Ask::of(PAYMENT_REFUNDS, id))
+            .collect();
+        Ok(Answer { facts, follow_ups })
+    }
+
+    fn describe(&self, ask: &Ask) -> String {
+        match ask.call {
+            ORDER_PAYMENTS => format!("GET /v1/orders/{}/payments", ask.id()),
+            _ => format!("GET /v1/payments/{}/refunds", ask.id()),
+        }
+    }
+}
 
 /// The most payments one answer may list (an order has a handful).
 const MAX_ITEMS: usize = 1_000;

@@ -131,3 +131,64 @@ proptest! {
         let _ = payment_refunds(&body);
     }
 }
+
+fn names(refs: &[&str], payments: &[&str]) -> OrderNames {
+    OrderNames {
+        order_ref: "ORD-1".into(),
+        refs: refs.iter().map(|r| (*r).to_owned()).collect(),
+        payments: payments.iter().map(|p| (*p).to_owned()).collect(),
+    }
+}
+
+#[test]
+fn an_order_is_asked_by_its_razorpay_orders_and_payments_only() {
+    let api = Gateway::Razorpay.api().expect("an API");
+    assert!(!api.asks_by_shop_reference());
+    assert!(api.asks(&names(&[], &[])).is_empty());
+    let asks = api.asks(&names(&["order_9"], &["pay_1"]));
+    assert_eq!(
+        asks,
+        [
+            Ask::of(ORDER_PAYMENTS, "order_9"),
+            Ask::of(PAYMENT_REFUNDS, "pay_1")
+        ]
+    );
+    let described: Vec<String> = asks.iter().map(|a| api.describe(a)).collect();
+    assert_eq!(
+        described,
+        [
+            "GET /v1/orders/order_9/payments",
+            "GET /v1/payments/pay_1/refunds"
+        ]
+    );
+}
+
+#[test]
+fn the_request_carries_http_basic_and_a_capture_leads_to_its_refunds() {
+    let api = Gateway::Razorpay.api().expect("an API");
+    let secrets = vec!["s".to_owned()];
+    let table = crate::reconcile::table(&[("key_id", "rzp_test_1"), ("key_secret", "sec")]);
+    let creds = crate::reconcile::credentials(Gateway::Razorpay, &table, Credentials::new(&secrets))
+        .expect("credentials");
+    let request = api
+        .request(&Ask::of(ORDER_PAYMENTS, "order/1"), &creds)
+        .expect("a request");
+    assert_eq!(request.path, "/v1/orders/order%2F1/payments");
+    // base64("rzp_test_1:sec")
+    assert_eq!(request.headers[0].value, "Basic cnpwX3Rlc3RfMTpzZWM=");
+    assert!(request.headers[0].sensitive);
+    let colon = crate::reconcile::table(&[("key_id", "a:b"), ("key_secret", "sec")]);
+    assert!(matches!(
+        crate::reconcile::credentials(Gateway::Razorpay, &colon, Credentials::new(&secrets)),
+        Err(CredentialError::Shape { key: "key_id", .. })
+    ));
+
+    let answer = br#"{"entity": "collection", "items": [
+        {"id": "pay_7", "entity": "payment", "amount": 100, "currency": "INR", "status": "captured"},
+        {"id": "pay_8", "entity": "payment", "amount": 100, "currency": "INR", "status": "failed"}]}"#;
+    let read = api
+        .read(&Ask::of(ORDER_PAYMENTS, "order_1"), answer)
+        .expect("read");
+    assert_eq!(read.facts.len(), 2);
+    assert_eq!(read.follow_ups, [Ask::of(PAYMENT_REFUNDS, "pay_7")]);
+}

@@ -7,6 +7,7 @@ pub(crate) mod api;
 mod sample;
 mod scheme;
 
+use crate::reconcile::GatewayApi;
 use crate::sample::SampleSpec;
 use crate::scheme::{ContentType, GatewayScheme, folder_items};
 
@@ -25,5 +26,6 @@ impl GatewayScheme for Razorpay {
     const SIGNATURE_HEADER: Option<&'static str> = Some(scheme::SIGNATURE_HEADER);
 
     folder_items!();
+    const API: Option<&'static dyn GatewayApi> = Some(&Razorpay);
     const SAMPLE_REFUND_ID: fn(&SampleSpec) -> String = |spec| format!("rfnd_{}", spec.event_id);
 }

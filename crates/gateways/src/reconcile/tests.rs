@@ -5,29 +5,31 @@
 
 use proptest::prelude::*;
 
-use super::*;
+use crate::cashfree::api::{
+    order_payments as cashfree_order_payments, order_refunds as cashfree_order_refunds,
+};
+use crate::payu::api::verify_payment as payu_verify_payment;
+use crate::razorpay::api::{
+    order_payments as razorpay_order_payments, payment_refunds as razorpay_payment_refunds,
+};
 use crate::sample::{SampleSpec, build};
-use crate::{Gateway, Headers, NormalizedEvent};
+use crate::stripe::api::{events as stripe_events, payment_intent as stripe_payment_intent};
+use crate::{Fact, Gateway, Headers, NormalizedEvent};
 
-/// What the ledger keys and books a fact by.
+/// What the ledger keys and books a fact by: the fact's identity (the
+/// crate's one [`NormalizedEvent::fact`]) and the money it names.
 #[derive(Debug, PartialEq)]
-struct Fact<'a> {
-    provider: Gateway,
-    payment: Option<&'a str>,
-    kind: &'static str,
+struct Booked<'a> {
+    fact: Option<Fact>,
     amount_minor: Option<i64>,
     currency: Option<&'a str>,
-    refund: Option<&'a str>,
 }
 
-fn fact(e: &NormalizedEvent) -> Fact<'_> {
-    Fact {
-        provider: e.provider,
-        payment: e.payment_id.as_deref(),
-        kind: e.kind.as_str(),
+fn fact(e: &NormalizedEvent) -> Booked<'_> {
+    Booked {
+        fact: e.fact().expect("an event that records a fact"),
         amount_minor: e.amount_minor,
         currency: e.currency.as_deref(),
-        refund: e.refund_id.as_deref(),
     }
 }
 

@@ -11,13 +11,133 @@
 //! - `GET /v1/refunds?payment_intent={id}`: succeeded refunds, named
 //!   `reconciliation:{re}:processed`, under the refund id the `refund.*`
 //!   webhooks carry.
+//!
+//! [`GatewayApi`] for Stripe: `https://api.stripe.com`, `Authorization:
+//! Bearer` with `[source.api]` `api_key` (a secret or restricted key, never
+//! a publishable one); each `pi_…` the order names (its references and
+//! known payments) asked for its state and refunds, and once per pass the
+//! undelivered events of the window, every list followed page by page.
+
+use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
+use super::Stripe;
 use crate::event::{EventKind, NormalizedEvent};
 use crate::json::{parse_body, str_at};
+use crate::reconcile::{
+    Answer, ApiCredentials, ApiRequest, Ask, CredentialError, CredentialKey, GatewayApi,
+    OrderNames, RequestError, segment,
+};
 use crate::scheme::ParseError;
-use crate::Headers;
+use crate::{Credentials, Headers};
+
+/// `GET /v1/payment_intents/{id}`.
+const INTENT: &str = "payment_intent";
+/// `GET /v1/refunds?payment_intent={id}`, page by page.
+const REFUNDS: &str = "refunds";
+/// `GET /v1/events?delivery_success=false&created[gte]={since}`, page by page.
+const UNDELIVERED: &str = "undelivered_events";
+/// Stripe's largest page.
+const PAGE: u32 = 100;
+
+const KEYS: &[CredentialKey] = &[CredentialKey::secret("api_key")];
+
+impl GatewayApi for Stripe {
+    fn default_base_url(&self) -> &'static str {
+        "https://api.stripe.com"
+    }
+
+    fn credential_keys(&self) -> &'static [CredentialKey] {
+        KEYS
+    }
+
+    fn complete_credentials(
+        &self,
+        credentials: &mut ApiCredentials,
+        _source: Credentials<'_>,
+    ) -> Result<(), CredentialError> {
+        if credentials.get("api_key").is_some_and(|k| k.starts_with("pk_")) {
+            return Err(CredentialError::Shape {
+                key: "api_key",
+                problem: "is a publishable key (pk_…): the API needs a secret key (sk_…) or a restricted one (rk_…)",
+            });
+        }
+        Ok(())
+    }
+
+    /// Each PaymentIntent's state and refunds (a Checkout session
+    /// reference is not an intent).
+    fn asks(&self, order: &OrderNames) -> Vec<Ask> {
+        let intents: BTreeSet<&String> = order
+            .refs
+            .iter()
+            .chain(&order.payments)
+            .filter(|id| id.starts_with("pi_"))
+            .collect();
+        intents
+            .into_iter()
+            .flat_map(|id| [Ask::of(INTENT, id), Ask::of(REFUNDS, id)])
+            .collect()
+    }
+
+    fn sweep(&self, since_unix: i64) -> Vec<Ask> {
+        vec![Ask::of(UNDELIVERED, since_unix.to_string())]
+    }
+
+    fn request(&self, ask: &Ask, credentials: &ApiCredentials) -> Result<ApiRequest, RequestError> {
+        let after = ask
+            .after
+            .as_ref()
+            .map(|a| format!("&starting_after={}", segment(a)))
+            .unwrap_or_default();
+        let path = match ask.call {
+            INTENT => format!("/v1/payment_intents/{}", segment(ask.id())),
+            REFUNDS => format!(
+                "/v1/refunds?payment_intent={}&limit={PAGE}{after}",
+                segment(ask.id())
+            ),
+            UNDELIVERED => format!(
+                "/v1/events?delivery_success=false&created%5Bgte%5D={}&limit={PAGE}{after}",
+                segment(ask.id())
+            ),
+            other => return Err(RequestError::UnknownCall(other)),
+        };
+        Ok(ApiRequest::get(path).bearer(credentials.require("api_key")?))
+    }
+
+    /// A list with more leads to its next page.
+    fn read(&self, ask: &Ask, body: &[u8]) -> Result<Answer, ParseError> {
+        let page = match ask.call {
+            INTENT => Page {
+                events: payment_intent(body)?.into_iter().collect(),
+                next: None,
+            },
+            REFUNDS => refunds(body)?,
+            _ => events(body)?,
+        };
+        Ok(Answer {
+            facts: page.events,
+            follow_ups: page.next.map(|n| ask.page_after(n)).into_iter().collect(),
+        })
+    }
+
+    fn describe(&self, ask: &Ask) -> String {
+        let page = ask
+            .after
+            .as_ref()
+            .map(|a| format!("&starting_after={a}"))
+            .unwrap_or_default();
+        match ask.call {
+            INTENT => format!("GET /v1/payment_intents/{}", ask.id()),
+            REFUNDS => format!("GET /v1/refunds?payment_intent={}{page}", ask.id()),
+            _ => format!(
+                "GET /v1/events?delivery_success=false&created[gte]={}{page}",
+                ask.id()
+            ),
+        }
+    }
+}
 
 /// The most objects one list answer may hold (Stripe's page limit is 100).
 const MAX_ITEMS: usize = 1_000;

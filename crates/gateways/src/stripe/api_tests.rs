@@ -145,3 +145,53 @@ proptest! {
         let _ = refunds(list.to_string().as_bytes());
     }
 }
+
+#[test]
+fn an_orders_intents_are_asked_once_and_lists_page_on() {
+    let api = Gateway::Stripe.api().expect("an API");
+    assert!(!api.asks_by_shop_reference());
+    let order = OrderNames {
+        order_ref: "ORD-1".into(),
+        refs: vec!["cs_1".into(), "pi_2".into()],
+        payments: vec!["pi_2".into()],
+    };
+    assert_eq!(
+        api.asks(&order),
+        [Ask::of(INTENT, "pi_2"), Ask::of(REFUNDS, "pi_2")],
+        "one intent once; a Checkout session is not an intent"
+    );
+    let sweep = api.sweep(5);
+    assert_eq!(sweep, [Ask::of(UNDELIVERED, "5")]);
+    let list = br#"{"object": "list", "has_more": true, "data": [{"id": "evt_9",
+        "object": "event", "type": "customer.created", "data": {"object": {}}}]}"#;
+    let read = api.read(&sweep[0], list).expect("read");
+    let next = sweep[0].page_after("evt_9".into());
+    assert_eq!(read.follow_ups, std::slice::from_ref(&next));
+    assert_eq!(
+        api.describe(&next),
+        "GET /v1/events?delivery_success=false&created[gte]=5&starting_after=evt_9"
+    );
+    let last = br#"{"object": "list", "has_more": false, "data": []}"#;
+    assert!(api.read(&next, last).expect("read").follow_ups.is_empty());
+}
+
+#[test]
+fn the_request_carries_the_bearer_key_and_a_publishable_key_is_refused() {
+    let api = Gateway::Stripe.api().expect("an API");
+    let secrets = vec!["whsec_x".to_owned()];
+    let source = crate::Credentials::new(&secrets);
+    let table = crate::reconcile::table(&[("api_key", "sk_test_1")]);
+    let creds = crate::reconcile::credentials(Gateway::Stripe, &table, source).expect("credentials");
+    let ask = Ask::of(REFUNDS, "pi_1").page_after("re_1".into());
+    let request = api.request(&ask, &creds).expect("a request");
+    assert_eq!(
+        request.path,
+        "/v1/refunds?payment_intent=pi_1&limit=100&starting_after=re_1"
+    );
+    assert_eq!(request.headers[0].value, "Bearer sk_test_1");
+    assert!(!format!("{request:?}").contains("sk_test_1"), "{request:?}");
+    let publishable = crate::reconcile::table(&[("api_key", "pk_live_1")]);
+    let refused = crate::reconcile::credentials(Gateway::Stripe, &publishable, source)
+        .expect_err("a publishable key");
+    assert!(refused.to_string().contains("publishable"), "{refused}");
+}

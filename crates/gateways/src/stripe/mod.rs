@@ -8,6 +8,7 @@ pub(crate) mod api;
 mod sample;
 mod scheme;
 
+use crate::reconcile::GatewayApi;
 use crate::sample::SampleSpec;
 use crate::scheme::{ContentType, GatewayScheme, folder_items};
 
@@ -22,5 +23,6 @@ impl GatewayScheme for Stripe {
     const SIGNATURE_HEADER: Option<&'static str> = Some(scheme::SIGNATURE_HEADER);
 
     folder_items!();
+    const API: Option<&'static dyn GatewayApi> = Some(&Stripe);
     const SAMPLE_REFUND_ID: fn(&SampleSpec) -> String = |spec| format!("re_{}", spec.event_id);
 }

@@ -1,16 +1,21 @@
-//! A toy gateway that exists only in this crate's unit tests (its registry
-//! line in `lib.rs` is `#[cfg(test)]`, so no production build, configuration
-//! or envelope can name it). It follows `docs/adding-a-gateway.md` to the
-//! letter — this folder plus one registry line — and its tests run
-//! verification, parsing and samples through the crate's generic entry
-//! points ([`crate::verify`], [`crate::parse`], [`crate::sample::build`],
-//! [`crate::sample::tamper`], `Gateway` names and serde), so a change to the
-//! contract that the recipe no longer covers fails here.
+//! A toy gateway for tests only: its registry line in `lib.rs` makes it
+//! exist in this crate's unit tests and, for other crates' tests, with the
+//! `toy` feature, which no production crate enables — so no production
+//! build, configuration or envelope can name it. It follows
+//! `docs/adding-a-gateway.md` to the letter — this folder plus one registry
+//! line — and its tests run verification, parsing and samples through the
+//! crate's generic entry points ([`crate::verify`], [`crate::parse`],
+//! [`crate::sample::build`], [`crate::sample::tamper`], `Gateway` names and
+//! serde), and its API (`api.rs`) through [`Gateway::api`]; the reconciler's
+//! own test asks it over HTTP. A change to the contract that the recipe no
+//! longer covers fails here.
 //!
 //! The scheme: `toy-timestamp` (unix seconds) and `toy-signature`, the
 //! lowercase hex HMAC-SHA256 of `{timestamp}.{raw body}`; the body is
 //! `{"id", "type", "payment", "order", "amount", "currency", "email"}`. A real
 //! gateway splits this file into `scheme.rs` and `sample.rs`.
+
+mod api;
 
 use crate::crypto::{
     check_window, decode_hex, first_match, hmac_sha256, hmac_sha256_matches, parse_unix_digits,
@@ -18,6 +23,7 @@ use crate::crypto::{
 use crate::json::{currency_at, id_at, int_amount_at, parse_body, str_at};
 use crate::sample::text::js;
 use crate::sample::{SampleError, SampleSpec, SignedDelivery};
+use crate::reconcile::GatewayApi;
 use crate::scheme::{
     ContentType, GatewayScheme, ParseError, ParseFn, Request, SampleFn, Verification, VerifyError,
     VerifyFn, header,
@@ -48,6 +54,7 @@ impl GatewayScheme for Toy {
     const PARSE: ParseFn = parse;
     const SAMPLE: SampleFn = sample;
     const SAMPLE_REFUND_ID: fn(&SampleSpec) -> String = |spec| format!("toyrf_{}", spec.event_id);
+    const API: Option<&'static dyn GatewayApi> = Some(&Toy);
 }
 
 fn verify(request: &Request<'_>) -> Result<Verification, VerifyError> {

@@ -55,6 +55,7 @@ pub fn vector_body(gateway: Gateway) -> &'static [u8] {
         Gateway::Payu => include_bytes!("../fixtures/payu_success.form"),
         Gateway::Stripe => include_bytes!("../fixtures/stripe_payment_intent_succeeded.json"),
         Gateway::Standard => include_bytes!("../fixtures/standard_webhooks_payment_succeeded.json"),
+        other => panic!("no vector for gateway {other}: add one to tests/fixtures"),
     }
 }
 
