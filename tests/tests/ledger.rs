@@ -1,16 +1,22 @@
-//! The order ledger end to end (docs/ledger.md): cases that came out wrong
-//! when the order's state followed the arrival order of events, each
-//! delivered through the real ingest to real workers. The random,
-//! model-based proof is `confluence.rs`.
+//! The order ledger's cases that need processes (docs/ledger.md): what
+//! ingest accepts and the worker deduplicates over HTTP and the broker, the
+//! sweeper's dead letters after `ONCEHOOK_UNLINKED_TTL`, what `oncehookctl`
+//! shows of the books, and the schema's upgrade in a database of its own.
+//! The ledger's decisions themselves (refunds before captures, events that
+//! wait for their link, each gateway's own ways) run on the worker in
+//! process: `ledger_in_process.rs`. The random, model-based proof is
+//! `confluence.rs`.
 
 use std::time::Duration;
 
+use oncehook_common::consume::memory::Settled;
 use oncehook_common::dead_letter::DeadLetterKind;
 use oncehook_e2e::env::{Secrets, TestEnv};
+use oncehook_e2e::in_process::{InProcess, envelope};
 use oncehook_e2e::{broker, eventually, shop};
 use oncehook_gateways::Gateway;
 use oncehook_gateways::sample;
-use sqlx::Row;
+use oncehook_ledger::Ledger;
 
 /// Waits until `n` deliveries are recorded in `processed_webhooks`.
 async fn wait_processed(env: &TestEnv, n: i64) {
@@ -27,120 +33,11 @@ async fn wait_processed(env: &TestEnv, n: i64) {
     .await;
 }
 
-/// (status, refunded_minor, paid_by, oversold)
-async fn books(env: &TestEnv, order_ref: &str) -> (String, i64, Option<String>, bool) {
-    let r = sqlx::query(
-        "SELECT status, refunded_minor, paid_by, oversold FROM orders WHERE order_ref = $1",
-    )
-    .bind(order_ref)
-    .fetch_one(&env.pool)
-    .await
-    .expect("order");
-    (
-        r.get("status"),
-        r.get("refunded_minor"),
-        r.get("paid_by"),
-        r.get("oversold"),
-    )
-}
-
-#[tokio::test]
-async fn a_refund_that_overtakes_its_capture_is_not_forgotten() {
-    let mut env = TestEnv::new().await;
-    env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
-    shop::product(&env.pool, "sku_r", 10).await;
-    shop::order(&env.pool, "order_r", 50000, "INR", &[("sku_r", 2)]).await;
-    let (_ingest, base) = env.start_ingest().await;
-    let _worker = env.start_worker().await;
-
-    let refund = env.sign(
-        Gateway::Razorpay,
-        "refund.processed",
-        &env.spec("order_r", "pay_r", "evt_refund", 50000),
-    );
-    env.post_ok(&base, "razorpay", &refund).await;
-    wait_processed(&env, 1).await;
-    let (status, refunded, _, _) = books(&env, "order_r").await;
-    assert_eq!((status.as_str(), refunded), ("pending", 50000));
-
-    let capture = env.sign(
-        Gateway::Razorpay,
-        "payment.captured",
-        &env.spec("order_r", "pay_r", "evt_capture", 50000),
-    );
-    env.post_ok(&base, "razorpay", &capture).await;
-    wait_processed(&env, 2).await;
-    let (status, refunded, paid_by, _) = books(&env, "order_r").await;
-    assert_eq!(
-        (status.as_str(), refunded, paid_by.as_deref()),
-        ("refunded", 50000, Some("razorpay:pay_r"))
-    );
-    // Stock moved once; one confirmation and one refund email.
-    assert_eq!(shop::stock(&env.pool, "sku_r").await, 8);
-    let mut kinds: Vec<String> = shop::emails(&env.pool, "order_r")
-        .await
-        .into_iter()
-        .map(|(k, _)| k)
-        .collect();
-    kinds.sort();
-    assert_eq!(kinds, vec!["confirmation", "refund"]);
-}
-
-#[tokio::test]
-async fn an_event_naming_only_its_payment_waits_for_the_link_then_applies() {
-    let mut env = TestEnv::new().await;
-    env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
-    shop::product(&env.pool, "sku_p", 10).await;
-    shop::order(&env.pool, "order_p", 50000, "INR", &[("sku_p", 1)]).await;
-    let (_ingest, base) = env.start_ingest().await;
-    let _w1 = env.start_worker().await;
-    let _w2 = env.start_worker().await;
-
-    // A refund whose payload names no order: parked, not dead-lettered.
-    let refund = env.sign(
-        Gateway::Razorpay,
-        "refund.processed",
-        &env.spec("", "pay_p", "evt_refund_p", 20000),
-    );
-    env.post_ok(&base, "razorpay", &refund).await;
-    eventually("refund parked", Duration::from_secs(30), || async {
-        (env.count("SELECT count(*) FROM parked_events").await == 1).then_some(())
-    })
-    .await;
-    let (status, refunded, _, _) = books(&env, "order_p").await;
-    assert_eq!((status.as_str(), refunded), ("pending", 0));
-
-    // The capture links pay_p to order_p: the parked refund applies with it.
-    let capture = env.sign(
-        Gateway::Razorpay,
-        "payment.captured",
-        &env.spec("order_p", "pay_p", "evt_capture_p", 50000),
-    );
-    env.post_ok(&base, "razorpay", &capture).await;
-    eventually("refund applied", Duration::from_secs(30), || async {
-        (env.count("SELECT count(*) FROM parked_events").await == 0
-            && env.count("SELECT count(*) FROM refunds").await == 1)
-            .then_some(())
-    })
-    .await;
-    let (status, refunded, _, _) = books(&env, "order_p").await;
-    assert_eq!((status.as_str(), refunded), ("partially_refunded", 20000));
-    let outcomes: Vec<String> =
-        sqlx::query_scalar("SELECT outcome FROM processed_webhooks ORDER BY event_id")
-            .fetch_all(&env.pool)
-            .await
-            .expect("outcomes");
-    assert_eq!(outcomes, vec!["applied", "applied"]);
-    assert_eq!(
-        broker::depth(&format!("{}.dead", env.prefix)).await,
-        Some(0)
-    );
-}
-
 #[tokio::test]
 async fn an_event_never_linked_is_dead_lettered_after_the_ttl_leaving_nothing_to_absorb_a_replay() {
+    // At process level: the sweeper runs in the worker's broker session and
+    // dead-letters over the broker once the TTL has passed.
     let mut env = TestEnv::new().await;
-    env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
     env.set_env("ONCEHOOK_UNLINKED_TTL", "1s");
     let (_ingest, base) = env.start_ingest().await;
     let _worker = env.start_worker().await;
@@ -173,6 +70,8 @@ async fn an_event_never_linked_is_dead_lettered_after_the_ttl_leaving_nothing_to
 
 #[tokio::test]
 async fn two_accounts_of_one_gateway_do_not_share_event_ids() {
+    // At process level: each account is a source of ingest's, with its own
+    // endpoint and secret; the dedup key is the source ingest verified.
     let mut env = TestEnv::new().await;
     env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
     shop::product(&env.pool, "sku_a", 10).await;
@@ -222,6 +121,8 @@ async fn two_accounts_of_one_gateway_do_not_share_event_ids() {
 
 #[tokio::test]
 async fn an_unsigned_event_id_cannot_make_another_body_a_duplicate() {
+    // At process level: the event id travels in a header ingest does not
+    // verify; the dedup on the signed body is held over HTTP and the broker.
     let mut env = TestEnv::new().await;
     env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
     shop::product(&env.pool, "sku_d", 10).await;
@@ -266,49 +167,25 @@ async fn an_unsigned_event_id_cannot_make_another_body_a_duplicate() {
 }
 
 #[tokio::test]
-async fn zero_decimal_currencies_are_mailed_with_their_own_exponent() {
-    let mut env = TestEnv::new().await;
-    env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
-    shop::product(&env.pool, "sku_j", 10).await;
-    shop::order(&env.pool, "order_jpy", 5000, "JPY", &[("sku_j", 1)]).await;
-    let (_ingest, base) = env.start_ingest().await;
-    let _worker = env.start_worker().await;
-    let mut spec = env.spec("order_jpy", "pay_jpy", "evt_jpy", 5000);
-    spec.currency = "JPY".into();
-    env.post_ok(
-        &base,
-        "razorpay",
-        &env.sign(Gateway::Razorpay, "payment.captured", &spec),
-    )
-    .await;
-    wait_processed(&env, 1).await;
-    let body: String =
-        sqlx::query_scalar("SELECT body FROM email_outbox WHERE kind = 'confirmation'")
-            .fetch_one(&env.pool)
-            .await
-            .expect("confirmation");
-    assert!(body.contains("5000 JPY"), "{body}");
-    assert!(!body.contains("50.00"), "{body}");
-}
-
-#[tokio::test]
 async fn an_oversell_is_recorded_on_the_order_and_shown_by_trace_and_stats() {
-    let mut env = TestEnv::new().await;
-    env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
+    // At process level: what `oncehookctl` prints. The books it reads are
+    // made by the worker in process (no ingest, no broker needed for them).
+    let env = TestEnv::new().await;
     shop::product(&env.pool, "sku_last", 1).await;
     shop::order(&env.pool, "order_o1", 50000, "INR", &[("sku_last", 1)]).await;
     shop::order(&env.pool, "order_o2", 50000, "INR", &[("sku_last", 1)]).await;
-    let (_ingest, base) = env.start_ingest().await;
-    let _worker = env.start_worker().await;
+    let worker = InProcess::start(&env.pool, Ledger::default(), &[]);
     for (order, pay) in [("order_o1", "pay_o1"), ("order_o2", "pay_o2")] {
         let d = env.sign(
             Gateway::Razorpay,
             "payment.captured",
             &env.spec(order, pay, &format!("evt_{pay}"), 50000),
         );
-        env.post_ok(&base, "razorpay", &d).await;
+        let settled = worker
+            .deliver(&envelope("razorpay", Gateway::Razorpay, &d))
+            .await;
+        assert_eq!(settled, [Settled::Acked]);
     }
-    wait_processed(&env, 2).await;
     assert_eq!(shop::stock(&env.pool, "sku_last").await, -1);
     let oversold: Vec<String> =
         sqlx::query_scalar("SELECT order_ref FROM orders WHERE oversold ORDER BY order_ref")
@@ -328,6 +205,8 @@ async fn an_oversell_is_recorded_on_the_order_and_shown_by_trace_and_stats() {
 
 #[tokio::test]
 async fn the_migration_upgrades_an_existing_database_in_place() {
+    // Here and not in process: no worker at all, the schema's upgrade of an
+    // old database of its own.
     use oncehook_common::db::MIGRATOR;
     let env = TestEnv::new().await;
     // A second, empty database migrated only to the first version.
@@ -400,159 +279,4 @@ async fn the_migration_upgrades_an_existing_database_in_place() {
     .execute(&env.pool)
     .await
     .expect("drop database");
-}
-
-#[tokio::test]
-async fn stripe_cumulative_refund_totals_are_not_added_up() {
-    let mut env = TestEnv::new().await;
-    env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
-    shop::product(&env.pool, "sku_s", 10).await;
-    shop::order(&env.pool, "order_s", 500, "INR", &[("sku_s", 1)]).await;
-    let (_ingest, base) = env.start_ingest().await;
-    let _worker = env.start_worker().await;
-    let capture = env.sign(
-        Gateway::Stripe,
-        "payment_intent.succeeded",
-        &env.spec("order_s", "pi_s", "evt_s_paid", 500),
-    );
-    // Two partial refunds of 100 and 150: Stripe reports totals 100 and 250,
-    // and here the later total arrives first.
-    let total_250 = env.sign(
-        Gateway::Stripe,
-        "charge.refunded",
-        &env.spec("order_s", "pi_s", "evt_s_r2", 250),
-    );
-    let total_100 = env.sign(
-        Gateway::Stripe,
-        "charge.refunded",
-        &env.spec("order_s", "pi_s", "evt_s_r1", 100),
-    );
-    for d in [&capture, &total_250, &total_100] {
-        env.post_ok(&base, "stripe", d).await;
-    }
-    wait_processed(&env, 3).await;
-    let (status, refunded, _, _) = books(&env, "order_s").await;
-    assert_eq!((status.as_str(), refunded), ("partially_refunded", 250));
-}
-
-#[tokio::test]
-async fn a_stripe_checkout_intent_that_overtakes_its_session_is_not_dead_lettered() {
-    let mut env = TestEnv::new().await;
-    env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
-    shop::product(&env.pool, "sku_c", 10).await;
-    shop::order(&env.pool, "order_c", 2500, "INR", &[("sku_c", 1)]).await;
-    let (_ingest, base) = env.start_ingest().await;
-    let _worker = env.start_worker().await;
-    // Checkout: the intents carry no order reference; only the session does.
-    let failed = env.sign(
-        Gateway::Stripe,
-        "payment_intent.payment_failed",
-        &env.spec("", "pi_c", "evt_c_failed", 2500),
-    );
-    let succeeded = env.sign(
-        Gateway::Stripe,
-        "payment_intent.succeeded",
-        &env.spec("", "pi_c", "evt_c_succeeded", 2500),
-    );
-    env.post_ok(&base, "stripe", &failed).await;
-    env.post_ok(&base, "stripe", &succeeded).await;
-    eventually("intents parked", Duration::from_secs(30), || async {
-        (env.count("SELECT count(*) FROM parked_events").await == 2).then_some(())
-    })
-    .await;
-    assert_eq!(shop::order_status(&env.pool, "order_c").await, "pending");
-
-    let session = env.sign(
-        Gateway::Stripe,
-        "checkout.session.completed",
-        &env.spec("order_c", "pi_c", "evt_c_session", 2500),
-    );
-    env.post_ok(&base, "stripe", &session).await;
-    wait_processed(&env, 3).await;
-    assert_eq!(shop::order_status(&env.pool, "order_c").await, "paid");
-    assert_eq!(env.count("SELECT count(*) FROM parked_events").await, 0);
-    let mut attempts: Vec<(String, Option<String>)> = shop::payments(&env.pool, "order_c").await;
-    attempts.sort();
-    assert_eq!(
-        attempts,
-        vec![("captured".to_owned(), None), ("failed".to_owned(), None)],
-        "the failed attempt is recorded too, and the capture once"
-    );
-    assert_eq!(shop::stock(&env.pool, "sku_c").await, 9);
-    assert_eq!(
-        broker::depth(&format!("{}.dead", env.prefix)).await,
-        Some(0)
-    );
-}
-
-#[tokio::test]
-async fn a_payu_retry_with_a_new_txnid_pays_the_order_named_in_udf1() {
-    let mut env = TestEnv::new().await;
-    env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
-    shop::product(&env.pool, "sku_u", 10).await;
-    shop::order(&env.pool, "order_u", 50000, "INR", &[("sku_u", 1)]).await;
-    let (_ingest, base) = env.start_ingest().await;
-    let _worker = env.start_worker().await;
-    // PayU needs a new txnid per attempt; the order reference is in udf1.
-    let failed = env.sign(
-        Gateway::Payu,
-        "failure",
-        &env.spec("order_u", "txn_u_1", "evt_u_1", 50000),
-    );
-    let retried = env.sign(
-        Gateway::Payu,
-        "success",
-        &env.spec("order_u", "txn_u_2", "evt_u_2", 50000),
-    );
-    env.post_ok(&base, "payu", &failed).await;
-    env.post_ok(&base, "payu", &retried).await;
-    wait_processed(&env, 2).await;
-    let (status, _, paid_by, _) = books(&env, "order_u").await;
-    assert_eq!(
-        (status.as_str(), paid_by.as_deref()),
-        ("paid", Some("payu:txn_u_2"))
-    );
-    assert_eq!(
-        broker::depth(&format!("{}.dead", env.prefix)).await,
-        Some(0)
-    );
-}
-
-#[tokio::test]
-async fn a_razorpay_shop_keeps_its_own_order_ids_through_a_gateway_reference() {
-    let mut env = TestEnv::new().await;
-    env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
-    shop::product(&env.pool, "sku_gr", 10).await;
-    shop::order(&env.pool, "shop_1001", 50000, "INR", &[("sku_gr", 1)]).await;
-    sqlx::query(
-        "INSERT INTO order_gateway_refs (gateway, gateway_ref, order_id)
-         SELECT 'razorpay', 'order_RZPgr1', id FROM orders WHERE order_ref = 'shop_1001'",
-    )
-    .execute(&env.pool)
-    .await
-    .expect("gateway reference");
-    let (_ingest, base) = env.start_ingest().await;
-    let _worker = env.start_worker().await;
-    // Razorpay's payload names its own order id, never the shop's.
-    let capture = env.sign(
-        Gateway::Razorpay,
-        "payment.captured",
-        &env.spec("order_RZPgr1", "pay_gr1", "evt_gr1", 50000),
-    );
-    env.post_ok(&base, "razorpay", &capture).await;
-    eventually("the shop's order paid", Duration::from_secs(30), || async {
-        (books(&env, "shop_1001").await.0 == "paid").then_some(())
-    })
-    .await;
-    let (status, refunded, paid_by, oversold) = books(&env, "shop_1001").await;
-    assert_eq!(
-        (status.as_str(), refunded, paid_by.as_deref(), oversold),
-        ("paid", 0, Some("razorpay:pay_gr1"), false)
-    );
-    assert_eq!(shop::stock(&env.pool, "sku_gr").await, 9);
-    assert_eq!(
-        env.count("SELECT count(*) FROM email_outbox WHERE kind = 'confirmation'")
-            .await,
-        1
-    );
 }
