@@ -58,8 +58,9 @@ pub trait Source<S: Store = Pooled>: Send + Sync {
     const FAILING: &'static str;
     /// The line of the first pass that works after such a spell.
     const RECOVERED: &'static str;
-    /// The counter of rows published (`oncehook_outbox_published_total`).
-    const PUBLISHED_TOTAL: &'static str;
+    /// Counts `n` rows published, on the source's own counter
+    /// (`oncehook_outbox_published_total`).
+    fn count_published(n: u64);
 
     /// Locks up to `limit` unpublished rows, oldest first.
     fn lock(
@@ -234,7 +235,7 @@ where
         }
         self.source.mark(&mut tx, &rows).await?;
         S::commit(tx).await?;
-        metrics::counter!(Src::PUBLISHED_TOTAL).increment(rows.len() as u64);
+        Src::count_published(rows.len() as u64);
         tracing::debug!(count = rows.len(), exchange, "rows relayed");
         Ok(rows.len())
     }

@@ -36,7 +36,10 @@ impl Source for Emails {
     type Row = (Uuid, Option<String>);
     const FAILING: &'static str = "outbox relay pass failed; will retry";
     const RECOVERED: &'static str = "outbox relay publishes again";
-    const PUBLISHED_TOTAL: &'static str = "oncehook_outbox_published_total";
+
+    fn count_published(n: u64) {
+        metrics::counter!("oncehook_outbox_published_total").increment(n);
+    }
 
     async fn lock(
         &self,

@@ -29,7 +29,10 @@ impl Source for OrderEvents {
     type Row = OrderEventRow;
     const FAILING: &'static str = "order events relay pass failed; will retry";
     const RECOVERED: &'static str = "order events relay publishes again";
-    const PUBLISHED_TOTAL: &'static str = "oncehook_notify_events_published_total";
+
+    fn count_published(n: u64) {
+        metrics::counter!("oncehook_notify_events_published_total").increment(n);
+    }
 
     async fn lock(
         &self,

@@ -16,11 +16,11 @@ use super::Razorpay;
 use crate::event::{EventKind, NormalizedEvent};
 use crate::json::{currency_at, id_at, int_amount_at, parse_body, str_at};
 use crate::reconcile::{
-    Answer, ApiCredentials, ApiRequest, Ask, CredentialError, CredentialKey, GatewayApi,
+    Answer, ApiCredentials, ApiRequest, Ask, CredentialKey, GatewayApi,
     OrderNames, RequestError, segment,
 };
 use crate::scheme::ParseError;
-use crate::{Credentials, Gateway};
+use crate::Gateway;
 
 /// `GET /v1/orders/{order_id}/payments`.
 const ORDER_PAYMENTS: &str = "order_payments";
@@ -29,7 +29,10 @@ const PAYMENT_REFUNDS: &str = "payment_refunds";
 
 /// HTTP Basic: the key id is the user, the key secret the password.
 const KEYS: &[CredentialKey] = &[
-    CredentialKey::secret("key_id"),
+    CredentialKey::secret("key_id").refusing(
+        |id| id.contains(':'),
+        "holds a `:` (it is the user name of HTTP Basic)",
+    ),
     CredentialKey::secret("key_secret"),
 ];
 
@@ -40,20 +43,6 @@ impl GatewayApi for Razorpay {
 
     fn credential_keys(&self) -> &'static [CredentialKey] {
         KEYS
-    }
-
-    fn complete_credentials(
-        &self,
-        credentials: &mut ApiCredentials,
-        _source: Credentials<'_>,
-    ) -> Result<(), CredentialError> {
-        if credentials.get("key_id").is_some_and(|id| id.contains(':')) {
-            return Err(CredentialError::Shape {
-                key: "key_id",
-                problem: "holds a `:` (it is the user name of HTTP Basic)",
-            });
-        }
-        Ok(())
     }
 
     /// Each Razorpay order's payments, and the refunds of each known payment.

@@ -1,6 +1,8 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::Credentials;
+use crate::reconcile::CredentialError;
 
 /// An answer in the documented shape (values made up here).
 const ANSWER: &str = r#"{

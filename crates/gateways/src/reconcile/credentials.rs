@@ -1,9 +1,9 @@
 //! A source's API credentials: the keys a gateway's `[source.api]` table
-//! takes ([`CredentialKey`]), the checks every gateway shares (present, not
-//! blank, no space or control character), and the values by name
-//! ([`ApiCredentials`], whose `Debug` never shows a secret). The gateway
-//! adds its own checks and what the source's webhook credentials give in
-//! [`GatewayApi::complete_credentials`](super::GatewayApi::complete_credentials).
+//! takes ([`CredentialKey`], with the shape its gateway refuses), the
+//! checks every gateway shares (present, not blank, no space or control
+//! character), and the values by name ([`ApiCredentials`], whose `Debug`
+//! never shows a secret). What the source's webhook credentials give is
+//! added in [`GatewayApi::complete_credentials`](super::GatewayApi::complete_credentials).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -12,7 +12,7 @@ use super::RequestError;
 use crate::{Credentials, Gateway};
 
 /// One key of a gateway's `[source.api]` table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub struct CredentialKey {
     /// The key's name (`key_id`).
     pub name: &'static str,
@@ -20,6 +20,19 @@ pub struct CredentialKey {
     pub secret: bool,
     /// The value when the table leaves the key out; `None`: required.
     pub default: Option<&'static str>,
+    /// A shape the gateway refuses, and what is wrong with it.
+    pub refused: Option<Refusal>,
+}
+
+/// A shape of value a gateway refuses for a key: `bad` says whether a
+/// value has it, `problem` what is wrong with it, in words (the rest of
+/// the sentence after the key's name).
+#[derive(Debug, Clone, Copy)]
+pub struct Refusal {
+    /// Whether a value has the refused shape.
+    pub bad: fn(&str) -> bool,
+    /// What is wrong with such a value.
+    pub problem: &'static str,
 }
 
 impl CredentialKey {
@@ -29,6 +42,7 @@ impl CredentialKey {
             name,
             secret: true,
             default: None,
+            refused: None,
         }
     }
 
@@ -38,6 +52,33 @@ impl CredentialKey {
             name,
             secret: false,
             default: Some(default),
+            refused: None,
+        }
+    }
+
+    /// The key, refusing a value for which `bad` is true with `problem`
+    /// (the rest of the sentence after the key's name).
+    pub const fn refusing(self, bad: fn(&str) -> bool, problem: &'static str) -> CredentialKey {
+        CredentialKey {
+            refused: Some(Refusal { bad, problem }),
+            ..self
+        }
+    }
+
+    /// Why `value` cannot be this key's, if it cannot.
+    fn check(&self, value: &str) -> Result<(), CredentialError> {
+        let problem = if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            Some("holds a space or a control character (it travels in an HTTP header)")
+        } else {
+            self.refused
+                .and_then(|r| (r.bad)(value).then_some(r.problem))
+        };
+        match problem {
+            Some(problem) => Err(CredentialError::Shape {
+                key: self.name,
+                problem,
+            }),
+            None => Ok(()),
         }
     }
 }
@@ -143,12 +184,7 @@ pub fn credentials(
             (None, Some(default)) => default.to_owned(),
             (None, None) => return Err(CredentialError::Required(key.name)),
         };
-        if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(CredentialError::Shape {
-                key: key.name,
-                problem: "holds a space or a control character (it travels in an HTTP header)",
-            });
-        }
+        key.check(&value)?;
         credentials.set(key.name, value, key.secret);
     }
     api.complete_credentials(&mut credentials, source)?;

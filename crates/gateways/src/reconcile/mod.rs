@@ -17,7 +17,7 @@ mod tests;
 use std::collections::BTreeMap;
 
 pub use credentials::{
-    ApiCredentials, CredentialError, CredentialKey, all_credential_keys, credentials,
+    ApiCredentials, CredentialError, CredentialKey, Refusal, all_credential_keys, credentials,
 };
 pub(crate) use request::segment;
 pub use request::{ApiBody, ApiHeader, ApiRequest, Method, RequestError};
@@ -48,16 +48,14 @@ pub trait GatewayApi: Sync {
         }
     }
 
-    /// Checks the credentials as a whole once every key is present (a shape
-    /// the gateway would refuse) and adds what the source's webhook
-    /// credentials give (PayU signs its API calls with the merchant key
-    /// and salt). Default: nothing more.
+    /// Adds what the source's webhook credentials give, once every key is
+    /// present and of a shape the gateway takes (PayU signs its API calls
+    /// with the merchant key and salt). Default: nothing more.
     fn complete_credentials(
         &self,
-        credentials: &mut ApiCredentials,
-        source: Credentials<'_>,
+        _credentials: &mut ApiCredentials,
+        _source: Credentials<'_>,
     ) -> Result<(), CredentialError> {
-        let _ = (credentials, source);
         Ok(())
     }
 

@@ -26,11 +26,11 @@ use super::Stripe;
 use crate::event::{EventKind, NormalizedEvent};
 use crate::json::{parse_body, str_at};
 use crate::reconcile::{
-    Answer, ApiCredentials, ApiRequest, Ask, CredentialError, CredentialKey, GatewayApi,
+    Answer, ApiCredentials, ApiRequest, Ask, CredentialKey, GatewayApi,
     OrderNames, RequestError, segment,
 };
 use crate::scheme::ParseError;
-use crate::{Credentials, Headers};
+use crate::Headers;
 
 /// `GET /v1/payment_intents/{id}`.
 const INTENT: &str = "payment_intent";
@@ -41,7 +41,10 @@ const UNDELIVERED: &str = "undelivered_events";
 /// Stripe's largest page.
 const PAGE: u32 = 100;
 
-const KEYS: &[CredentialKey] = &[CredentialKey::secret("api_key")];
+const KEYS: &[CredentialKey] = &[CredentialKey::secret("api_key").refusing(
+    |key| key.starts_with("pk_"),
+    "is a publishable key (pk_…): the API needs a secret key (sk_…) or a restricted one (rk_…)",
+)];
 
 impl GatewayApi for Stripe {
     fn default_base_url(&self) -> &'static str {
@@ -50,20 +53,6 @@ impl GatewayApi for Stripe {
 
     fn credential_keys(&self) -> &'static [CredentialKey] {
         KEYS
-    }
-
-    fn complete_credentials(
-        &self,
-        credentials: &mut ApiCredentials,
-        _source: Credentials<'_>,
-    ) -> Result<(), CredentialError> {
-        if credentials.get("api_key").is_some_and(|k| k.starts_with("pk_")) {
-            return Err(CredentialError::Shape {
-                key: "api_key",
-                problem: "is a publishable key (pk_…): the API needs a secret key (sk_…) or a restricted one (rk_…)",
-            });
-        }
-        Ok(())
     }
 
     /// Each PaymentIntent's state and refunds (a Checkout session

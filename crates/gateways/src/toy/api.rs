@@ -17,18 +17,21 @@ use serde_json::Value;
 use super::Toy;
 use crate::json::{currency_at, id_at, int_amount_at, parse_body, str_at};
 use crate::reconcile::{
-    Answer, ApiCredentials, ApiRequest, Ask, CredentialError, CredentialKey, GatewayApi,
+    Answer, ApiCredentials, ApiRequest, Ask, CredentialKey, GatewayApi,
     OrderNames, RequestError, segment,
 };
 use crate::scheme::ParseError;
-use crate::{Credentials, EventKind, Gateway, NormalizedEvent};
+use crate::{EventKind, Gateway, NormalizedEvent};
 
 /// `GET /v1/orders/{order}/payments`.
 const ORDER_PAYMENTS: &str = "order_payments";
 /// The most payments one answer may list.
 const MAX_ITEMS: usize = 1_000;
 
-const KEYS: &[CredentialKey] = &[CredentialKey::secret("api_key")];
+const KEYS: &[CredentialKey] = &[CredentialKey::secret("api_key").refusing(
+    |key| !key.starts_with("toy_"),
+    "does not start with toy_ (every toy API key does)",
+)];
 
 impl GatewayApi for Toy {
     fn default_base_url(&self) -> &'static str {
@@ -37,23 +40,6 @@ impl GatewayApi for Toy {
 
     fn credential_keys(&self) -> &'static [CredentialKey] {
         KEYS
-    }
-
-    fn complete_credentials(
-        &self,
-        credentials: &mut ApiCredentials,
-        _source: Credentials<'_>,
-    ) -> Result<(), CredentialError> {
-        if credentials
-            .get("api_key")
-            .is_some_and(|k| !k.starts_with("toy_"))
-        {
-            return Err(CredentialError::Shape {
-                key: "api_key",
-                problem: "does not start with toy_ (every toy API key does)",
-            });
-        }
-        Ok(())
     }
 
     fn asks_by_shop_reference(&self) -> bool {
