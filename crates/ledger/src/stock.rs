@@ -53,41 +53,45 @@ pub async fn take(
         tracing::info!(order_ref = %order.order_ref, "cancelled order: its items are back in stock");
     }
     for order in orders {
-        let mut moves = Vec::new();
-        for item in items.iter().filter(|i| i.order_id == order.id) {
-            let left = stock.entry(&item.sku).or_insert(item.stock);
-            *left = left.saturating_sub(item.qty);
-            *taken.entry(item.sku.clone()).or_insert(0) += item.qty;
-            moves.push(StockMove {
-                sku: item.sku.clone(),
-                qty: item.qty,
-                stock: *left,
-            });
+        let moves = weigh(order, &items, &mut stock);
+        for m in &moves {
+            *taken.entry(m.sku.clone()).or_insert(0) += m.qty;
         }
-        moves.sort();
         warn_negative(order, &moves);
         moved.insert(order.id, moves);
     }
     for order in probed {
-        let mut moves: Vec<StockMove> = items
-            .iter()
-            .filter(|i| i.order_id == order.id)
-            .map(|item| StockMove {
-                sku: item.sku.clone(),
-                qty: item.qty,
-                stock: stock
-                    .get(item.sku.as_str())
-                    .copied()
-                    .unwrap_or(item.stock)
-                    .saturating_sub(item.qty),
-            })
-            .collect();
-        moves.sort();
-        moved.insert(order.id, moves);
+        // Taken and given back at once: weighed on a copy, nothing moves.
+        moved.insert(order.id, weigh(order, &items, &mut stock.clone()));
     }
     let (skus, qtys): (Vec<String>, Vec<i32>) = taken.into_iter().unzip();
     books::take_stock(conn, &skus, &qtys).await?;
     Ok(moved)
+}
+
+/// The moves of taking `order`'s items from `stock` (the levels so far,
+/// each product's locked level where the group has not moved it yet),
+/// which it lowers; sorted by sku.
+fn weigh<'i>(
+    order: &OrderRow,
+    items: &'i [books::ItemToMove],
+    stock: &mut BTreeMap<&'i str, i32>,
+) -> Vec<StockMove> {
+    let mut moves: Vec<StockMove> = items
+        .iter()
+        .filter(|i| i.order_id == order.id)
+        .map(|item| {
+            let left = stock.entry(&item.sku).or_insert(item.stock);
+            *left = left.saturating_sub(item.qty);
+            StockMove {
+                sku: item.sku.clone(),
+                qty: item.qty,
+                stock: *left,
+            }
+        })
+        .collect();
+    moves.sort();
+    moves
 }
 
 /// Whether the moves took a product below zero.
