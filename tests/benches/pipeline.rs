@@ -998,6 +998,7 @@ async fn pgbench_phase(knobs: &Knobs) -> Vec<PgbenchRun> {
         eprintln!("bench: C  pgbench worker transaction, {clients} clients");
         let base = round as i64 * PGBENCH_ORDERS;
         let defines = [
+            ("batch", "1".to_owned()),
             ("norders", PGBENCH_ORDERS.to_string()),
             ("base", base.to_string()),
             ("nclients", clients.to_string()),
