@@ -585,3 +585,108 @@ async fn cancel_and_capture_give_the_same_books_in_either_order() {
         1
     );
 }
+
+/// The ledger, holding each of its first `hold` transactions open until
+/// that many are open at once (or a deadline passes: then it fails them).
+struct HeldOpen {
+    ledger: Ledger,
+    hold: usize,
+    entered: std::sync::atomic::AtomicUsize,
+    all_open: tokio::sync::Barrier,
+    /// Set when the deadline passed before `hold` were open.
+    missed: std::sync::atomic::AtomicBool,
+}
+
+impl Effect for HeldOpen {
+    async fn apply(
+        &self,
+        conn: &mut PgConnection,
+        deliveries: &[&Delivery],
+    ) -> Result<Effects, EffectError> {
+        let n = self
+            .entered
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if n < self.hold {
+            let met =
+                tokio::time::timeout(std::time::Duration::from_secs(10), self.all_open.wait())
+                    .await;
+            if met.is_err() {
+                self.missed.store(true, std::sync::atomic::Ordering::SeqCst);
+                return Err(EffectError::Permanent(oncehook_pipeline::Rejection::new(
+                    oncehook_common::dead_letter::DeadLetterKind::Unparseable,
+                    format!(
+                        "only some of {} transactions were ever open at once",
+                        self.hold
+                    ),
+                )));
+            }
+        }
+        Effect::apply(&self.ledger, conn, deliveries).await
+    }
+}
+
+#[tokio::test]
+async fn the_group_size_does_not_cap_the_transactions_in_flight() {
+    let env = TestEnv::new().await;
+    shop::product(&env.pool, "ip_f", 1_000).await;
+    let n = 32;
+    for i in 0..n {
+        shop::order(
+            &env.pool,
+            &format!("ip_f{i}"),
+            50_000,
+            "INR",
+            &[("ip_f", 1)],
+        )
+        .await;
+    }
+    // Enough connections for every committer.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(12)
+        .connect(&env.database_url)
+        .await
+        .expect("a pool");
+    // Groups of up to 8 and 32 deliveries in flight: eight committers must
+    // all hold a transaction at once (prefetch ÷ batch would allow four).
+    let effect = HeldOpen {
+        ledger: Ledger::default(),
+        hold: 8,
+        entered: Default::default(),
+        all_open: tokio::sync::Barrier::new(8),
+        missed: Default::default(),
+    };
+    let worker = InProcess::start(
+        &pool,
+        effect,
+        &[
+            ("ONCEHOOK_PREFETCH", "32"),
+            ("ONCEHOOK_WORKER_BATCH_SIZE", "8"),
+            ("ONCEHOOK_WORKER_COMMITTERS", "8"),
+        ],
+    );
+    let envelopes: Vec<_> = (0..n)
+        .map(|i| {
+            captured(
+                &env,
+                &format!("ip_f{i}"),
+                &format!("pay_f{i}"),
+                &format!("evt_f{i}"),
+            )
+        })
+        .collect();
+    let settled = worker.deliver_all(&envelopes).await;
+    let held = &worker.worker.effect;
+    assert!(
+        !held.missed.load(std::sync::atomic::Ordering::SeqCst),
+        "eight transactions were never open at once"
+    );
+    assert!(
+        settled.iter().all(|s| s == &[Settled::Acked]),
+        "every delivery committed once eight transactions were open together: {settled:?}"
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM orders WHERE status = 'paid'")
+            .await,
+        n as i64
+    );
+}

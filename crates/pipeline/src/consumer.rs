@@ -56,9 +56,13 @@ impl<E: Effect> Worker<E> {
         effect.zero_counters();
         let effect = Arc::new(effect);
         let size = usize::from(settings.worker.batch_size.max(1));
-        // Enough committers that the prefetched deliveries fill groups of
-        // `size`; with `batch.size = 1`, one transaction per delivery in flight.
-        let committers = usize::from(settings.worker.prefetch).div_ceil(size).max(1);
+        // As many transactions in flight as configured (`batch.committers`),
+        // whatever the group size: a free committer takes what waits, up to
+        // `size`, so groups grow with the load and never cap the committers.
+        // More committers than deliveries in flight would never all work.
+        let committers = usize::from(settings.worker.committers)
+            .min(usize::from(settings.worker.prefetch))
+            .max(1);
         let grouper = Grouper::start(pool.clone(), effect.clone(), size, committers);
         Arc::new(Worker {
             grouper,

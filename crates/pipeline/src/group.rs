@@ -3,12 +3,16 @@
 //! the set-based statements per group instead of per delivery.
 //!
 //! Each delivery's handler task hands its delivery to the [`Grouper`] and
-//! waits for its result. A few committer tasks take what is queued: a
-//! committer that is free takes the next delivery at once (nothing waits
-//! for company: a lone delivery is committed alone, at once) together with
-//! whatever else is queued by then, up to `size`; while its transaction
-//! runs, new deliveries queue for the next free committer. Copies of one
-//! delivery in one group are duplicates of the first, as across groups.
+//! waits for its result. `committers` tasks (`[worker] batch.committers`,
+//! as many as the transactions the database should see from this worker)
+//! take what is queued: a committer that is free takes the next delivery at
+//! once (nothing waits for company: a lone delivery is committed alone, at
+//! once) together with its share of whatever else is queued by then — the
+//! queue split evenly over the free committers, at most `size` — so the
+//! group size never caps the transactions in flight: with work waiting,
+//! every committer has a transaction, and groups grow only when deliveries
+//! arrive faster than transactions finish. Copies of one delivery in one
+//! group are duplicates of the first, as across groups.
 //!
 //! A group that fails — a permanent rejection of one delivery, a database
 //! error, a failed commit, a deadlock — is rolled back whole, and each of
@@ -18,6 +22,7 @@
 //! deliveries.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use oncehook_common::store::Pooled;
 use tokio::sync::{Mutex, mpsc, oneshot};
@@ -41,12 +46,17 @@ impl Grouper {
     pub fn start<E: Effect>(pool: Pooled, effect: Arc<E>, size: usize, committers: usize) -> Self {
         let (jobs, queue) = mpsc::unbounded_channel();
         InCommit::gauge().set(0.0);
-        let queue = Arc::new(Mutex::new(queue));
-        for _ in 0..committers.max(1) {
+        Busy::gauge().set(0.0);
+        let committers = committers.max(1);
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(queue),
+            idle: AtomicUsize::new(committers),
+        });
+        for _ in 0..committers {
             tokio::spawn(run_committer(
                 pool.clone(),
                 effect.clone(),
-                queue.clone(),
+                shared.clone(),
                 size.max(1),
             ));
         }
@@ -85,41 +95,65 @@ impl Drop for InCommit {
     }
 }
 
-async fn run_committer<E: Effect>(
-    pool: Pooled,
-    effect: Arc<E>,
-    queue: Arc<Mutex<mpsc::UnboundedReceiver<Job>>>,
-    size: usize,
-) {
-    // Jobs taken from the queue that could not join the last group.
-    let mut held: Vec<Job> = Vec::new();
-    loop {
-        if held.is_empty() {
-            // The one idle committer waits for the next delivery, holding
-            // the queue; the others wait for the queue.
-            let mut queue = queue.lock().await;
-            match queue.recv().await {
-                Some(job) => held.push(job),
-                None => return,
-            }
-            drain(&mut queue, &mut held, size);
-        } else if let Ok(mut queue) = queue.try_lock() {
-            // Never wait for the queue with deliveries in hand: the idle
-            // committer may hold it until the next delivery comes.
-            drain(&mut queue, &mut held, size);
-        }
-        let rest = held.split_off(held.len().min(size));
-        run(&pool, &*effect, std::mem::replace(&mut held, rest)).await;
+/// What the committers share: the queue, and how many of them are free.
+struct Shared {
+    queue: Mutex<mpsc::UnboundedReceiver<Job>>,
+    idle: AtomicUsize,
+}
+
+/// A committer with a transaction, counted in
+/// `oncehook_worker_transactions_in_flight` (and no longer idle) while it
+/// lives.
+struct Busy<'a>(&'a AtomicUsize);
+
+impl<'a> Busy<'a> {
+    fn gauge() -> metrics::Gauge {
+        metrics::gauge!("oncehook_worker_transactions_in_flight")
+    }
+
+    /// Marks one committer busy; how many were free before (itself
+    /// included).
+    fn enter(idle: &'a AtomicUsize) -> (Self, usize) {
+        let free = idle.fetch_sub(1, Ordering::SeqCst);
+        Self::gauge().increment(1.0);
+        (Busy(idle), free)
     }
 }
 
-/// Adds what is queued to `held`, up to `size` jobs.
-fn drain(queue: &mut mpsc::UnboundedReceiver<Job>, held: &mut Vec<Job>, size: usize) {
-    while held.len() < size {
-        match queue.try_recv() {
-            Ok(job) => held.push(job),
-            Err(_) => break,
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Self::gauge().decrement(1.0);
+    }
+}
+
+/// How many deliveries a committer takes: its even share of the `waiting`
+/// ones (its own first delivery included) over the `free` committers, at
+/// least one, at most `size`.
+fn share(waiting: usize, free: usize, size: usize) -> usize {
+    waiting.div_ceil(free.max(1)).clamp(1, size)
+}
+
+async fn run_committer<E: Effect>(pool: Pooled, effect: Arc<E>, shared: Arc<Shared>, size: usize) {
+    loop {
+        // The one idle committer waits for the next delivery, holding the
+        // queue; the others wait for the queue.
+        let mut queue = shared.queue.lock().await;
+        let Some(first) = queue.recv().await else {
+            return;
+        };
+        let (busy, free) = Busy::enter(&shared.idle);
+        let take = share(1 + queue.len(), free, size);
+        let mut group = vec![first];
+        while group.len() < take {
+            match queue.try_recv() {
+                Ok(job) => group.push(job),
+                Err(_) => break,
+            }
         }
+        drop(queue);
+        run(&pool, &*effect, group).await;
+        drop(busy);
     }
 }
 
@@ -154,5 +188,25 @@ async fn run<E: Effect>(pool: &Pooled, effect: &E, group: Vec<Job>) {
                 let _ = job.reply.send(answer);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::share;
+
+    #[test]
+    fn the_waiting_deliveries_are_shared_over_the_free_committers() {
+        // 32 waiting, 8 free committers, groups of up to 8: eight
+        // transactions of four, not four of eight.
+        assert_eq!(share(32, 8, 8), 4);
+        // One free committer under load takes a full group.
+        assert_eq!(share(20, 1, 8), 8);
+        // A lone delivery goes alone, at once.
+        assert_eq!(share(1, 8, 8), 1);
+        // Group commit off: always one.
+        assert_eq!(share(30, 2, 1), 1);
+        // No committer counted free (a race): still at most `size`.
+        assert_eq!(share(5, 0, 8), 5);
     }
 }

@@ -31,16 +31,16 @@ async fn main() -> anyhow::Result<()> {
     let metrics = telemetry::init_metrics().map_err(anyhow::Error::msg)?;
     consumer::zero_counters(sources.iter().map(String::as_str));
     let shutdown = Shutdown::on_signals();
-    // One connection per delivery in flight, plus the relay, the sweeper,
-    // retention and the gauges — unless the budget says otherwise.
-    let pool_size = settings
-        .database
-        .pool_size(u32::from(settings.worker.prefetch) + 4);
-    if pool_size < u32::from(settings.worker.prefetch) + 2 {
+    // One connection per transaction in flight (the committers, no more than
+    // the deliveries in flight), plus the relay, the sweeper, retention and
+    // the gauges — unless the budget says otherwise.
+    let committers = settings.worker.committers.min(settings.worker.prefetch);
+    let pool_size = settings.database.pool_size(u32::from(committers) + 4);
+    if pool_size < u32::from(committers) + 2 {
         tracing::warn!(
             pool_size,
-            prefetch = settings.worker.prefetch,
-            "the database connection budget is below the prefetch: deliveries will wait for connections"
+            committers,
+            "the database connection budget is below the committers: transactions will wait for connections"
         );
     }
     let pool = Pooled::open(&settings.database, pool_size).context("database URL")?;

@@ -16,6 +16,7 @@ pub const ENV_RETENTION_DAYS: &str = "ONCEHOOK_RETENTION_DAYS";
 pub const ENV_RETENTION_INTERVAL_SECS: &str = "ONCEHOOK_RETENTION_INTERVAL_SECS";
 pub const ENV_UNLINKED_TTL: &str = "ONCEHOOK_UNLINKED_TTL";
 pub const ENV_WORKER_BATCH_SIZE: &str = "ONCEHOOK_WORKER_BATCH_SIZE";
+pub const ENV_WORKER_COMMITTERS: &str = "ONCEHOOK_WORKER_COMMITTERS";
 /// Fault injection for the chaos suite: the worker panics on events for this order.
 pub const ENV_FAULT_PANIC_ORDER_REF: &str = "ONCEHOOK_FAULT_PANIC_ORDER_REF";
 
@@ -30,6 +31,7 @@ pub(super) const KEYS: &[Key] = &[
     .legacy("retention_interval_secs"),
     Key::new(ENV_UNLINKED_TTL, "worker.unlinked_ttl").legacy("unlinked_ttl"),
     Key::new(ENV_WORKER_BATCH_SIZE, "worker.batch.size"),
+    Key::new(ENV_WORKER_COMMITTERS, "worker.batch.committers"),
     Key::new(ENV_FAULT_PANIC_ORDER_REF, "worker.fault_panic_order_ref"),
 ];
 
@@ -44,6 +46,10 @@ pub const BATCH_SIZE: RangeInclusive<u16> = 1..=256;
 type RetentionDays =
     Within<u32, { *RETENTION_DAYS.start() as u64 }, { *RETENTION_DAYS.end() as u64 }>;
 type BatchSize = Within<u16, { *BATCH_SIZE.start() as u64 }, { *BATCH_SIZE.end() as u64 }>;
+/// How many transactions one worker keeps in flight at most: at least one,
+/// and no more than a PostgreSQL server gives one client comfortably.
+pub const COMMITTERS: RangeInclusive<u16> = 1..=256;
+type Committers = Within<u16, { *COMMITTERS.start() as u64 }, { *COMMITTERS.end() as u64 }>;
 
 /// `[worker]`: consuming events, retention and parked events.
 #[derive(Debug, Clone)]
@@ -57,6 +63,11 @@ pub struct WorkerConfig {
     /// Group commit: up to this many prefetched deliveries share one
     /// transaction (1 = one transaction per delivery).
     pub batch_size: u16,
+    /// How many transactions (committers) the worker runs at once, each
+    /// committing whatever deliveries wait when it is free, up to
+    /// `batch_size`: sized to what the database can take, not derived from
+    /// the prefetch, so group commit never caps the transactions in flight.
+    pub committers: u16,
     /// How long an event whose payment is not linked to an order yet stays
     /// parked before it is dead-lettered as `unknown_order`.
     pub unlinked_ttl: Duration,
@@ -90,6 +101,7 @@ struct Retention {
 #[serde(deny_unknown_fields, default)]
 struct Batch {
     size: BatchSize,
+    committers: Committers,
 }
 
 impl Default for WorkerSection {
@@ -116,7 +128,10 @@ impl Default for Retention {
 
 impl Default for Batch {
     fn default() -> Self {
-        Batch { size: Within(8) }
+        Batch {
+            size: Within(8),
+            committers: Within(8),
+        }
     }
 }
 
@@ -128,6 +143,7 @@ impl From<WorkerSection> for WorkerConfig {
             retention_days: s.retention.days.0,
             retention_interval: Duration::from_secs(s.retention.interval_secs.0),
             batch_size: s.batch.size.0,
+            committers: s.batch.committers.0,
             unlinked_ttl: s.unlinked_ttl.0,
             fault_panic_order_ref: s.fault_panic_order_ref.filter(|r| !r.is_empty()),
         }

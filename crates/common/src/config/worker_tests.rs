@@ -95,3 +95,18 @@ fn the_fault_injection_is_off_when_empty() {
     let c = load_env(&[(ENV_FAULT_PANIC_ORDER_REF, "order_x")]).expect("set");
     assert_eq!(c.worker.fault_panic_order_ref.as_deref(), Some("order_x"));
 }
+
+#[test]
+fn committers_are_their_own_setting_bounded_and_default_to_eight() {
+    let d = load_env(&[]).expect("defaults");
+    assert_eq!(d.worker.committers, 8);
+    let one = load_env(&[(ENV_WORKER_COMMITTERS, "1"), (ENV_WORKER_BATCH_SIZE, "64")])
+        .expect("one committer, big groups");
+    assert_eq!((one.worker.committers, one.worker.batch_size), (1, 64));
+    for bad in ["0", "257", "many"] {
+        let err = refused_env(&[(ENV_WORKER_COMMITTERS, bad)]);
+        assert!(err.contains(ENV_WORKER_COMMITTERS), "{bad}: {err}");
+    }
+    let file = load("[worker.batch]\ncommitters = 12\n", &[]).expect("from the file");
+    assert_eq!(file.worker.committers, 12);
+}
