@@ -6,6 +6,12 @@
 //! binary's `ONCEHOOK_DATABASE_URL`) at [`StatementCounter::url`]; the bytes
 //! pass through unchanged. TLS is refused (the server's answer to an
 //! `SSLRequest` is passed on), so every message is readable.
+//!
+//! The proxy must not add latency of its own: both sockets have
+//! `TCP_NODELAY` (as the Postgres clients and server set it), and each
+//! message goes on in one write. Written in pieces without it, a message's
+//! tail waits for the ACK of its head — Nagle's algorithm against the
+//! peer's delayed ACK, about 40 ms per message.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -48,6 +54,9 @@ impl StatementCounter {
                 let Ok(server) = TcpStream::connect(&upstream).await else {
                     continue;
                 };
+                if client.set_nodelay(true).is_err() || server.set_nodelay(true).is_err() {
+                    continue;
+                }
                 tokio::spawn(relay(client, server, s.clone(), c.clone()));
             }
         });
@@ -108,15 +117,14 @@ async fn read_frontend(
     // Startup packets carry no type byte: an SSLRequest (answered `N` by
     // a server without TLS, or refused by the client's settings), then the
     // startup message itself.
+    let mut message = Vec::new();
     loop {
         let len = rx.read_u32().await?;
-        let mut body = vec![0; (len as usize).saturating_sub(4)];
-        rx.read_exact(&mut body).await?;
-        tx.write_u32(len).await?;
-        tx.write_all(&body).await?;
+        let body = read_message(rx, &mut message, None, len).await?;
         let code = body
             .get(..4)
             .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
+        tx.write_all(&message).await?;
         // 80877103: SSLRequest; 80877104: GSSENCRequest.
         if !matches!(code, Some(80_877_103 | 80_877_104)) {
             break;
@@ -125,8 +133,7 @@ async fn read_frontend(
     loop {
         let kind = rx.read_u8().await?;
         let len = rx.read_u32().await?;
-        let mut body = vec![0; (len as usize).saturating_sub(4)];
-        rx.read_exact(&mut body).await?;
+        let body = read_message(rx, &mut message, Some(kind), len).await?;
         match kind {
             b'E' => {
                 statements.fetch_add(1, Ordering::SeqCst);
@@ -140,8 +147,24 @@ async fn read_frontend(
             }
             _ => {}
         }
-        tx.write_u8(kind).await?;
-        tx.write_u32(len).await?;
-        tx.write_all(&body).await?;
+        tx.write_all(&message).await?;
     }
+}
+
+/// Reads the body of a message whose type byte (if any) and length were
+/// read, into `message` whole — type, length, body — ready for one write;
+/// returns the body.
+async fn read_message<'a>(
+    rx: &mut tokio::net::tcp::OwnedReadHalf,
+    message: &'a mut Vec<u8>,
+    kind: Option<u8>,
+    len: u32,
+) -> std::io::Result<&'a [u8]> {
+    message.clear();
+    message.extend(kind);
+    message.extend_from_slice(&len.to_be_bytes());
+    let head = message.len();
+    message.resize(head + (len as usize).saturating_sub(4), 0);
+    rx.read_exact(&mut message[head..]).await?;
+    Ok(&message[head..])
 }
