@@ -107,7 +107,7 @@ pub fn preface() -> String {
     );
     if load.busy() || !now.is_empty() {
         out.push_str(&format!(
-            "\n**The machine was busy** (other processes above {QUIET_CORES} of a core, or a build running{}): {NOT_REPORTED}.\n",
+            "\n**The machine was busy** (other processes above {QUIET_CORES} of a core, or a build running{}). The figures stand as measured; {NOT_REPORTED}.\n",
             {
                 let mut b = load.builds.clone();
                 b.extend(now);

@@ -1588,7 +1588,7 @@ fn print_and_write(rows: &[Row], notes: &[String], cpu_report: &cpu::Report, kno
     md.push_str("# oncehook bench\n\n");
     md.push_str(&preface);
     md.push_str(&format!(
-        "\n{} CPU(s); binaries: {}; window {} s per measurement, concurrency {}, {} events per worker run, prefetch {}; {} round{} of C{} and worker ×1 interleaved (the other phases once).\n\n",
+        "\n{} CPU(s); binaries: {}; window {} s per measurement, concurrency {}, {} events per worker run, prefetch {}; {} round{} of C{} and worker ×1 interleaved where they run (the other phases once).\n\n",
         cpu::cores(),
         binaries_profile(),
         knobs.secs,
