@@ -1,97 +1,200 @@
--- Ceiling C of `make bench`: the worker's transaction for one captured
--- payment, statement by statement, as pgbench runs it. Same statements, same
--- order of locks and the same number of round trips as the worker's order
--- ledger (dedup claim, lock the order, record the payment and its link in
--- one statement, read the order's facts, lock and decrement stock, write the
--- order's state, write the confirmation into the outbox, record the
--- outcome, commit); only the Rust around it is missing.
+-- Ceilings C and C′ of `make bench`: the worker's transaction for captured
+-- payments, as pgbench runs it. Each statement is the worker's own (the same
+-- SQL, set-based over the group's events the way the worker binds its
+-- arrays), in the worker's order, with the worker's round trips: the
+-- insert-first claim, the advisory locks on payments and order references,
+-- the orders locked with their links and gateway references, the parked
+-- events adopted, the link, payment and refund facts in one statement, the
+-- orders' facts read, the products locked and their stock taken, the one
+-- write of each order (state, version, updated_at), the confirmations into
+-- the outbox, the order events, the outcomes; then the commit. Only the Rust
+-- around it is missing: what the worker computes between two statements is
+-- computed here in SQL from the group's event numbers, and the two results
+-- it carries forward (the orders' ids, the stock to take) come back through
+-- `\gset`.
+--
+-- tests/tests/ceiling.rs holds this script to the worker: it runs a captured
+-- payment through the ledger behind a statement-recording proxy and fails
+-- when the worker's transaction has a statement (by the tables it writes,
+-- reads and locks) that this script lacks, or the other way round.
 --
 -- Variables (pass with -D):
+--   batch     events per transaction: 1 is ceiling C (one transaction per
+--             event, as the worker at batch 1); the worker's batch size is
+--             C′, the set-based floor group commit approaches
 --   norders   how many seeded pending orders this run may use
 --   base      first order number of this run's range minus one
 --   nclients  the -c value (spreads the clients over distinct orders)
 --   tag       distinguishes runs, so event ids never repeat across runs
 --   k         0; a per-client counter
 --
--- Orders are `bench_<n>` as seeded by the pipeline bench. Each client walks
--- its own pseudo-random permutation of the range, so every transaction pays a
--- distinct pending order (like K distinct captured events for K orders) until
--- the range is used up.
+-- Orders are `bench_<n>` as seeded by the pipeline bench, each with one
+-- item. Transaction k of client c pays the orders of events
+-- (c + nclients·k)·batch … + batch − 1, distinct across clients and
+-- transactions until the range is used up (size `norders` for the run).
 --
 -- pgbench substitutes `:name` even inside string literals, so no literal
 -- below has a colon directly followed by a letter.
 --
 -- Run by `make bench`; by hand:
 --   pgbench -n -M prepared -c 16 -j 2 -T 10 -f deploy/bench/worker-tx.sql \
---     -D norders=40000 -D base=0 -D nclients=16 -D tag=a -D k=0 <database-url>
+--     -D batch=1 -D norders=40000 -D base=0 -D nclients=16 -D tag=a -D k=0 <database-url>
 
 \set k :k + 1
-\set n :base + 1 + permute(:client_id + :nclients * :k, :norders)
+\set first (:client_id + :nclients * :k) * :batch
+\set last :first + :batch - 1
 
 BEGIN;
 
 INSERT INTO processed_webhooks
-    (source, event_id, body_sha256, provider, event_type, order_ref, receipt_id, outcome, received_at, payment_id)
-VALUES ('razorpay', 'evt_pgb_' || :tag::text || '_' || :client_id::text || '_' || :k::text,
-        md5(:tag::text || '_' || :client_id::text || '_' || :k::text), 'razorpay', 'payment.captured',
-        'bench_' || :n::text, gen_random_uuid(), 'applied', now(),
-        'pay_pgb_' || :tag::text || '_' || :client_id::text || '_' || :k::text)
+    (source, event_id, body_sha256, provider, event_type, order_ref, receipt_id, outcome, received_at, payment_id, origin, trace_id)
+SELECT 'razorpay', 'evt_pgb_' || :tag::text || '_' || e, md5(:tag::text || '_' || e), 'razorpay', 'payment.captured',
+       'bench_' || (:base + 1 + e % :norders), gen_random_uuid(), 'applied', now(),
+       'pay_pgb_' || :tag::text || '_' || e, 'webhook', NULL
+FROM generate_series(:first::bigint, :last::bigint) AS e
+ORDER BY e
 ON CONFLICT (source, body_sha256) WHERE body_sha256 <> '' DO UPDATE
     SET deliveries = processed_webhooks.deliveries
             + (processed_webhooks.event_id = EXCLUDED.event_id)::int,
         body_redeliveries = processed_webhooks.body_redeliveries
             + (processed_webhooks.event_id <> EXCLUDED.event_id)::int,
         last_seen_at = now()
-RETURNING (xmax = 0) AS inserted;
+RETURNING source, event_id, body_sha256, (xmax = 0) AS inserted;
 
-SELECT id, order_ref, status, amount_minor, currency, customer_email, paid_by, refunded_minor, stock_applied
-FROM orders WHERE order_ref = 'bench_' || :n::text FOR UPDATE \gset o_
+WITH keys AS MATERIALIZED (
+    SELECT hashtextextended('razorpay' || ':' || ('pay_pgb_' || :tag::text || '_' || e), 7) AS k
+    FROM generate_series(:first::bigint, :last::bigint) AS e
+    UNION
+    SELECT hashtextextended('order:' || ('bench_' || (:base + 1 + e % :norders)), 7)
+    FROM generate_series(:first::bigint, :last::bigint) AS e),
+locked AS MATERIALIZED (
+    SELECT pg_advisory_xact_lock(s.k) FROM (SELECT k FROM keys ORDER BY k) s)
+SELECT count(*) AS locked FROM locked;
 
-WITH link AS (
+WITH batch AS (
+    SELECT 'razorpay'::text AS provider, 'pay_pgb_' || :tag::text || '_' || e AS payment_id
+    FROM generate_series(:first::bigint, :last::bigint) AS e),
+named AS (SELECT * FROM unnest('{}'::text[], '{}'::text[]) AS t(gateway, gateway_ref)),
+wanted AS (
+    SELECT id FROM orders WHERE order_ref = ANY(ARRAY(
+        SELECT 'bench_' || (:base + 1 + e % :norders) FROM generate_series(:first::bigint, :last::bigint) AS e))
+    UNION
+    SELECT g.order_id FROM order_gateway_refs g
+    JOIN named n ON n.gateway = g.gateway AND n.gateway_ref = g.gateway_ref
+    UNION
+    SELECT l.order_id FROM payment_links l
+    JOIN batch b ON b.provider = l.provider AND b.payment_id = l.payment_id),
+locked AS MATERIALIZED (
+    SELECT o.id, o.order_ref, o.status, o.amount_minor, o.currency, o.customer_email,
+           o.paid_by, o.refunded_minor, o.stock_applied,
+           EXISTS (SELECT 1 FROM order_cancellations c WHERE c.order_id = o.id) AS cancelled
+    FROM orders o WHERE o.id IN (SELECT id FROM wanted)
+    ORDER BY o.id FOR UPDATE),
+told AS (
+    SELECT k.id,
+           COALESCE((SELECT jsonb_agg(jsonb_build_object('provider', l.provider, 'payment_id', l.payment_id))
+                     FROM payment_links l JOIN batch b
+                       ON b.provider = l.provider AND b.payment_id = l.payment_id
+                     WHERE l.order_id = k.id), '[]'::jsonb) AS linked,
+           COALESCE((SELECT jsonb_agg(jsonb_build_object('gateway', g.gateway, 'gateway_ref', g.gateway_ref))
+                     FROM order_gateway_refs g JOIN named n
+                       ON n.gateway = g.gateway AND n.gateway_ref = g.gateway_ref
+                     WHERE g.order_id = k.id), '[]'::jsonb) AS known_as
+    FROM locked k)
+SELECT array_agg(id ORDER BY id)::text AS ids FROM told \gset o_
+
+DELETE FROM parked_events p
+USING (SELECT 'razorpay'::text AS provider, 'pay_pgb_' || :tag::text || '_' || e AS payment_id
+       FROM generate_series(:first::bigint, :last::bigint) AS e) AS t
+WHERE p.provider = t.provider AND p.payment_id = t.payment_id AND p.order_ref IS NULL
+RETURNING p.source, p.event_id, p.body_sha256, p.provider, p.payment_id, p.order_ref, p.routing_key, p.envelope, p.replays, p.trace_parent;
+
+WITH g AS (
+    SELECT e, order_id
+    FROM unnest(ARRAY(SELECT generate_series(:first::bigint, :last::bigint)), :o_ids::bigint[]) AS z(e, order_id)),
+link AS (
     INSERT INTO payment_links (provider, payment_id, order_id, event_id)
-    SELECT 'razorpay', 'pay_pgb_' || :tag::text || '_' || :client_id::text || '_' || :k::text, :o_id,
-           'evt_pgb_' || :tag::text || '_' || :client_id::text || '_' || :k::text WHERE true
-    ON CONFLICT DO NOTHING RETURNING 1),
-fact AS (
+    SELECT 'razorpay', 'pay_pgb_' || :tag::text || '_' || e, order_id, 'evt_pgb_' || :tag::text || '_' || e
+    FROM g ORDER BY e
+    ON CONFLICT DO NOTHING RETURNING provider, payment_id),
+attempt AS (
     INSERT INTO payments (provider, payment_id, order_id, status, amount_minor, currency, event_id)
-    VALUES ('razorpay', 'pay_pgb_' || :tag::text || '_' || :client_id::text || '_' || :k::text, :o_id, 'captured',
-            10000, 'INR', 'evt_pgb_' || :tag::text || '_' || :client_id::text || '_' || :k::text)
-    ON CONFLICT (provider, payment_id, status) DO NOTHING RETURNING 1)
-SELECT EXISTS (SELECT 1 FROM link) AS linked, EXISTS (SELECT 1 FROM fact) AS recorded;
+    SELECT 'razorpay', 'pay_pgb_' || :tag::text || '_' || e, order_id, 'captured', 10000, 'INR',
+           'evt_pgb_' || :tag::text || '_' || e
+    FROM g ORDER BY e
+    ON CONFLICT (provider, payment_id, status) DO NOTHING
+    RETURNING provider, payment_id, status),
+refund AS (
+    INSERT INTO refunds (provider, refund_id, payment_id, order_id, amount_minor, currency, event_id, cumulative)
+    SELECT t.provider, t.refund_id, t.payment_id, t.order_id, t.amount_minor, t.currency, t.event_id, t.cumulative
+    FROM unnest('{}'::text[], '{}'::text[], '{}'::text[], '{}'::bigint[], '{}'::bigint[], '{}'::text[],
+                '{}'::text[], '{}'::boolean[])
+         AS t(provider, refund_id, payment_id, order_id, amount_minor, currency, event_id, cumulative)
+    ON CONFLICT (provider, refund_id) DO NOTHING
+    RETURNING provider, refund_id)
+SELECT 'link' AS fact, provider, payment_id AS id, NULL::text AS status FROM link
+UNION ALL SELECT 'attempt', provider, payment_id, status FROM attempt
+UNION ALL SELECT 'refund', provider, refund_id, NULL FROM refund;
 
-SELECT true AS capture, provider, payment_id, amount_minor, currency, flag, false AS cumulative
-FROM payments WHERE order_id = :o_id AND status = 'captured'
-UNION ALL
-SELECT false, provider, payment_id, amount_minor, currency, NULL, cumulative
-FROM refunds WHERE order_id = :o_id;
+SELECT order_id, capture, provider, payment_id, amount_minor, currency, flag, cumulative
+FROM order_facts WHERE order_id = ANY(:o_ids::bigint[]);
 
-SELECT p.sku FROM products p JOIN order_items i ON i.sku = p.sku
-WHERE i.order_id = :o_id ORDER BY p.sku FOR UPDATE OF p;
+WITH locked AS MATERIALIZED (
+    SELECT p.sku, p.stock FROM products p
+    WHERE p.sku IN (SELECT sku FROM order_items WHERE order_id = ANY(:o_ids::bigint[]))
+    ORDER BY p.sku FOR UPDATE),
+items AS (
+    SELECT i.order_id, i.sku, i.qty, l.stock
+    FROM order_items i JOIN locked l ON l.sku = i.sku
+    WHERE i.order_id = ANY(:o_ids::bigint[]))
+SELECT array_agg(sku ORDER BY sku)::text AS skus, array_agg(qty ORDER BY sku)::text AS qtys
+FROM (SELECT sku, sum(qty)::int AS qty FROM items GROUP BY sku) s \gset s_
 
-UPDATE products p SET stock = p.stock - i.qty
-FROM order_items i
-WHERE i.order_id = :o_id AND i.sku = p.sku
-RETURNING p.sku, i.qty, p.stock;
+UPDATE products p SET stock = p.stock - t.qty
+FROM unnest(:s_skus::text[], :s_qtys::int[]) AS t(sku, qty)
+WHERE p.sku = t.sku;
 
-UPDATE orders SET status = 'paid', refunded_minor = 0,
-    paid_by = 'razorpay:' || 'pay_pgb_' || :tag::text || '_' || :client_id::text || '_' || :k::text,
-    paid_at = COALESCE(paid_at, now()), stock_applied = true, oversold = oversold OR false
-WHERE id = :o_id;
+UPDATE orders o SET
+    status = CASE WHEN t.changed THEN t.status ELSE o.status END,
+    refunded_minor = CASE WHEN t.changed THEN t.refunded_minor ELSE o.refunded_minor END,
+    paid_by = CASE WHEN t.changed THEN t.paid_by ELSE o.paid_by END,
+    paid_at = CASE WHEN NOT t.changed THEN o.paid_at
+                   WHEN t.paid_by IS NULL THEN NULL ELSE COALESCE(o.paid_at, now()) END,
+    stock_applied = CASE WHEN t.changed THEN t.stock_applied ELSE o.stock_applied END,
+    oversold = CASE WHEN NOT t.changed THEN o.oversold
+                    WHEN t.stock_applied THEN o.oversold OR t.oversold ELSE false END,
+    version = o.version + 1,
+    updated_at = now()
+FROM (SELECT order_id AS id, 'paid'::text AS status, 0::bigint AS refunded_minor,
+             'razorpay' || ':' || 'pay_pgb_' || :tag::text || '_' || e AS paid_by, true AS stock_applied,
+             false AS oversold, true AS changed
+      FROM unnest(ARRAY(SELECT generate_series(:first::bigint, :last::bigint)), :o_ids::bigint[]) AS z(e, order_id)) AS t
+WHERE o.id = t.id;
 
-INSERT INTO email_outbox (id, order_id, kind, dedup_key, to_addr, subject, body)
-VALUES (gen_random_uuid(), :o_id, 'confirmation', 'order:' || :o_id::text || ':' || 'confirmation',
-        'bench_' || :n::text || '@example.com', 'Order bench_' || :n::text || ' confirmed',
-        'Thank you for your order bench_' || :n::text || '.' || chr(10) || chr(10)
-        || 'We received your payment of 100.00 INR.' || chr(10) || chr(10)
-        || 'Items:' || chr(10) || '  1 x SKU-000' || chr(10) || chr(10)
-        || 'We will let you know when it ships.' || chr(10))
-ON CONFLICT (dedup_key) DO NOTHING
-RETURNING id;
+INSERT INTO email_outbox (id, order_id, kind, dedup_key, to_addr, subject, body, trace_parent)
+SELECT gen_random_uuid(), order_id, 'confirmation', 'order:' || order_id || ':' || 'confirmation',
+       'bench_' || (:base + 1 + e % :norders) || '@example.com',
+       'Order bench_' || (:base + 1 + e % :norders) || ' confirmed',
+       'Thank you for your order bench_' || (:base + 1 + e % :norders) || '.' || chr(10) || chr(10)
+       || 'We received your payment of 100.00 INR.' || chr(10) || chr(10)
+       || 'Items:' || chr(10) || '  1 x SKU-000' || chr(10) || chr(10)
+       || 'We will let you know when it ships.' || chr(10),
+       NULL::text
+FROM unnest(ARRAY(SELECT generate_series(:first::bigint, :last::bigint)), :o_ids::bigint[]) AS z(e, order_id)
+ON CONFLICT (dedup_key) DO NOTHING;
 
-UPDATE processed_webhooks SET outcome = 'applied',
-    detail = 'captured payment pay_pgb_' || :k::text || ' recorded; order bench_' || :n::text || ' is paid (refunded 0.00 INR)',
-    processed_at = now()
-WHERE source = 'razorpay' AND event_id = 'evt_pgb_' || :tag::text || '_' || :client_id::text || '_' || :k::text
-  AND body_sha256 = md5(:tag::text || '_' || :client_id::text || '_' || :k::text);
+INSERT INTO order_events (id, type, order_id, data, trace_parent)
+SELECT 'evt_' || md5('order.paid' || order_id), 'order.paid', order_id, '{}'::jsonb, NULL::text
+FROM unnest(:o_ids::bigint[]) AS z(order_id)
+ON CONFLICT (id) DO NOTHING
+RETURNING id, type;
+
+UPDATE processed_webhooks p SET outcome = f.outcome, detail = f.detail, processed_at = now()
+FROM (SELECT 'razorpay'::text AS source, 'evt_pgb_' || :tag::text || '_' || e AS event_id,
+             md5(:tag::text || '_' || e) AS body_sha256, 'applied'::text AS outcome,
+             'captured payment pay_pgb_' || e || ' recorded; order bench_' || (:base + 1 + e % :norders)
+             || ' is paid (refunded 0.00 INR)' AS detail
+      FROM generate_series(:first::bigint, :last::bigint) AS e) AS f
+WHERE p.source = f.source AND p.event_id = f.event_id AND p.body_sha256 = f.body_sha256;
 
 COMMIT;

@@ -11,9 +11,10 @@
 //!   (`deploy/bench/worker-tx.sql`) with as many clients as the workers
 //!   process deliveries concurrently (workers × prefetch).
 //! * Ceiling C′: the worker's group of `ONCEHOOK_BENCH_BATCH` events applied
-//!   set-based in one transaction (`deploy/bench/worker-group.sql`, with
-//!   `-D batch=N`), when that script is there; its rate in events/s (tps ×
-//!   N) against the worker at the same batch.
+//!   set-based in one transaction (`deploy/bench/worker-tx.sql` with
+//!   `-D batch=N`, or `deploy/bench/worker-group.sql` if there is one),
+//!   when a script takes `batch`; its rate in events/s (tps × N) against
+//!   the worker at the same batch.
 //! * Ceiling D: the shop API's order-creating transaction as a pgbench
 //!   script (`deploy/bench/api-order-tx.sql`) with as many clients as the
 //!   API has concurrent callers.
@@ -1232,11 +1233,20 @@ impl PgbenchRun {
     }
 }
 
-/// C′'s script, `deploy/bench/worker-group.sql` (the worker's group of
-/// `batch` events applied set-based in one transaction), if present.
+/// C′'s script: the worker's group of `-D batch=N` events applied
+/// set-based in one transaction — `deploy/bench/worker-group.sql` if
+/// there is one, else `deploy/bench/worker-tx.sql` when it takes `batch`
+/// (it is C at `batch=1`); `None` when neither does.
 fn group_script() -> Option<PathBuf> {
-    let path = workspace().join("deploy/bench/worker-group.sql");
-    path.exists().then_some(path)
+    let group = workspace().join("deploy/bench/worker-group.sql");
+    if group.exists() {
+        return Some(group);
+    }
+    let tx = workspace().join("deploy/bench/worker-tx.sql");
+    std::fs::read_to_string(&tx)
+        .ok()?
+        .contains(":batch")
+        .then_some(tx)
 }
 
 /// A database with seeded orders for a number of pgbench runs, each run
@@ -1278,6 +1288,7 @@ impl PgbenchBench {
             eprintln!("bench: C  pgbench worker transaction, {clients} clients");
         }
         let mut defines = vec![
+            ("batch", "1".to_owned()),
             ("norders", PGBENCH_ORDERS.to_string()),
             ("base", (index * PGBENCH_ORDERS).to_string()),
             ("nclients", clients.to_string()),
@@ -1285,7 +1296,7 @@ impl PgbenchBench {
             ("k", "0".to_owned()),
         ];
         if batch > 1 {
-            defines.push(("batch", batch.to_string()));
+            defines[0].1 = batch.to_string();
         }
         let pgstat = pgstat::Probe::start(&self.env.pool).await;
         let run = run_pgbench(
@@ -2002,6 +2013,13 @@ async fn main() {
                 "transaction"
             )
         ));
+        let events = pg.run.processed * pg.batch as u64;
+        if events > PGBENCH_ORDERS as u64 {
+            notes.push(format!(
+                "{}: {events} events over a range of {PGBENCH_ORDERS} orders — the range was used up and the rest paid orders already paid",
+                pg.label(knobs.rounds)
+            ));
+        }
         if pg.run.failed > 0 {
             notes.push(format!(
                 "{}: {} failed transactions",
@@ -2012,7 +2030,7 @@ async fn main() {
     }
     if group_script().is_none() {
         notes.push(
-            "C′ not available: deploy/bench/worker-group.sql (the worker's group applied set-based) is not in this tree".to_owned(),
+            "C′ not available: no script here takes -D batch (the worker's group applied set-based)".to_owned(),
         );
     }
     for run in &workers {

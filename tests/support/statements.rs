@@ -5,7 +5,10 @@
 //! one (`BEGIN`, `COMMIT`) — and every `COMMIT`. Point a pool (or a worker
 //! binary's `ONCEHOOK_DATABASE_URL`) at [`StatementCounter::url`]; the bytes
 //! pass through unchanged. TLS is refused (the server's answer to an
-//! `SSLRequest` is passed on), so every message is readable.
+//! `SSLRequest` is passed on), so every message is readable. It also keeps
+//! the text of every statement of every committed transaction
+//! ([`StatementCounter::transactions`]), so a test can hold a ceiling's
+//! script to the statements a binary really sends.
 //!
 //! The proxy must not add latency of its own: both sockets have
 //! `TCP_NODELAY` (as the Postgres clients and server set it), and each
@@ -13,8 +16,9 @@
 //! tail waits for the ACK of its head — Nagle's algorithm against the
 //! peer's delayed ACK, about 40 ms per message.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -33,8 +37,12 @@ pub struct StatementCounter {
     url: String,
     statements: Arc<AtomicU64>,
     commits: Arc<AtomicU64>,
+    transactions: Committed,
     task: tokio::task::JoinHandle<()>,
 }
+
+/// The statements of each committed transaction, in commit order.
+type Committed = Arc<Mutex<Vec<Vec<String>>>>;
 
 impl StatementCounter {
     /// Starts a proxy to the Postgres `database_url` points at (a
@@ -48,7 +56,8 @@ impl StatementCounter {
         let url = database_url.replacen(&upstream, &format!("127.0.0.1:{port}"), 1);
         let statements = Arc::new(AtomicU64::new(0));
         let commits = Arc::new(AtomicU64::new(0));
-        let (s, c) = (statements.clone(), commits.clone());
+        let transactions = Committed::default();
+        let (s, c, t) = (statements.clone(), commits.clone(), transactions.clone());
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let Ok(server) = TcpStream::connect(&upstream).await else {
@@ -57,19 +66,29 @@ impl StatementCounter {
                 if client.set_nodelay(true).is_err() || server.set_nodelay(true).is_err() {
                     continue;
                 }
-                tokio::spawn(relay(client, server, s.clone(), c.clone()));
+                tokio::spawn(relay(client, server, s.clone(), c.clone(), t.clone()));
             }
         });
         StatementCounter {
             url,
             statements,
             commits,
+            transactions,
             task,
         }
     }
 
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The statements (SQL text, as sent) of every transaction committed
+    /// through the proxy so far, `BEGIN` and `COMMIT` left out.
+    pub fn transactions(&self) -> Vec<Vec<String>> {
+        self.transactions
+            .lock()
+            .map(|t| t.clone())
+            .unwrap_or_default()
     }
 
     pub fn counted(&self) -> Counted {
@@ -97,23 +116,100 @@ async fn relay(
     server: TcpStream,
     statements: Arc<AtomicU64>,
     commits: Arc<AtomicU64>,
+    transactions: Committed,
 ) {
     let (mut client_rx, mut client_tx) = client.into_split();
     let (mut server_rx, mut server_tx) = server.into_split();
     let down = tokio::spawn(async move {
         let _ = tokio::io::copy(&mut server_rx, &mut client_tx).await;
     });
-    let _ = read_frontend(&mut client_rx, &mut server_tx, &statements, &commits).await;
+    let counters = Counters {
+        statements: &statements,
+        commits: &commits,
+        transactions: &transactions,
+    };
+    let _ = read_frontend(&mut client_rx, &mut server_tx, counters).await;
     down.abort();
+}
+
+/// Where one connection's relay counts.
+struct Counters<'a> {
+    statements: &'a AtomicU64,
+    commits: &'a AtomicU64,
+    transactions: &'a Mutex<Vec<Vec<String>>>,
+}
+
+/// One connection's statements: the prepared ones by name, which each
+/// portal runs, and the open transaction's texts.
+#[derive(Default)]
+struct Texts {
+    prepared: HashMap<String, String>,
+    portals: HashMap<String, String>,
+    open: Vec<String>,
+}
+
+/// The NUL-terminated strings at the start of a message body.
+fn cstrings(body: &[u8], n: usize) -> Vec<String> {
+    body.split(|b| *b == 0)
+        .take(n)
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect()
+}
+
+impl Texts {
+    /// Notes a frontend message; a `COMMIT` hands the transaction's texts
+    /// to `committed`.
+    fn note(&mut self, kind: u8, body: &[u8], committed: &Mutex<Vec<Vec<String>>>) {
+        match kind {
+            b'P' => {
+                if let [name, query] = &cstrings(body, 2)[..] {
+                    self.prepared.insert(name.clone(), query.clone());
+                }
+            }
+            b'B' => {
+                if let [portal, name] = &cstrings(body, 2)[..] {
+                    let text = self.prepared.get(name).cloned().unwrap_or_default();
+                    self.portals.insert(portal.clone(), text);
+                }
+            }
+            b'E' => {
+                if let Some(portal) = cstrings(body, 1).first() {
+                    let text = self.portals.get(portal).cloned().unwrap_or_default();
+                    self.open.push(text);
+                }
+            }
+            b'Q' => {
+                let text = cstrings(body, 1).concat();
+                let word = text.trim_start().to_ascii_uppercase();
+                if word.starts_with("BEGIN") {
+                    self.open.clear();
+                } else if word.starts_with("COMMIT") {
+                    if let Ok(mut all) = committed.lock() {
+                        all.push(std::mem::take(&mut self.open));
+                    }
+                } else if word.starts_with("ROLLBACK") {
+                    self.open.clear();
+                } else {
+                    self.open.push(text);
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Passes the client's messages on, counting them.
 async fn read_frontend(
     rx: &mut tokio::net::tcp::OwnedReadHalf,
     tx: &mut tokio::net::tcp::OwnedWriteHalf,
-    statements: &AtomicU64,
-    commits: &AtomicU64,
+    counters: Counters<'_>,
 ) -> std::io::Result<()> {
+    let Counters {
+        statements,
+        commits,
+        transactions,
+    } = counters;
+    let mut texts = Texts::default();
     // Startup packets carry no type byte: an SSLRequest (answered `N` by
     // a server without TLS, or refused by the client's settings), then the
     // startup message itself.
@@ -134,13 +230,14 @@ async fn read_frontend(
         let kind = rx.read_u8().await?;
         let len = rx.read_u32().await?;
         let body = read_message(rx, &mut message, Some(kind), len).await?;
+        texts.note(kind, body, transactions);
         match kind {
             b'E' => {
                 statements.fetch_add(1, Ordering::SeqCst);
             }
             b'Q' => {
                 statements.fetch_add(1, Ordering::SeqCst);
-                let text = String::from_utf8_lossy(body).to_ascii_uppercase();
+                let text = String::from_utf8_lossy(&body).to_ascii_uppercase();
                 if text.trim_start().starts_with("COMMIT") {
                     commits.fetch_add(1, Ordering::SeqCst);
                 }

@@ -749,3 +749,88 @@ fn nothing_outside_the_gateways_crate_names_a_gateway() {
         offenders.join("\n")
     );
 }
+
+/// The one statement allowed to update `orders`, and what it must set: the
+/// version and `updated_at` move there, once per order and transaction,
+/// since no trigger moves them any more
+/// (migrations/20261216000001_one_write_per_order.sql).
+const ORDER_WRITER: &str = "crates/ledger/src/store/orders.rs";
+const ORDER_WRITE_SETS: &[&str] = &["version = o.version + 1", "updated_at = now()"];
+
+/// What in `src` (a source at `rel`) writes `orders` other than the one
+/// writer, or deletes orders (the ledger's facts carry no foreign key to
+/// them: an order is never deleted).
+fn order_write_findings(rel: &str, src: &str) -> Vec<String> {
+    let squash = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut found = Vec::new();
+    for lit in lex(src).strings.iter().map(|l| squash(l)) {
+        let upper = lit.to_uppercase();
+        if upper.contains("DELETE FROM ORDERS ") || upper.ends_with("DELETE FROM ORDERS") {
+            found.push(format!("deletes orders: {lit:?}"));
+        }
+        if upper.contains("UPDATE ORDERS ") {
+            if rel != ORDER_WRITER {
+                found.push(format!("updates orders outside {ORDER_WRITER}: {lit:?}"));
+            } else if let Some(missing) = ORDER_WRITE_SETS.iter().find(|s| !lit.contains(**s)) {
+                found.push(format!("updates orders without `{missing}`: {lit:?}"));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_order_write_check_finds_a_second_writer_and_a_delete() {
+    let writer = "fn w() { q(\"UPDATE orders o SET status = t.status,\n version = o.version + 1, updated_at = now() FROM t\"); }";
+    assert_eq!(
+        order_write_findings(ORDER_WRITER, writer),
+        Vec::<String>::new()
+    );
+    assert_eq!(order_write_findings("crates/api/src/x.rs", writer).len(), 1);
+    let forgets = "fn w() { q(\"UPDATE orders SET status = 'paid' WHERE id = $1\"); }";
+    assert_eq!(order_write_findings(ORDER_WRITER, forgets).len(), 1);
+    let deletes = "fn d() { q(\"DELETE FROM orders WHERE id = $1\"); }";
+    assert_eq!(order_write_findings(ORDER_WRITER, deletes).len(), 1);
+    let prose = "/// UPDATE orders SET anything; DELETE FROM orders\nfn f() {}";
+    assert_eq!(
+        order_write_findings("crates/x.rs", prose),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn orders_are_written_by_the_ledger_once_and_never_deleted() {
+    let mut files = Vec::new();
+    rust_sources(&root().join("crates"), &mut files);
+    let mut offenders = Vec::new();
+    for path in files {
+        let rel = path
+            .strip_prefix(root())
+            .expect("under the workspace")
+            .to_string_lossy()
+            .replace('\\', "/");
+        let text = std::fs::read_to_string(&path).expect("source");
+        offenders.extend(
+            order_write_findings(&rel, &text)
+                .into_iter()
+                .map(|f| format!("{rel}: {f}")),
+        );
+    }
+    assert!(offenders.is_empty(), "{}", offenders.join("\n"));
+    // And the migrations never delete an order or put a trigger back on
+    // the tables whose writes moved the version.
+    for entry in std::fs::read_dir(root().join("migrations")).expect("migrations") {
+        let path = entry.expect("entry").path();
+        let sql = std::fs::read_to_string(&path)
+            .expect("migration")
+            .to_uppercase();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        assert!(!sql.contains("DELETE FROM ORDERS"), "{name} deletes orders");
+        if name.as_str() > "20261216" {
+            assert!(!sql.contains("CREATE TRIGGER"), "{name} adds a trigger");
+        }
+    }
+}

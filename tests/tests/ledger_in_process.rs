@@ -343,3 +343,50 @@ async fn a_razorpay_shop_keeps_its_own_order_ids_through_a_gateway_reference() {
     );
     assert_eq!(order_events(&env.pool, "shop_1001").await, ["order.paid"]);
 }
+
+/// The order's `version` (what the shop compares to know whether anything
+/// changed).
+async fn version(pool: &PgPool, order_ref: &str) -> i64 {
+    sqlx::query_scalar("SELECT version FROM orders WHERE order_ref = $1")
+        .bind(order_ref)
+        .fetch_one(pool)
+        .await
+        .expect("version")
+}
+
+#[tokio::test]
+async fn the_version_grows_once_per_transaction_that_records_something() {
+    let env = TestEnv::new().await;
+    shop::product(&env.pool, "sku_v", 10).await;
+    shop::order(&env.pool, "order_v", 50000, "INR", &[("sku_v", 1)]).await;
+    let worker = worker(&env);
+    assert_eq!(version(&env.pool, "order_v").await, 1);
+
+    // A failed attempt leaves the state as it is, but it is news: +1.
+    let failed = env.spec("order_v", "pay_v1", "evt_failed_v", 50000);
+    deliver(&worker, &env, RAZORPAY, "payment.failed", &failed).await;
+    assert_eq!(version(&env.pool, "order_v").await, 2);
+    // Its duplicate records nothing: unchanged.
+    deliver(&worker, &env, RAZORPAY, "payment.failed", &failed).await;
+    assert_eq!(version(&env.pool, "order_v").await, 2);
+
+    // A capture records a payment, moves the state and the stock and
+    // writes an email and an order event, in one write of the order: +1,
+    // not one per table written.
+    let capture = env.spec("order_v", "pay_v2", "evt_capture_v", 50000);
+    deliver(&worker, &env, RAZORPAY, "payment.captured", &capture).await;
+    assert_eq!(books(&env.pool, "order_v").await.0, "paid");
+    assert_eq!(version(&env.pool, "order_v").await, 3);
+
+    // A refund: one more.
+    let refund = env.spec("order_v", "pay_v2", "evt_refund_v", 20000);
+    deliver(&worker, &env, RAZORPAY, "refund.processed", &refund).await;
+    assert_eq!(version(&env.pool, "order_v").await, 4);
+    let updated_after_created: bool = sqlx::query_scalar(
+        "SELECT updated_at > created_at FROM orders WHERE order_ref = 'order_v'",
+    )
+    .fetch_one(&env.pool)
+    .await
+    .expect("updated_at");
+    assert!(updated_after_created);
+}

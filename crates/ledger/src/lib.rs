@@ -280,7 +280,8 @@ async fn follow_through(
         fresh,
         parked,
     } = intake;
-    let recomputed = recompute(conn, &touched).await?;
+    let noted = recording.orders_of_new_facts(fresh);
+    let recomputed = recompute(conn, &touched, &noted).await?;
     write_emails(
         conn,
         recomputed.confirmations,

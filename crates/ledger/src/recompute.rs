@@ -9,7 +9,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::store::books::{self, FactRow, FlagChange, OrderRow, OrderUpdate, PaymentKey};
+use crate::store::books::{self, FactRow, FlagChange, OrderRow, PaymentKey};
+use crate::store::orders::{self, OrderUpdate};
 use sqlx::PgConnection;
 
 use crate::store::order_events::NewOrderEvent;
@@ -30,13 +31,19 @@ pub struct Recomputed {
     pub events: Vec<NewOrderEvent>,
 }
 
-/// Recomputes `touched` (in the order the group first touched them).
+/// Recomputes `touched` (in the order the group first touched them);
+/// `noted` are the other orders a new fact was recorded for (a failed
+/// attempt): their state stays, their version grows with the others', in
+/// the same statement.
 pub async fn recompute(
     conn: &mut PgConnection,
     touched: &[&OrderRow],
+    noted: &[i64],
 ) -> Result<Recomputed, sqlx::Error> {
     let mut done = Recomputed::default();
     if touched.is_empty() {
+        let bumps: Vec<OrderUpdate> = noted.iter().map(|id| OrderUpdate::noted(*id)).collect();
+        orders::write_orders(conn, &bumps).await?;
         return Ok(done);
     }
     let ids: Vec<i64> = touched.iter().map(|o| o.id).collect();
@@ -67,7 +74,7 @@ pub async fn recompute(
         .filter(|o| o.stock_applied && !is_paid(o))
         .collect();
     let moved = stock::take(conn, &paid, &returned, &probed).await?;
-    let updates: Vec<OrderUpdate> = touched
+    let mut updates: Vec<OrderUpdate> = touched
         .iter()
         .filter_map(|order| {
             let state = done.states.get(&order.id)?;
@@ -78,8 +85,9 @@ pub async fn recompute(
                 || order.refunded_minor != state.refunded_minor
                 || order.paid_by != state.paid_by
                 || order.stock_applied != stock_applied;
-            changed.then(|| OrderUpdate {
+            Some(OrderUpdate {
                 order_id: order.id,
+                changed,
                 status: state.status.to_owned(),
                 refunded_minor: state.refunded_minor,
                 paid_by: state.paid_by.clone(),
@@ -88,8 +96,14 @@ pub async fn recompute(
             })
         })
         .collect();
+    updates.extend(
+        noted
+            .iter()
+            .filter(|id| !done.states.contains_key(id))
+            .map(|id| OrderUpdate::noted(*id)),
+    );
     books::set_flags(conn, &flags).await?;
-    books::write_orders(conn, &updates).await?;
+    orders::write_orders(conn, &updates).await?;
     done.events = owed_events(touched, &done.states, &moved);
     done.confirmations = paid
         .iter()

@@ -186,6 +186,19 @@ impl Recording {
             .filter_map(|(slot, new)| slot.filter(|_| new))
     }
 
+    /// The orders a new fact was recorded for (each once), whether or not
+    /// the fact can change their state: their version grows.
+    pub fn orders_of_new_facts(&self, fresh: &Fresh) -> Vec<i64> {
+        let mut seen = HashSet::new();
+        self.new_slots(fresh)
+            .map(|slot| match slot {
+                Slot::Attempt(i) => self.facts.attempts[i].order_id,
+                Slot::Refund(i) => self.facts.refunds[i].order_id,
+            })
+            .filter(|id| seen.insert(*id))
+            .collect()
+    }
+
     /// The refunds recorded new, for their emails and order events.
     pub fn new_refunds<'a>(&'a self, fresh: &'a Fresh) -> impl Iterator<Item = &'a NewRefund> {
         self.new_slots(fresh).filter_map(move |slot| match slot {

@@ -400,50 +400,6 @@ pub async fn take_stock(
     Ok(())
 }
 
-/// An order's state as the ledger computed it, to write.
-#[derive(Debug, Clone)]
-pub struct OrderUpdate {
-    pub order_id: i64,
-    pub status: String,
-    pub refunded_minor: i64,
-    pub paid_by: Option<String>,
-    /// Whether the order's items are out of stock after this transaction
-    /// (taken when it was first paid, given back when it was cancelled).
-    pub stock_applied: bool,
-    /// The stock movement left a product below zero (an order whose stock
-    /// is given back is no longer oversold).
-    pub oversold: bool,
-}
-
-/// Writes the orders' states, one statement for the batch; `paid_at` is
-/// set when an order is first paid.
-pub async fn write_orders(
-    conn: &mut PgConnection,
-    updates: &[OrderUpdate],
-) -> Result<(), sqlx::Error> {
-    if updates.is_empty() {
-        return Ok(());
-    }
-    sqlx::query!(
-        "UPDATE orders o SET status = t.status, refunded_minor = t.refunded_minor, paid_by = t.paid_by,
-             paid_at = CASE WHEN t.paid_by IS NULL THEN NULL ELSE COALESCE(o.paid_at, now()) END,
-             stock_applied = t.stock_applied,
-             oversold = CASE WHEN t.stock_applied THEN o.oversold OR t.oversold ELSE false END
-         FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::boolean[], $6::boolean[])
-              AS t(id, status, refunded_minor, paid_by, stock_applied, oversold)
-         WHERE o.id = t.id",
-        &updates.iter().map(|u| u.order_id).collect::<Vec<_>>(),
-        &updates.iter().map(|u| u.status.clone()).collect::<Vec<_>>(),
-        &updates.iter().map(|u| u.refunded_minor).collect::<Vec<_>>(),
-        &updates.iter().map(|u| u.paid_by.clone()).collect::<Vec<_>>() as &[Option<String>],
-        &updates.iter().map(|u| u.stock_applied).collect::<Vec<_>>(),
-        &updates.iter().map(|u| u.oversold).collect::<Vec<_>>(),
-    )
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
 fn columns(payments: &[PaymentKey]) -> (Vec<String>, Vec<String>) {
     payments
         .iter()

@@ -3,7 +3,8 @@
 //! recorded for them — `payments` (one per provider, payment and status),
 //! `refunds` (one per refund id, or per cumulative total), `payment_links`
 //! (which order a payment belongs to) and `order_cancellations` — in the
-//! set-based statements the ledger runs; `reads`: the operators' reads
+//! set-based statements the ledger runs; `orders`: the one write of an
+//! order row; `reads`: the operators' reads
 //! (trace, stats); `order_events`: what the ledger tells the shop, written
 //! with the effect, published and paged; `parking`: `parked_events`, events
 //! waiting for their payment's link or their order. Plain order inserts for
@@ -14,6 +15,7 @@ use sqlx::PgConnection;
 
 pub mod books;
 pub mod order_events;
+pub mod orders;
 pub mod parking;
 mod reads;
 pub use books::OrderRow;
