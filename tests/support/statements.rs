@@ -237,7 +237,7 @@ async fn read_frontend(
             }
             b'Q' => {
                 statements.fetch_add(1, Ordering::SeqCst);
-                let text = String::from_utf8_lossy(&body).to_ascii_uppercase();
+                let text = String::from_utf8_lossy(body).to_ascii_uppercase();
                 if text.trim_start().starts_with("COMMIT") {
                     commits.fetch_add(1, Ordering::SeqCst);
                 }
