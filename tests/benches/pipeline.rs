@@ -2453,7 +2453,7 @@ impl WorkerRun {
     /// CPU per event over the whole drain (from the workers' start).
     fn budget(&self) -> Budget {
         Budget {
-            label: format!("worker ×{} batch {}", self.workers, self.batch),
+            label: self.label(1),
             unit: "event",
             ops: self.events as f64,
             rate: self.stats.rate(),
