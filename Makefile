@@ -113,6 +113,7 @@ bench: services
 ## (the shop API's phase still fails on an answer other than 201 or on orders that do not add up)
 bench-smoke: services tools
 	ONCEHOOK_BENCH_SECS=1 ONCEHOOK_BENCH_EVENTS=60 ONCEHOOK_BENCH_LETTERS=60 ONCEHOOK_BENCH_ROWS=2000 \
+		ONCEHOOK_BENCH_ROUNDS=1 ONCEHOOK_BENCH_GROWTH_ROWS=20000 \
 		$(CARGO) test -p oncehook-e2e --bench pipeline
 	grep -q '^| worker ×2' target/bench-report.md
 	grep -q '^| ingest with traces exported' target/bench-report.md
@@ -120,6 +121,17 @@ bench-smoke: services tools
 	grep -q '^| API POST /v1/orders' target/bench-report.md
 	grep -q '^| notifier: order events' target/bench-report.md
 	grep -q '^- goal 1 (' target/bench-report.md
+	grep -q '^Machine before measuring' target/bench-report.md
+	grep -Eq '^(- goal 1 \(worker ×1|goals not reported: the machine was busy)' target/bench-report.md
+	grep -q '^| worker ×1 (prefetch [0-9]*, batch 1), [0-9]* events, median of 1 round' target/bench-report.md
+	grep -Eq '^\| C′ pgbench|C′ not available' target/bench-report.md
+	grep -q 'backends in a transaction, PostgreSQL' target/bench-report.md
+	grep -q 'spans made [0-9]*, exported [0-9]*, dropped' target/bench-report.md
+	grep -q '^## Where PostgreSQL' target/bench-report.md
+	grep -q '^### PostgreSQL in C  pgbench' target/bench-report.md
+	grep -q '^### PostgreSQL in worker ×1 batch 1' target/bench-report.md
+	grep -q '^### PostgreSQL in the shop API' target/bench-report.md
+	grep -q '^| growth: worker ×1 batch 1' target/bench-report.md
 
 ## demo: the README tour against a running `make run`
 demo: build

@@ -3,6 +3,10 @@
 # database exists. Starts them if installed but stopped; installs them with
 # apt on a bare Debian/Ubuntu machine. Idempotent; says what it did.
 #
+# Also loads pg_stat_statements into the local server (the bench reads
+# where PostgreSQL's time goes from it), restarting the cluster only when
+# the library is not loaded yet.
+#
 # Usage: deploy/local/services.sh [database-name]   (default: oncehook)
 set -euo pipefail
 
@@ -78,6 +82,50 @@ ensure_database() {
   fi
 }
 
+psql_admin() { psql -h "$PG_HOST" -p "$PG_PORT" -U postgres -d postgres -tAqc "$1"; }
+
+# pg_stat_statements in shared_preload_libraries (appended to what is
+# there), tracking nested statements too (trigger and function bodies).
+# Preloading takes a restart: done only for a cluster of this machine's
+# (pg_ctlcluster) listening on $PG_PORT, and only when the library is not
+# loaded yet; otherwise says what to do.
+ensure_pg_stat_statements() {
+  if [ -z "$(psql_admin "SELECT 1 FROM pg_available_extensions WHERE name = 'pg_stat_statements'")" ]; then
+    say "pg_stat_statements is not installed with this PostgreSQL: the bench falls back to counting statements itself"
+    return 0
+  fi
+  local current
+  current=$(psql_admin "SHOW shared_preload_libraries")
+  if ! printf '%s\n' "$current" | tr ',' '\n' | tr -d ' "' | grep -qx pg_stat_statements; then
+    # Each library as a literal of its own: one literal holding a comma
+    # would name a single library "a,b" and the server would not start.
+    local libs="" lib
+    while IFS= read -r lib; do
+      [ -n "$lib" ] && libs="$libs'$lib', "
+    done < <(printf '%s\n' "$current" | tr ',' '\n' | tr -d ' "')
+    psql_admin "ALTER SYSTEM SET shared_preload_libraries = ${libs}'pg_stat_statements'"
+    say "shared_preload_libraries: '${current}' + pg_stat_statements (ALTER SYSTEM)"
+    local version cluster port
+    read -r version cluster port _ < <(pg_lsclusters -h 2>/dev/null | awk -v p="$PG_PORT" '$3 == p' | head -n 1) || true
+    if [ -z "${version:-}" ] || [ "${port:-}" != "$PG_PORT" ]; then
+      say "restart the PostgreSQL on $PG_HOST:$PG_PORT yourself to load pg_stat_statements (not a cluster of this machine's)"
+      return 0
+    fi
+    say "restarting PostgreSQL $version to load pg_stat_statements"
+    as_root pg_ctlcluster --skip-systemctl-redirect "$version" "$cluster" restart
+    wait_port "$PG_PORT" 30 PostgreSQL
+    local i
+    for ((i = 0; i < 20; i++)); do psql_admin "SELECT 1" >/dev/null 2>&1 && break; sleep 0.5; done
+  else
+    say "pg_stat_statements is loaded"
+  fi
+  if [ "$(psql_admin "SELECT setting FROM pg_settings WHERE name = 'pg_stat_statements.track'")" != all ]; then
+    psql_admin "ALTER SYSTEM SET pg_stat_statements.track = 'all'"
+    psql_admin "SELECT pg_reload_conf()" >/dev/null
+    say "pg_stat_statements.track = all (ALTER SYSTEM, reloaded)"
+  fi
+}
+
 # The build needs a C compiler as the linker (and for crates that build C)
 # and cargo; say so before the build fails with `linker cc not found`.
 ensure_build_tools() {
@@ -93,5 +141,6 @@ ensure_build_tools() {
 
 ensure_build_tools
 ensure_postgres
+ensure_pg_stat_statements
 ensure_rabbitmq
 ensure_database

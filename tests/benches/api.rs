@@ -184,6 +184,7 @@ async fn api_run(knobs: &Knobs) -> ApiRun {
         .await
         .expect("vacuum analyze");
     eprintln!("bench: shop API POST /v1/orders, c={c}");
+    let pgstat = crate::pgstat::Probe::start(&env.pool).await;
     let tally = Arc::new(Tally::default());
     let meter = CpuMeter::new().with(Who::Api, [api.proc.pid()]);
     let per_task = max_orders().div_ceil(c);
@@ -206,10 +207,19 @@ async fn api_run(knobs: &Knobs) -> ApiRun {
     if proc.wait_exit(Duration::from_secs(15)).is_none() {
         proc.kill();
     }
+    let created = tally.created.load(Ordering::Relaxed);
+    pgstat
+        .finish(
+            &env.pool,
+            &format!("the shop API POST /v1/orders, c={c} (warm-up included)"),
+            created as f64,
+            "order",
+        )
+        .await;
     ApiRun {
         stats,
         cpu,
-        created: tally.created.load(Ordering::Relaxed),
+        created,
         others: tally.others(),
         in_database,
     }
@@ -223,7 +233,17 @@ async fn ceiling_run(knobs: &Knobs) -> crate::PgbenchOutcome {
     eprintln!("bench: D  pgbench API order transaction, {clients} clients");
     let script = workspace().join("deploy/bench/api-order-tx.sql");
     let defines = [("nclients", clients.to_string()), ("k", "0".to_owned())];
-    run_pgbench(&env, &script, clients, knobs, &defines, "pgbench_api").await
+    let pgstat = crate::pgstat::Probe::start(&env.pool).await;
+    let run = run_pgbench(&env, &script, clients, knobs, &defines, "pgbench_api").await;
+    pgstat
+        .finish(
+            &env.pool,
+            &format!("D  pgbench API order transaction, {clients} clients"),
+            run.processed as f64,
+            "order",
+        )
+        .await;
+    run
 }
 
 fn report(knobs: &Knobs, api: &ApiRun, ceiling: &crate::PgbenchOutcome) -> ApiPhase {

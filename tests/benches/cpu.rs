@@ -167,7 +167,7 @@ pub fn cores() -> usize {
 
 /// Busy ticks of the whole machine so far (`/proc/stat`: user, nice,
 /// system, irq, softirq, steal — guest time is inside user).
-fn machine_busy_ticks() -> Option<u64> {
+pub fn machine_busy_ticks() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/stat").ok()?;
     let line = text.lines().find(|l| l.starts_with("cpu "))?;
     let f: Vec<u64> = line

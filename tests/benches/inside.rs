@@ -18,6 +18,11 @@ use crate::{Knobs, Row, Stats};
 const LONE_EVENTS: usize = 40;
 const LONE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Whether only this phase should run (`ONCEHOOK_BENCH_ONLY=inside`).
+pub fn only() -> bool {
+    std::env::var("ONCEHOOK_BENCH_ONLY").is_ok_and(|v| v.trim() == "inside")
+}
+
 pub async fn phase(knobs: &Knobs) -> (Vec<Row>, Vec<String>) {
     let mut rows = Vec::new();
     let mut notes = Vec::new();
@@ -39,11 +44,12 @@ pub async fn phase(knobs: &Knobs) -> (Vec<Row>, Vec<String>) {
             p90: "–".to_owned(),
             p99: "–".to_owned(),
             vs: format!(
-                "{} per commit; {} commits, {} groups of {} deliveries on average",
+                "{} per commit; {} commits, {} groups of {} deliveries on average; drained in {:.2} s through the proxy",
                 per(s.statements, s.commits),
                 s.commits,
                 s.groups,
-                per(s.events, s.groups)
+                per(s.events, s.groups),
+                s.drained.as_secs_f64()
             ),
         });
     }
@@ -96,6 +102,8 @@ struct Counted {
     statements: u64,
     commits: u64,
     groups: u64,
+    /// From the worker's start until every event was processed.
+    drained: Duration,
 }
 
 async fn statements(knobs: &Knobs, batch: usize) -> Counted {
@@ -123,6 +131,7 @@ async fn statements(knobs: &Knobs, batch: usize) -> Counted {
         &[],
     );
     let before = counter.counted();
+    let started = Instant::now();
     let drained = crate::wait_for(crate::PHASE_TIMEOUT, || async {
         (crate::count_processed(&env).await >= k as i64).then_some(())
     })
@@ -130,6 +139,7 @@ async fn statements(knobs: &Knobs, batch: usize) -> Counted {
     if drained.is_none() {
         eprintln!("bench: warning: the worker did not drain {k} events in time");
     }
+    let drain_time = started.elapsed();
     let after = counter.counted();
     let metrics = match &worker.metrics {
         Some(base) => match env.http.get(format!("{base}/metrics")).send().await {
@@ -147,10 +157,11 @@ async fn statements(knobs: &Knobs, batch: usize) -> Counted {
         statements: after.statements - before.statements,
         commits: after.commits - before.commits,
         groups,
+        drained: drain_time,
     }
 }
 
-fn metric(text: &str, name: &str) -> f64 {
+pub(crate) fn metric(text: &str, name: &str) -> f64 {
     text.lines()
         .filter(|l| l.starts_with(name))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())

@@ -10,6 +10,11 @@
 //! * Ceiling C: the worker's transaction as a pgbench script
 //!   (`deploy/bench/worker-tx.sql`) with as many clients as the workers
 //!   process deliveries concurrently (workers × prefetch).
+//! * Ceiling C′: the worker's group of `ONCEHOOK_BENCH_BATCH` events applied
+//!   set-based in one transaction (`deploy/bench/worker-tx.sql` with
+//!   `-D batch=N`, or `deploy/bench/worker-group.sql` if there is one),
+//!   when a script takes `batch`; its rate in events/s (tps × N) against
+//!   the worker at the same batch.
 //! * Ceiling D: the shop API's order-creating transaction as a pgbench
 //!   script (`deploy/bench/api-order-tx.sql`) with as many clients as the
 //!   API has concurrent callers.
@@ -31,6 +36,22 @@
 //!   machine's cores allow, and the ratio to the ceiling that CPU allows
 //!   here and on a machine with cores per service.
 //!
+//! * Rounds: C (and C′), worker ×1 at batch 1 and worker ×1 at the batch run
+//!   interleaved `ONCEHOOK_BENCH_ROUNDS` times; each worker's ratio is the
+//!   median of its rounds' ratios to the C of the same round, with the
+//!   spread. The runs with two workers (against C with their clients) and
+//!   the traced worker run once.
+//! * Where PostgreSQL's time goes (`pgstat`): per pgbench run, worker run
+//!   and the API phase, the top statements per event from
+//!   `pg_stat_statements` and the rows written per event by table; per
+//!   worker run, the transactions in flight and PostgreSQL's busy cores.
+//! * The machine (`machine`): its load is sampled before measuring; on a
+//!   busy machine (other processes above a quarter of a core, or a build
+//!   running) the report says so and gives no goal verdicts.
+//! * Growth (`growth`): one worker's PostgreSQL CPU per event with the
+//!   growing tables preloaded to 10,000 and to `ONCEHOOK_BENCH_GROWTH_ROWS`
+//!   rows, against the goal of at most 1.20× more.
+//!
 //! Every environment is a fresh [`TestEnv`] (own database, own AMQP prefix),
 //! cleaned up afterwards. Timings never fail anything: a bench reports.
 //!
@@ -46,9 +67,12 @@
 //! `ONCEHOOK_BENCH_BATCH` (8; 1 skips the group-commit runs),
 //! `ONCEHOOK_BENCH_ORDERS` (200,000: the most orders the API run posts),
 //! `ONCEHOOK_BENCH_CLUSTER` (unset: no cluster section),
-//! `ONCEHOOK_BENCH_ONLY` (`speed`, `console`, `api`, `traces` or `notify`: only those phases),
+//! `ONCEHOOK_BENCH_ONLY` (`speed`, `console`, `api`, `traces`, `notify`, `inside` or `growth`:
+//! only those phases),
 //! `ONCEHOOK_BENCH_TRACE_ROUNDS` (3: with `traces`, the alternating rounds of ingest
-//! untraced and traced whose ratios and medians end the report).
+//! untraced and traced whose ratios and medians end the report; a round that dropped
+//! spans does not count), `ONCEHOOK_BENCH_ROUNDS` (3: rounds of C and worker ×1),
+//! `ONCEHOOK_BENCH_GROWTH_ROWS` (1,000,000: the big size of the growth phase).
 //! Binaries come from `ONCEHOOK_BIN_DIR` (`make bench`: release).
 
 use std::future::Future;
@@ -69,8 +93,11 @@ use oncehook_gateways::sample::SignedDelivery;
 mod api;
 mod console;
 mod cpu;
+mod growth;
 mod inside;
+mod machine;
 mod notify;
+mod pgstat;
 mod speed;
 mod table;
 
@@ -92,6 +119,8 @@ struct Knobs {
     events: usize,
     prefetch: usize,
     batch: usize,
+    /// Rounds of C and worker ×1 at batch 1 and `batch`, interleaved.
+    rounds: usize,
     /// Only one worker at `batch`, untraced then traced (`ONCEHOOK_BENCH_ONLY=traces`).
     traced_pair_only: bool,
 }
@@ -111,6 +140,7 @@ impl Knobs {
             events: num("ONCEHOOK_BENCH_EVENTS", 3000, 10, 100_000),
             prefetch: num("ONCEHOOK_BENCH_PREFETCH", 16, 1, 256),
             batch: num("ONCEHOOK_BENCH_BATCH", 8, 1, 256),
+            rounds: num("ONCEHOOK_BENCH_ROUNDS", 3, 1, 20),
             traced_pair_only: false,
         }
     }
@@ -307,6 +337,30 @@ struct TracesPhase {
     ingest_cpu: CpuUse,
     /// Export requests the sink received, and their bytes.
     exports: (u64, u64),
+    /// Spans the sink received and spans ingest dropped (its
+    /// `oncehook_telemetry_spans_dropped_total`; `None`: not readable).
+    spans: (u64, Option<u64>),
+}
+
+impl TracesPhase {
+    /// "spans made 2040, exported 2040, dropped 0": made is exported +
+    /// dropped (ingest counts every span it drops, full queue or failed
+    /// export).
+    fn spans_line(&self) -> String {
+        let (exported, dropped) = self.spans;
+        match dropped {
+            Some(d) => format!(
+                "spans made {}, exported {exported}, dropped {d}",
+                exported + d
+            ),
+            None => format!("spans exported {exported}, dropped not readable"),
+        }
+    }
+
+    /// Whether every span made reached the sink (known to).
+    fn dropped_none(&self) -> bool {
+        self.spans.1 == Some(0)
+    }
 }
 
 /// The traced ingest run's row, against the untraced one.
@@ -316,14 +370,15 @@ fn traced_row(traced: &TracesPhase, http: &HttpPhase, c: usize) -> Row {
         "req/s",
         &traced.ingest,
         format!(
-            "{}; ingest CPU per request {}; {} exports, {} KiB received",
+            "{}; ingest CPU per request {}; {} exports, {} KiB received; {}",
             versus("ingest", &traced.ingest, &http.ingest),
             ratio(
                 ingest_cpu_per_request(&traced.ingest, &traced.ingest_cpu),
                 ingest_cpu_per_request(&http.ingest, &http.ingest_cpu)
             ),
             traced.exports.0,
-            traced.exports.1 / 1024
+            traced.exports.1 / 1024,
+            traced.spans_line()
         ),
     )
 }
@@ -331,7 +386,9 @@ fn traced_row(traced: &TracesPhase, http: &HttpPhase, c: usize) -> Row {
 /// Ingest untraced and traced, `ONCEHOOK_BENCH_TRACE_ROUNDS` times (3),
 /// alternating which goes first (a machine that slows down or speeds up
 /// over the run moves both sides): the ratios per round and their medians,
-/// throughput and ingest's CPU per request.
+/// throughput and ingest's CPU per request. A round whose traced run
+/// dropped spans (or whose drops could not be read) does not count toward
+/// the medians: a run that exports less is cheaper and flatters the goal.
 async fn traced_rounds(knobs: &Knobs) -> String {
     let rounds = std::env::var("ONCEHOOK_BENCH_TRACE_ROUNDS")
         .ok()
@@ -339,6 +396,7 @@ async fn traced_rounds(knobs: &Knobs) -> String {
         .unwrap_or(3)
         .clamp(1, 20);
     let (mut rates, mut cpus) = (Vec::new(), Vec::new());
+    let mut spans = Vec::new();
     for round in 0..rounds {
         let order = if round % 2 == 0 {
             [false, true]
@@ -353,10 +411,26 @@ async fn traced_rounds(knobs: &Knobs) -> String {
         let [(_, plain), (_, traced)] = &runs[..] else {
             unreachable!("two runs a round")
         };
-        rates.push(traced.ingest.rate() / plain.ingest.rate());
-        cpus.push(
-            ingest_cpu_per_request(&traced.ingest, &traced.ingest_cpu)
-                / ingest_cpu_per_request(&plain.ingest, &plain.ingest_cpu),
+        let counts = traced.dropped_none();
+        spans.push(format!(
+            "round {}: {}{}",
+            round + 1,
+            traced.spans_line(),
+            if counts { "" } else { " (not counted)" }
+        ));
+        if counts {
+            rates.push(traced.ingest.rate() / plain.ingest.rate());
+            cpus.push(
+                ingest_cpu_per_request(&traced.ingest, &traced.ingest_cpu)
+                    / ingest_cpu_per_request(&plain.ingest, &plain.ingest_cpu),
+            );
+        }
+    }
+    if rates.is_empty() {
+        return format!(
+            "traces exported, ingest in {rounds} alternating rounds: every round dropped spans, \
+             none counts toward the overhead goal; {}",
+            spans.join("; ")
         );
     }
     let show = |v: &[f64]| {
@@ -375,12 +449,23 @@ async fn traced_rounds(knobs: &Knobs) -> String {
             v[mid]
         }
     };
+    machine::goal(
+        "tracing overhead (ingest traced ≥ 0.95× untraced, median of the rounds that dropped no span)",
+        format!(
+            "{:.2}× over {} of {rounds} rounds",
+            median(&rates),
+            rates.len()
+        ),
+        median(&rates) >= 0.95,
+    );
     format!(
-        "traces exported, ingest in {rounds} alternating rounds: throughput {} (median {:.2}×, goal ≥ 0.95×); CPU per request {} (median {:.2}×)",
+        "traces exported, ingest in {rounds} alternating rounds ({} counted: a round that dropped spans does not count): throughput {} (median {:.2}×, goal ≥ 0.95×); CPU per request {} (median {:.2}×); {}",
+        rates.len(),
         show(&rates),
         median(&rates),
         show(&cpus),
-        median(&cpus)
+        median(&cpus),
+        spans.join("; ")
     )
 }
 
@@ -427,14 +512,39 @@ async fn ingest_run(knobs: &Knobs, traced: bool) -> TracesPhase {
         },
     );
     let (ingest, ingest_cpu) = cpu::during(&meter, WARMUP, knobs.duration(), load).await;
-    // The batch exporter sends every 5 s by default.
+    // The batch exporter sends every 5 s by default; then until the count
+    // stops moving.
+    let mut spans = (0, None);
     if traced {
         tokio::time::sleep(Duration::from_secs(6)).await;
+        let mut seen = receiver.spans_received();
+        for _ in 0..10 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let now = receiver.spans_received();
+            if now == seen {
+                break;
+            }
+            seen = now;
+        }
+        let text = match env
+            .http
+            .get(format!("{}/metrics", ingest_proc.metrics_url()))
+            .send()
+            .await
+        {
+            Ok(resp) => resp.text().await.ok(),
+            Err(_) => None,
+        };
+        // Absent until a first drop: then none was dropped.
+        let dropped = text
+            .map(|t| inside::metric(&t, "oncehook_telemetry_spans_dropped_total").round() as u64);
+        spans = (seen, dropped);
     }
     TracesPhase {
         ingest,
         ingest_cpu,
         exports: receiver.received(),
+        spans,
     }
 }
 
@@ -620,12 +730,15 @@ pub(crate) async fn queue_ceiling(
 
 // ---------------------------------------------------------------- phase 2
 
+#[derive(Clone)]
 struct WorkerRun {
     workers: usize,
     /// Exporting its traces to a local OTLP receiver.
     traced: bool,
     /// Deliveries per transaction (`[worker] batch.size`).
     batch: usize,
+    /// The round it belongs to (0 for the runs outside the rounds).
+    round: usize,
     events: usize,
     stats: Stats,
     applied: i64,
@@ -636,47 +749,132 @@ struct WorkerRun {
     cpu: CpuUse,
     backends_cpu: Option<Duration>,
     /// What the workers' backends were doing, sampled (`pg_stat_activity`).
-    waits: String,
+    waits: Waits,
 }
 
-/// The worker runs: 1 and 2 workers, each without and with group commit.
-/// `(workers, batch, traced)` of each worker round: 1 and 2 workers at
-/// batch 1 and the configured batch, then one worker at that batch
-/// exporting its traces (the cost of tracing, next to the same run without).
+impl WorkerRun {
+    /// "worker ×1 batch 8", with the round when there are several.
+    fn label(&self, rounds: usize) -> String {
+        let mut label = format!("worker ×{} batch {}", self.workers, self.batch);
+        if self.traced {
+            label.push_str(", traced");
+        }
+        if rounds > 1 && self.round > 0 {
+            label.push_str(&format!(", round {}", self.round));
+        }
+        label
+    }
+
+    /// PostgreSQL's CPU seconds per wall second over the run (the whole
+    /// server, less the bench's own queries): its busy cores.
+    fn pg_cores(&self) -> Option<f64> {
+        let cpu = self.cpu.of(Who::Postgres)?;
+        Some(cpu.as_secs_f64() / self.cpu.window.as_secs_f64().max(0.001))
+    }
+
+    /// "5.2 backends in a transaction, PostgreSQL 0.84 cores busy".
+    fn pressure(&self) -> String {
+        let in_tx = self
+            .waits
+            .in_transaction
+            .map_or("–".to_owned(), |n| format!("{n:.1}"));
+        let cores = self
+            .pg_cores()
+            .map_or("–".to_owned(), |c| format!("{c:.2}"));
+        format!("{in_tx} backends in a transaction, PostgreSQL {cores} cores busy")
+    }
+}
+
+/// `(workers, batch, traced)` of each worker run outside the rounds: two
+/// workers at batch 1 and the configured batch, then one worker at that
+/// batch exporting its traces (the cost of tracing, next to the same run
+/// without) — or, with `traced_pair_only`, one worker at that batch
+/// untraced then traced.
 fn worker_rounds(knobs: &Knobs) -> Vec<(usize, usize, bool)> {
-    let batches: &[usize] = if knobs.batch > 1 {
-        &[1, knobs.batch]
-    } else {
-        &[1]
-    };
+    let b = knobs.batch.max(1);
     if knobs.traced_pair_only {
-        let b = knobs.batch.max(1);
         return vec![(1, b, false), (1, b, true)];
     }
-    let mut rounds: Vec<(usize, usize, bool)> = [1usize, 2]
+    let mut rounds: Vec<(usize, usize, bool)> = batches(knobs)
         .into_iter()
-        .flat_map(|w| batches.iter().map(move |b| (w, *b, false)))
+        .map(|batch| (2, batch, false))
         .collect();
-    rounds.push((1, knobs.batch.max(1), true));
+    rounds.push((1, b, true));
     rounds
 }
 
+/// Batch 1, and the configured batch if it is larger.
+fn batches(knobs: &Knobs) -> Vec<usize> {
+    if knobs.batch > 1 {
+        vec![1, knobs.batch]
+    } else {
+        vec![1]
+    }
+}
+
+/// The worker runs outside the rounds ([`worker_rounds`]).
 async fn worker_phase(knobs: &Knobs) -> Vec<WorkerRun> {
-    let mut env = TestEnv::new().await;
-    let k = knobs.events;
-    let rounds = worker_rounds(knobs);
-    seed_shop(&env, true, 1, (rounds.len() * k) as i64).await;
-    let (mut ingest, base) = env.start_ingest().await;
-    let probe = bench_pool(&env).await;
-    // A sink, as for ingest: the collector's decoding is not the pipeline's work.
-    let receiver = oncehook_e2e::otlp::OtlpReceiver::start_sink().await;
+    let plan = worker_rounds(knobs);
+    let mut bench = WorkerBench::on(TestEnv::new().await, knobs, plan.len()).await;
     let mut runs = Vec::new();
-    for (round, (workers, batch, traced)) in rounds.into_iter().enumerate() {
-        let first = round * k + 1;
+    for (workers, batch, traced) in plan {
+        runs.push(bench.run(workers, batch, traced, 0).await);
+    }
+    bench.stop();
+    runs
+}
+
+/// A database with orders for a number of worker runs, ingest to load
+/// each run's events, and what every run needs (a polling pool, a trace
+/// sink).
+struct WorkerBench {
+    env: TestEnv,
+    ingest: Proc,
+    base: String,
+    probe: sqlx::PgPool,
+    receiver: oncehook_e2e::otlp::OtlpReceiver,
+    knobs: Knobs,
+    /// Runs so far (each takes the next `events` orders).
+    done: usize,
+    /// What the runs' PostgreSQL sections open with ("growth, …: ").
+    context: String,
+}
+
+impl WorkerBench {
+    /// Seeds `env` with the products and orders for `runs` runs and starts
+    /// ingest.
+    async fn on(mut env: TestEnv, knobs: &Knobs, runs: usize) -> WorkerBench {
+        seed_shop(&env, true, 1, (runs * knobs.events) as i64).await;
+        let (ingest, base) = env.start_ingest().await;
+        let probe = bench_pool(&env).await;
+        // A sink, as for ingest: the collector's decoding is not the pipeline's work.
+        let receiver = oncehook_e2e::otlp::OtlpReceiver::start_sink().await;
+        WorkerBench {
+            env,
+            ingest,
+            base,
+            probe,
+            receiver,
+            knobs: knobs.clone(),
+            done: 0,
+            context: String::new(),
+        }
+    }
+
+    /// Loads `events` captured events through ingest while no worker runs,
+    /// then times `workers` workers at `batch` draining them.
+    async fn run(&mut self, workers: usize, batch: usize, traced: bool, round: usize) -> WorkerRun {
+        let knobs = self.knobs.clone();
+        let k = knobs.events;
+        let first = self.done * k + 1;
+        self.done += 1;
         eprintln!("bench: loading {k} captured events through ingest (no worker running)");
-        let tag = format!("w{workers}b{batch}{}", if traced { "t" } else { "" });
-        preload(&env, &base, first, k, knobs.concurrency, &tag).await;
-        let queue = format!("{}.events", env.prefix);
+        let tag = format!(
+            "w{workers}b{batch}{}r{round}",
+            if traced { "t" } else { "" }
+        );
+        preload(&self.env, &self.base, first, k, knobs.concurrency, &tag).await;
+        let queue = format!("{}.events", self.env.prefix);
         let depth = wait_for(Duration::from_secs(20), || async {
             broker::depth(&queue).await.filter(|d| *d as usize >= k)
         })
@@ -684,16 +882,19 @@ async fn worker_phase(knobs: &Knobs) -> Vec<WorkerRun> {
         if depth.is_none() {
             eprintln!("bench: warning: the events queue does not hold {k} messages");
         }
-        let done_before = count_processed(&env).await;
+        let probe = self.probe.clone();
+        let probe = &probe;
+        let done_before = count_processed_in(probe).await;
         eprintln!("bench: {workers} worker(s), batch {batch}, draining {k} events");
         let mut procs = Vec::new();
         let mut metrics = Vec::new();
         let prefetch = knobs.prefetch.to_string();
         let batch_size = batch.to_string();
-        let backends_before = backend_cpu(&probe, &env.db_name).await;
+        let pgstat = pgstat::Probe::start(&self.env.pool).await;
+        let backends_before = backend_cpu(probe, &self.env.db_name).await;
         let sampler = tokio::spawn(sample_waits(
             probe.clone(),
-            env.db_name.clone(),
+            self.env.db_name.clone(),
             done_before + k as i64,
         ));
         for _ in 0..workers {
@@ -704,18 +905,21 @@ async fn worker_phase(knobs: &Knobs) -> Vec<WorkerRun> {
                 ("ONCEHOOK_WORKER_BATCH_SIZE", batch_size.as_str()),
             ];
             if traced {
-                vars.push(("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint.as_str()));
+                vars.push((
+                    "OTEL_EXPORTER_OTLP_ENDPOINT",
+                    self.receiver.endpoint.as_str(),
+                ));
             }
-            procs.push(env.spawn("oncehook-worker", &vars, &[]));
+            procs.push(self.env.spawn("oncehook-worker", &vars, &[]));
             metrics.push(format!("http://{addr}/metrics"));
         }
         let meter = CpuMeter::new()
             .with(Who::Worker, procs.iter().map(Proc::pid))
-            .with(Who::Ingest, [ingest.pid()]);
+            .with(Who::Ingest, [self.ingest.pid()]);
         let cpu_before = meter.read();
-        let stats = drain_rate(&probe, done_before, done_before + k as i64).await;
+        let stats = drain_rate(probe, done_before, done_before + k as i64).await;
         let mut cpu = meter.since(&cpu_before);
-        let backends = backend_cpu_since(&probe, &env.db_name, backends_before).await;
+        let backends = backend_cpu_since(probe, &self.env.db_name, backends_before).await;
         let (backends_cpu, polling) = backends.unzip();
         if let Some(polling) = polling {
             // The bench's own queries are the bench's cost, not the pipeline's.
@@ -723,10 +927,10 @@ async fn worker_phase(knobs: &Knobs) -> Vec<WorkerRun> {
         }
         let waits = match tokio::time::timeout(Duration::from_secs(5), sampler).await {
             Ok(Ok(waits)) => waits,
-            _ => "not sampled".to_owned(),
+            _ => Waits::default(),
         };
         let transaction = histogram_percentiles(
-            &env,
+            &self.env,
             &metrics,
             "oncehook_worker_transaction_duration_seconds",
         )
@@ -736,20 +940,22 @@ async fn worker_phase(knobs: &Knobs) -> Vec<WorkerRun> {
             ..stats
         };
         let applied: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM processed_webhooks WHERE outcome = 'applied' AND event_id LIKE $1",
+            "SELECT /* oncehook bench */ count(*) FROM processed_webhooks
+             WHERE outcome = 'applied' AND event_id LIKE $1",
         )
         .bind(format!("evt_{tag}\\_%"))
-        .fetch_one(&env.pool)
+        .fetch_one(&self.env.pool)
         .await
         .unwrap_or(-1);
-        let dead = broker::depth(&format!("{}.dead", env.prefix))
+        let dead = broker::depth(&format!("{}.dead", self.env.prefix))
             .await
             .unwrap_or(0);
         stop_all(procs);
-        runs.push(WorkerRun {
+        let run = WorkerRun {
             workers,
             batch,
             traced,
+            round,
             events: k,
             stats,
             applied,
@@ -757,11 +963,22 @@ async fn worker_phase(knobs: &Knobs) -> Vec<WorkerRun> {
             cpu,
             backends_cpu,
             waits,
-        });
+        };
+        pgstat
+            .finish(
+                &self.env.pool,
+                &format!("{}{}", self.context, run.label(knobs.rounds)),
+                k as f64,
+                "event",
+            )
+            .await;
+        run
     }
-    ingest.signal("TERM");
-    ingest.wait_exit(Duration::from_secs(15));
-    runs
+
+    fn stop(mut self) {
+        self.ingest.signal("TERM");
+        self.ingest.wait_exit(Duration::from_secs(15));
+    }
 }
 
 /// Posts captured events for orders `bench_<first>..` once each (a refused
@@ -981,49 +1198,171 @@ where
 
 // ---------------------------------------------------------------- phase 3
 
+#[derive(Clone)]
 struct PgbenchRun {
     /// Workers whose concurrency this run matches.
     workers: usize,
     clients: usize,
+    /// Events per transaction: 1 for C, the group's size for C′.
+    batch: usize,
+    /// The round it belongs to (0 outside the rounds).
+    round: usize,
     run: PgbenchOutcome,
 }
 
-async fn pgbench_phase(knobs: &Knobs) -> Vec<PgbenchRun> {
-    let env = TestEnv::new().await;
-    seed_shop(&env, true, 1, 2 * PGBENCH_ORDERS).await;
-    let script = workspace().join("deploy/bench/worker-tx.sql");
-    let mut runs = Vec::new();
-    for (round, workers) in [1usize, 2].into_iter().enumerate() {
-        let clients = workers * knobs.prefetch;
-        eprintln!("bench: C  pgbench worker transaction, {clients} clients");
-        let base = round as i64 * PGBENCH_ORDERS;
-        let defines = [
+impl PgbenchRun {
+    /// Events per second: transactions per second × events per transaction.
+    fn event_rate(&self) -> f64 {
+        self.run.stats.rate() * self.batch as f64
+    }
+
+    /// "C  16 clients" or "C′ group of 8, 16 clients", with the round.
+    fn label(&self, rounds: usize) -> String {
+        let mut label = if self.batch > 1 {
+            format!(
+                "C′ pgbench group of {}, {} clients",
+                self.batch, self.clients
+            )
+        } else {
+            format!("C  pgbench, {} clients", self.clients)
+        };
+        if rounds > 1 && self.round > 0 {
+            label.push_str(&format!(", round {}", self.round));
+        }
+        label
+    }
+}
+
+/// C′'s script: the worker's group of `-D batch=N` events applied
+/// set-based in one transaction — `deploy/bench/worker-group.sql` if
+/// there is one, else `deploy/bench/worker-tx.sql` when it takes `batch`
+/// (it is C at `batch=1`); `None` when neither does.
+fn group_script() -> Option<PathBuf> {
+    let group = workspace().join("deploy/bench/worker-group.sql");
+    if group.exists() {
+        return Some(group);
+    }
+    let tx = workspace().join("deploy/bench/worker-tx.sql");
+    std::fs::read_to_string(&tx)
+        .ok()?
+        .contains(":batch")
+        .then_some(tx)
+}
+
+/// A database with seeded orders for a number of pgbench runs, each run
+/// on a range of its own.
+struct PgbenchBench {
+    env: TestEnv,
+    knobs: Knobs,
+    /// Runs so far (each takes the next [`PGBENCH_ORDERS`] orders).
+    done: i64,
+}
+
+impl PgbenchBench {
+    async fn new(knobs: &Knobs, runs: usize) -> PgbenchBench {
+        let env = TestEnv::new().await;
+        seed_shop(&env, true, 1, runs as i64 * PGBENCH_ORDERS).await;
+        PgbenchBench {
+            env,
+            knobs: knobs.clone(),
+            done: 0,
+        }
+    }
+
+    /// C (`batch` 1: `deploy/bench/worker-tx.sql`) or C′ (`batch` > 1:
+    /// [`group_script`] with `-D batch=N`) with as many clients as
+    /// `workers` workers process deliveries concurrently. `None` for C′
+    /// without its script.
+    async fn run(&mut self, workers: usize, batch: usize, round: usize) -> Option<PgbenchRun> {
+        let script = if batch > 1 {
+            group_script()?
+        } else {
+            workspace().join("deploy/bench/worker-tx.sql")
+        };
+        let clients = workers * self.knobs.prefetch;
+        let index = self.done;
+        self.done += 1;
+        if batch > 1 {
+            eprintln!("bench: C′ pgbench set-based group of {batch}, {clients} clients");
+        } else {
+            eprintln!("bench: C  pgbench worker transaction, {clients} clients");
+        }
+        let mut defines = vec![
             ("batch", "1".to_owned()),
             ("norders", PGBENCH_ORDERS.to_string()),
-            ("base", base.to_string()),
+            ("base", (index * PGBENCH_ORDERS).to_string()),
             ("nclients", clients.to_string()),
-            ("tag", format!("r{round}")),
+            ("tag", format!("r{index}")),
             ("k", "0".to_owned()),
         ];
+        if batch > 1 {
+            defines[0].1 = batch.to_string();
+        }
+        let pgstat = pgstat::Probe::start(&self.env.pool).await;
         let run = run_pgbench(
-            &env,
+            &self.env,
             &script,
             clients,
-            knobs,
+            &self.knobs,
             &defines,
-            &format!("pgbench_{round}"),
+            &format!("pgbench_{index}"),
         )
         .await;
-        runs.push(PgbenchRun {
+        let run = PgbenchRun {
             workers,
             clients,
+            batch,
+            round,
             run,
-        });
+        };
+        pgstat
+            .finish(
+                &self.env.pool,
+                &run.label(self.knobs.rounds),
+                run.run.processed as f64 * batch as f64,
+                "event",
+            )
+            .await;
+        Some(run)
     }
-    runs
+}
+
+/// Ceilings and workers, interleaved: `rounds` times C (and C′ when its
+/// script is there), worker ×1 at batch 1, worker ×1 at the configured
+/// batch; then, once, C with two workers' clients, two workers at each
+/// batch, and one worker exporting its traces.
+async fn rounds_phase(knobs: &Knobs) -> (Vec<PgbenchRun>, Vec<WorkerRun>) {
+    let batches = batches(knobs);
+    let group = knobs.batch > 1 && group_script().is_some();
+    let outside = worker_rounds(knobs);
+    let mut workers = WorkerBench::on(
+        TestEnv::new().await,
+        knobs,
+        knobs.rounds * batches.len() + outside.len(),
+    )
+    .await;
+    let mut pgbench = PgbenchBench::new(knobs, knobs.rounds * (1 + usize::from(group)) + 1).await;
+    let (mut pg, mut runs) = (Vec::new(), Vec::new());
+    for round in 1..=knobs.rounds {
+        eprintln!("bench: round {round} of {}", knobs.rounds);
+        pg.extend(pgbench.run(1, 1, round).await);
+        if group {
+            pg.extend(pgbench.run(1, knobs.batch, round).await);
+        }
+        for batch in &batches {
+            runs.push(workers.run(1, *batch, false, round).await);
+        }
+    }
+    pg.extend(pgbench.run(2, 1, 0).await);
+    for (w, batch, traced) in outside {
+        runs.push(workers.run(w, batch, traced, 0).await);
+    }
+    workers.stop();
+    (pg, runs)
 }
 
 /// What one pgbench run measured.
+#[derive(Clone)]
 struct PgbenchOutcome {
     /// pgbench's own tps as the rate; latencies from its `-l` log.
     stats: Stats,
@@ -1244,24 +1583,46 @@ fn print_and_write(rows: &[Row], notes: &[String], cpu_report: &cpu::Report, kno
     }
     println!();
     print!("{}", cpu_report.text());
+    let preface = machine::preface();
+    let goals = machine::goals();
+    let sections = pgstat::take_sections();
+    println!();
+    print!("{preface}{goals}");
+    if !sections.is_empty() {
+        println!(
+            "\n{} PostgreSQL sections (statements and rows per event) in target/bench-report.md",
+            sections.len()
+        );
+    }
 
     let mut md = String::new();
     md.push_str("# oncehook bench\n\n");
+    md.push_str(&preface);
     md.push_str(&format!(
-        "{} CPU(s); binaries: {}; window {} s per measurement, concurrency {}, {} events per worker run, prefetch {}.\n\n",
+        "\n{} CPU(s); binaries: {}; window {} s per measurement, concurrency {}, {} events per worker run, prefetch {}; {} round{} of C{} and worker ×1 interleaved where they run (the other phases once).\n\n",
         cpu::cores(),
         binaries_profile(),
         knobs.secs,
         knobs.concurrency,
         knobs.events,
-        knobs.prefetch
+        knobs.prefetch,
+        knobs.rounds,
+        if knobs.rounds == 1 { "" } else { "s" },
+        if group_script().is_some() { ", C′" } else { "" }
     ));
     md.push_str(&table::markdown(&header, &cells, numeric));
     md.push('\n');
     for n in notes {
         md.push_str(&format!("- {n}\n"));
     }
+    md.push_str(&goals);
     md.push_str(&cpu_report.markdown());
+    if !sections.is_empty() {
+        md.push_str("\n## Where PostgreSQL's time goes, per phase\n");
+        for section in &sections {
+            md.push_str(section);
+        }
+    }
     let path = workspace().join("target/bench-report.md");
     match std::fs::write(&path, md) {
         Ok(()) => println!("\nwritten to target/bench-report.md"),
@@ -1283,30 +1644,52 @@ fn worker_row(run: &WorkerRun, pg: &PgbenchRun, prefetch: usize) -> Row {
         "events/s",
         &run.stats,
         format!(
-            "vs C: {} throughput, p50 {}, p99 {}",
+            "vs C: {} throughput, p50 {}, p99 {}; {}",
             ratio(run.stats.rate(), pg.run.stats.rate()),
             lat_ratio(run.stats.p50(), pg.run.stats.p50()),
-            lat_ratio(run.stats.p99(), pg.run.stats.p99())
+            lat_ratio(run.stats.p99(), pg.run.stats.p99()),
+            run.pressure()
         ),
     )
+}
+
+/// What the workers' backends did over a run, sampled.
+#[derive(Debug, Clone, Default)]
+struct Waits {
+    /// The shares, largest first, and the mean number of active ones.
+    text: String,
+    /// Mean number of backends in a transaction (`active` or `idle in
+    /// transaction`): the transactions in flight.
+    in_transaction: Option<f64>,
+}
+
+impl std::fmt::Display for Waits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.text.is_empty() {
+            f.write_str("not sampled")
+        } else {
+            f.write_str(&self.text)
+        }
+    }
 }
 
 /// Samples every 10 ms, until `processed_webhooks` holds `target` rows (or
 /// the phase times out), what the workers' backends in database `db` are
 /// doing: running (no wait event), waiting for a lock, for the client, …
-/// Returns the shares, largest first, and the mean number of active ones.
-async fn sample_waits(pool: sqlx::PgPool, db: String, target: i64) -> String {
+async fn sample_waits(pool: sqlx::PgPool, db: String, target: i64) -> Waits {
     let mut counts: std::collections::BTreeMap<String, u64> = Default::default();
     let mut samples = 0u64;
+    let mut in_transaction = 0u64;
     let deadline = Instant::now() + PHASE_TIMEOUT;
     for _ in 0..(PHASE_TIMEOUT.as_millis() / 10) {
         if Instant::now() > deadline {
             break;
         }
-        let rows: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT CASE WHEN state = 'idle' THEN 'idle'
+        let rows: Vec<(String, i64, i64)> = sqlx::query_as(
+            "SELECT /* oncehook bench */ CASE WHEN state = 'idle' THEN 'idle'
                          WHEN wait_event IS NULL THEN 'running'
-                         ELSE wait_event_type || ':' || wait_event END, count(*)
+                         ELSE wait_event_type || ':' || wait_event END, count(*),
+                    count(*) FILTER (WHERE state IN ('active', 'idle in transaction'))
              FROM pg_stat_activity
              WHERE datname = $1 AND pid <> pg_backend_pid() AND backend_type = 'client backend'
                AND application_name NOT LIKE 'pgbench%' AND application_name <> $2
@@ -1318,8 +1701,9 @@ async fn sample_waits(pool: sqlx::PgPool, db: String, target: i64) -> String {
         .await
         .unwrap_or_default();
         samples += 1;
-        for (what, n) in rows {
+        for (what, n, in_tx) in rows {
             *counts.entry(what).or_default() += n.max(0) as u64;
+            in_transaction += in_tx.max(0) as u64;
         }
         if samples.is_multiple_of(10) && count_processed_in(&pool).await >= target {
             break;
@@ -1332,7 +1716,10 @@ async fn sample_waits(pool: sqlx::PgPool, db: String, target: i64) -> String {
         .map(|(_, n)| n)
         .sum();
     if samples == 0 || busy == 0 {
-        return "no active backend seen".to_owned();
+        return Waits {
+            text: "no active backend seen".to_owned(),
+            in_transaction: (samples > 0).then_some(0.0),
+        };
     }
     let mut shares: Vec<(&String, &u64)> = counts
         .iter()
@@ -1344,18 +1731,27 @@ async fn sample_waits(pool: sqlx::PgPool, db: String, target: i64) -> String {
         .take(5)
         .map(|(k, n)| format!("{k} {:.0}%", **n as f64 * 100.0 / busy as f64))
         .collect();
-    format!(
-        "{:.1} active on average; {}",
-        busy as f64 / samples as f64,
-        parts.join(", ")
-    )
+    Waits {
+        text: format!(
+            "{:.1} active on average; {}",
+            busy as f64 / samples as f64,
+            parts.join(", ")
+        ),
+        in_transaction: Some(in_transaction as f64 / samples as f64),
+    }
 }
 
+/// Events processed in the last day: every one the bench made (the growth
+/// phase's preloaded rows are older, and counting them would cost the
+/// server a scan of the table every poll).
 async fn count_processed_in(pool: &sqlx::PgPool) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM processed_webhooks")
-        .fetch_one(pool)
-        .await
-        .unwrap_or(0)
+    sqlx::query_scalar(
+        "SELECT /* oncehook bench */ count(*) FROM processed_webhooks
+         WHERE processed_at > now() - interval '1 day'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap_or(0)
 }
 
 /// CPU ticks (user + system) so far of each client backend serving
@@ -1366,7 +1762,7 @@ async fn backend_cpu(
     db: &str,
 ) -> Option<std::collections::BTreeMap<i32, (u64, bool)>> {
     let pids: Vec<(i32, bool)> = sqlx::query_as(
-        "SELECT pid, application_name = $2 FROM pg_stat_activity
+        "SELECT /* oncehook bench */ pid, application_name = $2 FROM pg_stat_activity
          WHERE datname = $1 AND backend_type = 'client backend'",
     )
     .bind(db)
@@ -1442,6 +1838,28 @@ async fn main() {
     let _ = process::bin("oncehook-ingest");
     let _ = process::bin("oncehook-worker");
     let _ = process::bin("oncehook-api");
+    let load = machine::survey().await;
+    if load.busy() {
+        eprintln!(
+            "bench: warning: the machine is busy ({:.2} cores used by other processes{}): goals will not be reported",
+            load.others,
+            if load.builds.is_empty() {
+                String::new()
+            } else {
+                format!("; builds running: {}", load.builds.join(", "))
+            }
+        );
+    }
+    if inside::only() {
+        let (rows, notes) = inside::phase(&knobs).await;
+        print_and_write(&rows, &notes, &cpu::Report::default(), &knobs);
+        return;
+    }
+    if growth::only() {
+        let (rows, notes) = growth::phase(&knobs).await;
+        print_and_write(&rows, &notes, &cpu::Report::default(), &knobs);
+        return;
+    }
     if speed::only() {
         let extra = speed::phases(&knobs).await;
         print_and_write(&extra.rows, &extra.notes, &extra.cpu, &knobs);
@@ -1515,8 +1933,7 @@ async fn main() {
     let http = http_phase(&knobs).await;
     let traced = traces_phase(&knobs).await;
     let cluster = cluster_phase(&knobs, &http).await;
-    let workers = worker_phase(&knobs).await;
-    let pgbench = pgbench_phase(&knobs).await;
+    let (pgbench, workers) = rounds_phase(&knobs).await;
 
     let c = knobs.concurrency;
     let mut rows = vec![
@@ -1547,6 +1964,11 @@ async fn main() {
         ),
     ];
     rows.push(traced_row(&traced, &http, c));
+    machine::goal(
+        "goal 2 (ingest ≥ 0.80× B)",
+        ratio(http.ingest.rate(), http.broker.rate()),
+        http.ingest.rate() >= 0.8 * http.broker.rate(),
+    );
     let server_side = |what: &str, fixed: Option<[Duration; 3]>, vs: String| Row {
         measurement: format!("  ingest, server side: {what}"),
         throughput: "–".to_owned(),
@@ -1570,17 +1992,14 @@ async fn main() {
         ),
     ));
     let mut notes = Vec::new();
+    let (round_rows, round_notes) = rounds_report(&knobs, &pgbench, &workers);
+    rows.extend(round_rows);
+    notes.extend(round_notes);
     for pg in &pgbench {
-        rows.push(Row::new(
-            format!("C  pgbench worker transaction, {} clients", pg.clients),
-            "tps",
-            &pg.run.stats,
-            "(ceiling)".to_owned(),
-        ));
         let sampled = (pg.run.stats.rate() * pg.run.backends_window.as_secs_f64()) as u64;
         notes.push(format!(
-            "PostgreSQL CPU, C with {} clients: its backends {}; whole server {}",
-            pg.clients,
+            "PostgreSQL CPU, {}: its backends {}; whole server {}",
+            pg.label(knobs.rounds),
             cpu_per(
                 pg.run.backends_cpu,
                 sampled,
@@ -1594,40 +2013,52 @@ async fn main() {
                 "transaction"
             )
         ));
-        for run in workers.iter().filter(|r| r.workers == pg.workers) {
-            rows.push(worker_row(run, pg, knobs.prefetch));
+        let events = pg.run.processed * pg.batch as u64;
+        if events > PGBENCH_ORDERS as u64 {
             notes.push(format!(
-                "PostgreSQL CPU, worker ×{} batch {}: its backends {}; whole server {}",
-                run.workers,
-                run.batch,
-                cpu_per(
-                    run.backends_cpu,
-                    run.events as u64,
-                    run.stats.window,
-                    "event"
-                ),
-                cpu_per(
-                    run.cpu.of(Who::Postgres),
-                    run.events as u64,
-                    run.cpu.window,
-                    "event"
-                )
+                "{}: {events} events over a range of {PGBENCH_ORDERS} orders — the range was used up and the rest paid orders already paid",
+                pg.label(knobs.rounds)
             ));
-            notes.push(format!(
-                "worker ×{} batch {}: backends sampled in pg_stat_activity: {}",
-                run.workers, run.batch, run.waits
-            ));
-            if run.applied != run.events as i64 || run.dead > 0 {
-                notes.push(format!(
-                    "worker ×{} batch {}: {} of {} events applied, {} dead-lettered",
-                    run.workers, run.batch, run.applied, run.events, run.dead
-                ));
-            }
         }
         if pg.run.failed > 0 {
             notes.push(format!(
-                "pgbench {} clients: {} failed transactions",
-                pg.clients, pg.run.failed
+                "{}: {} failed transactions",
+                pg.label(knobs.rounds),
+                pg.run.failed
+            ));
+        }
+    }
+    if group_script().is_none() {
+        notes.push(
+            "C′ not available: no script here takes -D batch (the worker's group applied set-based)".to_owned(),
+        );
+    }
+    for run in &workers {
+        let label = run.label(knobs.rounds);
+        notes.push(format!(
+            "PostgreSQL CPU, {label}: its backends {}; whole server {}",
+            cpu_per(
+                run.backends_cpu,
+                run.events as u64,
+                run.stats.window,
+                "event"
+            ),
+            cpu_per(
+                run.cpu.of(Who::Postgres),
+                run.events as u64,
+                run.cpu.window,
+                "event"
+            )
+        ));
+        notes.push(format!(
+            "{label}: {}; backends sampled in pg_stat_activity: {}",
+            run.pressure(),
+            run.waits
+        ));
+        if run.applied != run.events as i64 || run.dead > 0 {
+            notes.push(format!(
+                "{label}: {} of {} events applied, {} dead-lettered",
+                run.applied, run.events, run.dead
             ));
         }
     }
@@ -1695,7 +2126,8 @@ async fn main() {
         rows.extend(cluster.rows);
         notes.extend(cluster.notes);
     }
-    let mut cpu = cpu_report(&http, &workers, &pgbench, c);
+    let (median_pg, median_workers) = median_runs(&pgbench, &workers);
+    let mut cpu = cpu_report(&http, &median_workers, &median_pg, c);
     let extra = speed::phases(&knobs).await;
     rows.extend(extra.rows);
     notes.extend(extra.notes);
@@ -1718,9 +2150,240 @@ async fn main() {
     let (console_rows, console_notes) = console::phase().await;
     rows.extend(console_rows);
     notes.extend(console_notes);
+    let (growth_rows, growth_notes) = growth::phase(&knobs).await;
+    rows.extend(growth_rows);
+    notes.extend(growth_notes);
     print_and_write(&rows, &notes, &cpu, &knobs);
     api.check();
     eprintln!("bench: done in {:.0} s", started.elapsed().as_secs_f64());
+}
+
+/// The median of `v` (the mean of the middle two for an even count).
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 0 => (v[mid - 1] + v[mid]) / 2.0,
+        _ => v[mid],
+    }
+}
+
+/// "median 0.85× (0.80–0.90× over 3 rounds)".
+fn spread(v: &[f64]) -> String {
+    let min = v.iter().copied().reduce(f64::min).unwrap_or(0.0);
+    let max = v.iter().copied().reduce(f64::max).unwrap_or(0.0);
+    format!(
+        "median {:.2}× ({min:.2}–{max:.2}× over {} round{})",
+        median(v),
+        v.len(),
+        if v.len() == 1 { "" } else { "s" }
+    )
+}
+
+/// The run with the median rate among `runs` (the upper middle of an even
+/// count): the figures the table shows for a kind measured in rounds.
+fn median_run<T>(runs: &[T], rate: impl Fn(&T) -> f64) -> Option<&T> {
+    let mut sorted: Vec<&T> = runs.iter().collect();
+    sorted.sort_by(|a, b| rate(a).total_cmp(&rate(b)));
+    sorted.get(sorted.len() / 2).copied()
+}
+
+/// For each kind of pgbench run (clients, group size) and of worker run
+/// (workers, batch, traced), the run with the median rate.
+fn median_runs(pg: &[PgbenchRun], workers: &[WorkerRun]) -> (Vec<PgbenchRun>, Vec<WorkerRun>) {
+    let mut pg_kinds: Vec<(usize, usize)> = Vec::new();
+    for r in pg {
+        if !pg_kinds.contains(&(r.workers, r.batch)) {
+            pg_kinds.push((r.workers, r.batch));
+        }
+    }
+    let pg_out = pg_kinds
+        .into_iter()
+        .filter_map(|(w, b)| {
+            let runs: Vec<PgbenchRun> = pg
+                .iter()
+                .filter(|r| r.workers == w && r.batch == b)
+                .cloned()
+                .collect();
+            median_run(&runs, PgbenchRun::event_rate).cloned()
+        })
+        .collect();
+    let mut kinds: Vec<(usize, usize, bool)> = Vec::new();
+    for r in workers {
+        if !kinds.contains(&(r.workers, r.batch, r.traced)) {
+            kinds.push((r.workers, r.batch, r.traced));
+        }
+    }
+    let worker_out = kinds
+        .into_iter()
+        .filter_map(|(w, b, t)| {
+            let runs: Vec<WorkerRun> = workers
+                .iter()
+                .filter(|r| r.workers == w && r.batch == b && r.traced == t)
+                .cloned()
+                .collect();
+            median_run(&runs, |r| r.stats.rate()).cloned()
+        })
+        .collect();
+    (pg_out, worker_out)
+}
+
+/// The rows of the ceilings and worker runs: C (and C′) and worker ×1 at
+/// each batch as the median of the rounds, each worker's ratio per round
+/// to the C (and C′) of its round, median and spread; then C with two
+/// workers' clients and the runs outside the rounds as before.
+fn rounds_report(
+    knobs: &Knobs,
+    pg: &[PgbenchRun],
+    workers: &[WorkerRun],
+) -> (Vec<Row>, Vec<String>) {
+    let (mut rows, mut notes) = (Vec::new(), Vec::new());
+    let rounds = knobs.rounds;
+    let of_rounds = format!(
+        "median of {rounds} round{}",
+        if rounds == 1 { "" } else { "s" }
+    );
+    let c_runs: Vec<PgbenchRun> = pg
+        .iter()
+        .filter(|r| r.round > 0 && r.batch == 1)
+        .cloned()
+        .collect();
+    let g_runs: Vec<PgbenchRun> = pg
+        .iter()
+        .filter(|r| r.round > 0 && r.batch > 1)
+        .cloned()
+        .collect();
+    let c_of = |round: usize| c_runs.iter().find(|r| r.round == round);
+    let g_of = |round: usize| g_runs.iter().find(|r| r.round == round);
+    let rates = |runs: &[PgbenchRun]| runs.iter().map(PgbenchRun::event_rate).collect::<Vec<_>>();
+    if let Some(c) = median_run(&c_runs, PgbenchRun::event_rate) {
+        let r = rates(&c_runs);
+        rows.push(Row::new(
+            format!(
+                "C  pgbench worker transaction, {} clients, {of_rounds}",
+                c.clients
+            ),
+            "tps",
+            &c.run.stats,
+            format!(
+                "(ceiling) {:.0}–{:.0} tps over the rounds",
+                r.iter().copied().reduce(f64::min).unwrap_or(0.0),
+                r.iter().copied().reduce(f64::max).unwrap_or(0.0)
+            ),
+        ));
+    }
+    if let Some(g) = median_run(&g_runs, PgbenchRun::event_rate) {
+        let r = rates(&g_runs);
+        let scaled = Stats {
+            ok: g.run.stats.ok * g.batch as u64,
+            ..g.run.stats.clone()
+        };
+        rows.push(Row::new(
+            format!(
+                "C′ pgbench set-based group of {}, {} clients, {of_rounds}",
+                g.batch, g.clients
+            ),
+            "events/s",
+            &scaled,
+            format!(
+                "(ceiling) {:.0} tps × {} events; {:.0}–{:.0} events/s over the rounds; latencies per group",
+                g.run.stats.rate(),
+                g.batch,
+                r.iter().copied().reduce(f64::min).unwrap_or(0.0),
+                r.iter().copied().reduce(f64::max).unwrap_or(0.0)
+            ),
+        ));
+    }
+    for batch in batches(knobs) {
+        let runs: Vec<WorkerRun> = workers
+            .iter()
+            .filter(|r| r.round > 0 && r.workers == 1 && r.batch == batch && !r.traced)
+            .cloned()
+            .collect();
+        let Some(mid) = median_run(&runs, |r| r.stats.rate()) else {
+            continue;
+        };
+        let vs_c: Vec<f64> = runs
+            .iter()
+            .filter_map(|r| Some(r.stats.rate() / c_of(r.round)?.event_rate()))
+            .collect();
+        let vs_g: Vec<f64> = runs
+            .iter()
+            .filter(|r| r.batch == knobs.batch && batch > 1)
+            .filter_map(|r| Some(r.stats.rate() / g_of(r.round)?.event_rate()))
+            .collect();
+        let mut vs = format!("vs C of its round: {}", spread(&vs_c));
+        if let Some(c) = c_of(mid.round) {
+            vs.push_str(&format!(
+                "; median round's p50 {}, p99 {}",
+                lat_ratio(mid.stats.p50(), c.run.stats.p50()),
+                lat_ratio(mid.stats.p99(), c.run.stats.p99())
+            ));
+        }
+        if !vs_g.is_empty() {
+            vs.push_str(&format!("; vs C′: {}", spread(&vs_g)));
+        } else if batch > 1 {
+            vs.push_str("; C′ not available");
+        }
+        vs.push_str(&format!("; {}", mid.pressure()));
+        rows.push(Row::new(
+            format!(
+                "worker ×1 (prefetch {}, batch {batch}), {} events, {of_rounds}",
+                knobs.prefetch, mid.events
+            ),
+            "events/s",
+            &mid.stats,
+            vs,
+        ));
+        if !vs_c.is_empty() {
+            machine::goal(
+                &format!("goal 1 (worker ×1 batch {batch} ≥ 1.5× C, {of_rounds})"),
+                spread(&vs_c),
+                median(&vs_c) >= 1.5,
+            );
+        }
+        for r in &runs {
+            notes.push(format!(
+                "round {}: worker ×1 batch {batch} {:.0} events/s, C {}, ratio {}{}",
+                r.round,
+                r.stats.rate(),
+                c_of(r.round).map_or("–".to_owned(), |c| format!("{:.0} tps", c.event_rate())),
+                c_of(r.round).map_or("–".to_owned(), |c| ratio(r.stats.rate(), c.event_rate())),
+                g_of(r.round)
+                    .filter(|_| batch > 1)
+                    .map_or(String::new(), |g| format!(
+                        "; C′ {:.0} events/s, ratio {}",
+                        g.event_rate(),
+                        ratio(r.stats.rate(), g.event_rate())
+                    ))
+            ));
+        }
+    }
+    for c2 in pg.iter().filter(|r| r.round == 0) {
+        rows.push(Row::new(
+            format!("C  pgbench worker transaction, {} clients", c2.clients),
+            "tps",
+            &c2.run.stats,
+            "(ceiling)".to_owned(),
+        ));
+        for run in workers
+            .iter()
+            .filter(|r| r.round == 0 && r.workers == c2.workers)
+        {
+            rows.push(worker_row(run, c2, knobs.prefetch));
+        }
+    }
+    for run in workers
+        .iter()
+        .filter(|r| r.round == 0 && !pg.iter().any(|p| p.round == 0 && p.workers == r.workers))
+    {
+        if let Some(c) = c_runs.first() {
+            rows.push(worker_row(run, c, knobs.prefetch));
+        }
+    }
+    (rows, notes)
 }
 
 /// The CPU budgets of the pipeline's phases, and what they say about the
@@ -1753,6 +2416,11 @@ fn cpu_report(
     report.budgets.extend([b, ingest]);
     for pg in pgbench {
         let ceiling = pg.budget();
+        if pg.batch > 1 {
+            // C′: its own budget; the goals are against C.
+            report.budgets.push(ceiling);
+            continue;
+        }
         let runs: Vec<Budget> = workers
             .iter()
             .filter(|r| r.workers == pg.workers)
@@ -1785,7 +2453,7 @@ impl WorkerRun {
     /// CPU per event over the whole drain (from the workers' start).
     fn budget(&self) -> Budget {
         Budget {
-            label: format!("worker ×{} batch {}", self.workers, self.batch),
+            label: self.label(1),
             unit: "event",
             ops: self.events as f64,
             rate: self.stats.rate(),
@@ -1798,7 +2466,7 @@ impl PgbenchRun {
     /// CPU per transaction over the whole pgbench run.
     fn budget(&self) -> Budget {
         Budget {
-            label: format!("C  pgbench, {} clients", self.clients),
+            label: self.label(1),
             unit: "tx",
             ops: self.run.processed as f64,
             rate: self.run.stats.rate(),

@@ -7,9 +7,11 @@
 //! Two more modes: [`OtlpReceiver::start_grpc`] speaks OTLP over gRPC
 //! (HTTP/2 without TLS, `TraceService/Export`, one length-prefixed message
 //! per call) and decodes the same way; [`OtlpReceiver::start_sink`] takes
-//! http/protobuf exports and answers 200 without decoding them, counting
-//! requests and bytes — for the bench, where a collector runs on another
-//! machine and its work is not the pipeline's. [`OtlpReceiver::requiring`]
+//! http/protobuf exports and answers 200 without keeping their spans,
+//! counting requests, bytes and spans (a protobuf decode, no more) — for
+//! the bench, where a collector runs on another machine and its work is
+//! not the pipeline's. Every mode counts the spans of the exports it
+//! accepted ([`OtlpReceiver::spans_received`]). [`OtlpReceiver::requiring`]
 //! makes either protocol behave like a hosted backend: an export without
 //! the one expected header value is refused (401, or gRPC's
 //! UNAUTHENTICATED) and counted.
@@ -57,6 +59,8 @@ pub struct OtlpReceiver {
 struct Counts {
     requests: AtomicU64,
     bytes: AtomicU64,
+    /// Spans in the exports accepted.
+    spans: AtomicU64,
     /// Exports refused for a missing or wrong header.
     refused: AtomicU64,
     /// `(name, value)` every export must carry exactly once, if any.
@@ -163,6 +167,11 @@ impl OtlpReceiver {
         )
     }
 
+    /// Spans in the exports accepted so far (the sink's too).
+    pub fn spans_received(&self) -> u64 {
+        self.counts.spans.load(Ordering::Relaxed)
+    }
+
     /// Every span received so far.
     pub fn spans(&self) -> Vec<ReceivedSpan> {
         self.spans.lock().expect("spans").clone()
@@ -219,8 +228,17 @@ async fn serve(
         });
         let status = match ExportTraceServiceRequest::decode(body.as_slice()) {
             _ if !admitted => "401 Unauthorized",
+            Ok(request) if mode == Mode::Sink && line.starts_with("POST /v1/traces") => {
+                counts
+                    .spans
+                    .fetch_add(span_count(&request), Ordering::Relaxed);
+                "200 OK"
+            }
             _ if mode == Mode::Sink && line.starts_with("POST /v1/traces") => "200 OK",
             Ok(request) if line.starts_with("POST /v1/traces") => {
+                counts
+                    .spans
+                    .fetch_add(span_count(&request), Ordering::Relaxed);
                 kept.lock().expect("spans").extend(spans_of(request));
                 "200 OK"
             }
@@ -277,6 +295,9 @@ async fn serve_grpc(
                 Some(message) if bytes[0] == 0 => {
                     match ExportTraceServiceRequest::decode(message) {
                         Ok(export) => {
+                            counts
+                                .spans
+                                .fetch_add(span_count(&export), Ordering::Relaxed);
                             kept.lock().expect("spans").extend(spans_of(export));
                             "0"
                         }
@@ -303,6 +324,15 @@ async fn serve_grpc(
         });
     }
     Ok(())
+}
+
+fn span_count(request: &ExportTraceServiceRequest) -> u64 {
+    request
+        .resource_spans
+        .iter()
+        .flat_map(|rs| &rs.scope_spans)
+        .map(|ss| ss.spans.len() as u64)
+        .sum()
 }
 
 fn spans_of(request: ExportTraceServiceRequest) -> Vec<ReceivedSpan> {

@@ -1,0 +1,167 @@
+//! Cost flat as the tables grow: one worker's PostgreSQL CPU per event
+//! (the whole server, [`crate::cpu`]) at batch 1 and at the configured
+//! batch, with the tables that grow with traffic — `orders`, `payments`,
+//! `processed_webhooks`, `order_events` — preloaded in bulk to
+//! [`SMALL`] rows and to `ONCEHOOK_BENCH_GROWTH_ROWS` rows (1,000,000),
+//! and the ratio of the two against the goal (≤ [`GOAL`]). A statement
+//! whose cost follows the table's size (a scan, a count, an index that
+//! does not fit) shows here long before production finds it.
+//!
+//! The rows are made by `INSERT … SELECT … generate_series` in one
+//! transaction, not through the pipeline: paid orders, a captured payment
+//! each, their processed webhooks (two to 31 days old: newer than the
+//! retention, older than what the bench counts as its own) and published
+//! order events. Triggers and foreign-key checks are skipped while
+//! loading (`session_replication_role = replica`: the rows agree by
+//! construction), then the database is vacuumed and analyzed. Nothing is
+//! dropped. `ONCEHOOK_BENCH_ONLY=growth` runs only this phase.
+
+use std::time::Instant;
+
+use oncehook_e2e::TestEnv;
+use sqlx::PgPool;
+
+use crate::cpu::Who;
+use crate::{Knobs, Row, WorkerBench, batches, machine};
+
+/// Rows of each table in the small database.
+const SMALL: i64 = 10_000;
+/// The most the per-event cost may grow from [`SMALL`] to the big size.
+const GOAL: f64 = 1.20;
+
+/// Whether only this phase should run.
+pub fn only() -> bool {
+    std::env::var("ONCEHOOK_BENCH_ONLY").is_ok_and(|v| v.trim() == "growth")
+}
+
+/// Rows of each table in the big database (`ONCEHOOK_BENCH_GROWTH_ROWS`).
+fn big() -> i64 {
+    std::env::var("ONCEHOOK_BENCH_GROWTH_ROWS")
+        .ok()
+        .and_then(|v| v.trim().replace('_', "").parse().ok())
+        .unwrap_or(1_000_000)
+        .clamp(1_000, 100_000_000)
+}
+
+pub async fn phase(knobs: &Knobs) -> (Vec<Row>, Vec<String>) {
+    let sizes = [SMALL, big()];
+    let batches = batches(knobs);
+    // (rows, batch) → PostgreSQL ms per event.
+    let mut cost: Vec<(i64, usize, Option<f64>)> = Vec::new();
+    let mut notes = Vec::new();
+    for rows in sizes {
+        let env = TestEnv::new().await;
+        let started = Instant::now();
+        eprintln!("bench: growth: preloading {rows} rows in each growing table");
+        preload(&env.pool, rows).await;
+        let loaded = started.elapsed();
+        let mut bench = WorkerBench::on(env, knobs, batches.len()).await;
+        notes.push(format!(
+            "growth: {rows} rows in each of orders, payments, processed_webhooks, order_events loaded in {:.1} s; the bench's orders seeded, the database vacuumed and analyzed, ingest started in {:.1} s more",
+            loaded.as_secs_f64(),
+            (started.elapsed() - loaded).as_secs_f64()
+        ));
+        bench.context = format!("growth, {rows} rows preloaded: ");
+        for batch in &batches {
+            let run = bench.run(1, *batch, false, 0).await;
+            let ms = run
+                .cpu
+                .of(Who::Postgres)
+                .filter(|_| run.events > 0)
+                .map(|cpu| cpu.as_secs_f64() * 1000.0 / run.events as f64);
+            notes.push(format!(
+                "growth, {rows} rows: worker ×1 batch {batch} {:.0} events/s, {}",
+                run.stats.rate(),
+                run.pressure()
+            ));
+            cost.push((rows, *batch, ms));
+        }
+        bench.stop();
+    }
+    let mut out = Vec::new();
+    for batch in batches {
+        let at = |rows: i64| {
+            cost.iter()
+                .find(|(r, b, _)| *r == rows && *b == batch)
+                .and_then(|c| c.2)
+        };
+        let (small, large) = (at(sizes[0]), at(sizes[1]));
+        let shown = |ms: Option<f64>| ms.map_or("–".to_owned(), |ms| format!("{ms:.2} ms"));
+        let vs = match (small, large) {
+            (Some(s), Some(l)) if s > 0.0 => {
+                let r = l / s;
+                machine::goal(
+                    &format!(
+                        "cost flat as the tables grow (worker ×1 batch {batch}, PostgreSQL CPU per event at {} rows ≤ {GOAL:.2}× at {} rows)",
+                        sizes[1], sizes[0]
+                    ),
+                    format!("{r:.2}×"),
+                    r <= GOAL,
+                );
+                format!("big / small {r:.2}× (goal ≤ {GOAL:.2}×)")
+            }
+            _ => "not measured".to_owned(),
+        };
+        out.push(Row {
+            measurement: format!(
+                "growth: worker ×1 batch {batch}, PostgreSQL CPU per event, {} → {} rows",
+                sizes[0], sizes[1]
+            ),
+            throughput: format!("{} → {}", shown(small), shown(large)),
+            p50: "–".to_owned(),
+            p90: "–".to_owned(),
+            p99: "–".to_owned(),
+            vs,
+        });
+    }
+    notes.push(
+        "growth: PostgreSQL CPU is the whole server's over the drain, less the bench's own polling; \
+         the statements behind it are in the growth sections of \"Where PostgreSQL's time goes\""
+            .to_owned(),
+    );
+    (out, notes)
+}
+
+/// `rows` paid orders with a captured payment, a processed webhook and a
+/// published order event each, in one transaction.
+async fn preload(pool: &PgPool, rows: i64) {
+    let statements = [
+        "SET LOCAL session_replication_role = replica",
+        "INSERT INTO orders (order_ref, customer_email, amount_minor, currency, status,
+                             paid_at, paid_by, stock_applied, created_at, updated_at)
+         SELECT 'grow_' || n, 'grow_' || n || '@example.com', 10000, 'INR', 'paid',
+                t, 'razorpay:pay_grow_' || n, true, t, t
+         FROM (SELECT n, now() - (n % 30 + 2) * interval '1 day' AS t
+               FROM generate_series(1, $1::bigint) AS n) AS s",
+        "INSERT INTO payments (provider, payment_id, order_id, status, amount_minor, currency,
+                               event_id, created_at)
+         SELECT 'razorpay', 'pay_' || o.order_ref, o.id, 'captured', 10000, 'INR',
+                'evt_' || o.order_ref, o.created_at
+         FROM orders o WHERE o.order_ref LIKE 'grow\\_%' AND $1::bigint > 0",
+        "INSERT INTO processed_webhooks (source, event_id, body_sha256, provider, event_type,
+                                         order_ref, outcome, received_at, processed_at,
+                                         last_seen_at, payment_id, detail)
+         SELECT 'razorpay', 'evt_grow_' || n, md5('grow_' || n), 'razorpay', 'payment.captured',
+                'grow_' || n, 'applied', t, t, t, 'pay_grow_' || n, 'preloaded'
+         FROM (SELECT n, now() - (n % 30 + 2) * interval '1 day' AS t
+               FROM generate_series(1, $1::bigint) AS n) AS s",
+        "INSERT INTO order_events (id, type, order_id, data, created_at, published_at)
+         SELECT 'oev_' || o.order_ref, 'order.paid', o.id,
+                jsonb_build_object('order_ref', o.order_ref), o.created_at, o.created_at
+         FROM orders o WHERE o.order_ref LIKE 'grow\\_%' AND $1::bigint > 0",
+    ];
+    let mut tx = pool.begin().await.expect("begin the preload");
+    for sql in statements {
+        let query = sqlx::query(sql);
+        let query = if sql.contains("$1") {
+            query.bind(rows)
+        } else {
+            query
+        };
+        query
+            .execute(&mut *tx)
+            .await
+            .expect("preload the growing tables");
+    }
+    tx.commit().await.expect("commit the preload");
+}
