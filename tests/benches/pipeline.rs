@@ -9,10 +9,11 @@
 //!   the same helper ingest uses.
 //! * Ceiling C: the worker's transaction as a pgbench script
 //!   (`deploy/bench/worker-tx.sql`) with as many clients as the workers
-//!   process deliveries concurrently (workers × prefetch).
+//!   keep transactions in flight (workers × `ONCEHOOK_BENCH_COMMITTERS`,
+//!   the worker's `batch.committers`).
 //! * Ceiling C′: the worker's group of `ONCEHOOK_BENCH_BATCH` events applied
 //!   set-based in one transaction (`deploy/bench/worker-tx.sql` with
-//!   `-D batch=N`, or `deploy/bench/worker-group.sql` if there is one),
+//!   `-D batch=N`),
 //!   when a script takes `batch`; its rate in events/s (tps × N) against
 //!   the worker at the same batch.
 //! * Ceiling D: the shop API's order-creating transaction as a pgbench
@@ -63,7 +64,9 @@
 //!   as ratios to the single-node figures of the same run.
 //!
 //! Knobs (environment): `ONCEHOOK_BENCH_SECS` (10), `ONCEHOOK_BENCH_CONCURRENCY`
-//! (16), `ONCEHOOK_BENCH_EVENTS` (3000), `ONCEHOOK_BENCH_PREFETCH` (16),
+//! (16), `ONCEHOOK_BENCH_EVENTS` (3000), `ONCEHOOK_BENCH_PREFETCH` (16: the
+//! worker's prefetch at batch 1; at batch N, committers × N),
+//! `ONCEHOOK_BENCH_COMMITTERS` (8),
 //! `ONCEHOOK_BENCH_BATCH` (8; 1 skips the group-commit runs),
 //! `ONCEHOOK_BENCH_ORDERS` (200,000: the most orders the API run posts),
 //! `ONCEHOOK_BENCH_CLUSTER` (unset: no cluster section),
@@ -118,6 +121,9 @@ struct Knobs {
     concurrency: usize,
     events: usize,
     prefetch: usize,
+    /// The worker's committers (`ONCEHOOK_WORKER_COMMITTERS`): the
+    /// transactions it keeps in flight, and C's clients per worker.
+    committers: usize,
     batch: usize,
     /// Rounds of C and worker ×1 at batch 1 and `batch`, interleaved.
     rounds: usize,
@@ -139,6 +145,7 @@ impl Knobs {
             concurrency: num("ONCEHOOK_BENCH_CONCURRENCY", 16, 1, 256),
             events: num("ONCEHOOK_BENCH_EVENTS", 3000, 10, 100_000),
             prefetch: num("ONCEHOOK_BENCH_PREFETCH", 16, 1, 256),
+            committers: num("ONCEHOOK_BENCH_COMMITTERS", 8, 1, 256),
             batch: num("ONCEHOOK_BENCH_BATCH", 8, 1, 256),
             rounds: num("ONCEHOOK_BENCH_ROUNDS", 3, 1, 20),
             traced_pair_only: false,
@@ -147,6 +154,19 @@ impl Knobs {
 
     fn duration(&self) -> Duration {
         Duration::from_secs(self.secs)
+    }
+
+    /// The worker's prefetch at `batch`: enough deliveries in flight for
+    /// every committer to fill its group (committers × batch), never fewer
+    /// than the prefetch knob.
+    fn prefetch_for(&self, batch: usize) -> usize {
+        self.prefetch.max(self.committers * batch).min(1024)
+    }
+
+    /// Transactions one worker keeps in flight: its committers, at most its
+    /// prefetch at batch 1.
+    fn in_flight(&self) -> usize {
+        self.committers.min(self.prefetch)
     }
 }
 
@@ -888,7 +908,8 @@ impl WorkerBench {
         eprintln!("bench: {workers} worker(s), batch {batch}, draining {k} events");
         let mut procs = Vec::new();
         let mut metrics = Vec::new();
-        let prefetch = knobs.prefetch.to_string();
+        let prefetch = knobs.prefetch_for(batch).to_string();
+        let committers = knobs.committers.to_string();
         let batch_size = batch.to_string();
         let pgstat = pgstat::Probe::start(&self.env.pool).await;
         let backends_before = backend_cpu(probe, &self.env.db_name).await;
@@ -903,6 +924,7 @@ impl WorkerBench {
                 ("ONCEHOOK_METRICS_ADDR", addr.as_str()),
                 ("ONCEHOOK_PREFETCH", prefetch.as_str()),
                 ("ONCEHOOK_WORKER_BATCH_SIZE", batch_size.as_str()),
+                ("ONCEHOOK_WORKER_COMMITTERS", committers.as_str()),
             ];
             if traced {
                 vars.push((
@@ -1234,14 +1256,9 @@ impl PgbenchRun {
 }
 
 /// C′'s script: the worker's group of `-D batch=N` events applied
-/// set-based in one transaction — `deploy/bench/worker-group.sql` if
-/// there is one, else `deploy/bench/worker-tx.sql` when it takes `batch`
-/// (it is C at `batch=1`); `None` when neither does.
+/// set-based in one transaction — `deploy/bench/worker-tx.sql`, which is C
+/// at `batch=1`; `None` if it no longer takes `batch`.
 fn group_script() -> Option<PathBuf> {
-    let group = workspace().join("deploy/bench/worker-group.sql");
-    if group.exists() {
-        return Some(group);
-    }
     let tx = workspace().join("deploy/bench/worker-tx.sql");
     std::fs::read_to_string(&tx)
         .ok()?
@@ -1279,7 +1296,7 @@ impl PgbenchBench {
         } else {
             workspace().join("deploy/bench/worker-tx.sql")
         };
-        let clients = workers * self.knobs.prefetch;
+        let clients = workers * self.knobs.in_flight();
         let index = self.done;
         self.done += 1;
         if batch > 1 {
@@ -1631,12 +1648,13 @@ fn print_and_write(rows: &[Row], notes: &[String], cpu_report: &cpu::Report, kno
 }
 
 /// The row of one worker run, against the pgbench run of its concurrency.
-fn worker_row(run: &WorkerRun, pg: &PgbenchRun, prefetch: usize) -> Row {
+fn worker_row(run: &WorkerRun, pg: &PgbenchRun, knobs: &Knobs) -> Row {
     Row::new(
         format!(
-            "worker ×{} (prefetch {}, batch {}){}, {} events",
+            "worker ×{} (prefetch {}, {} committers, batch {}){}, {} events",
             run.workers,
-            prefetch,
+            knobs.prefetch_for(run.batch),
+            knobs.committers,
             run.batch,
             if run.traced { ", traces exported" } else { "" },
             run.events
@@ -2330,8 +2348,10 @@ fn rounds_report(
         vs.push_str(&format!("; {}", mid.pressure()));
         rows.push(Row::new(
             format!(
-                "worker ×1 (prefetch {}, batch {batch}), {} events, {of_rounds}",
-                knobs.prefetch, mid.events
+                "worker ×1 (prefetch {}, {} committers, batch {batch}), {} events, {of_rounds}",
+                knobs.prefetch_for(batch),
+                knobs.committers,
+                mid.events
             ),
             "events/s",
             &mid.stats,
@@ -2372,7 +2392,7 @@ fn rounds_report(
             .iter()
             .filter(|r| r.round == 0 && r.workers == c2.workers)
         {
-            rows.push(worker_row(run, c2, knobs.prefetch));
+            rows.push(worker_row(run, c2, knobs));
         }
     }
     for run in workers
@@ -2380,7 +2400,7 @@ fn rounds_report(
         .filter(|r| r.round == 0 && !pg.iter().any(|p| p.round == 0 && p.workers == r.workers))
     {
         if let Some(c) = c_runs.first() {
-            rows.push(worker_row(run, c, knobs.prefetch));
+            rows.push(worker_row(run, c, knobs));
         }
     }
     (rows, notes)
