@@ -179,10 +179,7 @@ async fn api_run(knobs: &Knobs) -> ApiRun {
     for s in 0..SKUS {
         api.product(&format!("SKU-{s:03}"), 100_000_000).await;
     }
-    sqlx::query("VACUUM ANALYZE")
-        .execute(&env.pool)
-        .await
-        .expect("vacuum analyze");
+    crate::analyze_filled(&env.pool).await;
     eprintln!("bench: shop API POST /v1/orders, c={c}");
     let pgstat = crate::pgstat::Probe::start(&env.pool).await;
     let tally = Arc::new(Tally::default());
