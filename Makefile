@@ -123,7 +123,7 @@ bench-smoke: services tools
 	grep -q '^- goal 1 (' target/bench-report.md
 	grep -q '^Machine before measuring' target/bench-report.md
 	grep -Eq '^(- goal 1 \(worker ×1|goals not reported: the machine was busy)' target/bench-report.md
-	grep -q '^| worker ×1 (prefetch [0-9]*, batch 1), [0-9]* events, median of 1 round' target/bench-report.md
+	grep -q '^| worker ×1 (prefetch [0-9]*, [0-9]* committers, batch 1), [0-9]* events, median of 1 round' target/bench-report.md
 	grep -Eq '^\| C′ pgbench|C′ not available' target/bench-report.md
 	grep -q 'backends in a transaction, PostgreSQL' target/bench-report.md
 	grep -q 'spans made [0-9]*, exported [0-9]*, dropped' target/bench-report.md
