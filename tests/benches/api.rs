@@ -275,6 +275,15 @@ fn report(knobs: &Knobs, api: &ApiRun, ceiling: &crate::PgbenchOutcome) -> ApiPh
     }
     let failures = failures(api);
     notes.extend(failures.iter().map(|f| format!("shop API: {f}")));
+    let orders = api.stats.rate() * api.cpu.window.as_secs_f64();
+    if let Some(pg) = api.cpu.of(Who::Postgres).filter(|_| orders > 0.0) {
+        let ms = pg.as_secs_f64() * 1_000.0 / orders;
+        crate::machine::goal(
+            "shop API POST /v1/orders: PostgreSQL CPU ≤ 1.5 ms per order",
+            format!("{ms:.2} ms"),
+            ms <= 1.5,
+        );
+    }
     let api_budget = Budget::of_rate(api_label, "order", api.stats.rate(), api.cpu.clone());
     let d_budget = Budget {
         label: d_label,
