@@ -798,6 +798,9 @@ struct WorkerRun {
     backends_cpu: Option<Duration>,
     /// What the workers' backends were doing, sampled (`pg_stat_activity`).
     waits: Waits,
+    /// Spans the workers dropped while traced (0 untraced; `None`: a
+    /// worker's metrics were not readable).
+    spans_dropped: Option<u64>,
 }
 
 impl WorkerRun {
@@ -1007,6 +1010,21 @@ impl WorkerBench {
         let dead = broker::depth(&format!("{}.dead", self.env.prefix))
             .await
             .unwrap_or(0);
+        // The spans the workers dropped (the counter is absent until a
+        // first drop); `None` when a worker's metrics could not be read.
+        let mut spans_dropped = Some(0u64);
+        if traced {
+            for url in &metrics {
+                let text = match self.env.http.get(url).send().await {
+                    Ok(resp) => resp.text().await.ok(),
+                    Err(_) => None,
+                };
+                let dropped = text.map(|t| {
+                    inside::metric(&t, "oncehook_telemetry_spans_dropped_total").round() as u64
+                });
+                spans_dropped = spans_dropped.zip(dropped).map(|(a, b)| a + b);
+            }
+        }
         stop_all(procs);
         let run = WorkerRun {
             workers,
@@ -1020,6 +1038,7 @@ impl WorkerBench {
             cpu,
             backends_cpu,
             waits,
+            spans_dropped,
         };
         pgstat
             .finish(
@@ -1964,9 +1983,11 @@ async fn main() {
         }
         if let [u, t] = &workers[..] {
             notes.push(format!(
-                "traces exported: worker ×1 batch {} ran at {} of the same run without export (goal ≥ 0.95×)",
+                "traces exported: worker ×1 batch {} ran at {} of the same run without export (goal ≥ 0.95×); spans dropped by the worker: {}",
                 t.batch,
-                ratio(t.stats.rate(), u.stats.rate())
+                ratio(t.stats.rate(), u.stats.rate()),
+                t.spans_dropped
+                    .map_or("not readable".to_owned(), |n| n.to_string())
             ));
         }
         print_and_write(&rows, &notes, &cpu::Report::default(), &knobs);
@@ -2130,10 +2151,17 @@ async fn main() {
             .find(|r| !r.traced && r.workers == t.workers && r.batch == t.batch)
     {
         notes.push(format!(
-            "traces exported: worker ×{} batch {} ran at {} of the same run without export (goal ≥ 0.95×)",
+            "traces exported: worker ×{} batch {} ran at {} of the same run without export (goal ≥ 0.95×); spans dropped by the workers: {}{}",
             t.workers,
             t.batch,
-            ratio(t.stats.rate(), u.stats.rate())
+            ratio(t.stats.rate(), u.stats.rate()),
+            t.spans_dropped
+                .map_or("not readable".to_owned(), |n| n.to_string()),
+            if t.spans_dropped == Some(0) {
+                ""
+            } else {
+                " (a run that exported less is cheaper: not comparable)"
+            }
         ));
     }
     for batch in workers.iter().map(|r| r.batch).filter(|b| *b > 1).take(1) {
