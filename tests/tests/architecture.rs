@@ -28,6 +28,25 @@ fn rust_sources(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// Every Rust source under `crates/`: its path from the workspace root
+/// (with `/`), and its text.
+fn crate_sources() -> Vec<(String, String)> {
+    let mut files = Vec::new();
+    rust_sources(&root().join("crates"), &mut files);
+    files
+        .into_iter()
+        .map(|path| {
+            let rel = path
+                .strip_prefix(root())
+                .expect("under the workspace")
+                .to_string_lossy()
+                .replace('\\', "/");
+            let text = std::fs::read_to_string(&path).expect("source");
+            (rel, text)
+        })
+        .collect()
+}
+
 #[test]
 fn ingest_does_not_depend_on_the_database() {
     let manifest = read("crates/ingest/Cargo.toml");
@@ -259,19 +278,11 @@ fn the_sql_check_reads_code_not_prose() {
 /// What `findings` reports in each production source outside the store,
 /// as `path: finding` lines.
 fn outside_the_store(findings: fn(&str) -> Vec<String>, allowed: &[&str]) -> Vec<String> {
-    let mut files = Vec::new();
-    rust_sources(&root().join("crates"), &mut files);
     let mut offenders = Vec::new();
-    for path in files {
-        let rel = path
-            .strip_prefix(root())
-            .expect("under the workspace")
-            .to_string_lossy()
-            .replace('\\', "/");
+    for (rel, text) in crate_sources() {
         if allowed.iter().any(|store| rel.starts_with(store)) {
             continue;
         }
-        let text = std::fs::read_to_string(&path).expect("source");
         offenders.extend(findings(&text).into_iter().map(|f| format!("{rel}: {f}")));
     }
     offenders
@@ -722,19 +733,11 @@ fn the_gateway_path_check_reads_code_not_prose() {
 
 #[test]
 fn nothing_outside_the_gateways_crate_names_a_gateway() {
-    let mut files = Vec::new();
-    rust_sources(&root().join("crates"), &mut files);
     let mut offenders = Vec::new();
-    for path in files {
-        let rel = path
-            .strip_prefix(root())
-            .expect("under the workspace")
-            .to_string_lossy()
-            .replace('\\', "/");
+    for (rel, text) in crate_sources() {
         if rel.starts_with(GATEWAYS) {
             continue;
         }
-        let text = std::fs::read_to_string(&path).expect("source");
         offenders.extend(
             gateway_path_findings(&text)
                 .into_iter()
@@ -800,16 +803,8 @@ fn the_order_write_check_finds_a_second_writer_and_a_delete() {
 
 #[test]
 fn orders_are_written_by_the_ledger_once_and_never_deleted() {
-    let mut files = Vec::new();
-    rust_sources(&root().join("crates"), &mut files);
     let mut offenders = Vec::new();
-    for path in files {
-        let rel = path
-            .strip_prefix(root())
-            .expect("under the workspace")
-            .to_string_lossy()
-            .replace('\\', "/");
-        let text = std::fs::read_to_string(&path).expect("source");
+    for (rel, text) in crate_sources() {
         offenders.extend(
             order_write_findings(&rel, &text)
                 .into_iter()
