@@ -47,7 +47,7 @@ pub async fn phase(knobs: &Knobs) -> (Vec<Row>, Vec<String>) {
     let sizes = [SMALL, big()];
     let batches = batches(knobs);
     // (rows, batch) → PostgreSQL ms per event.
-    let mut cost: Vec<(i64, usize, Option<f64>)> = Vec::new();
+    let mut cost: Vec<(i64, usize, Option<f64>, Option<String>)> = Vec::new();
     let mut notes = Vec::new();
     for rows in sizes {
         let env = TestEnv::new().await;
@@ -74,27 +74,31 @@ pub async fn phase(knobs: &Knobs) -> (Vec<Row>, Vec<String>) {
                 run.stats.rate(),
                 run.pressure()
             ));
-            cost.push((rows, *batch, ms));
+            cost.push((rows, *batch, ms, run.slowest.clone()));
         }
         bench.stop();
     }
     let mut out = Vec::new();
     for batch in batches {
-        let at = |rows: i64| {
-            cost.iter()
-                .find(|(r, b, _)| *r == rows && *b == batch)
-                .and_then(|c| c.2)
-        };
+        let run_at = |rows: i64| cost.iter().find(|(r, b, _, _)| *r == rows && *b == batch);
+        let at = |rows: i64| run_at(rows).and_then(|c| c.2);
         let (small, large) = (at(sizes[0]), at(sizes[1]));
-        // The absolute goal holds at both sizes.
+        // The absolute goal holds at both sizes; a miss names the statement
+        // that took the most time.
         let most = if batch == 1 { 1.2 } else { 0.5 };
         for (rows, ms) in [(sizes[0], small), (sizes[1], large)] {
             if let Some(ms) = ms {
+                let slowest = run_at(rows)
+                    .and_then(|c| c.3.clone())
+                    .filter(|_| ms > most)
+                    .map_or(String::new(), |s| {
+                        format!("; the statement taking the most time: {s}")
+                    });
                 machine::goal(
                     &format!(
                         "PostgreSQL CPU per event, worker ×1 batch {batch}, {rows} rows preloaded ≤ {most} ms"
                     ),
-                    format!("{ms:.2} ms"),
+                    format!("{ms:.2} ms{slowest}"),
                     ms <= most,
                 );
             }

@@ -64,8 +64,16 @@ impl Probe {
     }
 
     /// Records the phase's section: `title`, `events` done (the unit of
-    /// every "per event" figure, named `unit`).
-    pub async fn finish(self, pool: &PgPool, title: &str, events: f64, unit: &str) {
+    /// every "per event" figure, named `unit`). Returns the statement that
+    /// took the most time, with its ms per `unit`, for a goal's verdict to
+    /// name (`None` without pg_stat_statements).
+    pub async fn finish(
+        self,
+        pool: &PgPool,
+        title: &str,
+        events: f64,
+        unit: &str,
+    ) -> Option<String> {
         // Backends flush their table counters when they exit, or idle up to
         // ten seconds later; the phase's processes have just stopped.
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -74,9 +82,13 @@ impl Probe {
         let per = |v: f64| {
             if events > 0.0 { v / events } else { 0.0 }
         };
+        let mut slowest = None;
         match &self.statements {
             Ok(()) => match top(pool).await {
                 Ok(rows) if !rows.is_empty() => {
+                    slowest = rows.first().map(|(_, ms, _, _, query)| {
+                        format!("`{}` ({:.3} ms per {unit})", shorten(query), per(*ms))
+                    });
                     let cells: Vec<Vec<String>> = rows
                         .iter()
                         .map(|(calls, ms, n, toplevel, query)| {
@@ -132,6 +144,7 @@ impl Probe {
         if let Ok(mut sections) = SECTIONS.lock() {
             sections.push(out);
         }
+        slowest
     }
 }
 
