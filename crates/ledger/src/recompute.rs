@@ -42,8 +42,7 @@ pub async fn recompute(
 ) -> Result<Recomputed, sqlx::Error> {
     let mut done = Recomputed::default();
     if touched.is_empty() {
-        let bumps: Vec<OrderUpdate> = noted.iter().map(|id| OrderUpdate::noted(*id)).collect();
-        orders::write_orders(conn, &bumps).await?;
+        orders::write_orders(conn, &only_noted(noted, &done.states)).await?;
         return Ok(done);
     }
     let ids: Vec<i64> = touched.iter().map(|o| o.id).collect();
@@ -96,12 +95,7 @@ pub async fn recompute(
             })
         })
         .collect();
-    updates.extend(
-        noted
-            .iter()
-            .filter(|id| !done.states.contains_key(id))
-            .map(|id| OrderUpdate::noted(*id)),
-    );
+    updates.extend(only_noted(noted, &done.states));
     books::set_flags(conn, &flags).await?;
     orders::write_orders(conn, &updates).await?;
     done.events = owed_events(touched, &done.states, &moved);
@@ -110,6 +104,16 @@ pub async fn recompute(
         .map(|order| Email::confirmation(order, moved.get(&order.id).map_or(&[], Vec::as_slice)))
         .collect();
     Ok(done)
+}
+
+/// The orders of `noted` that were not recomputed: only their version and
+/// `updated_at` move.
+fn only_noted(noted: &[i64], recomputed: &BTreeMap<i64, OrderState>) -> Vec<OrderUpdate> {
+    noted
+        .iter()
+        .filter(|id| !recomputed.contains_key(id))
+        .map(|id| OrderUpdate::noted(*id))
+        .collect()
 }
 
 /// The order events of the recomputed orders, each a function of the

@@ -146,10 +146,6 @@ impl Recording {
             Slot::Attempt(i) => self.facts.attempts[i].status == "captured",
             Slot::Refund(_) => true,
         };
-        let order_of = |slot: Slot| match slot {
-            Slot::Attempt(i) => self.facts.attempts[i].order_id,
-            Slot::Refund(i) => self.facts.refunds[i].order_id,
-        };
         let from_events = self
             .events
             .iter()
@@ -165,7 +161,7 @@ impl Recording {
         from_events
             .chain(from_adopted)
             .filter(|slot| moves(*slot))
-            .map(order_of)
+            .map(|slot| self.order_of(slot))
             .filter(|id| seen.insert(*id))
             .filter_map(|id| plan.orders.get(&id))
             .collect()
@@ -191,12 +187,17 @@ impl Recording {
     pub fn orders_of_new_facts(&self, fresh: &Fresh) -> Vec<i64> {
         let mut seen = HashSet::new();
         self.new_slots(fresh)
-            .map(|slot| match slot {
-                Slot::Attempt(i) => self.facts.attempts[i].order_id,
-                Slot::Refund(i) => self.facts.refunds[i].order_id,
-            })
+            .map(|slot| self.order_of(slot))
             .filter(|id| seen.insert(*id))
             .collect()
+    }
+
+    /// The order a recorded fact belongs to.
+    fn order_of(&self, slot: Slot) -> i64 {
+        match slot {
+            Slot::Attempt(i) => self.facts.attempts[i].order_id,
+            Slot::Refund(i) => self.facts.refunds[i].order_id,
+        }
     }
 
     /// The refunds recorded new, for their emails and order events.

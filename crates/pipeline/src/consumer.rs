@@ -59,10 +59,7 @@ impl<E: Effect> Worker<E> {
         // As many transactions in flight as configured (`batch.committers`),
         // whatever the group size: a free committer takes what waits, up to
         // `size`, so groups grow with the load and never cap the committers.
-        // More committers than deliveries in flight would never all work.
-        let committers = usize::from(settings.worker.committers)
-            .min(usize::from(settings.worker.prefetch))
-            .max(1);
+        let committers = usize::from(settings.worker.committers);
         let grouper = Grouper::start(pool.clone(), effect.clone(), size, committers);
         Arc::new(Worker {
             grouper,

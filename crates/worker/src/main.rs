@@ -34,7 +34,7 @@ async fn main() -> anyhow::Result<()> {
     // One connection per transaction in flight (the committers, no more than
     // the deliveries in flight), plus the relay, the sweeper, retention and
     // the gauges — unless the budget says otherwise.
-    let committers = settings.worker.committers.min(settings.worker.prefetch);
+    let committers = settings.worker.committers;
     let pool_size = settings.database.pool_size(u32::from(committers) + 4);
     if pool_size < u32::from(committers) + 2 {
         tracing::warn!(

@@ -67,6 +67,7 @@ pub struct WorkerConfig {
     /// committing whatever deliveries wait when it is free, up to
     /// `batch_size`: sized to what the database can take, not derived from
     /// the prefetch, so group commit never caps the transactions in flight.
+    /// Never more than the prefetch.
     pub committers: u16,
     /// How long an event whose payment is not linked to an order yet stays
     /// parked before it is dead-lettered as `unknown_order`.
@@ -143,7 +144,8 @@ impl From<WorkerSection> for WorkerConfig {
             retention_days: s.retention.days.0,
             retention_interval: Duration::from_secs(s.retention.interval_secs.0),
             batch_size: s.batch.size.0,
-            committers: s.batch.committers.0,
+            // More committers than deliveries in flight would never all work.
+            committers: s.batch.committers.0.min(s.prefetch.0),
             unlinked_ttl: s.unlinked_ttl.0,
             fault_panic_order_ref: s.fault_panic_order_ref.filter(|r| !r.is_empty()),
         }

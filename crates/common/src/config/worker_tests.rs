@@ -109,4 +109,6 @@ fn committers_are_their_own_setting_bounded_and_default_to_eight() {
     }
     let file = load("[worker.batch]\ncommitters = 12\n", &[]).expect("from the file");
     assert_eq!(file.worker.committers, 12);
+    let capped = load_env(&[(ENV_WORKER_COMMITTERS, "20"), (ENV_PREFETCH, "4")]).expect("capped");
+    assert_eq!(capped.worker.committers, 4, "never more than the prefetch");
 }
