@@ -60,7 +60,9 @@ async fn a_bad_event_in_a_batch_is_dead_lettered_alone_and_the_rest_commit_once(
     .await;
 
     // The bad delivery must share a group, whatever the timing. With one
-    // committer (prefetch = batch size) and the dedup table locked, the
+    // committer (set here: the default, eight, would share what waits over
+    // eight groups and could leave the bad delivery alone in one) and the
+    // dedup table locked, the
     // first group blocks at its claim while the rest of the prefetch
     // queues behind it; on release, the bad delivery (fifth in the queue)
     // is either in the first group, which then holds at least five, or in
@@ -76,6 +78,7 @@ async fn a_bad_event_in_a_batch_is_dead_lettered_alone_and_the_rest_commit_once(
             &[
                 ("ONCEHOOK_PREFETCH", "16"),
                 ("ONCEHOOK_WORKER_BATCH_SIZE", "16"),
+                ("ONCEHOOK_WORKER_COMMITTERS", "1"),
             ],
         )
         .await;
