@@ -7,7 +7,12 @@
 -- events adopted, the link, payment and refund facts in one statement, the
 -- orders' facts read, the products locked and their stock taken, the one
 -- write of each order (state, version, updated_at), the confirmations into
--- the outbox, the order events, the outcomes; then the commit. Only the Rust
+-- the outbox, the order events, the outcomes; then the commit. The
+-- transaction runs on generic plans, as the worker's does on a direct
+-- connection (its BEGIN sets plan_cache_mode = force_generic_plan for the
+-- transaction; pgbench sends the SET as a statement of its own), and the
+-- group's event numbers come in as an array (unnest), as the worker binds
+-- its arrays, so each statement is planned once per connection. Only the Rust
 -- around it is missing: what the worker computes between two statements is
 -- computed here in SQL from the group's event numbers, and the two results
 -- it carries forward (the orders' ids, the stock to take) come back through
@@ -45,13 +50,14 @@
 \set last :first + :batch - 1
 
 BEGIN;
+SET LOCAL plan_cache_mode = force_generic_plan;
 
 INSERT INTO processed_webhooks
     (source, event_id, body_sha256, provider, event_type, order_ref, receipt_id, outcome, received_at, payment_id, origin, trace_id)
 SELECT 'razorpay', 'evt_pgb_' || :tag::text || '_' || e, md5(:tag::text || '_' || e), 'razorpay', 'payment.captured',
        'bench_' || (:base + 1 + e % :norders), gen_random_uuid(), 'applied', now(),
        'pay_pgb_' || :tag::text || '_' || e, 'webhook', NULL
-FROM generate_series(:first::bigint, :last::bigint) AS e
+FROM unnest(ARRAY(SELECT generate_series(:first::bigint, :last::bigint))) AS e
 ORDER BY e
 ON CONFLICT (source, body_sha256) WHERE body_sha256 <> '' DO UPDATE
     SET deliveries = processed_webhooks.deliveries
@@ -63,21 +69,21 @@ RETURNING source, event_id, body_sha256, (xmax = 0) AS inserted;
 
 WITH keys AS MATERIALIZED (
     SELECT hashtextextended('razorpay' || ':' || ('pay_pgb_' || :tag::text || '_' || e), 7) AS k
-    FROM generate_series(:first::bigint, :last::bigint) AS e
+    FROM unnest(ARRAY(SELECT generate_series(:first::bigint, :last::bigint))) AS e
     UNION
     SELECT hashtextextended('order:' || ('bench_' || (:base + 1 + e % :norders)), 7)
-    FROM generate_series(:first::bigint, :last::bigint) AS e),
+    FROM unnest(ARRAY(SELECT generate_series(:first::bigint, :last::bigint))) AS e),
 locked AS MATERIALIZED (
     SELECT pg_advisory_xact_lock(s.k) FROM (SELECT k FROM keys ORDER BY k) s)
 SELECT count(*) AS locked FROM locked;
 
 WITH batch AS (
     SELECT 'razorpay'::text AS provider, 'pay_pgb_' || :tag::text || '_' || e AS payment_id
-    FROM generate_series(:first::bigint, :last::bigint) AS e),
+    FROM unnest(ARRAY(SELECT generate_series(:first::bigint, :last::bigint))) AS e),
 named AS (SELECT * FROM unnest('{}'::text[], '{}'::text[]) AS t(gateway, gateway_ref)),
 wanted AS (
     SELECT id FROM orders WHERE order_ref = ANY(ARRAY(
-        SELECT 'bench_' || (:base + 1 + e % :norders) FROM generate_series(:first::bigint, :last::bigint) AS e))
+        SELECT 'bench_' || (:base + 1 + e % :norders) FROM unnest(ARRAY(SELECT generate_series(:first::bigint, :last::bigint))) AS e))
     UNION
     SELECT g.order_id FROM order_gateway_refs g
     JOIN named n ON n.gateway = g.gateway AND n.gateway_ref = g.gateway_ref
@@ -105,7 +111,7 @@ SELECT array_agg(id ORDER BY id)::text AS ids FROM told \gset o_
 
 DELETE FROM parked_events p
 USING (SELECT 'razorpay'::text AS provider, 'pay_pgb_' || :tag::text || '_' || e AS payment_id
-       FROM generate_series(:first::bigint, :last::bigint) AS e) AS t
+       FROM unnest(ARRAY(SELECT generate_series(:first::bigint, :last::bigint))) AS e) AS t
 WHERE p.provider = t.provider AND p.payment_id = t.payment_id AND p.order_ref IS NULL
 RETURNING p.source, p.event_id, p.body_sha256, p.provider, p.payment_id, p.order_ref, p.routing_key, p.envelope, p.replays, p.trace_parent;
 
@@ -194,7 +200,7 @@ FROM (SELECT 'razorpay'::text AS source, 'evt_pgb_' || :tag::text || '_' || e AS
              md5(:tag::text || '_' || e) AS body_sha256, 'applied'::text AS outcome,
              'captured payment pay_pgb_' || e || ' recorded; order bench_' || (:base + 1 + e % :norders)
              || ' is paid (refunded 0.00 INR)' AS detail
-      FROM generate_series(:first::bigint, :last::bigint) AS e) AS f
+      FROM unnest(ARRAY(SELECT generate_series(:first::bigint, :last::bigint))) AS e) AS f
 WHERE p.source = f.source AND p.event_id = f.event_id AND p.body_sha256 = f.body_sha256;
 
 COMMIT;

@@ -124,6 +124,12 @@ ensure_pg_stat_statements() {
     psql_admin "SELECT pg_reload_conf()" >/dev/null
     say "pg_stat_statements.track = all (ALTER SYSTEM, reloaded)"
   fi
+  # Planning is PostgreSQL time too: the bench reports it beside execution.
+  if [ "$(psql_admin "SELECT setting FROM pg_settings WHERE name = 'pg_stat_statements.track_planning'")" != on ]; then
+    psql_admin "ALTER SYSTEM SET pg_stat_statements.track_planning = on"
+    psql_admin "SELECT pg_reload_conf()" >/dev/null
+    say "pg_stat_statements.track_planning = on (ALTER SYSTEM, reloaded)"
+  fi
 }
 
 # The build needs a C compiler as the linker (and for crates that build C)

@@ -1,8 +1,10 @@
 //! Where PostgreSQL's time goes in one bench phase (a pgbench ceiling run,
 //! a worker run, the shop API): the statements that took it, from
 //! `pg_stat_statements` reset in the phase's database when the phase
-//! starts — calls, milliseconds and rows per event, nested statements
-//! (trigger and function bodies) included — and the rows each table
+//! starts — calls, milliseconds planning and executing, and rows per
+//! event, nested statements (trigger and function bodies) included, and
+//! the planning and execution time of all its statements together — and
+//! the rows each table
 //! gained, changed and left dead over the phase (`pg_stat_user_tables`
 //! deltas), so that trigger writes and dead tuples show up.
 //!
@@ -85,29 +87,41 @@ impl Probe {
         let mut slowest = None;
         match &self.statements {
             Ok(()) => match top(pool).await {
-                Ok(rows) if !rows.is_empty() => {
-                    slowest = rows.first().map(|(_, ms, _, _, query)| {
-                        format!("`{}` ({:.3} ms per {unit})", shorten(query), per(*ms))
+                Ok((rows, (planning, executing))) if !rows.is_empty() => {
+                    slowest = rows.first().map(|s| {
+                        format!(
+                            "`{}` ({:.3} ms per {unit}, {:.3} of it planning)",
+                            shorten(&s.query),
+                            per(s.plan_ms + s.exec_ms),
+                            per(s.plan_ms)
+                        )
                     });
                     let cells: Vec<Vec<String>> = rows
                         .iter()
-                        .map(|(calls, ms, n, toplevel, query)| {
+                        .map(|s| {
                             vec![
-                                format!("{:.2}", per(*calls as f64)),
-                                format!("{:.3}", per(*ms)),
-                                format!("{:.2}", per(*n as f64)),
-                                if *toplevel { "top" } else { "nested" }.to_owned(),
-                                format!("`{}`", shorten(query)),
+                                format!("{:.2}", per(s.calls as f64)),
+                                format!("{:.3}", per(s.plan_ms)),
+                                format!("{:.3}", per(s.exec_ms)),
+                                format!("{:.2}", per(s.rows as f64)),
+                                if s.toplevel { "top" } else { "nested" }.to_owned(),
+                                format!("`{}`", shorten(&s.query)),
                             ]
                         })
                         .collect();
                     out.push_str(&format!(
-                        "Top statements by execution time (pg_stat_statements), per {unit}:\n\n"
+                        "All statements: {:.3} ms planning and {:.3} ms executing per {unit} \
+                         (planning is counted when the server sets \
+                         `pg_stat_statements.track_planning`, as `deploy/local/services.sh` does).\n\n\
+                         Top statements by planning and execution time (pg_stat_statements), \
+                         per {unit}:\n\n",
+                        per(planning),
+                        per(executing)
                     ));
                     out.push_str(&table::markdown(
-                        &["calls", "ms", "rows", "level", "statement"],
+                        &["calls", "plan ms", "exec ms", "rows", "level", "statement"],
                         &cells,
-                        |i| i < 3,
+                        |i| i < 4,
                     ));
                 }
                 Ok(_) => out.push_str("pg_stat_statements recorded no statement.\n"),
@@ -185,21 +199,47 @@ async fn reset(pool: &PgPool) -> Result<(), String> {
     .map_err(|e| e.to_string())
 }
 
-/// Calls, milliseconds, rows, top level or nested, and text of the
-/// statements that took most execution time in this database.
-async fn top(pool: &PgPool) -> Result<Vec<(i64, f64, i64, bool, String)>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT /* oncehook bench */ calls, total_exec_time, rows, toplevel, query
+/// One statement's figures over a phase.
+#[derive(sqlx::FromRow)]
+struct Statement {
+    calls: i64,
+    plan_ms: f64,
+    exec_ms: f64,
+    rows: i64,
+    toplevel: bool,
+    query: String,
+}
+
+/// The statements that took most planning and execution time in this
+/// database, and the milliseconds planning and executing of all of them
+/// (the bench's own left out).
+async fn top(pool: &PgPool) -> Result<(Vec<Statement>, (f64, f64)), sqlx::Error> {
+    let statements = sqlx::query_as(
+        "SELECT /* oncehook bench */ calls, total_plan_time AS plan_ms,
+                total_exec_time AS exec_ms, rows, toplevel, query
          FROM pg_stat_statements
          WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
            AND query NOT LIKE '%' || $1 || '%'
            AND query NOT LIKE '%pg_stat_activity%'
-         ORDER BY total_exec_time DESC LIMIT $2",
+         ORDER BY total_plan_time + total_exec_time DESC LIMIT $2",
     )
     .bind(BENCH_TAG)
     .bind(TOP)
     .fetch_all(pool)
-    .await
+    .await?;
+    let totals: (f64, f64) = sqlx::query_as(
+        "SELECT /* oncehook bench */ COALESCE(sum(total_plan_time), 0)::float8,
+                COALESCE(sum(total_exec_time), 0)::float8
+         FROM pg_stat_statements
+         WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+           AND query NOT LIKE '%' || $1 || '%'
+           AND query NOT LIKE '%pg_stat_activity%'
+           AND toplevel",
+    )
+    .bind(BENCH_TAG)
+    .fetch_one(pool)
+    .await?;
+    Ok((statements, totals))
 }
 
 /// Every user table's counters.

@@ -83,7 +83,8 @@ impl StatementCounter {
     }
 
     /// The statements (SQL text, as sent) of every transaction committed
-    /// through the proxy so far, `BEGIN` and `COMMIT` left out.
+    /// through the proxy so far, `BEGIN` and `COMMIT` left out (what a
+    /// `BEGIN` message sets with it, `SET LOCAL …`, is kept).
     pub fn transactions(&self) -> Vec<Vec<String>> {
         self.transactions
             .lock()
@@ -183,6 +184,14 @@ impl Texts {
                 let word = text.trim_start().to_ascii_uppercase();
                 if word.starts_with("BEGIN") {
                     self.open.clear();
+                    // What the same message sets for the transaction
+                    // (`BEGIN; SET LOCAL …`) is one of its statements.
+                    if let Some((_, rest)) = text.split_once(';') {
+                        let rest = rest.trim().trim_end_matches(';').trim();
+                        if !rest.is_empty() {
+                            self.open.push(rest.to_owned());
+                        }
+                    }
                 } else if word.starts_with("COMMIT") {
                     if let Ok(mut all) = committed.lock() {
                         all.push(std::mem::take(&mut self.open));

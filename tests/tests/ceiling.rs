@@ -186,6 +186,26 @@ async fn ceiling_c_runs_the_statements_of_the_workers_transaction() {
     let tables = tables(&env).await;
     let script = std::fs::read_to_string(script_path()).expect("deploy/bench/worker-tx.sql");
     let ceiling = script_statements(&script);
+    // Both plan their statements the same way: the worker's transaction
+    // sets generic plans with its BEGIN (a direct connection), the script
+    // with a statement of its own.
+    let settings = |statements: &[String]| -> Vec<String> {
+        statements
+            .iter()
+            .map(|s| s.trim().trim_end_matches(';').trim().to_owned())
+            .filter(|s| s.to_uppercase().starts_with("SET "))
+            .collect()
+    };
+    assert_eq!(
+        settings(worker),
+        vec!["SET LOCAL plan_cache_mode = force_generic_plan".to_owned()],
+        "the worker's transaction runs on generic plans: {worker:#?}"
+    );
+    assert_eq!(
+        settings(&ceiling),
+        settings(worker),
+        "deploy/bench/worker-tx.sql plans as the worker's transaction does"
+    );
     let (w, c) = (described(worker, &tables), described(&ceiling, &tables));
     let show = |d: &[(BTreeSet<String>, String)]| {
         d.iter()

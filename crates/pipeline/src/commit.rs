@@ -58,7 +58,7 @@ async fn transaction<E: Effect>(
     effect: &E,
     deliveries: &[&Delivery],
 ) -> Result<Vec<Processed>, ProcessError> {
-    let mut tx = pool.begin().await?;
+    let mut tx = pool.begin_generic().await?;
     let duplicates = claim(&mut tx, deliveries).await?;
     let fresh: Vec<&Delivery> = deliveries
         .iter()

@@ -121,6 +121,25 @@ impl Pooled {
         self.pool.begin().await
     }
 
+    /// A transaction whose statements run on generic plans
+    /// (`plan_cache_mode = force_generic_plan`, for this transaction only,
+    /// sent with its `BEGIN` in one message). PostgreSQL plans a prepared
+    /// statement anew at every execution while a plan for the values at
+    /// hand looks cheaper than one for any values — and for statements
+    /// over bound arrays it always does — so each execution paid its
+    /// planning again (most of the worker's PostgreSQL time per event at
+    /// batch 1, docs/scaling.md). With a generic plan a statement is
+    /// planned once per connection and again only when the tables'
+    /// statistics or schema change. Behind a transaction-mode pooler no
+    /// statement is cached and each one is planned anyway: a plain
+    /// transaction.
+    pub async fn begin_generic(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+        match self.pooler {
+            Pooler::None => self.pool.begin_with(BEGIN_GENERIC).await,
+            Pooler::Transaction => self.pool.begin().await,
+        }
+    }
+
     /// Closes the pool: waits for the connections in use to come back.
     pub async fn close(&self) {
         self.pool.close().await;
@@ -150,6 +169,10 @@ impl Pooled {
         })
     }
 }
+
+/// The `BEGIN` of [`Pooled::begin_generic`] (`deploy/bench/worker-tx.sql`
+/// opens ceiling C's transaction the same way).
+pub const BEGIN_GENERIC: &str = "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan";
 
 /// How to reach the database `db` names: behind a transaction-mode pooler
 /// no prepared statement is cached (a server connection is ours only inside
