@@ -1,7 +1,8 @@
 //! Cost flat as the tables grow: one worker's PostgreSQL CPU per event
 //! (the whole server, [`crate::cpu`]) at batch 1 and at the configured
 //! batch, with the tables that grow with traffic — `orders`, `payments`,
-//! `processed_webhooks`, `order_events` — preloaded in bulk to
+//! `payment_links`, `processed_webhooks`, `order_events` — preloaded in
+//! bulk to
 //! [`SMALL`] rows and to `ONCEHOOK_BENCH_GROWTH_ROWS` rows (1,000,000),
 //! and the ratio of the two against the goal (≤ [`GOAL`]). A statement
 //! whose cost follows the table's size (a scan, a count, an index that
@@ -9,7 +10,7 @@
 //!
 //! The rows are made by `INSERT … SELECT … generate_series` in one
 //! transaction, not through the pipeline: paid orders, a captured payment
-//! each, their processed webhooks (two to 31 days old: newer than the
+//! each and its link to the order, their processed webhooks (two to 31 days old: newer than the
 //! retention, older than what the bench counts as its own) and published
 //! order events. Triggers and foreign-key checks are skipped while
 //! loading (`session_replication_role = replica`: the rows agree by
@@ -57,7 +58,7 @@ pub async fn phase(knobs: &Knobs) -> (Vec<Row>, Vec<String>) {
         let loaded = started.elapsed();
         let mut bench = WorkerBench::on(env, knobs, batches.len()).await;
         notes.push(format!(
-            "growth: {rows} rows in each of orders, payments, processed_webhooks, order_events loaded in {:.1} s; the bench's orders seeded, the database vacuumed and analyzed, ingest started in {:.1} s more",
+            "growth: {rows} rows in each of orders, payments, payment_links, processed_webhooks, order_events loaded in {:.1} s; the bench's orders seeded, the database vacuumed and analyzed, ingest started in {:.1} s more",
             loaded.as_secs_f64(),
             (started.elapsed() - loaded).as_secs_f64()
         ));
@@ -139,8 +140,8 @@ pub async fn phase(knobs: &Knobs) -> (Vec<Row>, Vec<String>) {
     (out, notes)
 }
 
-/// `rows` paid orders with a captured payment, a processed webhook and a
-/// published order event each, in one transaction.
+/// `rows` paid orders with a captured payment (linked to its order), a
+/// processed webhook and a published order event each, in one transaction.
 async fn preload(pool: &PgPool, rows: i64) {
     let statements = [
         "SET LOCAL session_replication_role = replica",
@@ -154,6 +155,9 @@ async fn preload(pool: &PgPool, rows: i64) {
                                event_id, created_at)
          SELECT 'razorpay', 'pay_' || o.order_ref, o.id, 'captured', 10000, 'INR',
                 'evt_' || o.order_ref, o.created_at
+         FROM orders o WHERE o.order_ref LIKE 'grow\\_%' AND $1::bigint > 0",
+        "INSERT INTO payment_links (provider, payment_id, order_id, event_id, created_at)
+         SELECT 'razorpay', 'pay_' || o.order_ref, o.id, 'evt_' || o.order_ref, o.created_at
          FROM orders o WHERE o.order_ref LIKE 'grow\\_%' AND $1::bigint > 0",
         "INSERT INTO processed_webhooks (source, event_id, body_sha256, provider, event_type,
                                          order_ref, outcome, received_at, processed_at,

@@ -15,6 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use sqlx::PgPool;
@@ -33,6 +34,14 @@ const SHOWN: usize = 90;
 
 /// The sections written so far, in order; the report takes them.
 static SECTIONS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// While set, phases record no section (warm-up runs).
+static MUTED: AtomicBool = AtomicBool::new(false);
+
+/// Stops (`true`) or resumes recording sections.
+pub fn mute(muted: bool) {
+    MUTED.store(muted, Ordering::SeqCst);
+}
 
 /// Every section recorded since the last call (markdown).
 pub fn take_sections() -> Vec<String> {
@@ -155,6 +164,9 @@ impl Probe {
             &cells,
             |i| i > 0,
         ));
+        if MUTED.load(Ordering::SeqCst) {
+            return slowest;
+        }
         if let Ok(mut sections) = SECTIONS.lock() {
             sections.push(out);
         }
