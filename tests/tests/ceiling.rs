@@ -198,7 +198,12 @@ async fn ceiling_c_runs_the_statements_of_the_workers_transaction() {
     };
     assert_eq!(
         settings(worker),
-        vec!["SET LOCAL plan_cache_mode = force_generic_plan".to_owned()],
+        vec![
+            oncehook_common::store::BEGIN_GENERIC
+                .trim_start_matches("BEGIN;")
+                .trim()
+                .to_owned()
+        ],
         "the worker's transaction runs on generic plans: {worker:#?}"
     );
     assert_eq!(
