@@ -664,6 +664,19 @@ impl TestEnv {
             .collect();
         std::fs::write(&self.config_path, config_toml_with(&tables)).expect("write test config");
     }
+
+    /// Points the sources as [`TestEnv::use_gateway_apis`] does, and the
+    /// second Razorpay account (`razorpay_second`) at `second`.
+    pub fn use_gateway_apis_and_second_razorpay(
+        &self,
+        apis: &[&crate::gateway_api::GatewayApi],
+        second: &crate::gateway_api::GatewayApi,
+    ) {
+        self.use_gateway_apis(apis);
+        // `razorpay_second` is the file's last [[source]]: a table written
+        // straight after it is its own.
+        self.append_config(&second.source_api_toml());
+    }
 }
 
 impl TestEnv {

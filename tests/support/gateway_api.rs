@@ -1,7 +1,9 @@
 //! A local stand-in for one gateway's API, for the reconciliation tests:
-//! a real HTTP listener on 127.0.0.1 that serves the documented answer
-//! shapes (Razorpay's collections, Cashfree's bare arrays, PayU's
-//! `verify_payment`, Stripe's objects and lists with `has_more`) from an
+//! a real HTTP listener on 127.0.0.1 that serves the documented answers
+//! (Razorpay's collections, Cashfree's bare arrays, PayU's
+//! `verify_payment`, Stripe's objects and lists with `has_more`, and each
+//! one's "no such id"), every object built from the gateway's documented
+//! sample (`shapes`, from the files the readers are tested on), from an
 //! in-memory state the test fills, checks each gateway's credentials, and
 //! counts every call. Faults are queued: the next requests answer a status
 //! (500, 401, …), a 429 with `Retry-After`, or only after a delay.
@@ -29,6 +31,45 @@ impl ApiCredentials {
     pub const CASHFREE_CLIENT_ID: &'static str = "cf_test_client";
     pub const CASHFREE_CLIENT_SECRET: &'static str = "cf_test_client_secret";
     pub const STRIPE_API_KEY: &'static str = "sk_test_recon_key";
+}
+
+/// Reconciliation every second, for orders older than a second, with a
+/// short call timeout and no pacing to speak of (for every binary started
+/// afterwards).
+pub fn reconcile_every_second(env: &mut crate::TestEnv) {
+    env.set_env("ONCEHOOK_RECONCILE_INTERVAL", "1s");
+    env.set_env("ONCEHOOK_RECONCILE_AFTER", "1s");
+    env.set_env("ONCEHOOK_RECONCILE_TIMEOUT", "1s");
+    env.set_env("ONCEHOOK_RECONCILE_CALLS_PER_SECOND", "100");
+}
+
+/// Makes every order a minute old: inside the `after` window from the
+/// first pass on.
+pub async fn backdate_orders(env: &crate::TestEnv) {
+    sqlx::query("UPDATE orders SET created_at = now() - interval '1 minute'")
+        .execute(&env.pool)
+        .await
+        .expect("backdate");
+}
+
+/// Registers `reference` as the order's reference at `gateway`, as
+/// `POST /v1/orders` `gateway_refs` does.
+pub async fn register_gateway_ref(
+    env: &crate::TestEnv,
+    order_ref: &str,
+    gateway: &str,
+    reference: &str,
+) {
+    sqlx::query(
+        "INSERT INTO order_gateway_refs (gateway, gateway_ref, order_id)
+         SELECT $2, $3, id FROM orders WHERE order_ref = $1",
+    )
+    .bind(order_ref)
+    .bind(gateway)
+    .bind(reference)
+    .execute(&env.pool)
+    .await
+    .expect("gateway ref");
 }
 
 /// What the next request gets instead of its answer.
@@ -117,6 +158,20 @@ impl GatewayApi {
     /// Sets the object answered at `path`.
     pub fn set(&self, path: &str, object: Value) {
         self.with(|s| s.objects.insert(path.to_owned(), object));
+    }
+
+    /// Adds a Razorpay order whose `receipt` is `receipt`: listed by
+    /// `GET /v1/orders?receipt=`, and known (its payments, none yet) by id.
+    pub fn razorpay_order(&self, id: &str, receipt: &str, amount: i64) {
+        self.add(
+            &format!("/v1/orders?receipt={receipt}"),
+            shapes::razorpay_order(id, receipt, amount),
+        );
+        self.with(|s| {
+            s.lists
+                .entry(format!("/v1/orders/{id}/payments"))
+                .or_default();
+        });
     }
 
     /// Sets a PayU transaction's details.
@@ -293,27 +348,57 @@ fn answer(gateway: Gateway, r: &Request, s: &State) -> (u16, Value) {
         .into_owned()
         .collect();
     match gateway {
-        Gateway::Razorpay => match s.lists.get(path) {
-            Some(items) => (
-                200,
-                json!({"entity": "collection", "count": items.len(), "items": items}),
-            ),
-            None if path.starts_with("/v1/payments/") => (
-                200,
-                json!({"entity": "collection", "count": 0, "items": []}),
-            ),
-            None => (
-                404,
-                json!({"error": {"code": "BAD_REQUEST_ERROR", "description": "The id provided does not exist"}}),
-            ),
-        },
-        Gateway::Cashfree => (
-            200,
-            Value::Array(s.lists.get(path).cloned().unwrap_or_default()),
-        ),
+        Gateway::Razorpay => razorpay(path, &params, s),
+        Gateway::Cashfree => cashfree(path, s),
         Gateway::Payu => payu(r, s),
         Gateway::Stripe => stripe(path, &params, s),
         _ => (404, json!({})),
+    }
+}
+
+/// Cashfree's answer: the order's payments or refunds (none yet: an empty
+/// list), or its documented 404 for an order it does not know (one with
+/// neither list).
+fn cashfree(path: &str, s: &State) -> (u16, Value) {
+    if let Some(items) = s.lists.get(path) {
+        return (200, Value::Array(items.clone()));
+    }
+    let order = path
+        .strip_suffix("/payments")
+        .or_else(|| path.strip_suffix("/refunds"))
+        .unwrap_or(path);
+    let known = ["/payments", "/refunds"]
+        .iter()
+        .any(|tail| s.lists.contains_key(&format!("{order}{tail}")));
+    if known {
+        (200, json!([]))
+    } else {
+        (404, shapes::cashfree_not_found())
+    }
+}
+
+/// Razorpay's answer: a collection, or for an id it does not know its
+/// documented `400 BAD_REQUEST_ERROR` "The id provided does not exist".
+fn razorpay(path: &str, params: &HashMap<String, String>, s: &State) -> (u16, Value) {
+    let collection =
+        |items: &[Value]| json!({"entity": "collection", "count": items.len(), "items": items});
+    if path == "/v1/orders" {
+        let Some(receipt) = params.get("receipt") else {
+            return (
+                400,
+                json!({"error": {"code": "BAD_REQUEST_ERROR", "description": "this stand-in lists orders by receipt only"}}),
+            );
+        };
+        let key = format!("/v1/orders?receipt={receipt}");
+        return (
+            200,
+            collection(s.lists.get(&key).map_or(&[][..], Vec::as_slice)),
+        );
+    }
+    match s.lists.get(path) {
+        Some(items) => (200, collection(items)),
+        None if path.starts_with("/v1/payments/") => (200, collection(&[])),
+        None => (400, shapes::razorpay_unknown_id()),
     }
 }
 
@@ -340,7 +425,7 @@ fn payu(r: &Request, s: &State) -> (u16, Value) {
                 .payu
                 .get(t)
                 .cloned()
-                .unwrap_or(json!({"mihpayid": "Not Found", "status": "Not Found"}));
+                .unwrap_or_else(shapes::payu_not_found);
             (t.to_owned(), d)
         })
         .collect();
@@ -400,19 +485,48 @@ fn stripe(path: &str, params: &HashMap<String, String>, s: &State) -> (u16, Valu
         }
         _ => match s.objects.get(path) {
             Some(o) => (200, o.clone()),
-            None => (
-                404,
-                json!({"error": {"code": "resource_missing", "message": "No such payment_intent"}}),
-            ),
+            None => (404, shapes::stripe_resource_missing("payment_intent")),
         },
     }
 }
 
-/// The documented objects, filled with a test's values.
+/// The gateways' documented objects (`oncehook_gateways::documented`, the
+/// same files the readers are tested on), with a test's values put into
+/// fields the documented object has: a field the documentation does not
+/// show cannot be served.
 pub mod shapes {
+    use oncehook_gateways::documented::{body, cashfree, payu, razorpay, stripe};
     use serde_json::{Value, json};
 
-    /// A Razorpay payment entity.
+    /// The documented JSON of `file`.
+    pub fn documented(file: &'static str) -> Value {
+        serde_json::from_str(body(file)).expect("a documented answer is JSON")
+    }
+
+    /// `template` with each of `fields` set; every field must be one the
+    /// documented object has.
+    fn filled(mut template: Value, fields: &[(&str, Value)]) -> Value {
+        for (key, value) in fields {
+            let slot = template
+                .get_mut(*key)
+                .unwrap_or_else(|| panic!("the documented object has no field {key:?}"));
+            *slot = value.clone();
+        }
+        template
+    }
+
+    /// The `i`th item of the documented list `file` (at `items`, `data` or
+    /// the top).
+    fn item(file: &'static str, list: Option<&str>, i: usize) -> Value {
+        let v = documented(file);
+        let items = match list {
+            Some(k) => &v[k],
+            None => &v,
+        };
+        items[i].clone()
+    }
+
+    /// A Razorpay payment entity (the documented captured payment).
     pub fn razorpay_payment(
         id: &str,
         order_id: &str,
@@ -420,53 +534,129 @@ pub mod shapes {
         amount: i64,
         email: &str,
     ) -> Value {
-        json!({"id": id, "entity": "payment", "amount": amount, "currency": "INR", "status": status,
-               "order_id": order_id, "captured": status == "captured", "email": email,
-               "created_at": 1_764_633_600})
+        filled(
+            item(razorpay::ORDER_PAYMENTS, Some("items"), 1),
+            &[
+                ("id", json!(id)),
+                ("order_id", json!(order_id)),
+                ("status", json!(status)),
+                ("amount", json!(amount)),
+                (
+                    "captured",
+                    json!(status == "captured" || status == "refunded"),
+                ),
+                ("email", json!(email)),
+            ],
+        )
     }
 
-    /// A Razorpay refund entity.
+    /// A Razorpay order entity, paid, with the shop's reference as its receipt.
+    pub fn razorpay_order(id: &str, receipt: &str, amount: i64) -> Value {
+        filled(
+            item(razorpay::ORDERS, Some("items"), 0),
+            &[
+                ("id", json!(id)),
+                ("receipt", json!(receipt)),
+                ("amount", json!(amount)),
+                ("amount_paid", json!(amount)),
+                ("amount_due", json!(0)),
+                ("status", json!("paid")),
+                ("attempts", json!(1)),
+            ],
+        )
+    }
+
+    /// A Razorpay refund entity, processed.
     pub fn razorpay_refund(id: &str, payment_id: &str, amount: i64) -> Value {
-        json!({"id": id, "entity": "refund", "amount": amount, "currency": "INR",
-               "payment_id": payment_id, "status": "processed", "created_at": 1_764_634_000})
+        filled(
+            item(razorpay::PAYMENT_REFUNDS, Some("items"), 0),
+            &[
+                ("id", json!(id)),
+                ("payment_id", json!(payment_id)),
+                ("amount", json!(amount)),
+            ],
+        )
     }
 
-    /// A Cashfree payment (2023-08-01); `amount` in rupees.
+    /// Razorpay's answer for an id it does not know (with status 400).
+    pub fn razorpay_unknown_id() -> Value {
+        documented(razorpay::ID_DOES_NOT_EXIST)
+    }
+
+    /// A Cashfree payment; `amount` in rupees.
     pub fn cashfree_payment(
         cf_payment_id: i64,
         order_id: &str,
         status: &str,
         amount: f64,
     ) -> Value {
-        json!({"cf_payment_id": cf_payment_id, "order_id": order_id, "entity": "payment",
-               "is_captured": status == "SUCCESS", "order_amount": amount, "payment_amount": amount,
-               "payment_currency": "INR", "payment_status": status,
-               "payment_time": "2026-12-01T10:00:00+05:30", "payment_group": "upi"})
+        filled(
+            item(cashfree::ORDER_PAYMENTS, None, 0),
+            &[
+                ("cf_payment_id", json!(cf_payment_id)),
+                ("order_id", json!(order_id)),
+                ("payment_status", json!(status)),
+                ("is_captured", json!(status == "SUCCESS")),
+                ("order_amount", json!(amount)),
+                ("payment_amount", json!(amount)),
+            ],
+        )
     }
 
-    /// A Cashfree refund.
+    /// A Cashfree refund, successful; `amount` in rupees.
     pub fn cashfree_refund(
         cf_payment_id: i64,
         refund_id: &str,
         order_id: &str,
         amount: f64,
     ) -> Value {
-        json!({"cf_payment_id": cf_payment_id, "cf_refund_id": format!("cf_{refund_id}"),
-               "refund_id": refund_id, "order_id": order_id, "entity": "refund",
-               "refund_amount": amount, "refund_currency": "INR", "refund_status": "SUCCESS"})
+        filled(
+            item(cashfree::ORDER_REFUNDS, None, 0),
+            &[
+                ("cf_payment_id", json!(cf_payment_id)),
+                ("cf_refund_id", json!(format!("cf_{refund_id}"))),
+                ("refund_id", json!(refund_id)),
+                ("order_id", json!(order_id)),
+                ("refund_amount", json!(amount)),
+            ],
+        )
+    }
+
+    /// Cashfree's 404 answer.
+    pub fn cashfree_not_found() -> Value {
+        documented(cashfree::NOT_FOUND)
     }
 
     /// A PayU transaction's details; `amount` in rupees as PayU writes it.
-    pub fn payu_transaction(
-        txnid: &str,
-        order_ref: &str,
-        status: &str,
-        amount: &str,
-        email: &str,
-    ) -> Value {
-        json!({"mihpayid": format!("40399{}", txnid.len()), "txnid": txnid, "amt": amount,
-               "transaction_amount": amount, "udf1": order_ref, "status": status,
-               "email": email, "field9": "stand-in"})
+    /// (PayU's documented answer carries no email.)
+    pub fn payu_transaction(txnid: &str, order_ref: &str, status: &str, amount: &str) -> Value {
+        let answer = documented(payu::VERIFY_PAYMENT);
+        let template = answer["transaction_details"]
+            .as_object()
+            .and_then(|d| d.values().next())
+            .cloned()
+            .expect("a documented transaction");
+        filled(
+            template,
+            &[
+                ("mihpayid", json!(format!("40399{}", txnid.len()))),
+                ("txnid", json!(txnid)),
+                ("amt", json!(amount)),
+                ("transaction_amount", json!(amount)),
+                ("udf1", json!(order_ref)),
+                ("status", json!(status)),
+            ],
+        )
+    }
+
+    /// PayU's details of a txnid it does not know.
+    pub fn payu_not_found() -> Value {
+        let answer = documented(payu::VERIFY_PAYMENT_NOT_FOUND);
+        answer["transaction_details"]
+            .as_object()
+            .and_then(|d| d.values().next())
+            .cloned()
+            .expect("a documented unknown transaction")
     }
 
     /// A Stripe PaymentIntent.
@@ -477,21 +667,56 @@ pub mod shapes {
         amount: i64,
         email: &str,
     ) -> Value {
-        json!({"id": id, "object": "payment_intent", "amount": amount,
-               "amount_received": if status == "succeeded" { amount } else { 0 },
-               "currency": "eur", "status": status, "receipt_email": email,
-               "metadata": {"order_ref": order_ref}})
+        filled(
+            documented(stripe::PAYMENT_INTENT),
+            &[
+                ("id", json!(id)),
+                ("amount", json!(amount)),
+                (
+                    "amount_received",
+                    json!(if status == "succeeded" { amount } else { 0 }),
+                ),
+                ("currency", json!("eur")),
+                ("status", json!(status)),
+                ("receipt_email", json!(email)),
+                ("metadata", json!({"order_ref": order_ref})),
+            ],
+        )
     }
 
-    /// A Stripe refund.
+    /// A Stripe refund, succeeded.
     pub fn stripe_refund(id: &str, intent: &str, amount: i64) -> Value {
-        json!({"id": id, "object": "refund", "amount": amount, "currency": "eur",
-               "payment_intent": intent, "status": "succeeded"})
+        filled(
+            documented(stripe::REFUND),
+            &[
+                ("id", json!(id)),
+                ("amount", json!(amount)),
+                ("currency", json!("eur")),
+                ("payment_intent", json!(intent)),
+            ],
+        )
     }
 
     /// A Stripe event (what `GET /v1/events` lists).
     pub fn stripe_event(id: &str, kind: &str, created: i64, object: Value) -> Value {
-        json!({"id": id, "object": "event", "type": kind, "created": created,
-               "livemode": false, "pending_webhooks": 1, "data": {"object": object}})
+        filled(
+            item(stripe::EVENTS, Some("data"), 0),
+            &[
+                ("id", json!(id)),
+                ("type", json!(kind)),
+                ("created", json!(created)),
+                ("pending_webhooks", json!(1)),
+                ("data", json!({"object": object})),
+            ],
+        )
+    }
+
+    /// Stripe's 404 for an id it does not know. Stripe documents the error
+    /// object's fields (https://docs.stripe.com/api/errors) and the code
+    /// `resource_missing`, but publishes no sample body: this one is built
+    /// from those fields.
+    pub fn stripe_resource_missing(what: &str) -> Value {
+        json!({"error": {"code": "resource_missing", "doc_url": "https://stripe.com/docs/error-codes/resource-missing",
+                         "message": format!("No such {what}"), "param": "id", "type": "invalid_request_error"}})
     }
 }

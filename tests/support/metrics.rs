@@ -30,6 +30,20 @@ pub fn sum(text: &str, name: &str) -> f64 {
         .sum()
 }
 
+/// The value of the series `name` in `text` that carry every one of
+/// `labels`, summed (0 when absent).
+pub fn series(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .filter(|l| {
+            labels
+                .iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::sum;

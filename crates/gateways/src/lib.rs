@@ -30,6 +30,7 @@ mod registry;
 mod amount;
 mod crypto;
 mod currency;
+pub mod documented;
 mod event;
 mod fact;
 mod form;

@@ -119,8 +119,8 @@ impl Effect for Ledger {
 }
 
 /// What comes into the ledger: every road a fact takes, each with what the
-/// ledger answers for it. The roads are [`Deliveries`], [`Created`] and
-/// [`Cancel`]; [`Ledger::apply`] is the one entry.
+/// ledger answers for it. The roads are [`Deliveries`], [`Created`],
+/// [`Known`] and [`Cancel`]; [`Ledger::apply`] is the one entry.
 pub trait Input: sealed::Road {}
 
 mod sealed {
@@ -155,6 +155,26 @@ pub struct Created<'a> {
     pub gateway_refs: &'a [GatewayRef],
 }
 
+/// A gateway told us its own references for an existing order (the
+/// reconciler found Razorpay orders whose `receipt` is the order's
+/// reference): they are registered with the order, after their advisory
+/// locks, and the events that waited for them come in, as for a creation.
+/// A reference another order has already stays with it. The answer is what
+/// became of each reference, and how many waiting events were applied.
+#[derive(Debug, Clone, Copy)]
+pub struct Known<'a> {
+    pub order_ref: &'a str,
+    pub gateway_refs: &'a [GatewayRef],
+}
+
+/// What [`Known`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registered {
+    pub refs: Vec<oncehook_common::store::gateway_refs::RefRegistration>,
+    /// Waiting events applied to the order.
+    pub applied: usize,
+}
+
 /// The shop cancels this order, on behalf of `by`; what it causes joins
 /// the trace `trace_parent` (the caller's request). The answer is what
 /// cancelling did.
@@ -169,6 +189,7 @@ pub struct Cancel<'a> {
 impl Input for Deliveries<'_> {}
 impl Input for Created<'_> {}
 impl Input for Cancel<'_> {}
+impl Input for Known<'_> {}
 
 impl sealed::Road for Deliveries<'_> {
     type Answer = Effects;
@@ -181,6 +202,27 @@ impl sealed::Road for Created<'_> {
     type Answer = usize;
     async fn take(self, conn: &mut PgConnection) -> Result<usize, EffectError> {
         Ok(waiting::apply_waiting(conn, self.order_ref, self.gateway_refs).await?)
+    }
+}
+
+impl sealed::Road for Known<'_> {
+    type Answer = Registered;
+    async fn take(self, conn: &mut PgConnection) -> Result<Registered, EffectError> {
+        waiting::lock_refs(conn, self.order_ref, self.gateway_refs).await?;
+        let refs =
+            oncehook_common::store::gateway_refs::add(conn, self.order_ref, self.gateway_refs)
+                .await?;
+        let added: Vec<GatewayRef> = refs
+            .iter()
+            .filter(|r| r.added)
+            .map(|r| r.gateway_ref.clone())
+            .collect();
+        let applied = if added.is_empty() {
+            0
+        } else {
+            waiting::apply_waiting(conn, self.order_ref, &added).await?
+        };
+        Ok(Registered { refs, applied })
     }
 }
 

@@ -1,9 +1,9 @@
 //! One API call to a gateway: the request the gateway's folder describes
 //! for an [`Ask`] (method, path, headers with the credentials, body) made
 //! over HTTP, and its answer handed back to the folder to be read into the
-//! facts a webhook would carry. An answer the gateway says means "no such
-//! id" (a 404 for every gateway so far) is an answer with nothing to
-//! record; every other failure is a [`CallError`] that says whether trying
+//! facts a webhook would carry. An answer the gateway's folder reads as
+//! its documented "no such id" (Razorpay's 400 "does not exist", a 404
+//! elsewhere) is an answer with nothing to record, not a failure; every other failure is a [`CallError`] that says whether trying
 //! again may help.
 
 use std::time::Duration;
@@ -67,7 +67,11 @@ pub struct Answer {
     /// The calls the answer leads to (a list's next page, the refunds of a
     /// payment found).
     pub follow_ups: Vec<Ask>,
-    /// The HTTP status (404: the gateway knows nothing of it).
+    /// The gateway's references for the order asked about (Razorpay's
+    /// orders found by receipt).
+    pub refs: Vec<String>,
+    /// The HTTP status (a "no such id" answer: the gateway knows nothing
+    /// of it).
     pub status: u16,
 }
 
@@ -161,11 +165,12 @@ impl Client {
                 Ok(answer) => Ok(Answer {
                     facts: answer.facts,
                     follow_ups: answer.follow_ups,
+                    refs: answer.refs,
                     status: s.as_u16(),
                 }),
                 Err(e) => Err(CallError::Unreadable(e.to_string())),
             },
-            s if source.api.unknown_id(ask, s.as_u16()) => Ok(Answer {
+            s if source.api.unknown_id(ask, s.as_u16(), &body) => Ok(Answer {
                 status: s.as_u16(),
                 ..Answer::default()
             }),

@@ -104,6 +104,10 @@ pub struct CallReport {
     pub status: Option<u16>,
     /// Why it failed, after its retries.
     pub error: Option<String>,
+    /// The gateway's own references for the order this call found
+    /// (Razorpay's orders by receipt), registered with the order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub refs: Vec<String>,
     pub facts: Vec<FactReport>,
     /// The facts read, before they are looked up in the ledger.
     #[serde(skip)]
@@ -118,6 +122,7 @@ impl CallReport {
             call,
             status: None,
             error: None,
+            refs: Vec::new(),
             facts: Vec::new(),
             events: Vec::new(),
         }

@@ -15,10 +15,12 @@ use std::time::Duration;
 
 use oncehook_common::config::{BrokerConfig, ReconcileConfig};
 use oncehook_common::store::Pooled;
-use oncehook_common::store::reconcile::{self as store, DueOrder, FactKey, Selection};
+use oncehook_common::store::reconcile::{self as store, DueOrder, FactKey, PaidWindow, Selection};
 use oncehook_common::{Config, Envelope};
 use oncehook_gateways::reconcile::Ask;
 use oncehook_gateways::{Fact, NormalizedEvent};
+use oncehook_ledger::store::books::GatewayRef;
+use oncehook_ledger::{EffectError, Known, Ledger};
 use time::OffsetDateTime;
 use tokio::task::JoinSet;
 
@@ -31,7 +33,9 @@ use crate::report::{CallReport, FactReport, Found, Report, SourceReport};
 /// Which orders a pass asks about.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Scope {
-    /// `pending` orders aged between `[reconcile] after` and `horizon`.
+    /// `pending` orders aged between `[reconcile] after` and `horizon`,
+    /// and orders paid within `paid_horizon` not asked about within
+    /// `paid_interval` (a refund whose webhook was lost).
     Scheduled,
     /// `pending` orders created within this long ago.
     Since(Duration),
@@ -52,6 +56,8 @@ pub enum RunError {
     NoSource(String, String),
     #[error("building the HTTP client: {0}")]
     Client(CallError),
+    #[error("registering the gateway references found for order {0:?}: {1}")]
+    Ledger(String, String),
 }
 
 /// The reconciler: the sources it may ask and how.
@@ -62,6 +68,8 @@ pub struct Reconciler {
     config: ReconcileConfig,
     broker: BrokerConfig,
     client: Client,
+    /// Registers the references found (its email relay also polls).
+    ledger: Ledger,
 }
 
 impl Reconciler {
@@ -78,6 +86,7 @@ impl Reconciler {
             config: config.reconcile.clone(),
             broker: config.broker.clone(),
             client: Client::new(config.reconcile.timeout).map_err(RunError::Client)?,
+            ledger: Ledger::default(),
         })
     }
 
@@ -114,6 +123,9 @@ impl Reconciler {
             Scope::Scheduled => Some(self.config.horizon),
         };
         let mut reports = self.ask_all(&sources, &orders, since).await;
+        if !dry_run {
+            self.register_refs(&reports).await?;
+        }
         let published = self.settle(&mut reports, dry_run).await?;
         if !dry_run {
             // An order a source did not get to waits at the front of the line.
@@ -160,11 +172,16 @@ impl Reconciler {
             Scope::Scheduled => Selection::Window {
                 after: self.config.after,
                 horizon: self.config.horizon,
+                paid: Some(PaidWindow {
+                    interval: self.config.paid_interval,
+                    horizon: self.config.paid_horizon,
+                }),
                 limit,
             },
             Scope::Since(d) => Selection::Window {
                 after: Duration::ZERO,
                 horizon: *d,
+                paid: None,
                 limit,
             },
             Scope::Order(r) => Selection::One(r.clone()),
@@ -214,6 +231,52 @@ impl Reconciler {
         }
         done.sort_by_key(|(i, _)| *i);
         done.into_iter().map(|(_, r)| r).collect()
+    }
+
+    /// Registers with their orders the gateway references the answers
+    /// found (Razorpay's orders by receipt), through the ledger, before the
+    /// facts found under them are published: the worker then places those
+    /// facts on the order, and later passes and webhooks find it by them.
+    /// If publishing fails afterwards, the reference stays (it is true) and
+    /// the next pass asks by it.
+    async fn register_refs(&self, reports: &[SourceReport]) -> Result<(), RunError> {
+        for report in reports {
+            for call in report.calls.iter().filter(|c| !c.refs.is_empty()) {
+                let Some(order_ref) = call.order_ref.as_deref() else {
+                    continue;
+                };
+                let refs: Vec<GatewayRef> = call
+                    .refs
+                    .iter()
+                    .map(|r| GatewayRef {
+                        gateway: report.gateway.clone(),
+                        gateway_ref: r.clone(),
+                    })
+                    .collect();
+                let mut tx = self.pool.begin().await?;
+                let known = Known {
+                    order_ref,
+                    gateway_refs: &refs,
+                };
+                let done = match self.ledger.apply(&mut tx, known).await {
+                    Ok(done) => done,
+                    Err(EffectError::Database(e)) => return Err(RunError::Database(e)),
+                    Err(EffectError::Permanent(e)) => {
+                        return Err(RunError::Ledger(order_ref.to_owned(), e.to_string()));
+                    }
+                };
+                tx.commit().await?;
+                for r in done.refs {
+                    let theirs = r.owner.as_deref().filter(|o| *o != order_ref);
+                    if r.added {
+                        tracing::info!(source = %report.source, %order_ref, gateway_ref = %r.gateway_ref.gateway_ref, applied = done.applied, "gateway reference found by the reconciler registered with its order");
+                    } else if let Some(other) = theirs {
+                        tracing::warn!(source = %report.source, %order_ref, gateway_ref = %r.gateway_ref.gateway_ref, %other, "the gateway's order found for this order is registered for another order; left with it");
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Decides what each fact found is (recorded already, or missing) and
@@ -320,6 +383,7 @@ async fn ask_source(
                     let planned: Vec<Ask> = asked.iter().chain(queue.iter()).cloned().collect();
                     queue.extend(ask::not_yet_asked(more, &planned));
                     call.events = answer.facts;
+                    call.refs = answer.refs;
                     report.calls.push(call);
                 }
                 Err(err @ (CallError::Credentials { .. } | CallError::Budget)) => {

@@ -64,6 +64,7 @@ pub use notify::{DEFAULT_RETRY_SCHEDULE, NotifyConfig, NotifyEndpoint, glob_matc
 pub use notify::{ENV_NOTIFY_CONCURRENCY, ENV_NOTIFY_RETRY_SCHEDULE, ENV_NOTIFY_TIMEOUT};
 pub use reconcile::{ENV_RECONCILE_AFTER, ENV_RECONCILE_HORIZON, ENV_RECONCILE_INTERVAL};
 pub use reconcile::{ENV_RECONCILE_CALLS_PER_RUN, ENV_RECONCILE_CALLS_PER_SECOND};
+pub use reconcile::{ENV_RECONCILE_PAID_HORIZON, ENV_RECONCILE_PAID_INTERVAL};
 pub use reconcile::{ENV_RECONCILE_TIMEOUT, ReconcileConfig};
 pub use smtp::{SmtpConfig, SmtpCredentials, SmtpTls};
 pub use source_api::SourceApi;

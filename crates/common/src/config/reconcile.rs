@@ -1,6 +1,8 @@
 //! `[reconcile]`: when the worker asks the gateways' APIs about orders the
 //! webhooks may have missed (every `interval`, orders still `pending`
-//! whose age is between `after` and `horizon`), and the limits that keep a
+//! whose age is between `after` and `horizon`; and, for refunds whose
+//! webhook was lost, orders paid within `paid_horizon`, each at most once
+//! per `paid_interval`), and the limits that keep a
 //! backlog from flooding a gateway (API calls per run, per second per
 //! source, and each call's timeout). Which sources are asked, and with
 //! which credentials, is `[source.api]` (`source_api.rs`).
@@ -20,11 +22,15 @@ pub const ENV_RECONCILE_HORIZON: &str = "ONCEHOOK_RECONCILE_HORIZON";
 pub const ENV_RECONCILE_CALLS_PER_RUN: &str = "ONCEHOOK_RECONCILE_CALLS_PER_RUN";
 pub const ENV_RECONCILE_CALLS_PER_SECOND: &str = "ONCEHOOK_RECONCILE_CALLS_PER_SECOND";
 pub const ENV_RECONCILE_TIMEOUT: &str = "ONCEHOOK_RECONCILE_TIMEOUT";
+pub const ENV_RECONCILE_PAID_INTERVAL: &str = "ONCEHOOK_RECONCILE_PAID_INTERVAL";
+pub const ENV_RECONCILE_PAID_HORIZON: &str = "ONCEHOOK_RECONCILE_PAID_HORIZON";
 
 pub(super) const KEYS: &[Key] = &[
     Key::new(ENV_RECONCILE_INTERVAL, "reconcile.interval"),
     Key::new(ENV_RECONCILE_AFTER, "reconcile.after"),
     Key::new(ENV_RECONCILE_HORIZON, "reconcile.horizon"),
+    Key::new(ENV_RECONCILE_PAID_INTERVAL, "reconcile.paid_interval"),
+    Key::new(ENV_RECONCILE_PAID_HORIZON, "reconcile.paid_horizon"),
     Key::new(
         ENV_RECONCILE_CALLS_PER_RUN,
         "reconcile.limits.calls_per_run",
@@ -45,6 +51,11 @@ pub struct ReconcileConfig {
     pub after: Duration,
     /// An order older than this is no longer asked about.
     pub horizon: Duration,
+    /// How often an order already paid is asked about again (for refunds
+    /// whose webhook was lost).
+    pub paid_interval: Duration,
+    /// An order paid longer ago than this is no longer asked about.
+    pub paid_horizon: Duration,
     /// The most API calls one run makes, over every source.
     pub calls_per_run: u32,
     /// The most API calls per second to one source.
@@ -62,6 +73,8 @@ pub(super) struct ReconcileSection {
     interval: HumanDuration,
     after: HumanDuration,
     horizon: HumanDuration,
+    paid_interval: HumanDuration,
+    paid_horizon: HumanDuration,
     limits: Limits,
 }
 
@@ -79,6 +92,8 @@ impl Default for ReconcileSection {
             interval: HumanDuration(Duration::from_secs(5 * 60)),
             after: HumanDuration(Duration::from_secs(10 * 60)),
             horizon: HumanDuration(Duration::from_secs(7 * 24 * 3_600)),
+            paid_interval: HumanDuration(Duration::from_secs(3_600)),
+            paid_horizon: HumanDuration(Duration::from_secs(7 * 24 * 3_600)),
             limits: Limits::default(),
         }
     }
@@ -111,6 +126,8 @@ impl ReconcileSection {
             interval: self.interval.0,
             after: self.after.0,
             horizon: self.horizon.0,
+            paid_interval: self.paid_interval.0,
+            paid_horizon: self.paid_horizon.0,
             calls_per_run: self.limits.calls_per_run.0,
             calls_per_second: self.limits.calls_per_second.0,
             timeout: self.limits.timeout.0,

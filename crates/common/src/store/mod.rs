@@ -14,6 +14,8 @@
 //! - [`shop`]: the shop API's writes and reads — products and stock
 //!   deltas (`stock_adjustments`), orders with items and
 //!   `order_gateway_refs`, `api_idempotency`, `api_audit`, order pages.
+//! - [`gateway_refs`]: `order_gateway_refs` added to an existing order (a
+//!   Razorpay order the reconciler found by receipt).
 //! - [`reconcile`]: what the reconciler reads (pending orders, their
 //!   references and known payments, recorded facts) and `reconcile_checks`,
 //!   `reconcile_runs` and its advisory lock.
@@ -39,6 +41,7 @@ use crate::retry::RetryPolicy;
 
 pub mod audit;
 pub mod dedup;
+pub mod gateway_refs;
 pub mod notify;
 pub mod outbox;
 pub mod reconcile;

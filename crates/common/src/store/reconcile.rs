@@ -38,15 +38,29 @@ pub struct DueOrder {
 /// Which orders a run takes.
 #[derive(Debug, Clone)]
 pub enum Selection {
-    /// `pending` orders created between `horizon` and `after` ago, least
-    /// recently checked first, at most `limit`.
+    /// `pending` orders created between `horizon` and `after` ago, and
+    /// with `paid`, the orders paid (or partly refunded) within its horizon
+    /// that were not asked about within its interval; least recently asked
+    /// first (a paid order never asked counts as asked when it was paid),
+    /// at most `limit`.
     Window {
         after: Duration,
         horizon: Duration,
+        paid: Option<PaidWindow>,
         limit: i64,
     },
     /// One order by the shop's reference, whatever its status and age.
     One(String),
+}
+
+/// Which paid orders a run also asks about: for refunds whose webhook was
+/// lost.
+#[derive(Debug, Clone, Copy)]
+pub struct PaidWindow {
+    /// Asked about at most once per this long.
+    pub interval: Duration,
+    /// Paid at most this long ago.
+    pub horizon: Duration,
 }
 
 #[derive(sqlx::FromRow)]
@@ -86,14 +100,23 @@ pub async fn due_orders(
     which: &Selection,
 ) -> Result<Vec<DueOrder>, sqlx::Error> {
     let mut tx = db.begin().await?;
-    let (order_ref, after, horizon, limit) = match which {
+    let (order_ref, after, horizon, paid, limit) = match which {
         Selection::Window {
             after,
             horizon,
+            paid,
             limit,
-        } => (None, after.as_secs_f64(), horizon.as_secs_f64(), *limit),
-        Selection::One(r) => (Some(r.clone()), 0.0, 0.0, 1),
+        } => (
+            None,
+            after.as_secs_f64(),
+            horizon.as_secs_f64(),
+            *paid,
+            *limit,
+        ),
+        Selection::One(r) => (Some(r.clone()), 0.0, 0.0, None, 1),
     };
+    let paid_interval = paid.map(|p| p.interval.as_secs_f64());
+    let paid_horizon = paid.map(|p| p.horizon.as_secs_f64());
     let rows = sqlx::query_as!(
         Row,
         r#"SELECT o.id, o.order_ref, o.status, o.created_at,
@@ -112,16 +135,25 @@ pub async fn due_orders(
                      UNION SELECT provider, payment_id FROM payment_links WHERE order_id = o.id
                      UNION SELECT provider, payment_id FROM refunds
                            WHERE order_id = o.id AND payment_id IS NOT NULL) known) p ON true
-           WHERE CASE WHEN $1::text IS NOT NULL THEN o.order_ref = $1
-                      ELSE o.status = 'pending'
-                           AND o.created_at <= now() - make_interval(secs => $2)
-                           AND o.created_at >= now() - make_interval(secs => $3) END
-           ORDER BY c.checked_at NULLS FIRST, o.created_at, o.id
+           WHERE ($1::text IS NOT NULL AND o.order_ref = $1)
+              OR ($1::text IS NULL
+                  AND o.status = 'pending'
+                  AND o.created_at <= now() - make_interval(secs => $2)
+                  AND o.created_at >= now() - make_interval(secs => $3))
+              OR ($1::text IS NULL AND $5::float8 IS NOT NULL
+                  AND o.status IN ('paid', 'partially_refunded')
+                  AND o.paid_at >= now() - make_interval(secs => $6::float8)
+                  AND COALESCE(c.checked_at, o.paid_at) <= now() - make_interval(secs => $5::float8))
+           ORDER BY COALESCE(c.checked_at, CASE WHEN o.status = 'pending' THEN '-infinity'::timestamptz
+                                                ELSE o.paid_at END),
+                    o.created_at, o.id
            LIMIT $4"#,
         order_ref,
         after,
         horizon,
         limit,
+        paid_interval,
+        paid_horizon,
     )
     .fetch_all(&mut *tx)
     .await?;

@@ -20,7 +20,7 @@ use serde_json::value::RawValue;
 use super::Cashfree;
 use crate::Gateway;
 use crate::event::{EventKind, NormalizedEvent};
-use crate::json::{currency_at, decimal_amount_at, id_at, str_at};
+use crate::json::{parse_body, currency_at, decimal_amount_at, id_at, str_at};
 use crate::reconcile::{
     Answer, ApiCredentials, ApiRequest, Ask, CredentialKey, GatewayApi, OrderNames, RequestError,
     segment,
@@ -79,6 +79,15 @@ impl GatewayApi for Cashfree {
             .header("x-api-version", credentials.require("api_version")?))
     }
 
+    /// Cashfree's documented 404 (`"type": "invalid_request_error"`, its
+    /// code `order_not_found` for an order it does not know); a 404 that is
+    /// not Cashfree's error (a wrong `base_url`) is a failure.
+    fn unknown_id(&self, _ask: &Ask, status: u16, body: &[u8]) -> bool {
+        status == 404
+            && parse_body(body)
+                .is_ok_and(|v| str_at(&v, &["type"]) == Some("invalid_request_error"))
+    }
+
     fn read(&self, ask: &Ask, body: &[u8]) -> Result<Answer, ParseError> {
         let facts = match ask.call {
             ORDER_PAYMENTS => order_payments(body)?,
@@ -86,7 +95,7 @@ impl GatewayApi for Cashfree {
         };
         Ok(Answer {
             facts,
-            follow_ups: Vec::new(),
+            ..Answer::default()
         })
     }
 

@@ -185,3 +185,59 @@ fn the_request_carries_the_client_headers_and_the_default_api_version() {
     assert!(!format!("{creds:?}").contains("cs"), "{creds:?}");
     assert!(format!("{creds:?}").contains(API_VERSION), "{creds:?}");
 }
+
+/// The documented answers (`crate::documented`), read as published.
+mod documented {
+    use super::*;
+
+    /// Payment, kind, amount, currency and order of a fact.
+    type Seen<'a> = (&'a str, EventKind, Option<i64>, Option<&'a str>, Option<&'a str>);
+    use crate::documented::{body, cashfree};
+    use crate::reconcile::Ask;
+
+    #[test]
+    fn the_documented_payments_of_an_order_become_a_capture_and_two_failed_attempts() {
+        let events = order_payments(body(cashfree::ORDER_PAYMENTS).as_bytes()).expect("read");
+        let seen: Vec<Seen<'_>> = events
+            .iter()
+            .map(|e| {
+                (
+                    e.payment_id.as_deref().unwrap_or(""),
+                    e.kind,
+                    e.amount_minor,
+                    e.currency.as_deref(),
+                    e.order_ref.as_deref(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("12376123", EventKind::Captured, Some(1_001), Some("INR"), Some("order_8123")),
+                ("12376124", EventKind::Failed, Some(1_001), Some("INR"), Some("order_8123")),
+                ("12376152", EventKind::Failed, Some(125), Some("USD"), Some("order_8125")),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_documented_refunds_of_an_order_become_a_refund_fact() {
+        let events = order_refunds(body(cashfree::ORDER_REFUNDS).as_bytes()).expect("read");
+        assert_eq!(events.len(), 1);
+        let r = &events[0];
+        assert_eq!(r.refund_id.as_deref(), Some("REF-123"));
+        assert_eq!(r.payment_id.as_deref(), Some("918812"));
+        assert_eq!(r.order_ref.as_deref(), Some("c6G-QMcbm1848"));
+        assert_eq!((r.amount_minor, r.currency.as_deref()), (Some(10_081), Some("INR")));
+        assert_eq!(r.kind, EventKind::Refunded);
+    }
+
+    #[test]
+    fn the_documented_404_is_nothing_found_and_another_404_is_not() {
+        let api = Gateway::Cashfree.api().expect("an API");
+        let ask = Ask::of("order_payments", "ORD-1");
+        assert!(api.unknown_id(&ask, 404, body(cashfree::NOT_FOUND).as_bytes()));
+        assert!(!api.unknown_id(&ask, 404, b"<html>Not Found</html>"), "a wrong base_url");
+        assert!(!api.unknown_id(&ask, 400, body(cashfree::NOT_FOUND).as_bytes()));
+    }
+}

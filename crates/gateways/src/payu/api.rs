@@ -107,7 +107,7 @@ impl GatewayApi for Payu {
     fn read(&self, _ask: &Ask, body: &[u8]) -> Result<Answer, ParseError> {
         Ok(Answer {
             facts: verify_payment(body)?,
-            follow_ups: Vec::new(),
+            ..Answer::default()
         })
     }
 

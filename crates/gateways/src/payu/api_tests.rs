@@ -140,3 +140,32 @@ fn the_request_is_signed_with_the_sources_merchant_key_and_salt() {
         .expect_err("PayU takes no keys");
     assert!(refused.to_string().contains("merchant_key and salt"), "{refused}");
 }
+
+/// The documented answers (`crate::documented`), read as published.
+mod documented {
+    use super::*;
+    use crate::documented::{body, payu};
+
+    #[test]
+    fn the_documented_answer_becomes_a_capture_of_its_txnid() {
+        let events = verify_payment(body(payu::VERIFY_PAYMENT).as_bytes()).expect("read");
+        assert_eq!(events.len(), 1);
+        let e = &events[0];
+        assert_eq!(e.kind, EventKind::Captured);
+        assert_eq!(e.payment_id.as_deref(), Some("7fa6c4783a363b3da573"));
+        assert_eq!(e.event_id, "reconciliation:7fa6c4783a363b3da573:captured");
+        assert_eq!((e.amount_minor, e.currency.as_deref()), (Some(1_000), Some("INR")));
+        assert_eq!(
+            e.order_ref.as_deref(),
+            Some("7fa6c4783a363b3da573"),
+            "udf1 is empty: the txnid is the order"
+        );
+    }
+
+    #[test]
+    fn the_documented_not_found_answer_records_nothing_and_is_no_error() {
+        let events = verify_payment(body(payu::VERIFY_PAYMENT_NOT_FOUND).as_bytes())
+            .expect("status 0 with the txnid Not Found is an answer");
+        assert!(events.is_empty());
+    }
+}

@@ -8,7 +8,14 @@
 //!
 //! [`GatewayApi`] for Razorpay: `https://api.razorpay.com`, HTTP Basic with
 //! `[source.api]` `key_id` and `key_secret`; each `order_…` reference's
-//! payments, and the refunds of each payment known or found captured.
+//! payments, and the refunds of each payment known or found captured. An
+//! order with no Razorpay reference is looked up by the `receipt` the shop
+//! gave the Razorpay order (its own order reference, as Razorpay's docs
+//! advise: `GET /v1/orders?receipt=`), or asked directly when the shop's
+//! reference is itself a Razorpay `order_…` id; the Razorpay orders found
+//! are handed back as references for the reconciler to register. Razorpay
+//! answers an id it does not know with `400 BAD_REQUEST_ERROR` "The id
+//! provided does not exist": that is "nothing known", not a failure.
 
 use serde_json::Value;
 
@@ -26,6 +33,15 @@ use crate::Gateway;
 const ORDER_PAYMENTS: &str = "order_payments";
 /// `GET /v1/payments/{payment_id}/refunds`.
 const PAYMENT_REFUNDS: &str = "payment_refunds";
+/// `GET /v1/orders?receipt={receipt}`.
+const ORDERS_BY_RECEIPT: &str = "orders_by_receipt";
+
+/// What Razorpay's order ids start with.
+const ORDER_ID_PREFIX: &str = "order_";
+
+/// The words of Razorpay's answer for an id it does not know (its
+/// `error.description`: "The id provided does not exist").
+const UNKNOWN_ID_WORDS: &str = "does not exist";
 
 /// HTTP Basic: the key id is the user, the key secret the password.
 const KEYS: &[CredentialKey] = &[
@@ -45,17 +61,34 @@ impl GatewayApi for Razorpay {
         KEYS
     }
 
-    /// Each Razorpay order's payments, and the refunds of each known payment.
+    /// An order that names no gateway yet may be Razorpay's: it is looked
+    /// up by its receipt.
+    fn asks_by_shop_reference(&self) -> bool {
+        true
+    }
+
+    /// Each Razorpay order's payments, and the refunds of each known
+    /// payment; with no Razorpay order known, the shop's reference itself
+    /// when it is a Razorpay order id, else the Razorpay orders whose
+    /// receipt it is.
     fn asks(&self, order: &OrderNames) -> Vec<Ask> {
+        let lookup = if !order.refs.is_empty() || order.order_ref.is_empty() {
+            None
+        } else if order.order_ref.starts_with(ORDER_ID_PREFIX) {
+            Some(Ask::of(ORDER_PAYMENTS, &order.order_ref))
+        } else {
+            Some(Ask::of(ORDERS_BY_RECEIPT, &order.order_ref))
+        };
         let orders = order.refs.iter().map(|id| Ask::of(ORDER_PAYMENTS, id));
         let refunds = order.payments.iter().map(|id| Ask::of(PAYMENT_REFUNDS, id));
-        orders.chain(refunds).collect()
+        orders.chain(lookup).chain(refunds).collect()
     }
 
     fn request(&self, ask: &Ask, credentials: &ApiCredentials) -> Result<ApiRequest, RequestError> {
         let path = match ask.call {
             ORDER_PAYMENTS => format!("/v1/orders/{}/payments", segment(ask.id())),
             PAYMENT_REFUNDS => format!("/v1/payments/{}/refunds", segment(ask.id())),
+            ORDERS_BY_RECEIPT => format!("/v1/orders?receipt={}", segment(ask.id())),
             other => return Err(RequestError::UnknownCall(other)),
         };
         Ok(ApiRequest::get(path).basic_auth(
@@ -64,30 +97,89 @@ impl GatewayApi for Razorpay {
         ))
     }
 
-    /// A payment found captured leads to its refunds.
-    fn read(&self, ask: &Ask, body: &[u8]) -> Result<Answer, ParseError> {
-        if ask.call != ORDER_PAYMENTS {
-            return Ok(Answer {
-                facts: payment_refunds(body)?,
-                follow_ups: Vec::new(),
-            });
+    /// `400` whose error says the id does not exist (and a `404`, should
+    /// Razorpay ever answer one).
+    fn unknown_id(&self, _ask: &Ask, status: u16, body: &[u8]) -> bool {
+        match status {
+            404 => true,
+            400 => unknown_id_error(body),
+            _ => false,
         }
-        let facts = order_payments(body)?;
-        let follow_ups = facts
-            .iter()
-            .filter(|f| f.kind == EventKind::Captured)
-            .filter_map(|f| f.payment_id.as_ref())
-            .map(|id| Ask::of(PAYMENT_REFUNDS, id))
-            .collect();
-        Ok(Answer { facts, follow_ups })
+    }
+
+    /// A payment found captured leads to its refunds; a Razorpay order
+    /// found by receipt, to its payments.
+    fn read(&self, ask: &Ask, body: &[u8]) -> Result<Answer, ParseError> {
+        match ask.call {
+            ORDERS_BY_RECEIPT => {
+                let refs = orders_by_receipt(body, ask.id())?;
+                Ok(Answer {
+                    follow_ups: refs.iter().map(|id| Ask::of(ORDER_PAYMENTS, id)).collect(),
+                    refs,
+                    facts: Vec::new(),
+                })
+            }
+            ORDER_PAYMENTS => {
+                let facts = order_payments(body)?;
+                let follow_ups = facts
+                    .iter()
+                    .filter(|f| f.kind == EventKind::Captured)
+                    .filter_map(|f| f.payment_id.as_ref())
+                    .map(|id| Ask::of(PAYMENT_REFUNDS, id))
+                    .collect();
+                Ok(Answer {
+                    facts,
+                    follow_ups,
+                    refs: Vec::new(),
+                })
+            }
+            _ => Ok(Answer {
+                facts: payment_refunds(body)?,
+                ..Answer::default()
+            }),
+        }
     }
 
     fn describe(&self, ask: &Ask) -> String {
         match ask.call {
             ORDER_PAYMENTS => format!("GET /v1/orders/{}/payments", ask.id()),
+            ORDERS_BY_RECEIPT => format!("GET /v1/orders?receipt={}", ask.id()),
             _ => format!("GET /v1/payments/{}/refunds", ask.id()),
         }
     }
+}
+
+/// Whether a `400` answer is Razorpay's "The id provided does not exist"
+/// (`{"error": {"code": "BAD_REQUEST_ERROR", "description": …}}`); any
+/// other bad request is a real refusal.
+pub fn unknown_id_error(body: &[u8]) -> bool {
+    let Ok(v) = parse_body(body) else {
+        return false;
+    };
+    str_at(&v, &["error", "code"]) == Some("BAD_REQUEST_ERROR")
+        && str_at(&v, &["error", "description"])
+            .is_some_and(|d| d.to_ascii_lowercase().contains(UNKNOWN_ID_WORDS))
+}
+
+/// `GET /v1/orders?receipt={receipt}` (`{"entity": "collection", "items":
+/// [order, …]}`): the ids of the Razorpay orders whose `receipt` is
+/// exactly `receipt` (an item with another receipt is not this order's,
+/// whatever the filter did).
+pub fn orders_by_receipt(body: &[u8], receipt: &str) -> Result<Vec<String>, ParseError> {
+    let mut ids = Vec::new();
+    for item in &collection(body)? {
+        let id = id_at(item, &["id"]).ok_or(ParseError::MissingField("items[].id"))?;
+        if !id.starts_with(ORDER_ID_PREFIX) {
+            return Err(ParseError::InvalidField {
+                field: "items[].id",
+                reason: format!("{id:?} is not a Razorpay order id"),
+            });
+        }
+        if str_at(item, &["receipt"]) == Some(receipt) && !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    Ok(ids)
 }
 
 /// The most payments one answer may list (an order has a handful).

@@ -143,10 +143,23 @@ fn names(refs: &[&str], payments: &[&str]) -> OrderNames {
 }
 
 #[test]
-fn an_order_is_asked_by_its_razorpay_orders_and_payments_only() {
+fn an_order_is_asked_by_its_razorpay_orders_and_payments_and_else_by_its_receipt() {
     let api = Gateway::Razorpay.api().expect("an API");
-    assert!(!api.asks_by_shop_reference());
-    assert!(api.asks(&names(&[], &[])).is_empty());
+    assert!(api.asks_by_shop_reference());
+    assert_eq!(
+        api.asks(&names(&[], &[])),
+        [Ask::of(ORDERS_BY_RECEIPT, "ORD-1")],
+        "no Razorpay order known: looked up by the receipt"
+    );
+    let own = OrderNames {
+        order_ref: "order_Q1shopOrder7".into(),
+        ..OrderNames::default()
+    };
+    assert_eq!(
+        api.asks(&own),
+        [Ask::of(ORDER_PAYMENTS, "order_Q1shopOrder7")],
+        "a shop reference that is a Razorpay order id is asked directly"
+    );
     let asks = api.asks(&names(&["order_9"], &["pay_1"]));
     assert_eq!(
         asks,
@@ -155,14 +168,67 @@ fn an_order_is_asked_by_its_razorpay_orders_and_payments_only() {
             Ask::of(PAYMENT_REFUNDS, "pay_1")
         ]
     );
-    let described: Vec<String> = asks.iter().map(|a| api.describe(a)).collect();
+    let described: Vec<String> = asks
+        .iter()
+        .chain(&[Ask::of(ORDERS_BY_RECEIPT, "ORD-1")])
+        .map(|a| api.describe(a))
+        .collect();
     assert_eq!(
         described,
         [
             "GET /v1/orders/order_9/payments",
-            "GET /v1/payments/pay_1/refunds"
+            "GET /v1/payments/pay_1/refunds",
+            "GET /v1/orders?receipt=ORD-1"
         ]
     );
+}
+
+#[test]
+fn a_receipt_lookup_finds_the_orders_of_that_receipt_and_leads_to_their_payments() {
+    let api = Gateway::Razorpay.api().expect("an API");
+    let secrets = vec!["s".to_owned()];
+    let table = crate::reconcile::table(&[("key_id", "rzp_test_1"), ("key_secret", "sec")]);
+    let creds = crate::reconcile::credentials(Gateway::Razorpay, &table, Credentials::new(&secrets))
+        .expect("credentials");
+    let ask = Ask::of(ORDERS_BY_RECEIPT, "ORD 1/&x");
+    let request = api.request(&ask, &creds).expect("a request");
+    assert_eq!(request.path, "/v1/orders?receipt=ORD%201%2F%26x", "the receipt is encoded");
+    let body = br#"{"entity": "collection", "count": 3, "items": [
+        {"id": "order_A", "entity": "order", "receipt": "ORD 1/&x", "status": "paid"},
+        {"id": "order_B", "entity": "order", "receipt": "ORD 1/&x-other", "status": "paid"},
+        {"id": "order_C", "entity": "order", "receipt": "ORD 1/&x", "status": "attempted"}]}"#;
+    let read = api.read(&ask, body).expect("read");
+    assert_eq!(read.refs, ["order_A", "order_C"], "only an exact receipt");
+    assert_eq!(
+        read.follow_ups,
+        [Ask::of(ORDER_PAYMENTS, "order_A"), Ask::of(ORDER_PAYMENTS, "order_C")]
+    );
+    assert!(read.facts.is_empty());
+    let none = api
+        .read(&ask, br#"{"entity": "collection", "count": 0, "items": []}"#)
+        .expect("read");
+    assert_eq!(none, Answer::default(), "no Razorpay order: nothing found, no failure");
+    for (body, field) in [
+        (r#"{"entity": "collection", "items": [{"receipt": "x"}]}"#, "items[].id"),
+        (r#"{"entity": "collection", "items": [{"id": "pay_1", "receipt": "x"}]}"#, "items[].id"),
+    ] {
+        let err = api.read(&ask, body.as_bytes()).expect_err(body).to_string();
+        assert!(err.contains(field), "{body}: {err}");
+    }
+}
+
+#[test]
+fn an_id_razorpay_does_not_know_is_nothing_found_and_other_refusals_are_not() {
+    let api = Gateway::Razorpay.api().expect("an API");
+    let ask = Ask::of(ORDER_PAYMENTS, "order_X");
+    let unknown = br#"{"error": {"code": "BAD_REQUEST_ERROR", "description": "The id provided does not exist", "source": "business", "step": "payment_initiation", "reason": "input_validation_failed", "metadata": {}, "field": "id"}}"#;
+    assert!(api.unknown_id(&ask, 400, unknown));
+    assert!(api.unknown_id(&ask, 404, b""));
+    let other = br#"{"error": {"code": "BAD_REQUEST_ERROR", "description": "The api key provided is invalid"}}"#;
+    assert!(!api.unknown_id(&ask, 400, other), "another bad request is a refusal");
+    assert!(!api.unknown_id(&ask, 400, b"not json"));
+    assert!(!api.unknown_id(&ask, 500, unknown));
+    assert!(!api.unknown_id(&ask, 401, unknown));
 }
 
 #[test]
@@ -193,4 +259,79 @@ fn the_request_carries_http_basic_and_a_capture_leads_to_its_refunds() {
         .expect("read");
     assert_eq!(read.facts.len(), 2);
     assert_eq!(read.follow_ups, [Ask::of(PAYMENT_REFUNDS, "pay_7")]);
+}
+
+/// The documented answers (`crate::documented`), read as published.
+mod documented {
+    use super::*;
+
+    /// Payment, kind, amount, currency and order of a fact.
+    type Seen<'a> = (&'a str, EventKind, Option<i64>, Option<&'a str>, Option<&'a str>);
+    use crate::documented::{body, razorpay};
+
+    #[test]
+    fn the_documented_payments_of_an_order_become_a_failed_attempt_and_a_capture() {
+        let events = order_payments(body(razorpay::ORDER_PAYMENTS).as_bytes()).expect("read");
+        let seen: Vec<Seen<'_>> = events
+            .iter()
+            .map(|e| {
+                (
+                    e.payment_id.as_deref().unwrap_or(""),
+                    e.kind,
+                    e.amount_minor,
+                    e.currency.as_deref(),
+                    e.order_ref.as_deref(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("pay_N8FUmetkCE2hZP", EventKind::Failed, Some(100), Some("INR"), Some("order_N8FRN5zTm5S3wx")),
+                ("pay_N8FVRD1DzYzBh1", EventKind::Captured, Some(100), Some("INR"), Some("order_N8FRN5zTm5S3wx")),
+            ]
+        );
+        assert_eq!(events[1].email.as_deref(), Some("void@razorpay.com"));
+        assert_eq!(events[1].event_id, "reconciliation:pay_N8FVRD1DzYzBh1:captured");
+    }
+
+    #[test]
+    fn the_documented_order_list_gives_the_orders_of_a_receipt() {
+        let found = orders_by_receipt(body(razorpay::ORDERS).as_bytes(), "Receipt No. 1").expect("read");
+        assert_eq!(found, ["order_EKzX2WiEWbMxmx", "order_EAI5nRfThga2TU"]);
+        let other = orders_by_receipt(body(razorpay::ORDERS).as_bytes(), "Receipt No. 2").expect("read");
+        assert!(other.is_empty());
+    }
+
+    #[test]
+    fn the_documented_refunds_of_a_payment_become_two_refund_facts() {
+        let events = payment_refunds(body(razorpay::PAYMENT_REFUNDS).as_bytes()).expect("read");
+        let seen: Vec<(&str, Option<i64>, &str)> = events
+            .iter()
+            .map(|e| {
+                (
+                    e.refund_id.as_deref().unwrap_or(""),
+                    e.amount_minor,
+                    e.payment_id.as_deref().unwrap_or(""),
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("rfnd_FP8DDKxqJif6ca", Some(300_100), "pay_29QQoUBi66xm2f"),
+                ("rfnd_FP8DRfu3ygfOaC", Some(200_000), "pay_29QQoUBi66xm2f"),
+            ]
+        );
+        assert!(events.iter().all(|e| e.kind == EventKind::Refunded));
+    }
+
+    #[test]
+    fn the_documented_unknown_id_answer_is_nothing_found() {
+        let api = Gateway::Razorpay.api().expect("an API");
+        let unknown = body(razorpay::ID_DOES_NOT_EXIST).as_bytes();
+        assert!(api.unknown_id(&Ask::of(ORDER_PAYMENTS, "order_X"), 400, unknown));
+        assert!(api.unknown_id(&Ask::of(PAYMENT_REFUNDS, "pay_X"), 400, unknown));
+        assert!(!api.unknown_id(&Ask::of(ORDER_PAYMENTS, "order_X"), 401, unknown));
+    }
 }

@@ -81,10 +81,13 @@ pub trait GatewayApi: Sync {
     /// base URL), headers with the credentials, body.
     fn request(&self, ask: &Ask, credentials: &ApiCredentials) -> Result<ApiRequest, RequestError>;
 
-    /// Whether an answer with this (non-2xx) status means the gateway knows
-    /// no such order or payment: nothing to record, not a failure.
-    fn unknown_id(&self, ask: &Ask, status: u16) -> bool {
-        let _ = ask;
+    /// Whether an answer with this (non-2xx) status and body is the
+    /// gateway's documented "no such order or payment": it knows nothing
+    /// about what was asked, so there is nothing to record and nothing
+    /// failed (an account asked about another account's order answers so).
+    /// Default: a 404, whatever the body.
+    fn unknown_id(&self, ask: &Ask, status: u16, body: &[u8]) -> bool {
+        let _ = (ask, body);
         status == 404
     }
 
@@ -170,6 +173,11 @@ pub struct Answer {
     /// The calls the answer leads to (the next page, the refunds of a
     /// payment found captured).
     pub follow_ups: Vec<Ask>,
+    /// The gateway's own references for the order asked about that the
+    /// answer found (Razorpay's `order_…` ids whose `receipt` is the shop's
+    /// reference): the reconciler registers them with the order, so the
+    /// facts found under them, later passes and webhooks all reach it.
+    pub refs: Vec<String>,
 }
 
 /// The ids of `order` at `gateway`: what [`GatewayApi::asks`] is given,

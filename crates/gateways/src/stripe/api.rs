@@ -95,6 +95,14 @@ impl GatewayApi for Stripe {
         Ok(ApiRequest::get(path).bearer(credentials.require("api_key")?))
     }
 
+    /// Stripe's 404 with the error code `resource_missing` ("No such
+    /// payment_intent"); a 404 without it (a wrong `base_url`) is a failure.
+    fn unknown_id(&self, _ask: &Ask, status: u16, body: &[u8]) -> bool {
+        status == 404
+            && parse_body(body)
+                .is_ok_and(|v| str_at(&v, &["error", "code"]) == Some("resource_missing"))
+    }
+
     /// A list with more leads to its next page.
     fn read(&self, ask: &Ask, body: &[u8]) -> Result<Answer, ParseError> {
         let page = match ask.call {
@@ -108,6 +116,7 @@ impl GatewayApi for Stripe {
         Ok(Answer {
             facts: page.events,
             follow_ups: page.next.map(|n| ask.page_after(n)).into_iter().collect(),
+            refs: Vec::new(),
         })
     }
 

@@ -195,3 +195,46 @@ fn the_request_carries_the_bearer_key_and_a_publishable_key_is_refused() {
         .expect_err("a publishable key");
     assert!(refused.to_string().contains("publishable"), "{refused}");
 }
+
+/// The documented answers (`crate::documented`), read as published.
+mod documented {
+    use super::*;
+    use crate::documented::{body, stripe};
+
+    #[test]
+    fn the_documented_intent_awaiting_a_payment_method_records_nothing_yet() {
+        let read = payment_intent(body(stripe::PAYMENT_INTENT).as_bytes()).expect("read");
+        assert_eq!(read, None, "requires_payment_method with no error: still in flight");
+    }
+
+    #[test]
+    fn the_documented_refund_listed_becomes_a_refund_fact() {
+        let refund: serde_json::Value =
+            serde_json::from_str(body(stripe::REFUND)).expect("the refund object");
+        let list = serde_json::json!({"object": "list", "url": "/v1/refunds", "has_more": false, "data": [refund]});
+        let page = refunds(list.to_string().as_bytes()).expect("read");
+        assert_eq!(page.next, None);
+        assert_eq!(page.events.len(), 1);
+        let e = &page.events[0];
+        assert_eq!(e.kind, EventKind::Refunded);
+        assert_eq!(e.refund_id.as_deref(), Some("re_1Nispe2eZvKYlo2Cd31jOCgZ"));
+        assert_eq!(e.payment_id.as_deref(), Some("pi_1GszsK2eZvKYlo2CfhZyoZLp"));
+        assert_eq!((e.amount_minor, e.currency.as_deref()), (Some(1_000), Some("USD")));
+    }
+
+    #[test]
+    fn the_documented_event_list_holds_nothing_oncehook_acts_on() {
+        let page = events(body(stripe::EVENTS).as_bytes()).expect("read");
+        assert!(page.events.is_empty(), "setup_intent.created is not a payment fact");
+        assert_eq!(page.next, None);
+    }
+
+    #[test]
+    fn a_404_is_nothing_found_only_with_stripes_resource_missing() {
+        let api = Gateway::Stripe.api().expect("an API");
+        let ask = crate::reconcile::Ask::of("payment_intent", "pi_X");
+        let missing = br#"{"error": {"code": "resource_missing", "message": "No such payment_intent: 'pi_X'", "param": "intent", "type": "invalid_request_error"}}"#;
+        assert!(api.unknown_id(&ask, 404, missing));
+        assert!(!api.unknown_id(&ask, 404, b"<html>404</html>"), "a wrong base_url");
+    }
+}

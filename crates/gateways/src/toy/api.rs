@@ -66,7 +66,7 @@ impl GatewayApi for Toy {
     }
 
     /// The toy API answers 404 for an order it does not know.
-    fn unknown_id(&self, _ask: &Ask, status: u16) -> bool {
+    fn unknown_id(&self, _ask: &Ask, status: u16, _body: &[u8]) -> bool {
         status == 404
     }
 
@@ -87,7 +87,7 @@ impl GatewayApi for Toy {
         }
         Ok(Answer {
             facts,
-            follow_ups: Vec::new(),
+            ..Answer::default()
         })
     }
 
@@ -185,7 +185,7 @@ mod tests {
         assert_eq!(request.method, Method::Get);
         assert_eq!(request.path, "/v1/orders/order%201/payments");
         assert!(!format!("{request:?}").contains("toy_k"));
-        assert!(api.unknown_id(&asks[0], 404));
+        assert!(api.unknown_id(&asks[0], 404, b"{}"));
 
         let answer = br#"{"payments": [{"id": "pay_1", "status": "paid", "amount": 50000,
             "currency": "INR", "order": "order 1"}, {"id": "pay_0", "status": "created"}]}"#;
