@@ -29,6 +29,7 @@ pub mod pipeline;
 pub mod process;
 pub mod prometheus;
 pub mod receiver;
+pub mod services;
 pub mod shop;
 pub mod smtp;
 pub mod smtp_tls;

@@ -11,6 +11,7 @@ use std::time::Duration;
 use oncehook_common::dead_letter::{DeadLetterKind, DeadLetteredBy};
 use oncehook_e2e::chaos::{self, Plan, Report};
 use oncehook_e2e::cluster::Cluster;
+use oncehook_e2e::services::{restart_postgres, run};
 use oncehook_e2e::{Proc, SmtpSink, TestEnv, broker};
 
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -169,30 +170,6 @@ async fn chaos_restart_postgres_with_a_low_delivery_limit() {
     assert_eq!(dead, Some(0), "nothing dead-lettered");
     drop(s);
     finish(report);
-}
-
-/// Restarts the local PostgreSQL cluster (fast shutdown: sessions end with 57P01).
-async fn restart_postgres() {
-    let version = std::fs::read_dir("/etc/postgresql")
-        .ok()
-        .and_then(|rd| {
-            rd.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .max()
-        })
-        .expect("a local PostgreSQL cluster managed by pg_ctlcluster");
-    run(
-        "pg_ctlcluster",
-        &[
-            "--skip-systemctl-redirect",
-            &version,
-            "main",
-            "restart",
-            "-m",
-            "fast",
-        ],
-    )
-    .await;
 }
 
 #[tokio::test]
@@ -396,32 +373,4 @@ async fn chaos_cluster_node_loss() {
     }
     assert_eq!(dead, Some(0), "nothing dead-lettered");
     finish(report);
-}
-
-/// Runs an operator command (through `sudo -n` when not root and the plain
-/// call is refused), failing the test with its output if it fails.
-async fn run(cmd: &str, args: &[&str]) {
-    let direct = tokio::process::Command::new(cmd).args(args).output().await;
-    let out = match direct {
-        Ok(out) if out.status.success() => out,
-        first => {
-            let sudo = tokio::process::Command::new("sudo")
-                .arg("-n")
-                .arg(cmd)
-                .args(args)
-                .output()
-                .await;
-            match (first, sudo) {
-                (_, Ok(out)) if out.status.success() => out,
-                (Ok(out), _) => out,
-                (Err(e), _) => panic!("{cmd} {args:?}: {e}"),
-            }
-        }
-    };
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
