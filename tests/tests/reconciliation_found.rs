@@ -208,10 +208,23 @@ async fn two_razorpay_accounts_one_of_which_knows_nothing_both_report_success() 
     backdate(&env).await;
     env.use_gateway_apis_and_second_razorpay(&[&knows], &blank);
     reconcile_often(&mut env);
-    let w = env.start_worker().await;
+    // A worker for the broker's topology, whose own passes ask nothing yet
+    // (no order is an hour old): the passes below are the CLI's.
+    env.set_env("ONCEHOOK_RECONCILE_AFTER", "1h");
+    let mut quiet = env.start_worker().await;
 
     // The account that knows nothing answers Razorpay's "The id provided
     // does not exist" and an empty receipt list: nothing found, no failure.
+    let (code, out, err) = env.ctl(&["reconcile", "--since", "1h"]).await;
+    assert_eq!(code, 0, "a healthy pass exits 0: {out}{err}");
+    assert!(
+        out.contains("GET /v1/orders/order_RCtwo1/payments  400: the gateway knows nothing of it"),
+        "{out}"
+    );
+    assert!(
+        out.contains("the gateway's order order_RCtwo2 (registered with rc_two_rcpt)"),
+        "{out}"
+    );
     let report = ctl_json(&env, &["reconcile", "--since", "1h"]).await;
     assert_eq!(
         sources_ok(&report),
@@ -221,8 +234,6 @@ async fn two_razorpay_accounts_one_of_which_knows_nothing_both_report_success() 
         ],
         "{report}"
     );
-    let (code, out, err) = env.ctl(&["reconcile", "--since", "1h"]).await;
-    assert_eq!(code, 0, "a healthy pass exits 0: {out}{err}");
     let blank_calls = blank.calls();
     assert!(
         blank_calls
@@ -235,6 +246,10 @@ async fn two_razorpay_accounts_one_of_which_knows_nothing_both_report_success() 
     );
 
     // The worker's scheduled passes mark both sources successful.
+    quiet.signal("TERM");
+    assert_eq!(quiet.wait_exit(std::time::Duration::from_secs(30)), Some(0));
+    env.set_env("ONCEHOOK_RECONCILE_AFTER", "1s");
+    let w = env.start_worker().await;
     let metrics = w.metrics_url().to_owned();
     eventually("both sources' last success set", WAIT, || async {
         let text = scrape(&metrics).await;
@@ -336,5 +351,69 @@ async fn a_refund_lost_for_a_paid_order_is_found_on_the_paid_schedule() {
     assert_eq!(
         received(&shop_rx, "rc_paid_1"),
         ["order.paid", "order.refunded"]
+    );
+}
+
+#[tokio::test]
+async fn a_webhook_waiting_for_its_razorpay_order_is_applied_when_the_receipt_finds_it() {
+    let mut env = TestEnv::new().await;
+    let rzp = GatewayApi::start(Gateway::Razorpay).await;
+    Shop::basket("rc_wait_1").seed(&env.pool).await;
+    rzp.razorpay_order("order_RCwait1", "rc_wait_1", 50_000);
+    rzp.add(
+        "/v1/orders/order_RCwait1/payments",
+        shapes::razorpay_payment(
+            "pay_RCwait1",
+            "order_RCwait1",
+            "captured",
+            50_000,
+            "w@example.com",
+        ),
+    );
+    let p = env.pipeline().await;
+    // The capture's webhook names only Razorpay's order, which no order
+    // has: it waits.
+    env.post_ok(
+        &p.url,
+        "razorpay",
+        &env.captured("order_RCwait1", "pay_RCwait1", "evt_RCwait1"),
+    )
+    .await;
+    let outcome = || async {
+        sqlx::query_scalar::<_, String>(
+            "SELECT outcome FROM processed_webhooks WHERE event_id = 'evt_RCwait1'",
+        )
+        .fetch_optional(&env.pool)
+        .await
+        .expect("the webhook's delivery")
+    };
+    let waiting = eventually("the webhook parked", WAIT, outcome).await;
+    assert_eq!(waiting, "parked");
+    assert_eq!(order_status(&env.pool, "rc_wait_1").await, "pending");
+
+    // Asked about the order, the gateway finds its Razorpay order by the
+    // receipt; registering it applies the webhook that waited.
+    env.use_gateway_apis(&[&rzp]);
+    let report = ctl_json(&env, &["reconcile", "--order", "rc_wait_1"]).await;
+    assert_eq!(
+        sources_ok(&report)[0],
+        ("razorpay".to_owned(), true),
+        "{report}"
+    );
+    assert_eq!(order_status(&env.pool, "rc_wait_1").await, "paid");
+    assert_eq!(outcome().await.as_deref(), Some("applied"));
+    assert_eq!(
+        report["published"], 0,
+        "the capture was recorded by then: {report}"
+    );
+    wait_paid_and_mailed(&env.pool, "rc_wait_1").await;
+    assert_eq!(emails(&env.pool, "rc_wait_1").await.len(), 1);
+    assert_eq!(
+        (
+            stock(&env.pool, "MUG").await,
+            stock(&env.pool, "TSHIRT").await
+        ),
+        (8, 9),
+        "stock once"
     );
 }

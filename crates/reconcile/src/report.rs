@@ -100,7 +100,8 @@ pub struct CallReport {
     /// The order it asked about (`None`: Stripe's undelivered events).
     pub order_ref: Option<String>,
     pub call: String,
-    /// The HTTP status of the answer read (404: nothing known).
+    /// The HTTP status of the answer read (not a 2xx: the gateway's "no
+    /// such id", nothing known).
     pub status: Option<u16>,
     /// Why it failed, after its retries.
     pub error: Option<String>,
@@ -193,9 +194,11 @@ impl fmt::Display for Report {
                 let order = c.order_ref.as_deref().unwrap_or("-");
                 match (&c.error, c.status) {
                     (Some(e), _) => writeln!(f, "  {order}  {}  FAILED: {e}", c.call)?,
-                    (None, Some(404)) => {
-                        writeln!(f, "  {order}  {}  404 (unknown to the gateway)", c.call)?
-                    }
+                    (None, Some(status)) if !(200..300).contains(&status) => writeln!(
+                        f,
+                        "  {order}  {}  {status}: the gateway knows nothing of it",
+                        c.call
+                    )?,
                     (None, status) => writeln!(
                         f,
                         "  {order}  {}  {}: {} fact(s)",
@@ -203,6 +206,9 @@ impl fmt::Display for Report {
                         status.unwrap_or(0),
                         c.facts.len()
                     )?,
+                }
+                for r in &c.refs {
+                    writeln!(f, "      the gateway's order {r} (registered with {order})")?;
                 }
                 for fact in &c.facts {
                     writeln!(
