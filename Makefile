@@ -34,8 +34,8 @@ test: services tools
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace
 	@echo "make test: the PgBouncer pass (transaction mode) over: $(POOLED_FILES)"
-	ONCEHOOK_TEST_POOLER=pgbouncer $(CARGO) test -p oncehook-e2e $(POOLED_TESTS)
-	ONCEHOOK_TEST_WORKER_BATCH_SIZE=1 $(CARGO) test -p oncehook-e2e $(PIPELINE_TESTS)
+	ONCEHOOK_TEST_POOLER=pgbouncer $(CARGO) test --workspace $(POOLED_TESTS)
+	ONCEHOOK_TEST_WORKER_BATCH_SIZE=1 $(CARGO) test --workspace $(PIPELINE_TESTS)
 	$(MAKE) bench-smoke
 	$(MAKE) alerts-test
 	$(MAKE) api-schema-test
