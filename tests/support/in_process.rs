@@ -108,10 +108,21 @@ pub async fn commit_group<E: Effect>(
     effect: &E,
     envelopes: &[Envelope],
 ) -> Result<Vec<Processed>, ProcessError> {
+    commit_group_behind(pool, Pooler::None, effect, envelopes).await
+}
+
+/// [`commit_group`] as a worker configured with `pooler` in front of its
+/// database commits it.
+pub async fn commit_group_behind<E: Effect>(
+    pool: &PgPool,
+    pooler: Pooler,
+    effect: &E,
+    envelopes: &[Envelope],
+) -> Result<Vec<Processed>, ProcessError> {
     let deliveries: Vec<_> = envelopes
         .iter()
         .map(|e| pipeline::decode(&e.to_bytes(), &e.message_id()).expect("a readable envelope"))
         .collect();
     let refs: Vec<&pipeline::Delivery> = deliveries.iter().collect();
-    pipeline::commit(&Pooled::new(pool.clone(), Pooler::None), effect, &refs).await
+    pipeline::commit(&Pooled::new(pool.clone(), pooler), effect, &refs).await
 }

@@ -11,7 +11,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use oncehook_e2e::in_process::{commit_group, envelope};
+use oncehook_common::config::Pooler;
+use oncehook_e2e::in_process::{commit_group, commit_group_behind, envelope};
 use oncehook_e2e::statements::StatementCounter;
 use oncehook_e2e::{TestEnv, shop};
 use oncehook_gateways::Gateway;
@@ -228,6 +229,43 @@ async fn ceiling_c_runs_the_statements_of_the_workers_transaction() {
         show(&w),
         c.len(),
         show(&c)
+    );
+}
+
+/// Behind a transaction-mode pooler nothing is cached between
+/// transactions, so the worker's transaction sets nothing: a plain `BEGIN`.
+#[tokio::test]
+async fn behind_a_transaction_mode_pooler_the_workers_transaction_is_a_plain_one() {
+    let env = TestEnv::new().await;
+    shop::product(&env.pool, "SKU-000", 1_000).await;
+    shop::order(&env.pool, "pooled_1", 50_000, "INR", &[("SKU-000", 1)]).await;
+    let counter = StatementCounter::start(&env.database_url).await;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(counter.url())
+        .await
+        .expect("a pool through the proxy");
+    let delivery = envelope(
+        "razorpay",
+        Gateway::Razorpay,
+        &env.captured("pooled_1", "pay_p1", "evt_p1"),
+    );
+    commit_group_behind(&pool, Pooler::Transaction, &Ledger::default(), &[delivery])
+        .await
+        .expect("committed");
+    let transactions = counter.transactions();
+    let worker = transactions
+        .iter()
+        .find(|t| {
+            t.iter()
+                .any(|s| s.contains("INSERT INTO processed_webhooks"))
+        })
+        .expect("the worker's transaction went through the proxy");
+    assert!(
+        !worker
+            .iter()
+            .any(|s| s.to_uppercase().contains("PLAN_CACHE_MODE")),
+        "behind a pooler the transaction sets no plan mode: {worker:#?}"
     );
 }
 
