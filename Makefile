@@ -88,7 +88,7 @@ build:
 chaos: services
 	$(CARGO) build --workspace --bins
 	rm -f target/chaos-report.md
-	ONCEHOOK_CHAOS_ORDERS=$${ONCEHOOK_CHAOS_ORDERS:-200} $(CARGO) test -p oncehook-e2e --test chaos -- --nocapture --test-threads=1
+	ONCEHOOK_CHAOS_ORDERS=$${ONCEHOOK_CHAOS_ORDERS:-200} $(CARGO) test --workspace --test chaos -- --nocapture --test-threads=1
 	@echo
 	@echo "| scenario | events | posts | acked | applied | duplicates absorbed | dead-lettered | lost | doubled |"
 	@echo "|---|---|---|---|---|---|---|---|---|"
@@ -97,7 +97,7 @@ chaos: services
 ## confluence: the ledger's model-based test with more orders (each twice, in random permutations with duplicates)
 confluence: services
 	$(CARGO) build --workspace --bins
-	ONCEHOOK_CONFLUENCE_ORDERS=$${ONCEHOOK_CONFLUENCE_ORDERS:-5000} $(CARGO) test -p oncehook-e2e --test confluence -- --nocapture
+	ONCEHOOK_CONFLUENCE_ORDERS=$${ONCEHOOK_CONFLUENCE_ORDERS:-5000} $(CARGO) test --workspace --test confluence -- --nocapture
 	@echo
 	@echo "| seed | orders | twins | events | deliveries posted | permutations | mismatches | dead-lettered | parked | settled | posted s | settled s | total s |"
 	@echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
