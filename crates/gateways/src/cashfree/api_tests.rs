@@ -241,3 +241,12 @@ mod documented {
         assert!(!api.unknown_id(&ask, 400, body(cashfree::NOT_FOUND).as_bytes()));
     }
 }
+
+proptest! {
+    #[test]
+    fn arbitrary_error_bodies_never_panic(status in 100u16..600, body in proptest::collection::vec(any::<u8>(), 0..256)) {
+        let api = crate::Gateway::Cashfree.api().expect("an API");
+        let unknown = api.unknown_id(&crate::reconcile::Ask::of("order_payments", "ORD-1"), status, &body);
+        prop_assert!(!unknown || status == 404, "only a 404 can be its no-such-id");
+    }
+}

@@ -69,6 +69,28 @@ proptest! {
     #[test]
     fn arbitrary_bytes_never_panic(body in proptest::collection::vec(any::<u8>(), 0..512)) {
         let _ = order_payments(&body);
+        let _ = orders_by_receipt(&body, "ORD-1");
+        let _ = unknown_id_error(&body);
+    }
+
+    #[test]
+    fn a_receipt_lookup_finds_exactly_the_orders_of_that_receipt(
+        orders in proptest::collection::vec(("[a-zA-Z0-9]{1,12}", prop_oneof![Just("ORD-1"), Just("ORD-2"), Just("ord-1")]), 0..8)
+    ) {
+        let items: Vec<Value> = orders
+            .iter()
+            .map(|(id, receipt)| serde_json::json!({"id": format!("order_{id}"), "entity": "order", "receipt": receipt}))
+            .collect();
+        let body = serde_json::json!({"entity": "collection", "count": items.len(), "items": items}).to_string();
+        let found = orders_by_receipt(body.as_bytes(), "ORD-1").expect("a readable answer");
+        let mut wanted: Vec<String> = Vec::new();
+        for (id, receipt) in &orders {
+            let id = format!("order_{id}");
+            if *receipt == "ORD-1" && !wanted.contains(&id) {
+                wanted.push(id);
+            }
+        }
+        prop_assert_eq!(found, wanted);
     }
 
     #[test]
