@@ -1,7 +1,9 @@
 //! Publishing what a run found: each new fact as an envelope of origin
 //! `reconciliation` to the events exchange, with publisher confirms, on a
 //! connection of the run's own (a run every few minutes does not keep one
-//! open). The worker then applies it like any webhook's event.
+//! open). The worker then applies it like any webhook's event. The
+//! topology is declared first, as ingest does, so `oncehookctl reconcile`
+//! publishes as well on a broker no worker or ingest has prepared yet.
 
 use std::time::Duration;
 
@@ -19,6 +21,8 @@ pub enum PublishError {
     Connect(#[from] amqp::ConnectError),
     #[error("opening a confirm channel: {0}")]
     Channel(#[from] lapin::Error),
+    #[error("declaring the exchanges and queues: {0}")]
+    Topology(lapin::Error),
     #[error("publishing {message_id}: {error}")]
     Publish {
         message_id: String,
@@ -38,11 +42,16 @@ impl Publisher {
     /// Connects to the broker (one attempt per node).
     pub async fn connect(broker: &BrokerConfig) -> Result<Publisher, PublishError> {
         let conn = amqp::connect_any(&broker.nodes, "oncehook-reconciler", CONNECT_TIMEOUT).await?;
+        let topology = Topology::new(broker.prefix.clone());
+        topology
+            .declare(&conn, &broker.queue_settings())
+            .await
+            .map_err(PublishError::Topology)?;
         let channel = amqp::confirm_channel(&conn).await?;
         Ok(Publisher {
             conn,
             channel,
-            exchange: Topology::new(broker.prefix.clone()).events(),
+            exchange: topology.events(),
             timeout: broker.publish_timeout,
         })
     }
