@@ -72,6 +72,30 @@ pub async fn register_gateway_ref(
     .expect("gateway ref");
 }
 
+/// Reconciliation passes of `outcome` (`completed`, `skipped`, `failed`)
+/// on the `/metrics` of the worker at `base`; 0 while it does not answer.
+pub async fn reconcile_passes(base: &str, outcome: &str) -> f64 {
+    crate::metrics::text(base).await.map_or(0.0, |t| {
+        crate::metrics::series(&t, "oncehook_reconcile_runs_total", &[("outcome", outcome)])
+    })
+}
+
+/// Waits until the worker at `base` has made at least `n` passes of
+/// `outcome`.
+pub async fn wait_reconcile_passes(base: &str, outcome: &str, n: f64) {
+    crate::eventually(&format!("{n} {outcome} pass(es)"), crate::WAIT, || async {
+        (reconcile_passes(base, outcome).await >= n).then_some(())
+    })
+    .await;
+}
+
+/// Waits until the worker at `base` has made `more` passes of `outcome`
+/// beyond those made so far.
+pub async fn wait_more_reconcile_passes(base: &str, outcome: &str, more: f64) {
+    let before = reconcile_passes(base, outcome).await;
+    wait_reconcile_passes(base, outcome, before + more).await;
+}
+
 /// What the next request gets instead of its answer.
 #[derive(Debug, Clone)]
 pub enum Fault {
@@ -206,6 +230,15 @@ impl GatewayApi {
 
     pub fn call_count(&self) -> usize {
         self.with(|s| s.calls.len())
+    }
+
+    /// Waits until the stand-in has been called more than `before` times
+    /// (a pass is asking it).
+    pub async fn wait_calls_over(&self, before: usize) {
+        crate::eventually("a pass asking the gateway", crate::WAIT, || async {
+            (self.call_count() > before).then_some(())
+        })
+        .await;
     }
 
     /// The `[source.api]` table pointing a source of this gateway here.

@@ -96,11 +96,16 @@ pub async fn run(cmd: &str, args: &[&str]) {
     );
 }
 
-/// Restarts the local PostgreSQL cluster (fast shutdown: sessions end with 57P01).
-pub async fn restart_postgres() {
-    let (cmd, args) = command(Service::Postgres, "restart");
+/// Does `action` to `service`, failing the test if it fails.
+async fn perform(service: Service, action: &str) {
+    let (cmd, args) = command(service, action);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     run(&cmd, &args).await;
+}
+
+/// Restarts the local PostgreSQL cluster (fast shutdown: sessions end with 57P01).
+pub async fn restart_postgres() {
+    perform(Service::Postgres, "restart").await;
 }
 
 /// A service stopped until this is ended or dropped.
@@ -112,9 +117,7 @@ pub struct Outage {
 impl Outage {
     /// Stops `service` now.
     pub async fn begin(service: Service) -> Outage {
-        let (cmd, args) = command(service, "stop");
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        run(&cmd, &args).await;
+        perform(service, "stop").await;
         Outage {
             service,
             over: false,
@@ -124,9 +127,7 @@ impl Outage {
     /// Starts the service again.
     pub async fn end(mut self) {
         self.over = true;
-        let (cmd, args) = command(self.service, "start");
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        run(&cmd, &args).await;
+        perform(self.service, "start").await;
     }
 }
 

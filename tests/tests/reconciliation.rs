@@ -7,7 +7,8 @@
 use std::time::Duration;
 
 use oncehook_e2e::gateway_api::{
-    Fault, GatewayApi, backdate_orders, reconcile_every_second, register_gateway_ref, shapes,
+    Fault, GatewayApi, backdate_orders, reconcile_every_second, reconcile_passes,
+    register_gateway_ref, shapes,
 };
 use oncehook_e2e::metrics::{scrape, series};
 use oncehook_e2e::ops::{ctl_json, dead_queue};
@@ -28,11 +29,7 @@ async fn backdate(env: &TestEnv) {
 
 /// Completed passes on a worker's `/metrics`.
 async fn passes(metrics: &str) -> f64 {
-    series(
-        &scrape(metrics).await,
-        "oncehook_reconcile_runs_total",
-        &[("outcome", "completed")],
-    )
+    reconcile_passes(metrics, "completed").await
 }
 
 /// An order with a Razorpay order id whose capture Razorpay knows (500.00 INR).

@@ -16,9 +16,9 @@
 use std::time::{Duration, Instant};
 
 use oncehook_e2e::gateway_api::{
-    Fault, GatewayApi, backdate_orders, reconcile_every_second, register_gateway_ref, shapes,
+    Fault, GatewayApi, backdate_orders, reconcile_every_second, reconcile_passes,
+    register_gateway_ref, shapes, wait_reconcile_passes,
 };
-use oncehook_e2e::metrics::{series, text};
 use oncehook_e2e::services::{MemoryAlarm, Outage, Service};
 use oncehook_e2e::shop::{self, emails, order_status, stock};
 use oncehook_e2e::{Proc, TestEnv, WAIT, eventually};
@@ -74,26 +74,17 @@ fn configure(env: &mut TestEnv, rzp: &GatewayApi) {
 async fn hold_next_pass(rzp: &GatewayApi, held: Duration) {
     let before = rzp.call_count();
     rzp.faults(&[Fault::Slow(held)]);
-    eventually("a pass asking the gateway", WAIT, || async {
-        (rzp.call_count() > before).then_some(())
-    })
-    .await;
+    rzp.wait_calls_over(before).await;
 }
 
 /// Passes of `outcome` on a worker's `/metrics` (0 while it does not answer).
 async fn passes(metrics: &str, outcome: &str) -> f64 {
-    text(metrics).await.map_or(0.0, |t| {
-        series(&t, "oncehook_reconcile_runs_total", &[("outcome", outcome)])
-    })
+    reconcile_passes(metrics, outcome).await
 }
 
 /// Waits for `n` passes of `outcome` on `worker`.
 async fn wait_passes(worker: &Proc, outcome: &str, n: f64) {
-    let metrics = worker.metrics_url().to_owned();
-    eventually(&format!("{n} {outcome} pass(es)"), WAIT, || async {
-        (passes(&metrics, outcome).await >= n).then_some(())
-    })
-    .await;
+    wait_reconcile_passes(worker.metrics_url(), outcome, n).await;
 }
 
 /// How many of `refs` reconciliation has marked as asked about.
@@ -166,10 +157,7 @@ async fn the_broker_stopped_mid_pass_fails_the_pass_marks_nothing_and_the_next_p
     configure(&mut env, &rzp);
     rzp.faults(&[Fault::Slow(HELD)]);
     let worker = env.start_worker().await;
-    eventually("the first pass asking", WAIT, || async {
-        (rzp.call_count() > 0).then_some(())
-    })
-    .await;
+    rzp.wait_calls_over(0).await;
 
     let outage = Outage::begin(Service::RabbitMq).await;
     wait_passes(&worker, "failed", 1.0).await;
@@ -240,10 +228,7 @@ async fn postgres_stopped_mid_pass_fails_the_pass_and_consuming_goes_on() {
     rzp.faults(&[Fault::Slow(HELD)]);
     let (_ingest, ingest_url) = env.start_ingest().await;
     let worker = env.start_worker().await;
-    eventually("the first pass asking", WAIT, || async {
-        (rzp.call_count() > 0).then_some(())
-    })
-    .await;
+    rzp.wait_calls_over(0).await;
 
     let outage = Outage::begin(Service::Postgres).await;
     // A webhook arrives meanwhile: ingest takes it without the database.
@@ -275,10 +260,7 @@ async fn a_worker_sigkilled_mid_pass_releases_the_lock_and_another_worker_makes_
     configure(&mut env, &rzp);
     rzp.faults(&[Fault::Slow(Duration::from_secs(10))]);
     let mut first = env.start_worker().await;
-    eventually("the first worker's pass asking", WAIT, || async {
-        (rzp.call_count() > 0).then_some(())
-    })
-    .await;
+    rzp.wait_calls_over(0).await;
     let second = env.start_worker().await;
     // While the first holds the lock, the second's passes are skipped.
     wait_passes(&second, "skipped", 1.0).await;
@@ -385,10 +367,7 @@ async fn a_pass_held_by_a_slow_gateway_does_not_delay_consuming() {
     let held = Duration::from_secs(15);
     rzp.faults(&[Fault::Slow(held)]);
     let worker = env.start_worker().await;
-    eventually("the pass asking", WAIT, || async {
-        (rzp.call_count() > 0).then_some(())
-    })
-    .await;
+    rzp.wait_calls_over(0).await;
     let asked = Instant::now();
     let during = deliver_one_by_one(&env, &ingest_url, with).await;
     assert!(

@@ -8,7 +8,7 @@
 
 use oncehook_e2e::gateway_api::{
     GatewayApi, backdate_orders as backdate, reconcile_every_second as reconcile_often,
-    register_gateway_ref, shapes,
+    register_gateway_ref, shapes, wait_more_reconcile_passes,
 };
 use oncehook_e2e::metrics::{scrape, series};
 use oncehook_e2e::ops::ctl_json;
@@ -150,21 +150,7 @@ async fn a_razorpay_order_linked_only_by_its_receipt_is_paid_by_the_next_pass() 
     assert_eq!(outcome, "ignored");
     // Passes go on: the paid order is not asked again within paid_interval.
     let asked = rzp.call_count();
-    let metrics = p.worker().metrics_url().to_owned();
-    let before = series(
-        &scrape(&metrics).await,
-        "oncehook_reconcile_runs_total",
-        &[("outcome", "completed")],
-    );
-    eventually("two more passes", WAIT, || async {
-        let now = series(
-            &scrape(&metrics).await,
-            "oncehook_reconcile_runs_total",
-            &[("outcome", "completed")],
-        );
-        (now >= before + 2.0).then_some(())
-    })
-    .await;
+    wait_more_reconcile_passes(p.worker().metrics_url(), "completed", 2.0).await;
     assert_eq!(
         rzp.call_count(),
         asked,
@@ -328,19 +314,7 @@ async fn a_refund_lost_for_a_paid_order_is_found_on_the_paid_schedule() {
 
     // A refunded order is not asked about again.
     let asked = rzp.call_count();
-    let metrics = p.worker().metrics_url().to_owned();
-    let passes = || async {
-        series(
-            &scrape(&metrics).await,
-            "oncehook_reconcile_runs_total",
-            &[("outcome", "completed")],
-        )
-    };
-    let before = passes().await;
-    eventually("three more passes", WAIT, || async {
-        (passes().await >= before + 3.0).then_some(())
-    })
-    .await;
+    wait_more_reconcile_passes(p.worker().metrics_url(), "completed", 3.0).await;
     assert_eq!(rzp.call_count(), asked);
     assert_eq!(emails(&env.pool, "rc_paid_1").await.len(), 2);
     assert_eq!(

@@ -3,7 +3,8 @@
 //! Stripe `pi_…`) and the payments the ledger knows; those sources are
 //! asked. An order that names none is asked of every source whose gateway
 //! can be asked by the shop's reference alone (Cashfree's `order_id` and
-//! PayU's `txnid` are the merchant's own). Which calls make up the asking
+//! PayU's `txnid` are the merchant's own; Razorpay is asked for the orders
+//! whose `receipt` it is). Which calls make up the asking
 //! is the gateway's to say ([`GatewayApi::asks`]); each [`Ask`] is one API
 //! call, and an answer may lead to more (a page after this one, the refunds
 //! of a payment just found).

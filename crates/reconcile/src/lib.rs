@@ -1,6 +1,7 @@
 //! The reconciler (docs/reconciliation.md): a webhook that never reached
 //! ingest is not lost for good. Every so often the worker asks each
-//! gateway's own API about the orders still pending, and every payment
+//! gateway's own API about the orders still pending (and, less often, the
+//! orders paid lately, for refunds whose webhook was lost), and every payment
 //! state it finds goes down the same path as a webhook: an envelope of
 //! origin `reconciliation` on the events exchange, applied by the same
 //! ledger, whose facts are keyed so that a webhook arriving later, or a
