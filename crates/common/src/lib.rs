@@ -28,6 +28,7 @@ pub mod otel;
 pub mod peek_lock;
 pub mod periodic;
 pub mod redact;
+pub mod refund;
 #[cfg(feature = "db")]
 pub mod relay;
 pub mod retry;

@@ -10,7 +10,8 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use oncehook_common::Config;
 use oncehook_ops::{
-    api_key, demo, dlq, migrate, notify, output, password, reconcile, retention, send, stats, trace,
+    api_key, demo, dlq, migrate, notify, output, password, reconcile, refunds, retention, send,
+    stats, trace,
 };
 
 #[derive(Parser)]
@@ -52,6 +53,11 @@ enum Command {
     Retention(retention::RetentionArgs),
     /// Ask the gateways' APIs about pending orders now; publish what no webhook delivered.
     Reconcile(reconcile::ReconcileArgs),
+    /// Refund intents: list, show, approve, cancel; pause and resume every refunder.
+    Refunds {
+        #[command(subcommand)]
+        command: refunds::RefundsCommand,
+    },
     /// Order events owed to the shop's endpoints: list, show, replay, enable.
     Notify {
         #[command(subcommand)]
@@ -104,6 +110,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Retention(args) => out.finish(&retention::run(&settings, args).await?),
         Command::Reconcile(args) => out.finish(&reconcile::run(&settings, args).await?),
         Command::Notify { command } => out.finish(&notify::run(&settings, command).await?),
+        Command::Refunds { command } => out.finish(&refunds::run(&settings, command).await?),
         Command::Stats(args) => out.finish(&stats::run(&settings, args).await?),
         Command::ConsoleUser(_) | Command::ApiKey(_) => ExitCode::SUCCESS,
     })

@@ -37,6 +37,7 @@ mod form;
 mod headers;
 mod json;
 pub mod reconcile;
+pub mod refund;
 pub mod sample;
 mod scheme;
 

@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 #[cfg(doc)]
 use crate::Gateway;
 use crate::reconcile::GatewayApi;
+use crate::refund::GatewayRefunds;
 use crate::sample::{SampleError, SampleSpec, SignedDelivery};
 use crate::{Headers, NormalizedEvent};
 
@@ -189,6 +190,9 @@ pub trait GatewayScheme {
     /// implements [`GatewayApi`]), or `None`: its sources cannot have a
     /// `[source.api]`.
     const API: Option<&'static dyn GatewayApi> = None;
+    /// The gateway's refund API (`Some(&Self)` where the folder implements
+    /// [`GatewayRefunds`]), or `None`: its refund intents wait for a person.
+    const REFUNDS: Option<&'static dyn GatewayRefunds> = None;
 
     /// The registry's entry for this implementation. Not meant to be
     /// overridden.
@@ -207,6 +211,7 @@ pub trait GatewayScheme {
         secret_problem: Self::SECRET_PROBLEM,
         needs_merchant_key: Self::NEEDS_MERCHANT_KEY,
         api: Self::API,
+        refunds: Self::REFUNDS,
     };
 }
 
@@ -274,6 +279,7 @@ pub struct Scheme {
     /// [`GatewayScheme::NEEDS_MERCHANT_KEY`].
     pub needs_merchant_key: bool,
     pub(crate) api: Option<&'static dyn GatewayApi>,
+    pub(crate) refunds: Option<&'static dyn GatewayRefunds>,
 }
 
 impl std::fmt::Debug for Scheme {

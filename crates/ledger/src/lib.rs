@@ -20,7 +20,8 @@
 //! 4. record every link, attempt and refund (`record`), one statement;
 //! 5. recompute every order a new fact touched from *all* its facts
 //!    (`recompute`, with the pure `state::compute`): status, refunds,
-//!    primary payment, flags, the one stock movement (`stock`);
+//!    primary payment, flags, the one stock movement (`stock`), and the
+//!    refund intents the orders owe (`refund_intents`);
 //! 6. write the emails (`emails`: one confirmation per order, one per
 //!    refund fact) and the order events for the shop (`order_events`: each
 //!    derived from one fact), and park what stays unlinked;
@@ -38,6 +39,7 @@ pub mod parking;
 mod plan;
 mod recompute;
 mod record;
+pub mod refund_intents;
 pub mod relay;
 pub mod render;
 pub mod state;

@@ -13,6 +13,34 @@ pub const FLAG_NEEDS_REFUND: &str = "needs_refund";
 pub const FLAG_REFUNDED: &str = "refunded";
 pub const FLAG_AMOUNT_MISMATCH: &str = "amount_mismatch";
 
+pub use oncehook_common::refund::{
+    REASON_AMOUNT_MISMATCH, REASON_CANCELLED_ORDER, REASON_DUPLICATE_CAPTURE,
+};
+
+/// A capture the books say is owed back, whole: what a refund intent is
+/// minted from (docs/refunds.md). A function of the set of facts, like
+/// every other part of the state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefundDue {
+    pub provider: String,
+    pub payment_id: String,
+    /// The capture's amount.
+    pub amount_minor: i64,
+    /// The capture's currency (the order's when the capture names none).
+    pub currency: String,
+    /// One of `oncehook_common::refund::REASONS`.
+    pub reason: &'static str,
+    /// What the refund facts show returned of this payment so far.
+    pub refunded_minor: i64,
+}
+
+impl RefundDue {
+    /// What is still owed.
+    pub fn outstanding(&self) -> i64 {
+        self.amount_minor.saturating_sub(self.refunded_minor).max(0)
+    }
+}
+
 /// The order's terms: what a capture must match.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Terms {
@@ -70,6 +98,9 @@ pub struct OrderState {
     /// [`FLAG_AMOUNT_MISMATCH`] — whether or not it was refunded since, so
     /// the order events it causes depend only on the set of facts.
     pub owed: BTreeMap<(String, String), &'static str>,
+    /// Every owed capture whose amount is known, with what was refunded of
+    /// it: the refund intents the order has (settled ones included).
+    pub refunds_due: Vec<RefundDue>,
     /// A capture covering the order (its amount, its currency) exists,
     /// cancelled or not: what `order.paid` tells the shop.
     pub covered: bool,
@@ -123,6 +154,7 @@ pub fn compute(terms: &Terms, captures: &[Capture], refunds: &[RefundFact]) -> O
 
     let mut flags = BTreeMap::new();
     let mut owed = BTreeMap::new();
+    let mut refunds_due = Vec::new();
     for c in captures {
         let is_primary =
             primary.is_some_and(|p| p.provider == c.provider && p.payment_id == c.payment_id);
@@ -133,6 +165,7 @@ pub fn compute(terms: &Terms, captures: &[Capture], refunds: &[RefundFact]) -> O
                 FLAG_AMOUNT_MISMATCH
             };
             owed.insert((c.provider.clone(), c.payment_id.clone()), kind);
+            refunds_due.extend(refund_due(terms, c, kind, refunded_of(c)));
         }
         let flag = if is_primary {
             None
@@ -172,8 +205,33 @@ pub fn compute(terms: &Terms, captures: &[Capture], refunds: &[RefundFact]) -> O
         paid_by: primary.map(Capture::payer),
         flags,
         owed,
+        refunds_due,
         covered: captures.iter().any(|c| c.matches(terms)),
     }
+}
+
+/// The refund owed for a capture that is not the order's payment, when its
+/// amount is known (a capture without one waits for a person).
+fn refund_due(terms: &Terms, c: &Capture, kind: &str, refunded: i64) -> Option<RefundDue> {
+    let reason = if kind == FLAG_AMOUNT_MISMATCH {
+        REASON_AMOUNT_MISMATCH
+    } else if terms.cancelled {
+        REASON_CANCELLED_ORDER
+    } else {
+        REASON_DUPLICATE_CAPTURE
+    };
+    Some(RefundDue {
+        provider: c.provider.clone(),
+        payment_id: c.payment_id.clone(),
+        amount_minor: c.amount_minor?,
+        currency: c
+            .currency
+            .clone()
+            .unwrap_or_else(|| terms.currency.clone())
+            .to_ascii_uppercase(),
+        reason,
+        refunded_minor: refunded,
+    })
 }
 
 #[cfg(test)]
@@ -326,5 +384,66 @@ mod tests {
         let s = compute(&cancelled, &[cap("pay_2", 400)], &[]);
         assert_eq!(flag(&s, "pay_2"), Some(FLAG_AMOUNT_MISMATCH));
         assert_eq!(compute(&cancelled, &[], &[]).status, "cancelled");
+    }
+
+    fn due(s: &OrderState) -> Vec<(&str, &str, i64, i64)> {
+        s.refunds_due
+            .iter()
+            .map(|d| {
+                (
+                    d.payment_id.as_str(),
+                    d.reason,
+                    d.amount_minor,
+                    d.refunded_minor,
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_second_capture_is_owed_back_whole_whatever_came_first() {
+        let a = compute(&terms(), &[cap("pay_b", 500), cap("pay_a", 500)], &[]);
+        let b = compute(&terms(), &[cap("pay_a", 500), cap("pay_b", 500)], &[]);
+        assert_eq!(due(&a), vec![("pay_b", REASON_DUPLICATE_CAPTURE, 500, 0)]);
+        assert_eq!(a.refunds_due, b.refunds_due);
+        assert_eq!(a.refunds_due[0].outstanding(), 500);
+        // Refunded from elsewhere (or by the refunder): still the same
+        // intent, nothing outstanding.
+        let s = compute(
+            &terms(),
+            &[cap("pay_a", 500), cap("pay_b", 500)],
+            &[refund(Some("pay_b"), 500, false)],
+        );
+        assert_eq!(due(&s), vec![("pay_b", REASON_DUPLICATE_CAPTURE, 500, 500)]);
+        assert_eq!(s.refunds_due[0].outstanding(), 0);
+        // The order's own payment is never owed back.
+        assert!(
+            compute(&terms(), &[cap("pay_a", 500)], &[])
+                .refunds_due
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn cancelled_and_mismatched_captures_name_their_reason() {
+        let cancelled = Terms {
+            cancelled: true,
+            ..terms()
+        };
+        let s = compute(&cancelled, &[cap("pay_a", 500), cap("pay_b", 400)], &[]);
+        assert_eq!(
+            due(&s),
+            vec![
+                ("pay_a", REASON_CANCELLED_ORDER, 500, 0),
+                ("pay_b", REASON_AMOUNT_MISMATCH, 400, 0)
+            ]
+        );
+        let mut no_amount = cap("pay_c", 0);
+        no_amount.amount_minor = None;
+        let s = compute(&terms(), &[cap("pay_a", 500), no_amount], &[]);
+        assert!(
+            s.refunds_due.is_empty(),
+            "an unknown amount waits for a person"
+        );
     }
 }

@@ -13,6 +13,7 @@ pub mod notify;
 pub mod output;
 pub mod password;
 pub mod reconcile;
+pub mod refunds;
 pub mod retention;
 pub mod send;
 pub mod stats;

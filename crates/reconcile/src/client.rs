@@ -124,6 +124,14 @@ impl CallError {
     }
 }
 
+/// An answer as it came: status, `Retry-After` (capped), body.
+#[derive(Debug, Clone)]
+pub struct Exchanged {
+    pub status: StatusCode,
+    pub retry_after: Option<Duration>,
+    pub body: Vec<u8>,
+}
+
 /// The HTTP client every source's calls share.
 #[derive(Debug, Clone)]
 pub struct Client {
@@ -149,17 +157,11 @@ impl Client {
             .api
             .request(ask, &source.credentials)
             .map_err(|e| CallError::Request(e.to_string()))?;
-        let request = self.build(&source.base_url, request)?;
-        let response = request.send().await.map_err(|e| self.transport(e))?;
-        let status = response.status();
-        let retry_after = retry_after(&response);
-        let body = response.bytes().await.map_err(|e| self.transport(e))?;
-        if body.len() > MAX_ANSWER {
-            return Err(CallError::Unreadable(format!(
-                "{} bytes, more than {MAX_ANSWER}",
-                body.len()
-            )));
-        }
+        let Exchanged {
+            status,
+            retry_after,
+            body,
+        } = self.exchange(&source.base_url, request).await?;
         match status {
             s if s.is_success() => match source.api.read(ask, &body) {
                 Ok(answer) => Ok(Answer {
@@ -186,6 +188,32 @@ impl Client {
                 quote: quote(&body),
             }),
         }
+    }
+
+    /// Sends a request a gateway's folder described to `base_url` and
+    /// reads the whole answer, whatever its status (the refunder hands
+    /// every answer to the gateway's folder to be read).
+    pub async fn exchange(
+        &self,
+        base_url: &str,
+        request: ApiRequest,
+    ) -> Result<Exchanged, CallError> {
+        let request = self.build(base_url, request)?;
+        let response = request.send().await.map_err(|e| self.transport(e))?;
+        let status = response.status();
+        let retry_after = retry_after(&response);
+        let body = response.bytes().await.map_err(|e| self.transport(e))?;
+        if body.len() > MAX_ANSWER {
+            return Err(CallError::Unreadable(format!(
+                "{} bytes, more than {MAX_ANSWER}",
+                body.len()
+            )));
+        }
+        Ok(Exchanged {
+            status,
+            retry_after,
+            body: body.to_vec(),
+        })
     }
 
     /// The HTTP request the gateway described, against `base_url`; a

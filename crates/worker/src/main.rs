@@ -1,7 +1,8 @@
 //! `oncehook-worker`: consumes envelopes and applies each exactly once — the
 //! generic worker (`oncehook_pipeline`) with the order ledger as its effect
 //! (`oncehook_ledger`, which brings its outbox relay and parked-event
-//! sweeper). Also runs scheduled retention and the reconciler (which
+//! sweeper). Also runs scheduled retention, the refunder (docs/refunds.md)
+//! and the reconciler (which
 //! asks the gateways' APIs about pending orders, on connections of its own). Stops cleanly on
 //! SIGTERM/SIGINT: no new deliveries, in-flight ones commit and ack.
 
@@ -12,6 +13,7 @@ use oncehook_common::{Config, health, telemetry};
 use oncehook_ledger::Ledger;
 use oncehook_pipeline::consumer::{self, Worker};
 use oncehook_reconcile::{Reconciler, schedule};
+use oncehook_refunds::Refunder;
 
 mod retention;
 
@@ -70,11 +72,22 @@ async fn main() -> anyhow::Result<()> {
     let reconciler = Reconciler::new(&reconcile_config, reconcile_pool.clone())
         .context("starting the reconciler")?;
     let reconciling = tokio::spawn(schedule::run_scheduled(reconciler, shutdown.clone()));
+    // The refunder's own two connections too (docs/refunds.md); it runs
+    // only where some source's `[refunds] mode` is not `off`.
+    let refund_pool = Pooled::open(&settings.database, 2).context("database URL")?;
+    let refunder =
+        Refunder::new(&reconcile_config, refund_pool.clone()).context("starting the refunder")?;
+    let refunding = tokio::spawn(oncehook_refunds::run::run_scheduled(
+        refunder,
+        shutdown.clone(),
+    ));
     tracing::info!(prefix = %settings.broker.prefix, "oncehook-worker starting");
     worker.run().await;
     let _ = retention.await;
     let _ = reconciling.await;
+    let _ = refunding.await;
     reconcile_pool.close().await;
+    refund_pool.close().await;
     pool.close().await;
     tracing::info!("oncehook-worker stopped");
     traces.shutdown();

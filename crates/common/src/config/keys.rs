@@ -6,7 +6,9 @@
 //! (`error.rs`) read, and the settings that went away ([`RETIRED`]), which
 //! the loader refuses by name.
 
-use super::{api, broker, console, database, ingest, mail, notify, reconcile, telemetry, worker};
+use super::{
+    api, broker, console, database, ingest, mail, notify, reconcile, refunds, telemetry, worker,
+};
 
 /// The file named by this variable is read under the environment.
 pub const ENV_CONFIG: &str = "ONCEHOOK_CONFIG";
@@ -93,6 +95,7 @@ pub(super) fn all() -> impl Iterator<Item = &'static Key> {
         console::KEYS,
         api::KEYS,
         reconcile::KEYS,
+        refunds::KEYS,
         notify::KEYS,
     ]
     .into_iter()

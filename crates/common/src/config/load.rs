@@ -28,6 +28,7 @@ use super::keys::{self, ENV_CONFIG};
 use super::mail::MailSection;
 use super::notify::NotifySection;
 use super::reconcile::ReconcileSection;
+use super::refunds::RefundsSection;
 use super::sources::FileSource;
 use super::telemetry::TelemetrySection;
 use super::worker::WorkerSection;
@@ -46,6 +47,7 @@ pub(super) struct Sections {
     pub api: ApiSection,
     pub reconcile: ReconcileSection,
     pub notify: NotifySection,
+    pub refunds: RefundsSection,
     /// `[[source]]` stays a top-level table (the documented layout).
     pub source: Vec<FileSource>,
 }

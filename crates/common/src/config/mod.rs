@@ -31,6 +31,7 @@ mod load;
 mod mail;
 mod notify;
 mod reconcile;
+mod refunds;
 
 mod smtp;
 mod source_api;
@@ -66,6 +67,10 @@ pub use reconcile::{ENV_RECONCILE_AFTER, ENV_RECONCILE_HORIZON, ENV_RECONCILE_IN
 pub use reconcile::{ENV_RECONCILE_CALLS_PER_RUN, ENV_RECONCILE_CALLS_PER_SECOND};
 pub use reconcile::{ENV_RECONCILE_PAID_HORIZON, ENV_RECONCILE_PAID_INTERVAL};
 pub use reconcile::{ENV_RECONCILE_TIMEOUT, ReconcileConfig};
+pub use refunds::{
+    ENV_REFUNDS_INTERVAL, ENV_REFUNDS_LEASE, ENV_REFUNDS_MAX_DAILY_MINOR,
+    ENV_REFUNDS_MAX_REFUND_MINOR, ENV_REFUNDS_MODE, RefundMode, RefundPolicy, RefundsConfig,
+};
 pub use smtp::{SmtpConfig, SmtpCredentials, SmtpTls};
 pub use source_api::SourceApi;
 pub use sources::{DEFAULT_TOLERANCE_SECS, MAX_TOLERANCE_SECS, SourceConfig};
@@ -92,6 +97,7 @@ pub struct Config {
     pub api: ApiConfig,
     pub reconcile: ReconcileConfig,
     pub notify: NotifyConfig,
+    pub refunds: RefundsConfig,
 }
 
 impl Config {
@@ -105,6 +111,8 @@ impl Config {
     pub fn from_env_map(env: &HashMap<String, String>) -> Result<Self, ConfigError> {
         let sections = load::layered(env)?;
         let sources = sources::resolve_all(sections.source, env)?;
+        let names: Vec<&str> = sources.iter().map(|s| s.name.as_str()).collect();
+        let refunds = sections.refunds.validate(&names)?;
         Ok(Config {
             broker: sections.broker.into(),
             database: sections.database.into(),
@@ -116,6 +124,7 @@ impl Config {
             api: sections.api.validate()?,
             reconcile: sections.reconcile.validate()?,
             notify: sections.notify.validate(env)?,
+            refunds,
         })
     }
 

@@ -19,6 +19,9 @@
 //! - [`reconcile`]: what the reconciler reads (pending orders, their
 //!   references and known payments, recorded facts) and `reconcile_checks`,
 //!   `reconcile_runs` and its advisory lock.
+//! - [`refunds`]: `refund_intents` as the refunder and operators read and
+//!   change them (the ledger mints and settles them), and `refund_control`,
+//!   the kill switch.
 //! - [`notify`]: `notify_deliveries` and `notify_endpoints`, what the
 //!   notifier owes each of the shop's endpoints.
 //! - [`schema`]: `_sqlx_migrations`, which migrations are applied.
@@ -45,6 +48,7 @@ pub mod gateway_refs;
 pub mod notify;
 pub mod outbox;
 pub mod reconcile;
+pub mod refunds;
 pub mod retention;
 pub mod schema;
 pub mod shop;

@@ -7,7 +7,8 @@
 //! order row; `reads`: the operators' reads
 //! (trace, stats); `order_events`: what the ledger tells the shop, written
 //! with the effect, published and paged; `parking`: `parked_events`, events
-//! waiting for their payment's link or their order. Plain order inserts for
+//! waiting for their payment's link or their order; `refund_intents`: the
+//! refunds the books owe, minted and settled with the facts. Plain order inserts for
 //! tests are here (the shop's own writes go through `store::shop`). Only
 //! this module writes the ledger's SQL (`tests/tests/architecture.rs`).
 
@@ -18,6 +19,7 @@ pub mod order_events;
 pub mod orders;
 pub mod parking;
 mod reads;
+pub mod refund_intents;
 pub use books::OrderRow;
 pub use reads::{
     Attention, ItemStock, OrderDetail, PaymentRecord, RefundRecord, attention, items_of,

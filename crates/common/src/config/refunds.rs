@@ -1,0 +1,197 @@
+//! `[refunds]`: whether oncehook refunds what the books owe back through the
+//! gateway (docs/refunds.md). Off by default. `mode` is the default of every
+//! source, and `[refunds.source.<name>]` overrides it per source: `off`
+//! (intents are kept, nothing is sent), `propose` (an operator approves
+//! each one) or `auto` (an intent whose reason is in `auto_reasons` and
+//! whose amount is within `max_refund_minor`, and within `max_daily_minor`
+//! of what went automatically that day, is approved by the policy; the
+//! rest wait for an operator). `interval` is how often the worker's
+//! refunder looks for approved intents; `lease` how long one refunder holds
+//! an intent while it sends it (a killed one's intent is taken over after).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::ConfigError;
+use super::error::invalid;
+use super::keys::Key;
+use super::values::HumanDuration;
+use crate::refund::REASONS;
+
+pub const ENV_REFUNDS_MODE: &str = "ONCEHOOK_REFUNDS_MODE";
+pub const ENV_REFUNDS_INTERVAL: &str = "ONCEHOOK_REFUNDS_INTERVAL";
+pub const ENV_REFUNDS_LEASE: &str = "ONCEHOOK_REFUNDS_LEASE";
+pub const ENV_REFUNDS_MAX_REFUND_MINOR: &str = "ONCEHOOK_REFUNDS_MAX_REFUND_MINOR";
+pub const ENV_REFUNDS_MAX_DAILY_MINOR: &str = "ONCEHOOK_REFUNDS_MAX_DAILY_MINOR";
+
+pub(super) const KEYS: &[Key] = &[
+    Key::new(ENV_REFUNDS_MODE, "refunds.mode"),
+    Key::new(ENV_REFUNDS_INTERVAL, "refunds.interval"),
+    Key::new(ENV_REFUNDS_LEASE, "refunds.lease"),
+    Key::new(ENV_REFUNDS_MAX_REFUND_MINOR, "refunds.max_refund_minor"),
+    Key::new(ENV_REFUNDS_MAX_DAILY_MINOR, "refunds.max_daily_minor"),
+];
+
+/// What the refunder does with a source's intents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RefundMode {
+    /// Nothing is sent; intents are kept for people to see.
+    #[default]
+    Off,
+    /// An operator approves each intent.
+    Propose,
+    /// The policy approves what its ceilings and reasons allow.
+    Auto,
+}
+
+impl RefundMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefundMode::Off => "off",
+            RefundMode::Propose => "propose",
+            RefundMode::Auto => "auto",
+        }
+    }
+}
+
+/// One source's refund policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefundPolicy {
+    pub mode: RefundMode,
+    /// The largest refund approved without a person, in minor units.
+    pub max_refund_minor: i64,
+    /// The most refunded without a person per UTC day, in minor units.
+    pub max_daily_minor: i64,
+    /// The reasons that may go without a person.
+    pub auto_reasons: Vec<String>,
+}
+
+/// `[refunds]`, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefundsConfig {
+    pub interval: Duration,
+    pub lease: Duration,
+    /// The policy of every source not named below.
+    pub default: RefundPolicy,
+    /// `[refunds.source.<name>]`.
+    pub sources: BTreeMap<String, RefundPolicy>,
+}
+
+impl RefundsConfig {
+    /// The policy of `source`.
+    pub fn policy(&self, source: &str) -> &RefundPolicy {
+        self.sources.get(source).unwrap_or(&self.default)
+    }
+
+    /// Whether any source may refund at all.
+    pub fn any_on(&self) -> bool {
+        self.default.mode != RefundMode::Off
+            || self.sources.values().any(|p| p.mode != RefundMode::Off)
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RefundsSection {
+    mode: RefundMode,
+    interval: HumanDuration,
+    lease: HumanDuration,
+    max_refund_minor: u64,
+    max_daily_minor: u64,
+    auto_reasons: Vec<String>,
+    source: BTreeMap<String, SourceSection>,
+}
+
+/// `[refunds.source.<name>]`: what it leaves out is the section's.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct SourceSection {
+    mode: Option<RefundMode>,
+    max_refund_minor: Option<u64>,
+    max_daily_minor: Option<u64>,
+    auto_reasons: Option<Vec<String>>,
+}
+
+impl Default for RefundsSection {
+    fn default() -> Self {
+        RefundsSection {
+            mode: RefundMode::Off,
+            interval: HumanDuration(Duration::from_secs(10)),
+            lease: HumanDuration(Duration::from_secs(60)),
+            max_refund_minor: 1_000_000,
+            max_daily_minor: 10_000_000,
+            auto_reasons: vec!["duplicate_capture".into(), "cancelled_order".into()],
+            source: BTreeMap::new(),
+        }
+    }
+}
+
+impl RefundsSection {
+    /// The section, every ceiling positive, every reason known and every
+    /// named source configured (`sources`).
+    pub(super) fn validate(self, sources: &[&str]) -> Result<RefundsConfig, ConfigError> {
+        let default = policy(
+            "refunds",
+            self.mode,
+            self.max_refund_minor,
+            self.max_daily_minor,
+            self.auto_reasons,
+        )?;
+        let mut named = BTreeMap::new();
+        for (name, s) in self.source {
+            let at = format!("refunds.source.{name}");
+            if !sources.contains(&name.as_str()) {
+                return Err(invalid(
+                    &at,
+                    &name,
+                    &format!("names no [[source]] (configured: {})", sources.join(", ")),
+                ));
+            }
+            let p = policy(
+                &at,
+                s.mode.unwrap_or(default.mode),
+                s.max_refund_minor.unwrap_or(self.max_refund_minor),
+                s.max_daily_minor.unwrap_or(self.max_daily_minor),
+                s.auto_reasons
+                    .unwrap_or_else(|| default.auto_reasons.clone()),
+            )?;
+            named.insert(name, p);
+        }
+        Ok(RefundsConfig {
+            interval: self.interval.0,
+            lease: self.lease.0,
+            default,
+            sources: named,
+        })
+    }
+}
+
+fn policy(
+    at: &str,
+    mode: RefundMode,
+    max_refund_minor: u64,
+    max_daily_minor: u64,
+    auto_reasons: Vec<String>,
+) -> Result<RefundPolicy, ConfigError> {
+    let minor = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    if let Some(bad) = auto_reasons.iter().find(|r| !REASONS.contains(&r.as_str())) {
+        return Err(invalid(
+            &format!("{at}.auto_reasons"),
+            bad,
+            &format!("is not a reason; the reasons are {}", REASONS.join(", ")),
+        ));
+    }
+    Ok(RefundPolicy {
+        mode,
+        max_refund_minor: minor(max_refund_minor),
+        max_daily_minor: minor(max_daily_minor),
+        auto_reasons,
+    })
+}
+
+#[cfg(test)]
+#[path = "refunds_tests.rs"]
+mod tests;

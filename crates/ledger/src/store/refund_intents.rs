@@ -1,0 +1,77 @@
+//! `refund_intents` as the ledger writes them: one statement per batch that
+//! mints the intents the recomputed orders owe and moves each one's
+//! refunded amount, settling or cancelling the intents nothing is owed on
+//! any more. The refunder's and operators' reads and writes of the same
+//! table are `oncehook_common::store::refunds`' (one place for its SQL
+//! outside the ledger's tail).
+
+use sqlx::PgConnection;
+
+/// An intent the books owe, as the ledger writes it.
+#[derive(Debug, Clone)]
+pub struct IntentRow {
+    pub id: String,
+    pub order_id: i64,
+    pub provider: String,
+    pub payment_id: String,
+    pub amount_minor: i64,
+    pub currency: String,
+    pub reason: String,
+    pub refunded_minor: i64,
+}
+
+/// Mints the intents not written yet (`cancelled` at once when nothing is
+/// outstanding: refunded from elsewhere first) and, on the others, moves
+/// `refunded_minor` and the reason where they changed. An intent nothing is
+/// outstanding on becomes `settled` where oncehook sent (or may have sent)
+/// its refund, `cancelled` where it had not; settled and cancelled intents
+/// stay as they are. Returns the ids whose state changed, with the new state.
+pub async fn write(
+    conn: &mut PgConnection,
+    intents: &[IntentRow],
+) -> Result<Vec<(String, String)>, sqlx::Error> {
+    if intents.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = sqlx::query!(
+        r#"WITH t AS (
+               SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::bigint[],
+                                    $6::text[], $7::text[], $8::bigint[])
+                   AS t(id, order_id, provider, payment_id, amount_minor, currency, reason, refunded_minor)),
+           before AS (SELECT i.id, i.state FROM refund_intents i JOIN t USING (id)),
+           written AS (
+               INSERT INTO refund_intents AS i
+                   (id, order_id, provider, payment_id, amount_minor, currency, reason, refunded_minor, state)
+               SELECT id, order_id, provider, payment_id, amount_minor, currency, reason, refunded_minor,
+                      CASE WHEN refunded_minor >= amount_minor THEN 'cancelled' ELSE 'owed' END
+               FROM t ORDER BY id
+               ON CONFLICT (id) DO UPDATE SET
+                   refunded_minor = EXCLUDED.refunded_minor,
+                   reason = EXCLUDED.reason,
+                   state = CASE
+                       WHEN i.state IN ('settled', 'cancelled') THEN i.state
+                       WHEN EXCLUDED.refunded_minor < i.amount_minor THEN i.state
+                       WHEN i.state IN ('sending', 'sent') THEN 'settled'
+                       ELSE 'cancelled' END,
+                   lease_until = CASE WHEN EXCLUDED.refunded_minor >= i.amount_minor
+                                      THEN NULL ELSE i.lease_until END,
+                   updated_at = now()
+               WHERE i.refunded_minor IS DISTINCT FROM EXCLUDED.refunded_minor
+                  OR i.reason IS DISTINCT FROM EXCLUDED.reason
+               RETURNING i.id, i.state)
+           SELECT w.id AS "id!", w.state AS "state!"
+           FROM written w LEFT JOIN before b USING (id)
+           WHERE b.state IS DISTINCT FROM w.state"#,
+        &intents.iter().map(|i| i.id.clone()).collect::<Vec<_>>(),
+        &intents.iter().map(|i| i.order_id).collect::<Vec<_>>(),
+        &intents.iter().map(|i| i.provider.clone()).collect::<Vec<_>>(),
+        &intents.iter().map(|i| i.payment_id.clone()).collect::<Vec<_>>(),
+        &intents.iter().map(|i| i.amount_minor).collect::<Vec<_>>(),
+        &intents.iter().map(|i| i.currency.clone()).collect::<Vec<_>>(),
+        &intents.iter().map(|i| i.reason.clone()).collect::<Vec<_>>(),
+        &intents.iter().map(|i| i.refunded_minor).collect::<Vec<_>>(),
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.id, r.state)).collect())
+}

@@ -1,0 +1,203 @@
+//! The policy: whether an intent the ledger minted may be sent without a
+//! person (docs/refunds.md). Pure: the intent, its source's policy, what
+//! the policy already let go for that source today, and whether oncehook
+//! can refund through that source at all, in; approve or hold (with the
+//! reason an operator reads), out.
+
+use oncehook_common::config::{RefundMode, RefundPolicy};
+use oncehook_common::store::refunds::Intent;
+
+/// What the policy does with an `owed` intent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Approve it: the refunder sends it.
+    Approve,
+    /// It waits for an operator, for this reason.
+    Hold(String),
+}
+
+/// Why a source cannot refund an intent, if it cannot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// The source is configured with an API oncehook can refund through.
+    Refundable,
+    /// No delivery recorded which source took the payment.
+    UnknownSource,
+    /// The source has no `[source.api]`.
+    NoApi,
+    /// The gateway has no refund API oncehook speaks.
+    NoRefundApi,
+}
+
+/// The policy's decision on `intent`.
+pub fn decide(intent: &Intent, policy: &RefundPolicy, reach: Reach, today_minor: i64) -> Decision {
+    let source = intent.source.as_deref().unwrap_or("?");
+    let hold = |why: String| Decision::Hold(why);
+    match reach {
+        Reach::Refundable => {}
+        Reach::UnknownSource => {
+            return hold(
+                "no delivery says which source took the payment: refund it at the gateway by hand"
+                    .into(),
+            );
+        }
+        Reach::NoApi => {
+            return hold(format!(
+                "source {source} has no [source.api]: oncehook cannot refund through it"
+            ));
+        }
+        Reach::NoRefundApi => {
+            return hold(format!(
+                "{}'s refund API is not one oncehook speaks: refund it at the gateway by hand",
+                intent.provider
+            ));
+        }
+    }
+    let amount = intent.sent_minor.unwrap_or_else(|| intent.outstanding());
+    match policy.mode {
+        RefundMode::Off => hold(format!("refunds are off for source {source}")),
+        RefundMode::Propose => hold(format!(
+            "source {source} proposes: waits for an operator's approval"
+        )),
+        RefundMode::Auto if !policy.auto_reasons.contains(&intent.reason) => {
+            hold(format!(
+                "{} is not among the reasons refunded automatically",
+                intent.reason
+            ))
+        }
+        RefundMode::Auto if amount > policy.max_refund_minor => hold(format!(
+            "{amount} is over the per-refund ceiling of {} (max_refund_minor)",
+            policy.max_refund_minor
+        )),
+        RefundMode::Auto if today_minor.saturating_add(amount) > policy.max_daily_minor => {
+            hold(format!(
+                "{amount} more would pass source {source}'s daily ceiling of {} ({today_minor} refunded automatically today)",
+                policy.max_daily_minor
+            ))
+        }
+        RefundMode::Auto => Decision::Approve,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn intent(amount: i64, reason: &str) -> Intent {
+        let now = time::OffsetDateTime::UNIX_EPOCH;
+        Intent {
+            id: "ri_1".into(),
+            order_id: 1,
+            order_ref: "ord_1".into(),
+            provider: "razorpay".into(),
+            payment_id: "pay_2".into(),
+            amount_minor: amount,
+            currency: "INR".into(),
+            reason: reason.into(),
+            refunded_minor: 0,
+            state: "owed".into(),
+            source: Some("rzp".into()),
+            sent_minor: None,
+            approved_by: None,
+            approved_at: None,
+            attempts: 0,
+            gateway_refund_id: None,
+            gateway_code: None,
+            gateway_message: None,
+            held_because: None,
+            trace_parent: None,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
+    fn auto() -> RefundPolicy {
+        RefundPolicy {
+            mode: RefundMode::Auto,
+            max_refund_minor: 1_000,
+            max_daily_minor: 1_500,
+            auto_reasons: vec!["duplicate_capture".into()],
+        }
+    }
+
+    fn held(d: Decision) -> String {
+        match d {
+            Decision::Hold(why) => why,
+            Decision::Approve => panic!("approved"),
+        }
+    }
+
+    #[test]
+    fn auto_approves_within_the_ceilings_and_reasons_only() {
+        let p = auto();
+        assert_eq!(
+            decide(
+                &intent(1_000, "duplicate_capture"),
+                &p,
+                Reach::Refundable,
+                500
+            ),
+            Decision::Approve
+        );
+        assert!(
+            held(decide(
+                &intent(1_001, "duplicate_capture"),
+                &p,
+                Reach::Refundable,
+                0
+            ))
+            .contains("per-refund ceiling")
+        );
+        assert!(
+            held(decide(
+                &intent(1_000, "duplicate_capture"),
+                &p,
+                Reach::Refundable,
+                501
+            ))
+            .contains("daily ceiling")
+        );
+        assert!(
+            held(decide(
+                &intent(10, "amount_mismatch"),
+                &p,
+                Reach::Refundable,
+                0
+            ))
+            .contains("amount_mismatch")
+        );
+    }
+
+    #[test]
+    fn propose_and_off_always_wait_and_an_unreachable_source_says_why() {
+        let mut p = auto();
+        p.mode = RefundMode::Propose;
+        assert!(
+            held(decide(
+                &intent(1, "duplicate_capture"),
+                &p,
+                Reach::Refundable,
+                0
+            ))
+            .contains("approval")
+        );
+        p.mode = RefundMode::Off;
+        assert!(
+            held(decide(
+                &intent(1, "duplicate_capture"),
+                &p,
+                Reach::Refundable,
+                0
+            ))
+            .contains("off")
+        );
+        let p = auto();
+        for (reach, words) in [
+            (Reach::UnknownSource, "which source"),
+            (Reach::NoApi, "[source.api]"),
+            (Reach::NoRefundApi, "refund API"),
+        ] {
+            assert!(held(decide(&intent(1, "duplicate_capture"), &p, reach, 0)).contains(words));
+        }
+    }
+}

@@ -1,0 +1,200 @@
+//! Sending one claimed intent through its source's gateway, once: where
+//! the gateway's key alone does not guarantee "once" and the intent may
+//! have been sent before (a retry, a killed refunder's intent taken over),
+//! the gateway is asked first what it holds for the intent; then the
+//! refund request, under the intent's id as idempotency key. The answer,
+//! read by the gateway's folder, is recorded: `sent` (the refund facts it
+//! proves published like a reconciliation's, so the books settle the
+//! intent whichever of them and the webhook comes first), `failed` with
+//! the gateway's words, or tried again later with the same key.
+
+use std::time::Duration;
+
+use oncehook_common::Envelope;
+use oncehook_common::store::Pooled;
+use oncehook_common::store::refunds::{self as store, Intent};
+use oncehook_gateways::reconcile::{ApiRequest, OrderNames, RequestError};
+use oncehook_gateways::refund::{GatewayRefunds, RefundAsk, RefundCall, RefundOutcome};
+use oncehook_reconcile::ApiSource;
+use oncehook_reconcile::client::{CallError, Client};
+use oncehook_reconcile::publish::Publisher;
+
+use crate::RefundError;
+
+/// The longest wait between two attempts of one intent.
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// What became of one attempt (the `outcome` label of
+/// `oncehook_refund_attempts_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attempt {
+    Sent,
+    Refused,
+    Retry,
+}
+
+impl Attempt {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Attempt::Sent => "sent",
+            Attempt::Refused => "refused",
+            Attempt::Retry => "retry",
+        }
+    }
+}
+
+/// The refund `intent` is, as its gateway needs it.
+fn ask(intent: &Intent, order: OrderNames) -> RefundAsk {
+    RefundAsk {
+        intent_id: intent.id.clone(),
+        payment_id: intent.payment_id.clone(),
+        amount_minor: intent.sent_minor.unwrap_or_else(|| intent.outstanding()),
+        currency: intent.currency.clone(),
+        order,
+        reason: intent.reason.clone(),
+    }
+}
+
+/// Sends `intent` (claimed) through `source` and records what the gateway
+/// answered.
+pub async fn send(
+    db: &Pooled,
+    client: &Client,
+    broker: &oncehook_common::config::BrokerConfig,
+    source: &ApiSource,
+    api: &'static dyn GatewayRefunds,
+    intent: &Intent,
+    order: OrderNames,
+) -> Result<Attempt, RefundError> {
+    let ask = ask(intent, order);
+    let outcome = answer(client, source, api, &ask, intent.attempts > 1).await;
+    let mut conn = db.single().await?;
+    let attempt = match outcome {
+        RefundOutcome::Accepted { refund_id, facts } => {
+            if !facts.is_empty() {
+                let publisher = Publisher::connect(broker).await?;
+                for fact in facts {
+                    publisher
+                        .publish(&Envelope::reconciled(&source.name, fact))
+                        .await?;
+                }
+                publisher.close().await;
+            }
+            store::mark_sent(&mut conn, &intent.id, &refund_id).await?;
+            tracing::info!(intent = %intent.id, order_ref = %intent.order_ref, %refund_id, amount_minor = ask.amount_minor, source = %source.name, "refund sent");
+            Attempt::Sent
+        }
+        RefundOutcome::Refused { code, message } => {
+            store::mark_failed(&mut conn, &intent.id, &code, &message).await?;
+            tracing::warn!(intent = %intent.id, order_ref = %intent.order_ref, %code, %message, source = %source.name, "the gateway refused the refund; it waits for an operator");
+            metrics::counter!("oncehook_refund_refusals_total", "gateway" => intent.provider.clone(), "code" => code)
+                .increment(1);
+            Attempt::Refused
+        }
+        RefundOutcome::Retry { reason } => {
+            let wait = backoff(intent.attempts);
+            store::retry_later(&mut conn, &intent.id, wait, &reason).await?;
+            tracing::warn!(intent = %intent.id, order_ref = %intent.order_ref, %reason, retry_in_s = wait.as_secs(), "refund not confirmed; will try again under the same key");
+            Attempt::Retry
+        }
+        RefundOutcome::NotFound => {
+            let wait = backoff(intent.attempts);
+            store::retry_later(
+                &mut conn,
+                &intent.id,
+                wait,
+                "the gateway answered the refund with 'not found'",
+            )
+            .await?;
+            Attempt::Retry
+        }
+    };
+    conn.finish().await?;
+    Ok(attempt)
+}
+
+/// What the gateway holds for `ask`: looked up first when the intent may
+/// have been sent before and the gateway has a lookup, then the refund
+/// request itself unless the lookup found it.
+async fn answer(
+    client: &Client,
+    source: &ApiSource,
+    api: &'static dyn GatewayRefunds,
+    ask: &RefundAsk,
+    maybe_sent: bool,
+) -> RefundOutcome {
+    if maybe_sent && let Some(lookup) = api.lookup(ask, &source.credentials) {
+        match exchange(client, source, api, ask, RefundCall::Lookup, lookup).await {
+            RefundOutcome::NotFound => {}
+            // A lookup that fails or is refused says nothing: never send
+            // blind, try again later.
+            RefundOutcome::Refused { code, message } => {
+                return RefundOutcome::Retry {
+                    reason: format!("looking up the refund failed ({code}): {message}"),
+                };
+            }
+            found => return found,
+        }
+    }
+    let create = api.create(ask, &source.credentials);
+    exchange(client, source, api, ask, RefundCall::Create, create).await
+}
+
+/// One call, its answer read by the gateway's folder; a transport failure
+/// is "try again", credentials refused are a refusal an operator must fix.
+async fn exchange(
+    client: &Client,
+    source: &ApiSource,
+    api: &'static dyn GatewayRefunds,
+    ask: &RefundAsk,
+    call: RefundCall,
+    request: Result<ApiRequest, RequestError>,
+) -> RefundOutcome {
+    let request = match request {
+        Ok(r) => r,
+        Err(e) => {
+            return RefundOutcome::Refused {
+                code: "request".into(),
+                message: format!("the refund request cannot be made: {e}"),
+            };
+        }
+    };
+    match client.exchange(&source.base_url, request).await {
+        Ok(answer) if matches!(answer.status.as_u16(), 401 | 403) => RefundOutcome::Refused {
+            code: "credentials".into(),
+            message: format!(
+                "the gateway refused source {}'s credentials (HTTP {}): check [source.api]",
+                source.name,
+                answer.status.as_u16()
+            ),
+        },
+        Ok(answer) => api.read(ask, call, answer.status.as_u16(), &answer.body),
+        Err(e @ CallError::Request(_)) => RefundOutcome::Refused {
+            code: "request".into(),
+            message: e.to_string(),
+        },
+        Err(e) => RefundOutcome::Retry {
+            reason: e.to_string(),
+        },
+    }
+}
+
+/// The wait before attempt `attempts + 1`: 2^attempts seconds, at most
+/// [`MAX_BACKOFF`].
+pub fn backoff(attempts: i32) -> Duration {
+    let exp = u32::try_from(attempts.clamp(0, 16)).unwrap_or(16);
+    Duration::from_secs(2u64.saturating_pow(exp)).min(MAX_BACKOFF)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_stops_at_five_minutes() {
+        assert_eq!(backoff(1), Duration::from_secs(2));
+        assert_eq!(backoff(3), Duration::from_secs(8));
+        assert_eq!(backoff(40), MAX_BACKOFF);
+        assert_eq!(backoff(-1), Duration::from_secs(1));
+    }
+}
