@@ -59,12 +59,10 @@ pub fn decide(intent: &Intent, policy: &RefundPolicy, reach: Reach, today_minor:
         RefundMode::Propose => hold(format!(
             "source {source} proposes: waits for an operator's approval"
         )),
-        RefundMode::Auto if !policy.auto_reasons.contains(&intent.reason) => {
-            hold(format!(
-                "{} is not among the reasons refunded automatically",
-                intent.reason
-            ))
-        }
+        RefundMode::Auto if !policy.auto_reasons.contains(&intent.reason) => hold(format!(
+            "{} is not among the reasons refunded automatically",
+            intent.reason
+        )),
         RefundMode::Auto if amount > policy.max_refund_minor => hold(format!(
             "{amount} is over the per-refund ceiling of {} (max_refund_minor)",
             policy.max_refund_minor
