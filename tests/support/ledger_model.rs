@@ -184,6 +184,20 @@ pub struct LedgerState {
     pub confirmations: usize,
     /// `dedup_key`s of the order's refund emails.
     pub refund_emails: BTreeSet<String>,
+    /// The refund intents (docs/refunds.md), by owed payment
+    /// `(provider, payment_id)`: with no refunder running, each one the
+    /// ledger mints is `owed`, or `cancelled` once refunds cover it.
+    pub refund_intents: BTreeMap<(String, String), Intent>,
+}
+
+/// A refund intent as the books show it (no refunder running).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Intent {
+    pub id: String,
+    pub reason: String,
+    pub amount_minor: i64,
+    pub refunded_minor: i64,
+    pub state: String,
 }
 
 /// Why a fact set is not a valid model input.
@@ -323,6 +337,35 @@ pub fn expected(order: &ModelOrder, facts: &[Fact]) -> Result<LedgerState, Incon
         .map(|(_, v)| *v)
         .sum();
 
+    let refund_intents = captures
+        .iter()
+        .filter(|c| primary.as_deref() != Some(&format!("{}:{}", c.provider, c.payment_id)))
+        .filter_map(|c| {
+            let amount_minor = c.amount?;
+            let refunded_minor = refunded_of(&c.provider, &c.payment_id);
+            let reason = if !c.valid {
+                "amount_mismatch"
+            } else if cancelled {
+                "cancelled_order"
+            } else {
+                "duplicate_capture"
+            };
+            let state = if refunded_minor >= amount_minor {
+                "cancelled"
+            } else {
+                "owed"
+            };
+            let intent = Intent {
+                id: oncehook_ledger::refund_intents::intent_id(&c.provider, &c.payment_id),
+                reason: reason.to_owned(),
+                amount_minor,
+                refunded_minor,
+                state: state.to_owned(),
+            };
+            Some(((c.provider.clone(), c.payment_id.clone()), intent))
+        })
+        .collect();
+
     let mut payments = BTreeMap::new();
     for f in &facts {
         if let Fact::Attempt {
@@ -392,6 +435,7 @@ pub fn expected(order: &ModelOrder, facts: &[Fact]) -> Result<LedgerState, Incon
         payments,
         confirmations: usize::from(paid),
         refund_emails,
+        refund_intents,
     })
 }
 

@@ -10,7 +10,9 @@
 //! posted concurrently through the real ingest to two real workers. Then
 //! every order's books are compared with the reference model
 //! (`oncehook_e2e::ledger_model`) and twin A's with twin B's — and so are
-//! its order events (the set the shop is told, by type and fact).
+//! its order events (the set the shop is told, by type and fact) and its
+//! refund intents (docs/refunds.md: one per owed payment, the same id,
+//! reason, amount and state whatever the order of delivery).
 //!
 //! A fact can also come by reconciliation (docs/reconciliation.md): for
 //! about half of the events that record a fact, the envelope the reconciler
@@ -30,7 +32,7 @@ use std::time::{Duration, Instant};
 use oncehook_common::{Envelope, Topology, amqp};
 use oncehook_e2e::env::send;
 use oncehook_e2e::ledger_gen::{self, GenOrder, Rng, normalise};
-use oncehook_e2e::ledger_model::{self, Flag, LedgerState, Told};
+use oncehook_e2e::ledger_model::{self, Flag, Intent, LedgerState, Told};
 use oncehook_e2e::{Shop, TestEnv, broker};
 use oncehook_gateways::sample::SignedDelivery;
 use oncehook_gateways::{EventKind, Gateway};
@@ -345,6 +347,11 @@ async fn confluence_same_facts_give_the_same_books() {
         for flag in want.payments.values().flatten() {
             *tally.entry(format!("flag {}", flag.as_str())).or_default() += 1;
         }
+        for intent in want.refund_intents.values() {
+            *tally
+                .entry(format!("refund intent {} {}", intent.reason, intent.state))
+                .or_default() += 1;
+        }
         if problems.is_empty() {
             continue;
         }
@@ -530,6 +537,7 @@ async fn read_books(pool: &PgPool) -> BTreeMap<String, LedgerState> {
                 payments: BTreeMap::new(),
                 confirmations: 0,
                 refund_emails: BTreeSet::new(),
+                refund_intents: BTreeMap::new(),
             },
         );
     }
@@ -550,6 +558,31 @@ async fn read_books(pool: &PgPool) -> BTreeMap<String, LedgerState> {
         book.payments.insert(
             (r.get("provider"), r.get("payment_id"), r.get("status")),
             flag,
+        );
+    }
+    let rows = sqlx::query(
+        "SELECT order_id, id, provider, payment_id, reason, amount_minor, refunded_minor, state
+         FROM refund_intents",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("read refund intents");
+    for r in rows {
+        let Some(book) = ids
+            .get(&r.get::<i64, _>("order_id"))
+            .and_then(|o| books.get_mut(o))
+        else {
+            continue;
+        };
+        book.refund_intents.insert(
+            (r.get("provider"), r.get("payment_id")),
+            Intent {
+                id: r.get("id"),
+                reason: r.get("reason"),
+                amount_minor: r.get("amount_minor"),
+                refunded_minor: r.get("refunded_minor"),
+                state: r.get("state"),
+            },
         );
     }
     let rows = sqlx::query("SELECT order_id, kind, dedup_key FROM email_outbox")
@@ -676,6 +709,16 @@ fn normalise_state(s: &LedgerState, index: usize, twin: char) -> LedgerState {
             .map(|((pr, p, st), f)| ((pr.clone(), n(p), st.clone()), *f))
             .collect(),
         refund_emails: s.refund_emails.iter().map(|k| n(k)).collect(),
+        // The ids derive from the twins' different payment ids: each is
+        // checked against the model, the rest compared here.
+        refund_intents: s
+            .refund_intents
+            .iter()
+            .map(|((pr, p), i)| {
+                let id = String::new();
+                ((pr.clone(), n(p)), Intent { id, ..i.clone() })
+            })
+            .collect(),
         ..s.clone()
     }
 }

@@ -241,12 +241,22 @@ pub async fn run_scheduled(refunder: Refunder, shutdown: Shutdown) {
         }
     }
     tracing::info!(interval = ?refunder.config().interval, "refunder started");
+    for outcome in ["completed", "failed"] {
+        metrics::counter!("oncehook_refund_passes_total", "outcome" => outcome).absolute(0);
+    }
     Periodic::every("refunder", refunder.config().interval)
         .run(&shutdown, || async {
-            tokio::select! {
-                r = refunder.pass(&shutdown) => r.map(|()| Next::Pause),
-                () = shutdown.wait() => Ok(Next::Stop),
-            }
+            let result = tokio::select! {
+                r = refunder.pass(&shutdown) => r,
+                () = shutdown.wait() => return Ok(Next::Stop),
+            };
+            let outcome = if result.is_ok() {
+                "completed"
+            } else {
+                "failed"
+            };
+            metrics::counter!("oncehook_refund_passes_total", "outcome" => outcome).increment(1);
+            result.map(|()| Next::Pause)
         })
         .await;
 }
