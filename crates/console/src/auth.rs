@@ -112,7 +112,7 @@ pub fn action(
     if who.role < need {
         return Err(Box::new(forbidden(
             Some(&who),
-            "Your role (viewer) reads every page; replaying and purging dead letters, replaying notifications and enabling endpoints need the operator role.",
+            "Your role (viewer) reads every page; replaying and purging dead letters, replaying notifications, enabling endpoints, and approving, cancelling, pausing and resuming refunds need the operator role.",
         )));
     }
     Ok(who)

@@ -45,11 +45,12 @@ impl<'a> Page<'a> {
     }
 
     fn render(self) -> Markup {
-        const NAV: [(&str, &str); 6] = [
+        const NAV: [(&str, &str); 7] = [
             ("/", "Overview"),
             ("/letters", "Dead letters"),
             ("/events", "Events"),
             ("/notifications", "Notifications"),
+            ("/refunds", "Refunds"),
             ("/trace", "Trace"),
             ("/audit", "Audit"),
         ];

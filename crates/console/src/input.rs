@@ -1,6 +1,7 @@
 //! What a request may name, checked at the edge before anything reaches the
 //! database or the broker: the filter values of the lists, a search term,
-//! and the page to go to after logging in.
+//! the refund intent an action names, and the page to go to after logging
+//! in.
 //!
 //! A filter value outside its rule is refused with `400` and one sentence
 //! saying what is allowed (the value itself is not repeated back). A `next`
@@ -71,6 +72,27 @@ pub fn text(q: &Pairs, key: &str, max: usize) -> Result<Option<String>, Invalid>
     } else {
         Err(Invalid(format!(
             "\"{key}\" is at most {max} characters, without control characters."
+        )))
+    }
+}
+
+/// The hex digits of a refund intent's id after its `ri_`.
+const INTENT_HEX: usize = 24;
+
+/// `key` as a refund intent's id: `ri_` and [`INTENT_HEX`] lowercase hex
+/// digits, as the ledger derives it.
+pub fn refund_intent(q: &Pairs, key: &str) -> Result<Option<String>, Invalid> {
+    let Some(v) = q.get(key) else {
+        return Ok(None);
+    };
+    let ok = v.strip_prefix("ri_").is_some_and(|hex| {
+        hex.len() == INTENT_HEX && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    });
+    if ok {
+        Ok(Some(v))
+    } else {
+        Err(Invalid(format!(
+            "\"{key}\" is a refund intent's id: ri_ and {INTENT_HEX} lowercase hex digits."
         )))
     }
 }
@@ -191,5 +213,20 @@ mod tests {
         assert!(text(&q, "q", 64).is_err());
         assert_eq!(text(&q, "t", 64), Ok(Some("evt_1".to_owned())));
         assert!(text(&q, "t", 3).is_err());
+    }
+
+    #[test]
+    fn refund_intents_are_ri_and_24_lowercase_hex_digits() {
+        let q = Pairs::parse(
+            b"ok=ri_0123456789abcdef01234567&short=ri_0123&upper=ri_0123456789ABCDEF01234567&other=xx_0123456789abcdef01234567",
+        );
+        assert_eq!(
+            refund_intent(&q, "ok"),
+            Ok(Some("ri_0123456789abcdef01234567".to_owned()))
+        );
+        for bad in ["short", "upper", "other"] {
+            assert!(refund_intent(&q, bad).is_err(), "{bad}");
+        }
+        assert_eq!(refund_intent(&q, "absent"), Ok(None));
     }
 }

@@ -1,6 +1,6 @@
 //! `oncehook-console`: the operators' web console. Server-rendered pages
 //! over the same library `oncehookctl` is built from (dead letters, replay,
-//! purge, trace, stats, the notifier's deliveries) plus the processed
+//! purge, trace, stats, the notifier's deliveries, refunds) plus the processed
 //! events and the audit trail, behind a login. It listens on its own address (`ONCEHOOK_CONSOLE_ADDR`,
 //! default 127.0.0.1:8081), never on the public ingest port.
 //!
@@ -162,6 +162,11 @@ fn routes(cfg: &mut web::ServiceConfig) {
             "/notifications/enable",
             web::post().to(pages::notifications::enable),
         )
+        .route("/refunds", web::get().to(pages::refunds::show))
+        .route("/refunds/approve", web::post().to(pages::refunds::approve))
+        .route("/refunds/cancel", web::post().to(pages::refunds::cancel))
+        .route("/refunds/pause", web::post().to(pages::refunds::pause))
+        .route("/refunds/resume", web::post().to(pages::refunds::resume))
         .route("/audit", web::get().to(pages::audit::show))
         .route("/static/console.css", web::get().to(assets::css))
         .route("/static/console.js", web::get().to(assets::js))

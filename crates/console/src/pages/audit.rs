@@ -1,6 +1,7 @@
 //! Audit: every replay and purge done through the console — who, what,
-//! which dead letters (or which endpoint and event), when, and how it ended
-//! — and every login (failed ones too) and logout, newest first.
+//! which dead letters (or which endpoint and event, or refund intent),
+//! when, and how it ended — and every login (failed ones too) and logout,
+//! newest first.
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use maud::html;
@@ -33,7 +34,7 @@ pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
     rows.truncate(PAGE_SIZE as usize);
     html::ok(Page::new("Audit", Some(&who)).body(html! {
         h1 { "Audit" }
-        p { "Every replay and purge of dead letters, every replay of notifications and every endpoint enabled through the console." }
+        p { "Every replay and purge of dead letters, every replay of notifications, every endpoint enabled and every refund approved, cancelled, paused or resumed through the console." }
         @if rows.is_empty() { p.none { "No operator actions yet." } } @else {
             table.audit {
                 thead { tr { th { "When" } th { "Who" } th { "Action" } th { "Dead letters" } th { "Scope" } th { "Result" } } }

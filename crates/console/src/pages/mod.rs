@@ -8,6 +8,8 @@
 //! - [`events`]: recent processed events, filtered and paginated.
 //! - [`notifications`]: the shop's endpoints and the order events owed to
 //!   them; replay failed deliveries, enable an endpoint.
+//! - [`refunds`]: the refund intents and the kill switch; approve or
+//!   cancel an intent, pause or resume the refunders.
 //! - [`audit`]: what operators did through the console.
 
 pub mod audit;
@@ -15,6 +17,7 @@ pub mod events;
 pub mod letters;
 pub mod notifications;
 pub mod overview;
+pub mod refunds;
 pub mod trace;
 
 /// Rows per page of the paginated lists.

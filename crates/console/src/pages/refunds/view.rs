@@ -1,0 +1,212 @@
+//! `GET /refunds`: whether refunds are paused, and the refund intents a
+//! filter names, newest first; for an operator the approve, cancel, pause
+//! and resume buttons. The actions answer with the same page ([`answer`]),
+//! what they did on top.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse, web};
+use maud::{Markup, html};
+use oncehook_common::refund::{STATE_APPROVED, STATE_FAILED, STATE_OWED, STATES};
+use oncehook_common::store::refunds::{self as store, Intent};
+use oncehook_ledger::money;
+use oncehook_ops::output::truncate;
+
+use super::{MAX_TERM, PAGE_SIZE, PATH, Query, Said, TITLE};
+use crate::auth::{self, Who};
+use crate::form::Pairs;
+use crate::html::{self, Page};
+use crate::input;
+use crate::pages::events::{enc, select};
+use crate::state::State;
+
+/// `GET /refunds`
+pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
+    let who = match auth::page(&req, &state) {
+        Ok(w) => w,
+        Err(r) => return *r,
+    };
+    let query = match Query::parse(&Pairs::parse(req.query_string().as_bytes())) {
+        Ok(q) => q,
+        Err(why) => return input::bad_request(&who, TITLE, PATH, &why),
+    };
+    answer(&who, &state, &query, None).await
+}
+
+/// What the page shows: the kill switch and a page of intents.
+struct Book {
+    paused: bool,
+    intents: Vec<Intent>,
+    /// Whether more intents match than the page shows.
+    more: bool,
+}
+
+/// The intents `query` names: one intent or an order's (newest first,
+/// in its state if one is given), else a page of the newest.
+async fn read(state: &State, query: &Query) -> Result<Book, sqlx::Error> {
+    let mut conn = state.pool.single().await?;
+    let mut intents = match &query.term {
+        Some(term) => {
+            let mut found: Vec<Intent> = store::find(&mut conn, term)
+                .await?
+                .into_iter()
+                .filter(|i| query.state.is_none_or(|s| i.state == s))
+                .collect();
+            found.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
+            found
+        }
+        None => store::list(&mut conn, query.state, PAGE_SIZE + 1).await?,
+    };
+    let paused = store::paused(&mut conn).await?;
+    conn.finish().await?;
+    let more = intents.len() as i64 > PAGE_SIZE;
+    intents.truncate(PAGE_SIZE as usize);
+    Ok(Book {
+        paused,
+        intents,
+        more,
+    })
+}
+
+/// The page for `query`, with what an action did (`said`) on top.
+pub(super) async fn answer(
+    who: &Who,
+    state: &State,
+    query: &Query,
+    said: Option<Said>,
+) -> HttpResponse {
+    let book = match read(state, query).await {
+        Ok(b) => b,
+        Err(e) => return html::failure(who, TITLE, &anyhow::Error::new(e)),
+    };
+    let status = said.as_ref().map_or(StatusCode::OK, |s| s.status);
+    let any_on = state.settings.refunds.any_on();
+    html::respond(
+        status,
+        Page::new(TITLE, Some(who)).body(html! {
+            h1 { (TITLE) }
+            p.summary { "Money the books say is owed back to customers, one intent per owed payment, as " code { "oncehookctl refunds" } " shows it." }
+            @if let Some(s) = &said { (said_block(s)) }
+            (switch(who, book.paused, any_on))
+            section {
+                h2 { "Intents" }
+                (filter_form(query))
+                (intents_table(who, &book.intents, query))
+                @if book.more { p { "Showing the newest " (PAGE_SIZE) "; narrow by state, intent or order to see others." } }
+            }
+            @if !who.may_act() { p.hint { "Approving, cancelling, pausing and resuming refunds need the operator role." } }
+        }),
+    )
+}
+
+/// What an action did, and a warning if its audit row is missing.
+fn said_block(s: &Said) -> Markup {
+    html! {
+        div class=(if s.ok { "result ok" } else { "result error" }) role="status" {
+            @for line in &s.lines { p { (line) } }
+        }
+        @if !s.recorded { p.error { "Warning: the audit row could not be written; see the console's log." } }
+    }
+}
+
+/// The kill switch: paused or running, and for an operator the way to the
+/// other; whether any source sends refunds at all.
+fn switch(who: &Who, paused: bool, any_on: bool) -> Markup {
+    html! {
+        div.switch {
+            @if paused {
+                p.error role="status" { strong { "Refunds are paused" } ": no refunder sends anything until an operator resumes them; intents are still minted and decided." }
+                @if who.may_act() { (switch_form(who, "/refunds/resume", "Resume refunds")) }
+            } @else {
+                p { "Refunds are running: the refunder sends the approved intents." }
+                @if who.may_act() { (switch_form(who, "/refunds/pause", "Pause refunds")) }
+            }
+        }
+        @if !any_on { p.hint { "Refunds are off for every source (" code { "[refunds] mode" } "): intents are minted and shown, nothing is sent." } }
+    }
+}
+
+fn switch_form(who: &Who, action: &str, label: &str) -> Markup {
+    html! {
+        form.inline method="post" action=(action) {
+            input type="hidden" name="csrf" value=(who.csrf);
+            button type="submit" class="switch" { (label) }
+        }
+    }
+}
+
+fn filter_form(query: &Query) -> Markup {
+    html! {
+        form.filters method="get" action=(PATH) {
+            (select("state", "any state", STATES, query.state))
+            label.visually-hidden for="q" { "intent or order" }
+            input id="q" name="q" maxlength=(MAX_TERM) placeholder="intent id (ri_…) or order ref" value=[query.term.as_deref()];
+            button type="submit" { "Filter" }
+            @if !query.is_empty() { a href=(PATH) { "clear" } }
+        }
+    }
+}
+
+/// The intents; for an operator the changes each one's state allows.
+fn intents_table(who: &Who, rows: &[Intent], query: &Query) -> Markup {
+    html! {
+        @if rows.is_empty() { p.none { "No refund intents" @if !query.is_empty() { " match the filter" } "." } } @else {
+            table.refunds {
+                thead { tr {
+                    th { "Intent" } th { "Created" } th { "Order" } th { "Payment" } th { "Amount" }
+                    th { "Reason" } th { "State" } th { "Why it waits / the gateway's words" }
+                    @if who.may_act() { th { "Actions" } }
+                } }
+                tbody { @for i in rows { tr {
+                    td { a href=(format!("{PATH}?q={}", enc(&i.id))) { code { (i.id) } } }
+                    td { (html::when(i.created_at)) }
+                    td { a href=(format!("/trace?q={}", enc(&i.order_ref))) { (i.order_ref) } }
+                    td { code { (i.provider) ":" (i.payment_id) } }
+                    td { (money(i.amount_minor, &i.currency))
+                        @if i.refunded_minor > 0 { br; small { "refunded " (money(i.refunded_minor, &i.currency)) } } }
+                    td { (i.reason) }
+                    td class=(format!("state {}", i.state)) { (i.state) }
+                    td { (note(i)) }
+                    @if who.may_act() { td { (actions(who, i)) } }
+                } } }
+            }
+        }
+    }
+}
+
+/// Why it waits, what the gateway said, who approved it, the refund's id.
+fn note(i: &Intent) -> Markup {
+    let gateway = i.gateway_message.as_deref().map(|m| match &i.gateway_code {
+        Some(c) => format!("{c}: {m}"),
+        None => m.to_owned(),
+    });
+    html! {
+        @if let Some(h) = &i.held_because { span.held title=(h) { (truncate(h, 120)) } br; }
+        @if let Some(g) = &gateway { span.gateway title=(g) { (truncate(g, 120)) } br; }
+        @if let Some(by) = &i.approved_by { small { "by " (by) } " " }
+        @if let Some(r) = &i.gateway_refund_id { small { "refund " code { (r) } } " " }
+        @if i.attempts > 0 { small { (i.attempts) " attempt(s)" } }
+    }
+}
+
+/// Approve (`owed`, `failed`) and cancel (`owed`, `approved`, `failed`).
+fn actions(who: &Who, i: &Intent) -> Markup {
+    let state = i.state.as_str();
+    html! {
+        @if [STATE_OWED, STATE_FAILED].contains(&state) {
+            (intent_form(who, "/refunds/approve", &i.id, "Approve", "approve"))
+        }
+        @if [STATE_OWED, STATE_APPROVED, STATE_FAILED].contains(&state) {
+            (intent_form(who, "/refunds/cancel", &i.id, "Cancel", "purge"))
+        }
+    }
+}
+
+fn intent_form(who: &Who, action: &str, id: &str, label: &str, class: &str) -> Markup {
+    html! {
+        form.inline method="post" action=(action) {
+            input type="hidden" name="csrf" value=(who.csrf);
+            input type="hidden" name="intent" value=(id);
+            button type="submit" class=(class) { (label) }
+        }
+    }
+}
