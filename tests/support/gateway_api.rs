@@ -8,6 +8,11 @@
 //! counts every call. Faults are queued: the next requests answer a status
 //! (500, 401, …), a 429 with `Retry-After`, or only after a delay.
 //!
+//! Each stand-in also refunds, as its gateway does (`refund_api`): a refund
+//! made is listed where reconciliation reads refunds, each gateway's own
+//! idempotency is checked, and a refund can be made while its answer is
+//! lost ([`Fault::Lost`], [`Fault::Dropped`], [`Fault::Slow`]).
+//!
 //! One instance per gateway (Razorpay and Stripe both live under `/v1`).
 
 use std::collections::{HashMap, VecDeque};
@@ -96,16 +101,26 @@ pub async fn wait_more_reconcile_passes(base: &str, outcome: &str, more: f64) {
     wait_reconcile_passes(base, outcome, before + more).await;
 }
 
+#[path = "refund_api.rs"]
+pub mod refund_api;
+
 /// What the next request gets instead of its answer.
 #[derive(Debug, Clone)]
 pub enum Fault {
-    /// This status and a small error body.
+    /// This status and a small error body; the gateway did nothing (no
+    /// refund made).
     Status(u16),
-    /// 429 with `Retry-After: secs`.
+    /// 429 with `Retry-After: secs`; nothing done.
     RateLimited(u64),
     /// The real answer, after this long (longer than the client's timeout:
-    /// a timeout).
+    /// a timeout). A refund asked is made at once: its answer is what waits.
     Slow(Duration),
+    /// The request takes effect (a refund is made) and its answer is lost:
+    /// this status and a small error body instead.
+    Lost(u16),
+    /// The request takes effect (a refund is made) and the connection is
+    /// closed without an answer.
+    Dropped,
 }
 
 #[derive(Default)]
@@ -120,6 +135,10 @@ struct State {
     /// Stripe's events that were not delivered.
     undelivered: Vec<Value>,
     faults: VecDeque<Fault>,
+    /// Faults for the next refund requests only (taken before `faults`).
+    refund_faults: VecDeque<Fault>,
+    /// What the refund endpoints hold.
+    refunds: refund_api::Refunds,
     refuse_credentials: bool,
     /// Stripe's page size (it caps `limit`).
     page_size: usize,
@@ -309,25 +328,35 @@ async fn serve(
         let mut s = state.lock().expect("state");
         s.calls
             .push(format!("{} {}", request.method, request.target));
-        let fault = s.faults.pop_front();
+        let fault = if refund_api::is_create(gateway, &request) {
+            let refund_fault = s.refund_faults.pop_front();
+            refund_fault.or_else(|| s.faults.pop_front())
+        } else {
+            s.faults.pop_front()
+        };
         let answer = if s.refuse_credentials || !authenticated(gateway, &request) {
             (
                 401,
                 json!({"error": {"code": "BAD_REQUEST_ERROR", "description": "Authentication failed"}}),
                 None,
             )
+        } else if matches!(fault, Some(Fault::Status(_) | Fault::RateLimited(_))) {
+            // The gateway failed before doing anything: the fault answers.
+            (500, json!({}), None)
         } else {
-            let (status, body) = answer(gateway, &request, &s);
+            let (status, body) = answer(gateway, &request, &mut s);
             (status, body, None)
         };
         (fault, answer)
     };
     let (mut status, mut body, mut retry_after) = answer;
     match fault {
-        Some(Fault::Status(code)) => {
+        Some(Fault::Status(code) | Fault::Lost(code)) => {
             status = code;
             body = json!({"error": {"code": "SERVER_ERROR", "description": "stand-in fault"}});
         }
+        // Done, and not a word back.
+        Some(Fault::Dropped) => return Ok(()),
         Some(Fault::RateLimited(secs)) => {
             status = 429;
             body = json!({"error": {"code": "TOO_MANY_REQUESTS"}});
@@ -375,7 +404,10 @@ fn authenticated(gateway: Gateway, r: &Request) -> bool {
 }
 
 /// The answer to an authenticated request: `(status, body)`.
-fn answer(gateway: Gateway, r: &Request, s: &State) -> (u16, Value) {
+fn answer(gateway: Gateway, r: &Request, s: &mut State) -> (u16, Value) {
+    if let Some(answer) = refund_api::answer(gateway, r, s) {
+        return answer;
+    }
     let (path, query) = r.target.split_once('?').unwrap_or((&r.target, ""));
     let params: HashMap<String, String> = url::form_urlencoded::parse(query.as_bytes())
         .into_owned()
@@ -530,6 +562,7 @@ fn stripe(path: &str, params: &HashMap<String, String>, s: &State) -> (u16, Valu
 pub mod shapes {
     use oncehook_gateways::documented::{body, cashfree, payu, razorpay, stripe};
     use serde_json::{Value, json};
+    use sha2::Digest as _;
 
     /// The documented JSON of `file`.
     pub fn documented(file: &'static str) -> Value {
@@ -538,7 +571,7 @@ pub mod shapes {
 
     /// `template` with each of `fields` set; every field must be one the
     /// documented object has.
-    fn filled(mut template: Value, fields: &[(&str, Value)]) -> Value {
+    pub(in crate::gateway_api) fn filled(mut template: Value, fields: &[(&str, Value)]) -> Value {
         for (key, value) in fields {
             let slot = template
                 .get_mut(*key)
@@ -672,13 +705,25 @@ pub mod shapes {
         filled(
             template,
             &[
-                ("mihpayid", json!(format!("40399{}", txnid.len()))),
+                ("mihpayid", json!(payu_mihpayid(txnid))),
                 ("txnid", json!(txnid)),
                 ("amt", json!(amount)),
                 ("transaction_amount", json!(amount)),
                 ("udf1", json!(order_ref)),
                 ("status", json!(status)),
             ],
+        )
+    }
+
+    /// The PayU id (`mihpayid`) the stand-in gives the transaction
+    /// `txnid`: PayU refunds by it.
+    pub fn payu_mihpayid(txnid: &str) -> String {
+        let digest = sha2::Sha256::digest(txnid.as_bytes());
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&digest[..8]);
+        format!(
+            "40399{:013}",
+            u64::from_be_bytes(first) % 10_000_000_000_000
         )
     }
 

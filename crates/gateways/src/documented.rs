@@ -26,13 +26,23 @@ pub mod razorpay {
     pub const PAYMENT_REFUNDS: &str = include_str!("razorpay/documented/payment_refunds.json");
     /// `400`: "The id provided does not exist".
     pub const ID_DOES_NOT_EXIST: &str = include_str!("razorpay/documented/id_does_not_exist.json");
+    /// `POST /v1/payments/{payment_id}/refund`: the refund made.
+    pub const REFUND_CREATE: &str = include_str!("razorpay/documented/refund_create.json");
+    /// `400` to a refund: "The amount must be at least INR 1.00".
+    pub const REFUND_CREATE_FAILURE: &str =
+        include_str!("razorpay/documented/refund_create_failure.json");
+    /// `400` to a refund the bank no longer takes (the payment is too old).
+    pub const REFUND_NOT_SUPPORTED: &str =
+        include_str!("razorpay/documented/refund_not_supported.json");
 }
 
 /// Cashfree's documented answers.
 pub mod cashfree {
     /// `GET /pg/orders/{order_id}/payments`.
     pub const ORDER_PAYMENTS: &str = include_str!("cashfree/documented/order_payments.json");
-    /// `GET /pg/orders/{order_id}/refunds`.
+    /// `GET /pg/orders/{order_id}/refunds` (each entry the refund entity
+    /// `POST /pg/orders/{order_id}/refunds` and
+    /// `GET /pg/orders/{order_id}/refunds/{refund_id}` answer).
     pub const ORDER_REFUNDS: &str = include_str!("cashfree/documented/order_refunds.json");
     /// `404`.
     pub const NOT_FOUND: &str = include_str!("cashfree/documented/not_found.json");
@@ -45,13 +55,24 @@ pub mod payu {
     /// `verify_payment` for a txnid PayU does not know.
     pub const VERIFY_PAYMENT_NOT_FOUND: &str =
         include_str!("payu/documented/verify_payment_not_found.json");
+    /// A refund request accepted and queued.
+    pub const REFUND_QUEUED: &str = include_str!("payu/documented/refund_queued.json");
+    /// A refund request refused ("Invalid amount").
+    pub const REFUND_INVALID_AMOUNT: &str =
+        include_str!("payu/documented/refund_invalid_amount.json");
+    /// `check_action_status` by PayU id: the transaction's actions.
+    pub const CHECK_ACTION_STATUS: &str = include_str!("payu/documented/check_action_status.json");
+    /// `check_action_status` for a PayU id with no action.
+    pub const CHECK_ACTION_STATUS_NOT_FOUND: &str =
+        include_str!("payu/documented/check_action_status_not_found.json");
 }
 
 /// Stripe's documented answers.
 pub mod stripe {
     /// `GET /v1/payment_intents/{id}`.
     pub const PAYMENT_INTENT: &str = include_str!("stripe/documented/payment_intent.json");
-    /// A Refund object (what `GET /v1/refunds` lists).
+    /// A Refund object (what `GET /v1/refunds` lists, and `POST /v1/refunds`
+    /// answers).
     pub const REFUND: &str = include_str!("stripe/documented/refund.json");
     /// `GET /v1/events`.
     pub const EVENTS: &str = include_str!("stripe/documented/events.json");
@@ -68,11 +89,18 @@ mod tests {
             razorpay::ORDERS,
             razorpay::PAYMENT_REFUNDS,
             razorpay::ID_DOES_NOT_EXIST,
+            razorpay::REFUND_CREATE,
+            razorpay::REFUND_CREATE_FAILURE,
+            razorpay::REFUND_NOT_SUPPORTED,
             cashfree::ORDER_PAYMENTS,
             cashfree::ORDER_REFUNDS,
             cashfree::NOT_FOUND,
             payu::VERIFY_PAYMENT,
             payu::VERIFY_PAYMENT_NOT_FOUND,
+            payu::REFUND_QUEUED,
+            payu::REFUND_INVALID_AMOUNT,
+            payu::CHECK_ACTION_STATUS,
+            payu::CHECK_ACTION_STATUS_NOT_FOUND,
             stripe::PAYMENT_INTENT,
             stripe::REFUND,
             stripe::EVENTS,

@@ -95,6 +95,7 @@ mod tests {
             refunded_minor: 0,
             state: "owed".into(),
             source: Some("rzp".into()),
+            payment_order_ref: None,
             sent_minor: None,
             approved_by: None,
             approved_at: None,

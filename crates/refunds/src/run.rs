@@ -120,7 +120,8 @@ impl Refunder {
     }
 
     /// Claims and sends due intents one at a time until none is due (or
-    /// the pass's share is done, or shutdown).
+    /// the pass's share is done, or shutdown); then asks about refunds the
+    /// gateways accepted as pending.
     pub async fn send_due(&self, shutdown: &Shutdown) -> Result<usize, RefundError> {
         let mut sent = 0;
         for _ in 0..PER_PASS {
@@ -129,7 +130,10 @@ impl Refunder {
             }
             let claimed = {
                 let mut conn = self.pool.single().await?;
-                let claimed = store::claim(&mut conn, self.config.lease).await?;
+                let mut claimed = store::claim(&mut conn, self.config.lease).await?;
+                if claimed.is_none() {
+                    claimed = store::claim_check(&mut conn, self.config.lease).await?;
+                }
                 conn.finish().await?;
                 claimed
             };
@@ -168,6 +172,7 @@ impl Refunder {
             api,
             intent,
             order,
+            self.config.lease,
         )
         .await
     }

@@ -52,11 +52,15 @@ fn ask(intent: &Intent, order: OrderNames) -> RefundAsk {
         currency: intent.currency.clone(),
         order,
         reason: intent.reason.clone(),
+        payment_order: intent.payment_order_ref.clone(),
+        gateway_payment_id: None,
     }
 }
 
 /// Sends `intent` (claimed) through `source` and records what the gateway
-/// answered.
+/// answered; for an intent already `sent` whose refund was pending at the
+/// gateway, only asks what became of it (`check_every` apart).
+#[allow(clippy::too_many_arguments)]
 pub async fn send(
     db: &Pooled,
     client: &Client,
@@ -65,23 +69,30 @@ pub async fn send(
     api: &'static dyn GatewayRefunds,
     intent: &Intent,
     order: OrderNames,
+    check_every: Duration,
 ) -> Result<Attempt, RefundError> {
-    let ask = ask(intent, order);
-    let outcome = answer(client, source, api, &ask, intent.attempts > 1).await;
+    let mut ask = ask(intent, order);
+    let checking = intent.state == "sent";
+    let outcome = match resolve(client, source, api, &ask).await {
+        Ok(id) => {
+            ask.gateway_payment_id = id;
+            if checking {
+                check(client, source, api, &ask, intent).await
+            } else {
+                answer(client, source, api, &ask, intent.attempts > 1).await
+            }
+        }
+        Err(outcome) => outcome,
+    };
     let mut conn = db.single().await?;
     let attempt = match outcome {
         RefundOutcome::Accepted { refund_id, facts } => {
-            if !facts.is_empty() {
-                let publisher = Publisher::connect(broker).await?;
-                for fact in facts {
-                    publisher
-                        .publish(&Envelope::reconciled(&source.name, fact))
-                        .await?;
-                }
-                publisher.close().await;
+            let recheck = facts.is_empty().then_some(check_every);
+            publish(broker, &source.name, facts).await?;
+            store::mark_sent(&mut conn, &intent.id, &refund_id, recheck).await?;
+            if !checking {
+                tracing::info!(intent = %intent.id, order_ref = %intent.order_ref, %refund_id, amount_minor = ask.amount_minor, source = %source.name, pending = recheck.is_some(), "refund sent");
             }
-            store::mark_sent(&mut conn, &intent.id, &refund_id).await?;
-            tracing::info!(intent = %intent.id, order_ref = %intent.order_ref, %refund_id, amount_minor = ask.amount_minor, source = %source.name, "refund sent");
             Attempt::Sent
         }
         RefundOutcome::Refused { code, message } => {
@@ -99,18 +110,88 @@ pub async fn send(
         }
         RefundOutcome::NotFound => {
             let wait = backoff(intent.attempts);
-            store::retry_later(
-                &mut conn,
-                &intent.id,
-                wait,
-                "the gateway answered the refund with 'not found'",
-            )
-            .await?;
+            let reason = "the gateway answered the refund with 'not found'";
+            store::retry_later(&mut conn, &intent.id, wait, reason).await?;
             Attempt::Retry
         }
     };
     conn.finish().await?;
     Ok(attempt)
+}
+
+/// Publishes the refund facts an answer proves, like the reconciler's.
+async fn publish(
+    broker: &oncehook_common::config::BrokerConfig,
+    source: &str,
+    facts: Vec<oncehook_gateways::NormalizedEvent>,
+) -> Result<(), RefundError> {
+    if facts.is_empty() {
+        return Ok(());
+    }
+    let publisher = Publisher::connect(broker).await?;
+    for fact in facts {
+        publisher
+            .publish(&Envelope::reconciled(source, fact))
+            .await?;
+    }
+    publisher.close().await;
+    Ok(())
+}
+
+/// What became of a refund the gateway accepted as pending: its lookup
+/// (none: nothing to ask, the refund's webhook or reconciliation settles
+/// it). A refund the gateway no longer lists is a refusal an operator
+/// looks at; a failed lookup is tried again.
+async fn check(
+    client: &Client,
+    source: &ApiSource,
+    api: &'static dyn GatewayRefunds,
+    ask: &RefundAsk,
+    intent: &Intent,
+) -> RefundOutcome {
+    let refund_id = intent.gateway_refund_id.clone().unwrap_or_default();
+    let Some(lookup) = api.lookup(ask, &source.credentials) else {
+        return RefundOutcome::Accepted {
+            refund_id,
+            facts: Vec::new(),
+        };
+    };
+    match exchange(client, source, api, ask, RefundCall::Lookup, lookup).await {
+        RefundOutcome::NotFound => RefundOutcome::Refused {
+            code: "vanished".into(),
+            message: format!("the gateway no longer lists the refund {refund_id} it accepted"),
+        },
+        RefundOutcome::Refused { code, message } => RefundOutcome::Retry {
+            reason: format!("asking about the refund failed ({code}): {message}"),
+        },
+        other => other,
+    }
+}
+
+/// The id the gateway's refund API takes for the payment, where it is not
+/// the ledger's (PayU's `mihpayid` for the `txnid`): asked of the gateway
+/// itself; `Ok(None)` where the ledger's id is the one.
+async fn resolve(
+    client: &Client,
+    source: &ApiSource,
+    api: &'static dyn GatewayRefunds,
+    ask: &RefundAsk,
+) -> Result<Option<String>, RefundOutcome> {
+    let Some(request) = api.resolve(ask, &source.credentials) else {
+        return Ok(None);
+    };
+    let request = request.map_err(|e| RefundOutcome::Refused {
+        code: "request".into(),
+        message: format!("the payment's id cannot be asked for: {e}"),
+    })?;
+    match client.exchange(&source.base_url, request).await {
+        Ok(answer) => api
+            .resolved(ask, answer.status.as_u16(), &answer.body)
+            .map(Some),
+        Err(e) => Err(RefundOutcome::Retry {
+            reason: format!("resolving the payment's id: {e}"),
+        }),
+    }
 }
 
 /// What the gateway holds for `ask`: looked up first when the intent may

@@ -41,6 +41,9 @@ pub struct Intent {
     /// The source (account) that took the payment: the one recorded, else
     /// the one whose delivery recorded the capture.
     pub source: Option<String>,
+    /// The order reference the capture's delivery named (Cashfree's order
+    /// id, which it refunds by; an order paid twice may have two).
+    pub payment_order_ref: Option<String>,
     pub sent_minor: Option<i64>,
     pub approved_by: Option<String>,
     #[serde(with = "time::serde::rfc3339::option")]
@@ -76,6 +79,10 @@ macro_rules! intent_select {
                         JOIN processed_webhooks w ON w.provider = p.provider AND w.event_id = p.event_id
                         WHERE p.provider = i.provider AND p.payment_id = i.payment_id
                           AND p.status = 'captured' LIMIT 1)) AS source,
+                    (SELECT w.order_ref FROM payments p
+                        JOIN processed_webhooks w ON w.provider = p.provider AND w.event_id = p.event_id
+                        WHERE p.provider = i.provider AND p.payment_id = i.payment_id
+                          AND p.status = 'captured' LIMIT 1) AS payment_order_ref,
                     i.sent_minor, i.approved_by, i.approved_at, i.attempts, i.gateway_refund_id,
                     i.gateway_code, i.gateway_message, i.held_because, i.trace_parent,
                     i.created_at, i.updated_at
@@ -233,23 +240,57 @@ pub async fn claim(
 }
 
 /// The gateway holds the refund: `sent` (unless its fact settled it
-/// already), with the gateway's refund id.
+/// already), with the gateway's refund id; asked about again after
+/// `check_after` when the answer proved no refund fact yet (it is pending
+/// at the gateway), never otherwise.
 pub async fn mark_sent(
     conn: &mut PgConnection,
     id: &str,
     refund_id: &str,
+    check_after: Option<Duration>,
 ) -> Result<(), sqlx::Error> {
+    let ms = check_after.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
     sqlx::query(
-        "UPDATE refund_intents SET gateway_refund_id = $2, lease_until = NULL,
+        "UPDATE refund_intents SET gateway_refund_id = $2,
+                lease_until = CASE WHEN state IN ('sending', 'sent') AND $3::bigint IS NOT NULL
+                                   THEN now() + make_interval(secs => $3::bigint / 1000.0) END,
                 gateway_code = NULL, gateway_message = NULL,
                 state = CASE WHEN state = 'sending' THEN 'sent' ELSE state END, updated_at = now()
          WHERE id = $1",
     )
     .bind(id)
     .bind(refund_id)
+    .bind(ms)
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// Claims the next `sent` intent due to be asked about again (its refund
+/// was pending at the gateway), unless refunds are paused; it is not
+/// asked again for `lease`.
+pub async fn claim_check(
+    conn: &mut PgConnection,
+    lease: Duration,
+) -> Result<Option<Intent>, sqlx::Error> {
+    let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
+    let claimed: Option<String> = sqlx::query_scalar(
+        "UPDATE refund_intents SET lease_until = now() + make_interval(secs => $1::bigint / 1000.0),
+                updated_at = now()
+         WHERE id = (
+             SELECT id FROM refund_intents
+             WHERE state = 'sent' AND lease_until < now()
+             ORDER BY lease_until, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+           AND NOT (SELECT paused FROM refund_control)
+         RETURNING id",
+    )
+    .bind(lease_ms)
+    .fetch_optional(&mut *conn)
+    .await?;
+    match claimed {
+        Some(id) => Ok(find(conn, &id).await?.into_iter().find(|i| i.id == id)),
+        None => Ok(None),
+    }
 }
 
 /// The gateway refused: `failed`, with its words (an operator decides).
@@ -262,7 +303,7 @@ pub async fn mark_failed(
     sqlx::query(
         "UPDATE refund_intents SET state = 'failed', gateway_code = $2, gateway_message = $3,
                 lease_until = NULL, updated_at = now()
-         WHERE id = $1 AND state = 'sending'",
+         WHERE id = $1 AND state IN ('sending', 'sent')",
     )
     .bind(id)
     .bind(code)
@@ -284,7 +325,7 @@ pub async fn retry_later(
     sqlx::query(
         "UPDATE refund_intents SET lease_until = now() + make_interval(secs => $2::bigint / 1000.0),
                 gateway_message = $3, updated_at = now()
-         WHERE id = $1 AND state = 'sending'",
+         WHERE id = $1 AND state IN ('sending', 'sent')",
     )
     .bind(id)
     .bind(ms)

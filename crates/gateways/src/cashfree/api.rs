@@ -159,37 +159,47 @@ pub fn order_payments(body: &[u8]) -> Result<Vec<NormalizedEvent>, ParseError> {
 pub fn order_refunds(body: &[u8]) -> Result<Vec<NormalizedEvent>, ParseError> {
     let mut events = Vec::new();
     for (raw, item) in entries(body)? {
-        let refund_id = id_at(&item, &["refund_id"])
-            .or_else(|| id_at(&item, &["cf_refund_id"]))
-            .ok_or(ParseError::MissingField("[].refund_id"))?;
-        let status = str_at(&item, &["refund_status"])
-            .ok_or(ParseError::MissingField("[].refund_status"))?;
-        if !status.eq_ignore_ascii_case("SUCCESS") {
-            continue;
-        }
-        let payment_id = id_at(&item, &["cf_payment_id"])
-            .ok_or(ParseError::MissingField("[].cf_payment_id"))?;
-        let currency = currency_at(&item, &["refund_currency"]);
-        events.push(NormalizedEvent {
-            provider: Gateway::Cashfree,
-            event_id: format!("reconciliation:{refund_id}:processed"),
-            event_type: super::scheme::REFUND_TYPE.into(),
-            kind: EventKind::Refunded,
-            order_ref: id_at(&item, &["order_id"]),
-            amount_minor: decimal_amount_at(
-                raw.get().as_bytes(),
-                &["refund_amount"],
-                currency.as_deref(),
-                "[].refund_amount",
-            )?,
-            currency,
-            email: None,
-            refund_id: Some(refund_id),
-            cumulative_refund: false,
-            payment_id: Some(payment_id),
-        });
+        events.extend(refund_fact(raw.get(), &item)?);
     }
     Ok(events)
+}
+
+/// One refund entity's fact (`raw` its JSON text, for the exact amount),
+/// once its `refund_status` is `SUCCESS`: named
+/// `reconciliation:{refund id}:processed` under the refund id the webhook
+/// carries, so the refunder's answer, a reconciliation pass and the
+/// webhook are one fact; `None` while it is pending or on hold (or if it
+/// was cancelled or failed).
+pub(crate) fn refund_fact(raw: &str, item: &Value) -> Result<Option<NormalizedEvent>, ParseError> {
+    let refund_id = id_at(item, &["refund_id"])
+        .or_else(|| id_at(item, &["cf_refund_id"]))
+        .ok_or(ParseError::MissingField("[].refund_id"))?;
+    let status = str_at(item, &["refund_status"])
+        .ok_or(ParseError::MissingField("[].refund_status"))?;
+    if !status.eq_ignore_ascii_case("SUCCESS") {
+        return Ok(None);
+    }
+    let payment_id = id_at(item, &["cf_payment_id"])
+        .ok_or(ParseError::MissingField("[].cf_payment_id"))?;
+    let currency = currency_at(item, &["refund_currency"]);
+    Ok(Some(NormalizedEvent {
+        provider: Gateway::Cashfree,
+        event_id: format!("reconciliation:{refund_id}:processed"),
+        event_type: super::scheme::REFUND_TYPE.into(),
+        kind: EventKind::Refunded,
+        order_ref: id_at(item, &["order_id"]),
+        amount_minor: decimal_amount_at(
+            raw.as_bytes(),
+            &["refund_amount"],
+            currency.as_deref(),
+            "[].refund_amount",
+        )?,
+        currency,
+        email: None,
+        refund_id: Some(refund_id),
+        cumulative_refund: false,
+        payment_id: Some(payment_id),
+    }))
 }
 
 /// The entries of a bare-array answer, each as its raw text (for exact

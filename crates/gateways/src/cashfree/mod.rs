@@ -2,13 +2,16 @@
 //! [`GatewayScheme`] implementation here, the timestamped HMAC-SHA256
 //! signature and the payload parser (decimal rupees read from the JSON text)
 //! in `scheme.rs`, realistic signed samples in `sample.rs`, its API's
-//! answers (for reconciliation) in `api.rs`.
+//! answers (for reconciliation) in `api.rs`, its refund API (for the
+//! refunder) in `refund.rs`.
 
 pub(crate) mod api;
+mod refund;
 mod sample;
 mod scheme;
 
 use crate::reconcile::GatewayApi;
+use crate::refund::GatewayRefunds;
 use crate::sample::SampleSpec;
 use crate::scheme::{ContentType, GatewayScheme, folder_items};
 
@@ -31,5 +34,6 @@ impl GatewayScheme for Cashfree {
 
     folder_items!();
     const API: Option<&'static dyn GatewayApi> = Some(&Cashfree);
+    const REFUNDS: Option<&'static dyn GatewayRefunds> = Some(&Cashfree);
     const SAMPLE_REFUND_ID: fn(&SampleSpec) -> String = |spec| format!("refund_{}", spec.event_id);
 }

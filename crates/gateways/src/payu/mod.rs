@@ -2,15 +2,18 @@
 //! implementation here, the salted SHA-512 form hash, the merchant-key and
 //! separator checks and the form parser in `scheme.rs`, realistic signed
 //! form posts in `sample.rs`, the `verify_payment` request and answer (for
-//! reconciliation) in `api.rs`.
+//! reconciliation) in `api.rs`, the refund and its lookup (for the
+//! refunder) in `refund.rs`.
 
 pub(crate) mod api;
+mod refund;
 mod sample;
 mod scheme;
 
 pub use sample::{PAYU_HASHED_FIELDS, SAMPLE_PAYU_KEY, payu_hash};
 
 use crate::reconcile::GatewayApi;
+use crate::refund::GatewayRefunds;
 use crate::sample::SampleSpec;
 use crate::scheme::{ContentType, GatewayScheme, folder_items};
 
@@ -27,6 +30,7 @@ impl GatewayScheme for Payu {
 
     folder_items!();
     const API: Option<&'static dyn GatewayApi> = Some(&Payu);
+    const REFUNDS: Option<&'static dyn GatewayRefunds> = Some(&Payu);
     /// PayU has no refund samples (its refunds are not webhooks); the value
     /// is not used.
     const SAMPLE_REFUND_ID: fn(&SampleSpec) -> String = |spec| format!("{}:refund", spec.payment_id);

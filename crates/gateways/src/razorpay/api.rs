@@ -206,29 +206,36 @@ pub fn order_payments(body: &[u8]) -> Result<Vec<NormalizedEvent>, ParseError> {
 pub fn payment_refunds(body: &[u8]) -> Result<Vec<NormalizedEvent>, ParseError> {
     let mut events = Vec::new();
     for item in &collection(body)? {
-        let id = id_at(item, &["id"]).ok_or(ParseError::MissingField("items[].id"))?;
-        let status =
-            str_at(item, &["status"]).ok_or(ParseError::MissingField("items[].status"))?;
-        if status != "processed" {
-            continue;
-        }
-        let payment_id =
-            id_at(item, &["payment_id"]).ok_or(ParseError::MissingField("items[].payment_id"))?;
-        events.push(NormalizedEvent {
-            provider: Gateway::Razorpay,
-            event_id: format!("reconciliation:{id}:processed"),
-            event_type: "refund.processed".into(),
-            kind: EventKind::Refunded,
-            order_ref: None,
-            amount_minor: int_amount_at(item, &["amount"], "items[].amount")?,
-            currency: currency_at(item, &["currency"]),
-            email: None,
-            refund_id: Some(id),
-            cumulative_refund: false,
-            payment_id: Some(payment_id),
-        });
+        events.extend(refund_fact(item)?);
     }
     Ok(events)
+}
+
+/// One refund entity's fact, once `processed`: named
+/// `reconciliation:{refund id}:processed`, so the refunder's answer, a
+/// reconciliation pass and the `refund.processed` webhook are one fact;
+/// `None` while it is pending (or if it failed).
+pub(crate) fn refund_fact(item: &Value) -> Result<Option<NormalizedEvent>, ParseError> {
+    let id = id_at(item, &["id"]).ok_or(ParseError::MissingField("items[].id"))?;
+    let status = str_at(item, &["status"]).ok_or(ParseError::MissingField("items[].status"))?;
+    if status != "processed" {
+        return Ok(None);
+    }
+    let payment_id =
+        id_at(item, &["payment_id"]).ok_or(ParseError::MissingField("items[].payment_id"))?;
+    Ok(Some(NormalizedEvent {
+        provider: Gateway::Razorpay,
+        event_id: format!("reconciliation:{id}:processed"),
+        event_type: "refund.processed".into(),
+        kind: EventKind::Refunded,
+        order_ref: None,
+        amount_minor: int_amount_at(item, &["amount"], "items[].amount")?,
+        currency: currency_at(item, &["currency"]),
+        email: None,
+        refund_id: Some(id),
+        cumulative_refund: false,
+        payment_id: Some(payment_id),
+    }))
 }
 
 /// The items of a collection answer, at most [`MAX_ITEMS`].

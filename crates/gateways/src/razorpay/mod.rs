@@ -1,13 +1,16 @@
 //! Razorpay, all in one place: the constants and [`GatewayScheme`]
 //! implementation here, the HMAC-SHA256 signature and the payload parser in
 //! `scheme.rs`, realistic signed samples in `sample.rs`, its API's answers
-//! (for reconciliation) in `api.rs`.
+//! (for reconciliation) in `api.rs`, its refund API (for the refunder) in
+//! `refund.rs`.
 
 pub(crate) mod api;
+mod refund;
 mod sample;
 mod scheme;
 
 use crate::reconcile::GatewayApi;
+use crate::refund::GatewayRefunds;
 use crate::sample::SampleSpec;
 use crate::scheme::{ContentType, GatewayScheme, folder_items};
 
@@ -27,5 +30,6 @@ impl GatewayScheme for Razorpay {
 
     folder_items!();
     const API: Option<&'static dyn GatewayApi> = Some(&Razorpay);
+    const REFUNDS: Option<&'static dyn GatewayRefunds> = Some(&Razorpay);
     const SAMPLE_REFUND_ID: fn(&SampleSpec) -> String = |spec| format!("rfnd_{}", spec.event_id);
 }

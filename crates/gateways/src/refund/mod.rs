@@ -30,6 +30,14 @@ pub struct RefundAsk {
     pub order: OrderNames,
     /// The reason, in words, for the gateway's note field.
     pub reason: String,
+    /// The gateway's order the capture's delivery named, if it named one
+    /// (Cashfree refunds by order, and an order paid twice may be two
+    /// orders at Cashfree).
+    pub payment_order: Option<String>,
+    /// The id the gateway's refund API takes for the payment, where it is
+    /// not the ledger's (PayU records the `txnid` and refunds by the
+    /// `mihpayid`): what [`GatewayRefunds::resolved`] read, else `None`.
+    pub gateway_payment_id: Option<String>,
 }
 
 /// Which of a gateway's refund calls an answer is for.
@@ -80,8 +88,11 @@ pub trait GatewayRefunds: Sync {
     /// The request that refunds `ask` at most once, whatever the number of
     /// times it is sent: it carries the gateway's idempotency mechanism
     /// keyed by `ask.intent_id`.
-    fn create(&self, ask: &RefundAsk, credentials: &ApiCredentials)
-    -> Result<ApiRequest, RequestError>;
+    fn create(
+        &self,
+        ask: &RefundAsk,
+        credentials: &ApiCredentials,
+    ) -> Result<ApiRequest, RequestError>;
 
     /// The request that finds what the gateway already holds for the intent
     /// (the payment's refunds, matched by the key), made before every
@@ -92,6 +103,29 @@ pub trait GatewayRefunds: Sync {
         ask: &RefundAsk,
         credentials: &ApiCredentials,
     ) -> Option<Result<ApiRequest, RequestError>>;
+
+    /// The request that finds the id the refund API takes for the ledger's
+    /// payment, where the two differ (PayU: `verify_payment` by `txnid`
+    /// gives the `mihpayid`, which PayU's hash covers, unlike the one a
+    /// notification carries); `None` where the ledger's id is the one.
+    fn resolve(
+        &self,
+        ask: &RefundAsk,
+        credentials: &ApiCredentials,
+    ) -> Option<Result<ApiRequest, RequestError>> {
+        let _ = (ask, credentials);
+        None
+    }
+
+    /// Reads [`GatewayRefunds::resolve`]'s answer: the id to refund by, or
+    /// what the answer means instead (a refusal: the gateway knows no such
+    /// payment; a retry: it did not answer). Never panics.
+    fn resolved(&self, ask: &RefundAsk, status: u16, body: &[u8]) -> Result<String, RefundOutcome> {
+        let _ = (ask, body);
+        Err(RefundOutcome::Retry {
+            reason: format!("resolving the payment's id answered HTTP {status}"),
+        })
+    }
 
     /// Reads any answer (HTTP status and body) to `call` for `ask`. Never
     /// panics, whatever the bytes.

@@ -195,17 +195,26 @@ pub fn refunds(body: &[u8]) -> Result<Page, ParseError> {
     let (items, next) = list(body)?;
     let mut events = Vec::new();
     for refund in &items {
-        let id = str_at(refund, &["id"]).ok_or(ParseError::MissingField("data[].id"))?;
-        if str_at(refund, &["status"]) != Some("succeeded") {
-            continue;
-        }
-        let event = as_webhook(&format!("reconciliation:{id}:processed"), "refund.updated", refund)?;
-        if event.payment_id.is_none() {
-            return Err(ParseError::MissingField("data[].payment_intent"));
-        }
-        events.push(event);
+        events.extend(refund_fact(refund)?);
     }
     Ok(Page { events, next })
+}
+
+/// One refund object's fact, once it succeeded: named
+/// `reconciliation:{re}:processed` and read by the webhook parser as a
+/// `refund.updated` event, so the refunder's answer, a reconciliation pass
+/// and the webhook are one fact; `None` while it is pending, failed or
+/// canceled.
+pub(crate) fn refund_fact(refund: &Value) -> Result<Option<NormalizedEvent>, ParseError> {
+    let id = str_at(refund, &["id"]).ok_or(ParseError::MissingField("data[].id"))?;
+    if str_at(refund, &["status"]) != Some("succeeded") {
+        return Ok(None);
+    }
+    let event = as_webhook(&format!("reconciliation:{id}:processed"), "refund.updated", refund)?;
+    if event.payment_id.is_none() {
+        return Err(ParseError::MissingField("data[].payment_intent"));
+    }
+    Ok(Some(event))
 }
 
 /// `object` read by the webhook parser as the `event_type` event `event_id`.

@@ -2,13 +2,16 @@
 //! implementation here, the `Stripe-Signature` check and the event parser
 //! (payment intents, Checkout sessions, cumulative and single refunds) in
 //! `scheme.rs`, realistic signed samples in `sample.rs`, its API's answers
-//! (for reconciliation, read by that same parser) in `api.rs`.
+//! (for reconciliation, read by that same parser) in `api.rs`, its refund
+//! API (for the refunder) in `refund.rs`.
 
 pub(crate) mod api;
+mod refund;
 mod sample;
 mod scheme;
 
 use crate::reconcile::GatewayApi;
+use crate::refund::GatewayRefunds;
 use crate::sample::SampleSpec;
 use crate::scheme::{ContentType, GatewayScheme, folder_items};
 
@@ -24,5 +27,6 @@ impl GatewayScheme for Stripe {
 
     folder_items!();
     const API: Option<&'static dyn GatewayApi> = Some(&Stripe);
+    const REFUNDS: Option<&'static dyn GatewayRefunds> = Some(&Stripe);
     const SAMPLE_REFUND_ID: fn(&SampleSpec) -> String = |spec| format!("re_{}", spec.event_id);
 }

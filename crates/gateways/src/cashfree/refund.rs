@@ -1,0 +1,225 @@
+//! Cashfree's refund API (PG, the `x-api-version` reconciliation uses),
+//! for the refunder: the request that refunds an order for an intent, the
+//! lookup of the refund made under the intent's id, and how the answers
+//! read. No I/O: the refunder sends, this builds and reads.
+//!
+//! Cashfree refunds an order, not a payment: `POST
+//! /pg/orders/{order_id}/refunds` (JSON: `refund_amount` in decimal major
+//! units, written exactly, `refund_id`, `refund_note`), the order id picked
+//! as reconciliation picks it (the order's one Cashfree reference, else the
+//! shop's own reference: Cashfree's `order_id` is the merchant's). The
+//! `refund_id` is the merchant's unique id of the refund
+//! (<https://www.cashfree.com/docs/api-reference/payments/latest/refunds/create>,
+//! 3 to 40 characters): the intent's id, or one derived from it when it
+//! does not fit. A second create with the same `refund_id` makes no second
+//! refund: Cashfree answers 409 ("Resource already present"). That answer
+//! says nothing of the refund, so it reads as "try again", and every retry
+//! starts with the lookup, `GET /pg/orders/{order_id}/refunds/{refund_id}`
+//! (<https://www.cashfree.com/docs/api-reference/payments/latest/refunds/get>):
+//! the refund entity, or Cashfree's 404 when there is none. The optional
+//! `x-idempotency-key` header is not sent: its replay of a first answer
+//! (a 500 included) would hide the refund the lookup finds.
+//!
+//! Answers: a refund entity is accepted; `SUCCESS` is its fact (the one
+//! reconciliation and the `REFUND_STATUS_WEBHOOK` give), `PENDING` and
+//! `ONHOLD` have none yet, `CANCELLED` and `FAILED` are refusals. 400, 404
+//! (to the create: no such order) and 422 are refusals in Cashfree's
+//! words; 401, 403, 409, 429, 5xx and a body that is not Cashfree's are
+//! "try again".
+
+use serde_json::Value;
+use serde_json::value::RawValue;
+use sha2::{Digest, Sha256};
+
+use super::Cashfree;
+use crate::amount::{currency_exponent, format_decimal_minor};
+use crate::json::{id_at, str_at};
+use crate::reconcile::{ApiBody, ApiCredentials, ApiRequest, Method, RequestError, segment};
+use crate::refund::{GatewayRefunds, RefundAsk, RefundCall, RefundOutcome};
+
+/// Cashfree's `refund_id` length.
+const REFUND_ID_LEN: std::ops::RangeInclusive<usize> = 3..=40;
+/// Cashfree's `refund_note` length.
+const NOTE_LEN: std::ops::RangeInclusive<usize> = 3..=100;
+
+impl GatewayRefunds for Cashfree {
+    fn create(
+        &self,
+        ask: &RefundAsk,
+        credentials: &ApiCredentials,
+    ) -> Result<ApiRequest, RequestError> {
+        let order = order_id(ask)?;
+        if ask.amount_minor <= 0 {
+            return Err(RequestError::Invalid(format!(
+                "refund amount {} is not positive",
+                ask.amount_minor
+            )));
+        }
+        let amount = format_decimal_minor(ask.amount_minor, currency_exponent(&ask.currency));
+        let mut body = format!(
+            "{{\"refund_amount\":{amount},\"refund_id\":{}",
+            Value::from(refund_id(&ask.intent_id))
+        );
+        let note: String = ask.reason.trim().chars().take(*NOTE_LEN.end()).collect();
+        if NOTE_LEN.contains(&note.chars().count()) {
+            body.push_str(&format!(",\"refund_note\":{}", Value::from(note)));
+        }
+        body.push('}');
+        let request = ApiRequest {
+            method: Method::Post,
+            path: format!("/pg/orders/{}/refunds", segment(order)),
+            headers: Vec::new(),
+            body: Some(ApiBody {
+                content_type: "application/json",
+                bytes: body.into_bytes(),
+            }),
+        };
+        authenticated(request, credentials)
+    }
+
+    /// The refund made under the intent's `refund_id`, if any.
+    fn lookup(
+        &self,
+        ask: &RefundAsk,
+        credentials: &ApiCredentials,
+    ) -> Option<Result<ApiRequest, RequestError>> {
+        Some(order_id(ask).and_then(|order| {
+            let path = format!(
+                "/pg/orders/{}/refunds/{}",
+                segment(order),
+                segment(&refund_id(&ask.intent_id))
+            );
+            authenticated(ApiRequest::get(path), credentials)
+        }))
+    }
+
+    fn read(&self, ask: &RefundAsk, call: RefundCall, status: u16, body: &[u8]) -> RefundOutcome {
+        match (status, call) {
+            (200..=299, _) => refund(ask, body),
+            (404, RefundCall::Lookup) if cashfree_error(body).is_some() => RefundOutcome::NotFound,
+            (409, RefundCall::Create) => RefundOutcome::Retry {
+                reason: format!(
+                    "Cashfree already holds refund_id {}: the lookup before the next \
+                     attempt finds it",
+                    refund_id(&ask.intent_id)
+                ),
+            },
+            (400 | 404 | 422, _) => match cashfree_error(body) {
+                Some((code, message)) => RefundOutcome::Refused { code, message },
+                None => unreadable(status, body),
+            },
+            _ => unreadable(status, body),
+        }
+    }
+}
+
+/// The Cashfree order the refund is of: the one the payment's delivery
+/// named, else the order's Cashfree reference, else the shop's own
+/// reference.
+fn order_id(ask: &RefundAsk) -> Result<&str, RequestError> {
+    if let Some(named) = ask.payment_order.as_deref().filter(|o| !o.is_empty()) {
+        return Ok(named);
+    }
+    match ask.order.refs.as_slice() {
+        [one] => Ok(one),
+        [] if !ask.order.order_ref.is_empty() => Ok(&ask.order.order_ref),
+        [] => Err(RequestError::Invalid(
+            "a Cashfree refund needs the order's id (its reference)".into(),
+        )),
+        several => Err(RequestError::Invalid(format!(
+            "the order has {} Cashfree orders: which one the payment {} is of is not known",
+            several.len(),
+            ask.payment_id
+        ))),
+    }
+}
+
+/// The `refund_id` of an intent: its id when Cashfree takes it (3 to 40
+/// letters, digits, `-`, `_`), else `ri_` and 32 hex digits of its SHA-256
+/// (the same on every attempt).
+pub fn refund_id(intent_id: &str) -> String {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+    if REFUND_ID_LEN.contains(&intent_id.len()) && intent_id.chars().all(allowed) {
+        intent_id.to_owned()
+    } else {
+        let digest = hex::encode(Sha256::digest(intent_id.as_bytes()));
+        format!("ri_{}", &digest[..32])
+    }
+}
+
+fn authenticated(
+    request: ApiRequest,
+    credentials: &ApiCredentials,
+) -> Result<ApiRequest, RequestError> {
+    Ok(request
+        .secret_header("x-client-id", credentials.require("client_id")?)
+        .secret_header("x-client-secret", credentials.require("client_secret")?)
+        .header("x-api-version", credentials.require("api_version")?))
+}
+
+/// A 2xx answer: the refund entity.
+fn refund(ask: &RefundAsk, body: &[u8]) -> RefundOutcome {
+    let Some((raw, entity)) = object(body) else {
+        return unreadable(200, body);
+    };
+    let Some(id) = id_at(&entity, &["refund_id"]).or_else(|| id_at(&entity, &["cf_refund_id"]))
+    else {
+        return unreadable(200, body);
+    };
+    let ours = refund_id(&ask.intent_id);
+    if id_at(&entity, &["refund_id"]).is_some_and(|r| r != ours) {
+        return RefundOutcome::Refused {
+            code: "refund_mismatch".into(),
+            message: format!("Cashfree answered with refund {id}, not {ours}"),
+        };
+    }
+    let status = str_at(&entity, &["refund_status"])
+        .unwrap_or("")
+        .to_ascii_uppercase();
+    if status == "CANCELLED" || status == "FAILED" {
+        return RefundOutcome::Refused {
+            code: format!("refund_{}", status.to_ascii_lowercase()),
+            message: str_at(&entity, &["status_description"]).map_or_else(
+                || format!("Cashfree reports refund {id} {status}"),
+                str::to_owned,
+            ),
+        };
+    }
+    RefundOutcome::Accepted {
+        facts: super::api::refund_fact(raw.get(), &entity)
+            .ok()
+            .flatten()
+            .into_iter()
+            .collect(),
+        refund_id: id,
+    }
+}
+
+/// A body that is one JSON object: its text and its value.
+fn object(body: &[u8]) -> Option<(&RawValue, Value)> {
+    let text = std::str::from_utf8(body).ok()?;
+    let raw: &RawValue = serde_json::from_str(text).ok()?;
+    let value: Value = serde_json::from_str(raw.get()).ok()?;
+    value.is_object().then_some((raw, value))
+}
+
+/// Cashfree's error (`{"message", "code", "type"}`): its code and message.
+fn cashfree_error(body: &[u8]) -> Option<(String, String)> {
+    let (_, v) = object(body)?;
+    let code = str_at(&v, &["code"]).or_else(|| str_at(&v, &["type"]))?;
+    Some((
+        code.to_owned(),
+        str_at(&v, &["message"]).unwrap_or("").to_owned(),
+    ))
+}
+
+fn unreadable(status: u16, body: &[u8]) -> RefundOutcome {
+    let words: String = String::from_utf8_lossy(body).chars().take(200).collect();
+    RefundOutcome::Retry {
+        reason: format!("Cashfree answered {status}: {words}"),
+    }
+}
+
+#[cfg(test)]
+#[path = "refund_tests.rs"]
+mod tests;

@@ -1,0 +1,258 @@
+//! Razorpay's refund API, for the refunder: the request that refunds a
+//! payment for an intent, the lookup that finds what Razorpay already
+//! holds for it, and how the answers read. No I/O: the refunder sends,
+//! this builds and reads.
+//!
+//! `POST /v1/payments/{payment_id}/refund` (JSON: `amount` in minor units,
+//! `receipt` and `notes.oncehook_intent` = the intent id), HTTP Basic as
+//! reconciliation, and the header `X-Refund-Idempotency` with a key derived
+//! from the intent (Razorpay's idempotent refund,
+//! <https://razorpay.com/docs/api/refunds/normal-refunds-idempotent/>: at
+//! least 10 letters, digits, `-` or `_`; the same key and body answer the
+//! refund already made, another body is a `BAD_REQUEST`, a request while
+//! the first is processed a 409). Razorpay documents no retention for
+//! those keys, and the `receipt` is only "for your internal reference" (a
+//! second refund with the same receipt is a second refund), so the key is
+//! not the whole guarantee: before every retry the refunder looks up the
+//! payment's refunds (`GET /v1/payments/{payment_id}/refunds?count=100`,
+//! <https://razorpay.com/docs/api/refunds/fetch-multiple-refund-payment/>)
+//! and a refund whose `receipt` (or `notes.oncehook_intent`) is the intent
+//! id is the one made before.
+//!
+//! Answers: a refund entity is accepted; `processed` is its fact (the one
+//! reconciliation and the `refund.processed` webhook give), `pending` has
+//! none yet, `failed` is a refusal. `400 BAD_REQUEST_ERROR` ("The amount
+//! must be at least INR 1.00", "Refund is not supported by the bank…",
+//! "The id provided does not exist", …) is a refusal with Razorpay's
+//! description; 401, 403, 409, 429, 5xx and a body that is not Razorpay's
+//! are "try again".
+
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use super::Razorpay;
+use crate::json::{id_at, parse_body, str_at};
+use crate::reconcile::{ApiBody, ApiCredentials, ApiRequest, Method, RequestError, segment};
+use crate::refund::{GatewayRefunds, RefundAsk, RefundCall, RefundOutcome};
+
+/// Refunds one lookup lists (Razorpay lists 10 unless asked; 100 is the
+/// most its list endpoints give).
+pub const LOOKUP_COUNT: usize = 100;
+/// The longest value of a Razorpay note.
+const MAX_NOTE: usize = 256;
+
+impl GatewayRefunds for Razorpay {
+    fn create(
+        &self,
+        ask: &RefundAsk,
+        credentials: &ApiCredentials,
+    ) -> Result<ApiRequest, RequestError> {
+        check(ask)?;
+        let reason: String = ask.reason.chars().take(MAX_NOTE).collect();
+        let body = json!({
+            "amount": ask.amount_minor,
+            "receipt": ask.intent_id,
+            "notes": {"oncehook_intent": ask.intent_id, "reason": reason},
+        });
+        let request = ApiRequest {
+            method: Method::Post,
+            path: format!("/v1/payments/{}/refund", segment(&ask.payment_id)),
+            headers: Vec::new(),
+            body: Some(ApiBody {
+                content_type: "application/json",
+                bytes: body.to_string().into_bytes(),
+            }),
+        };
+        Ok(authenticated(request, credentials)?
+            .header("x-refund-idempotency", idempotency_key(&ask.intent_id)))
+    }
+
+    /// The payment's refunds: Razorpay does not promise that a repeated
+    /// request refunds once.
+    fn lookup(
+        &self,
+        ask: &RefundAsk,
+        credentials: &ApiCredentials,
+    ) -> Option<Result<ApiRequest, RequestError>> {
+        let request = check(ask).and_then(|()| {
+            let path = format!(
+                "/v1/payments/{}/refunds?count={LOOKUP_COUNT}",
+                segment(&ask.payment_id)
+            );
+            authenticated(ApiRequest::get(path), credentials)
+        });
+        Some(request)
+    }
+
+    fn read(&self, ask: &RefundAsk, call: RefundCall, status: u16, body: &[u8]) -> RefundOutcome {
+        match (status, call) {
+            (200..=299, RefundCall::Create) => match parse_body(body) {
+                Ok(entity) if id_at(&entity, &["id"]).is_some() => refund(ask, &entity),
+                _ => unreadable(status, body),
+            },
+            (200..=299, RefundCall::Lookup) => lookup(ask, body),
+            (400 | 404, _) => error(status, body),
+            _ => unreadable(status, body),
+        }
+    }
+}
+
+fn check(ask: &RefundAsk) -> Result<(), RequestError> {
+    if ask.payment_id.is_empty() || ask.intent_id.is_empty() {
+        return Err(RequestError::Invalid(
+            "a Razorpay refund needs the payment id and the intent id".into(),
+        ));
+    }
+    if ask.amount_minor <= 0 {
+        return Err(RequestError::Invalid(format!(
+            "refund amount {} is not positive",
+            ask.amount_minor
+        )));
+    }
+    Ok(())
+}
+
+fn authenticated(
+    request: ApiRequest,
+    credentials: &ApiCredentials,
+) -> Result<ApiRequest, RequestError> {
+    Ok(request.basic_auth(
+        credentials.require("key_id")?,
+        credentials.require("key_secret")?,
+    ))
+}
+
+/// The `X-Refund-Idempotency` key of an intent: its id when Razorpay takes
+/// it (10 or more letters, digits, `-`, `_`), else `ri-` and 32 hex digits
+/// of its SHA-256 (the same on every attempt).
+pub fn idempotency_key(intent_id: &str) -> String {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+    if intent_id.len() >= 10 && intent_id.chars().all(allowed) {
+        intent_id.to_owned()
+    } else {
+        let digest = hex::encode(Sha256::digest(intent_id.as_bytes()));
+        format!("ri-{}", &digest[..32])
+    }
+}
+
+/// Whether a refund entity is the intent's.
+fn is_intents(entity: &Value, intent_id: &str) -> bool {
+    str_at(entity, &["receipt"]) == Some(intent_id)
+        || str_at(entity, &["notes", "oncehook_intent"]) == Some(intent_id)
+}
+
+/// A refund entity the gateway holds for the intent.
+fn refund(ask: &RefundAsk, entity: &Value) -> RefundOutcome {
+    let id = id_at(entity, &["id"]).unwrap_or_default();
+    if let Some(payment) = id_at(entity, &["payment_id"])
+        && payment != ask.payment_id
+    {
+        return RefundOutcome::Refused {
+            code: "payment_mismatch".into(),
+            message: format!(
+                "Razorpay answered with refund {id} of {payment}, not of {}",
+                ask.payment_id
+            ),
+        };
+    }
+    if str_at(entity, &["status"]) == Some("failed") {
+        return RefundOutcome::Refused {
+            code: "refund_failed".into(),
+            message: format!("Razorpay reports refund {id} failed"),
+        };
+    }
+    RefundOutcome::Accepted {
+        refund_id: id,
+        facts: super::api::refund_fact(entity)
+            .ok()
+            .flatten()
+            .into_iter()
+            .collect(),
+    }
+}
+
+/// The payment's refunds: the intent's, if one is there. Several (a
+/// refund made twice before oncehook looked) are all facts; the first
+/// one not failed is the intent's refund.
+fn lookup(ask: &RefundAsk, body: &[u8]) -> RefundOutcome {
+    let Some(items) = collection(body) else {
+        return unreadable(200, body);
+    };
+    let mine: Vec<&Value> = items
+        .iter()
+        .filter(|i| is_intents(i, &ask.intent_id))
+        .collect();
+    if mine.is_empty() {
+        return if items.len() >= LOOKUP_COUNT {
+            RefundOutcome::Refused {
+                code: "lookup_incomplete".into(),
+                message: format!(
+                    "payment {} has {LOOKUP_COUNT} refunds or more and none of them is \
+                     intent {}: a person must check before another is sent",
+                    ask.payment_id, ask.intent_id
+                ),
+            }
+        } else {
+            RefundOutcome::NotFound
+        };
+    }
+    let facts: Vec<_> = mine
+        .iter()
+        .filter_map(|e| super::api::refund_fact(e).ok().flatten())
+        .collect();
+    let outcomes: Vec<RefundOutcome> = mine.iter().map(|e| refund(ask, e)).collect();
+    match outcomes
+        .iter()
+        .find(|o| matches!(o, RefundOutcome::Accepted { .. }))
+    {
+        Some(RefundOutcome::Accepted { refund_id, .. }) => RefundOutcome::Accepted {
+            refund_id: refund_id.clone(),
+            facts,
+        },
+        _ => outcomes
+            .into_iter()
+            .next()
+            .unwrap_or(RefundOutcome::NotFound),
+    }
+}
+
+/// The items of a collection answer, if it is one.
+fn collection(body: &[u8]) -> Option<Vec<Value>> {
+    let mut v = parse_body(body).ok()?;
+    if str_at(&v, &["entity"]) != Some("collection") {
+        return None;
+    }
+    match v.get_mut("items").map(Value::take) {
+        Some(Value::Array(items)) => Some(items),
+        _ => None,
+    }
+}
+
+/// A 400 or 404: Razorpay's refusal in its words, or "try again" for a
+/// body that is not Razorpay's error.
+fn error(status: u16, body: &[u8]) -> RefundOutcome {
+    let Ok(v) = parse_body(body) else {
+        return unreadable(status, body);
+    };
+    match (
+        str_at(&v, &["error", "code"]),
+        str_at(&v, &["error", "description"]),
+    ) {
+        (Some(code), description) => RefundOutcome::Refused {
+            code: code.to_owned(),
+            message: description.unwrap_or("").to_owned(),
+        },
+        (None, _) => unreadable(status, body),
+    }
+}
+
+fn unreadable(status: u16, body: &[u8]) -> RefundOutcome {
+    let words: String = String::from_utf8_lossy(body).chars().take(200).collect();
+    RefundOutcome::Retry {
+        reason: format!("Razorpay answered {status}: {words}"),
+    }
+}
+
+#[cfg(test)]
+#[path = "refund_tests.rs"]
+mod tests;

@@ -1,0 +1,503 @@
+//! Money owed back is refunded through the gateway once (docs/refunds.md),
+//! against the real worker (ledger and refunder), ingest and mailer, with
+//! stand-ins of each gateway's refund API that check idempotency keys the
+//! way the gateway does and count the refunds they make. A customer who
+//! paid twice is refunded the second capture exactly once, whichever capture
+//! came first, with the refunder killed after the gateway refunded and
+//! before it recorded the answer, and whichever of the refund's webhook and
+//! the refunder's answer comes first; `propose` waits for an operator,
+//! `auto` keeps to its ceilings and reasons, a refusal is parked with the
+//! gateway's words, and the kill switch stops sending without losing an
+//! intent.
+
+use std::time::Duration;
+
+use oncehook_e2e::gateway_api::{GatewayApi, register_gateway_ref, shapes};
+use oncehook_e2e::metrics::{scrape, series};
+use oncehook_e2e::ops::ctl_json;
+use oncehook_e2e::shop::{Shop, emails};
+use oncehook_e2e::{Pipeline, TestEnv, WAIT, eventually};
+use oncehook_gateways::Gateway;
+use serde_json::Value;
+
+/// One gateway's side of a double payment: its source, the event that
+/// captures, and the two payments' ids as the ledger records them.
+struct Paid {
+    gateway: Gateway,
+    source: &'static str,
+    captured: &'static str,
+    /// Sorts first: the order's payment.
+    first: String,
+    /// The one owed back.
+    second: String,
+}
+
+impl Paid {
+    fn twice(gateway: Gateway, tag: &str) -> Paid {
+        let (source, captured, prefix) = match gateway {
+            Gateway::Razorpay => ("razorpay", "payment.captured", "pay_"),
+            Gateway::Stripe => ("stripe", "payment_intent.succeeded", "pi_"),
+            Gateway::Cashfree => ("cashfree", "PAYMENT_SUCCESS_WEBHOOK", "88"),
+            Gateway::Payu => ("payu", "success", "txn"),
+            other => panic!("{other:?} has no refund API"),
+        };
+        Paid {
+            gateway,
+            source,
+            captured,
+            first: format!("{prefix}{tag}1"),
+            second: format!("{prefix}{tag}2"),
+        }
+    }
+
+    /// Posts the capture of `payment` for `order_ref` to ingest. The
+    /// gateway's API knows it too where the refunder asks about it: PayU
+    /// (its `mihpayid`, which it refunds by) and Cashfree, which refunds
+    /// by order — so at Cashfree the second payment is of a second order
+    /// the shop registered (one Cashfree order takes one payment).
+    async fn post(
+        &self,
+        env: &TestEnv,
+        p: &Pipeline,
+        api: &GatewayApi,
+        order_ref: &str,
+        payment: &str,
+    ) {
+        let mut named = order_ref.to_owned();
+        match self.gateway {
+            Gateway::Payu => api.payu_transaction(
+                payment,
+                shapes::payu_transaction(payment, order_ref, "success", "500.00"),
+            ),
+            Gateway::Cashfree => {
+                if *payment == self.second {
+                    named = format!("{order_ref}_2");
+                    register_gateway_ref(env, order_ref, "cashfree", &named).await;
+                }
+                let id: i64 = payment.parse().expect("Cashfree payment ids are numbers");
+                api.add(
+                    &format!("/pg/orders/{named}/payments"),
+                    shapes::cashfree_payment(id, &named, "SUCCESS", 500.0),
+                );
+            }
+            _ => {}
+        }
+        let delivery = env.sign(
+            self.gateway,
+            self.captured,
+            &env.spec(&named, payment, &format!("evt_{payment}"), 50_000),
+        );
+        env.post_ok(&p.url, self.source, &delivery).await;
+    }
+}
+
+/// Refunds on for every source in `mode`, a pass a second, a short lease
+/// and call timeout, pointed at `apis`.
+fn refunds_on(env: &mut TestEnv, mode: &str, apis: &[&GatewayApi]) {
+    env.use_gateway_apis(apis);
+    env.set_env("ONCEHOOK_REFUNDS_MODE", mode);
+    env.set_env("ONCEHOOK_REFUNDS_INTERVAL", "1s");
+    env.set_env("ONCEHOOK_REFUNDS_LEASE", "3s");
+    env.set_env("ONCEHOOK_RECONCILE_TIMEOUT", "2s");
+    // Reconciliation stays out of the way (these orders are never old enough).
+    env.set_env("ONCEHOOK_RECONCILE_INTERVAL", "1h");
+}
+
+/// An intent as the operators' tool shows it.
+async fn intents(env: &TestEnv, order_ref: &str) -> Vec<Value> {
+    let (code, stdout, _) = env.ctl(&["--json", "refunds", "show", order_ref]).await;
+    if code != 0 {
+        return Vec::new();
+    }
+    let v: Value = serde_json::from_str(&stdout).expect("refunds show --json");
+    v["intents"].as_array().cloned().unwrap_or_default()
+}
+
+/// Waits until the order's one intent is in `state`; returns it.
+async fn wait_intent(env: &TestEnv, order_ref: &str, state: &str) -> Value {
+    eventually(&format!("{order_ref}'s intent {state}"), WAIT, || async {
+        let all = intents(env, order_ref).await;
+        assert!(all.len() <= 1, "one intent per owed payment: {all:?}");
+        all.into_iter().find(|i| i["state"] == state)
+    })
+    .await
+}
+
+/// The refunder's completed passes on a worker.
+async fn passes(worker: &str) -> f64 {
+    series(
+        &scrape(worker).await,
+        "oncehook_refund_passes_total",
+        &[("outcome", "completed")],
+    )
+}
+
+/// Waits until the refunder completed `more` passes after now.
+async fn wait_passes(worker: &str, more: f64) {
+    let from = passes(worker).await;
+    eventually("refunder passes", WAIT, || async {
+        (passes(worker).await >= from + more).then_some(())
+    })
+    .await;
+}
+
+/// The flag of every captured payment of the order.
+async fn flags(env: &TestEnv, order_ref: &str) -> Vec<(String, Option<String>)> {
+    sqlx::query_as(
+        "SELECT p.payment_id, p.flag FROM payments p JOIN orders o ON o.id = p.order_id
+         WHERE o.order_ref = $1 AND p.status = 'captured' ORDER BY p.payment_id",
+    )
+    .bind(order_ref)
+    .fetch_all(&env.pool)
+    .await
+    .expect("flags")
+}
+
+/// The refund emails of the order, once the mailer sent them all.
+async fn refund_emails(env: &TestEnv, order_ref: &str) -> usize {
+    emails(&env.pool, order_ref)
+        .await
+        .iter()
+        .filter(|(kind, _)| kind == "refund")
+        .count()
+}
+
+/// What a user checks after the loop closed: the gateway made one refund,
+/// of the second payment only; the books show it refunded (flag), the
+/// intent settled, one refund email.
+async fn refunded_once(env: &TestEnv, api: &GatewayApi, paid: &Paid, order_ref: &str) {
+    let intent = wait_intent(env, order_ref, "settled").await;
+    assert_eq!(intent["payment_id"], paid.second.as_str(), "{intent}");
+    assert_eq!(intent["reason"], "duplicate_capture");
+    assert_eq!(
+        api.refunds_made(&paid.second),
+        1,
+        "{:?}",
+        api.refund_posts()
+    );
+    assert_eq!(api.refunds_made(&paid.first), 0);
+    assert_eq!(
+        flags(env, order_ref).await,
+        [
+            (paid.first.clone(), None),
+            (paid.second.clone(), Some("refunded".to_owned()))
+        ]
+    );
+    eventually("one refund email", WAIT, || async {
+        (refund_emails(env, order_ref).await == 1).then_some(())
+    })
+    .await;
+}
+
+/// Paid twice through `gateway`, in both orders of the captures: one refund
+/// each time, of the second payment.
+async fn paid_twice(gateway: Gateway, tag: &str) {
+    let mut env = TestEnv::new().await;
+    let api = GatewayApi::start(gateway).await;
+    refunds_on(&mut env, "auto", &[&api]);
+    let (a, b) = (format!("rf_{tag}_ab"), format!("rf_{tag}_ba"));
+    Shop::mugs(10, &[a.as_str(), b.as_str()])
+        .seed(&env.pool)
+        .await;
+    let p = env.pipeline().await;
+    let paid_a = Paid::twice(gateway, &format!("{tag}1"));
+    paid_a.post(&env, &p, &api, &a, &paid_a.first.clone()).await;
+    paid_a
+        .post(&env, &p, &api, &a, &paid_a.second.clone())
+        .await;
+    let paid_b = Paid::twice(gateway, &format!("{tag}2"));
+    paid_b
+        .post(&env, &p, &api, &b, &paid_b.second.clone())
+        .await;
+    paid_b.post(&env, &p, &api, &b, &paid_b.first.clone()).await;
+    refunded_once(&env, &api, &paid_a, &a).await;
+    refunded_once(&env, &api, &paid_b, &b).await;
+    // Later passes send nothing more.
+    wait_passes(p.worker().metrics_url(), 2.0).await;
+    assert_eq!(api.refund_posts().len(), 2, "{:?}", api.refund_posts());
+}
+
+#[tokio::test]
+async fn razorpay_paid_twice_is_refunded_once_in_either_order() {
+    paid_twice(Gateway::Razorpay, "rzp").await;
+}
+
+#[tokio::test]
+async fn stripe_paid_twice_is_refunded_once_in_either_order() {
+    paid_twice(Gateway::Stripe, "st").await;
+}
+
+#[tokio::test]
+async fn cashfree_paid_twice_is_refunded_once_in_either_order() {
+    paid_twice(Gateway::Cashfree, "77").await;
+}
+
+#[tokio::test]
+async fn payu_paid_twice_is_refunded_once_in_either_order() {
+    paid_twice(Gateway::Payu, "pu").await;
+}
+
+/// The refunder is SIGKILLed after the gateway made the refund and before
+/// it heard: a worker started afterwards takes the intent over when its
+/// lease runs out and the gateway still makes one refund — by the key
+/// (Stripe) or by the lookup before the retry (the others; their keys are
+/// forgotten first, so only the lookup stands between the retry and a
+/// second refund).
+async fn killed_after_sending(gateway: Gateway, tag: &str) {
+    let mut env = TestEnv::new().await;
+    let api = GatewayApi::start(gateway).await;
+    refunds_on(&mut env, "auto", &[&api]);
+    let order = format!("rf_{tag}_kill");
+    Shop::mugs(10, &[&order]).seed(&env.pool).await;
+    let mut p = env.pipeline().await;
+    api.hold_refund_answer(Duration::from_secs(60));
+    let paid = Paid::twice(gateway, tag);
+    paid.post(&env, &p, &api, &order, &paid.first.clone()).await;
+    paid.post(&env, &p, &api, &order, &paid.second.clone())
+        .await;
+    eventually("the refund made at the gateway", WAIT, || async {
+        (api.refunds_made(&paid.second) == 1).then_some(())
+    })
+    .await;
+    p.workers[0].kill();
+    if gateway != Gateway::Stripe {
+        api.forget_refund_keys();
+    }
+    wait_intent(&env, &order, "sending").await;
+    let worker = env.start_worker().await;
+    refunded_once(&env, &api, &paid, &order).await;
+    wait_passes(worker.metrics_url(), 2.0).await;
+    assert_eq!(
+        api.refunds_made(&paid.second),
+        1,
+        "{:?}",
+        api.refund_posts()
+    );
+}
+
+#[tokio::test]
+async fn razorpay_refunder_killed_after_sending_refunds_once() {
+    killed_after_sending(Gateway::Razorpay, "rzpk").await;
+}
+
+#[tokio::test]
+async fn stripe_refunder_killed_after_sending_refunds_once() {
+    killed_after_sending(Gateway::Stripe, "stk").await;
+}
+
+#[tokio::test]
+async fn cashfree_refunder_killed_after_sending_refunds_once() {
+    killed_after_sending(Gateway::Cashfree, "66").await;
+}
+
+#[tokio::test]
+async fn payu_refunder_killed_after_sending_refunds_once() {
+    killed_after_sending(Gateway::Payu, "puk").await;
+}
+
+#[tokio::test]
+async fn the_refund_webhook_before_the_refunders_answer_settles_once() {
+    let mut env = TestEnv::new().await;
+    let api = GatewayApi::start(Gateway::Razorpay).await;
+    refunds_on(&mut env, "auto", &[&api]);
+    // The refunder waits up to 8 s for the answer, which comes after 4 s:
+    // the refund's webhook arrives in between.
+    env.set_env("ONCEHOOK_RECONCILE_TIMEOUT", "8s");
+    let order = "rf_webhook_first";
+    Shop::mugs(10, &[order]).seed(&env.pool).await;
+    let p = env.pipeline().await;
+    api.hold_refund_answer(Duration::from_secs(4));
+    let paid = Paid::twice(Gateway::Razorpay, "wh");
+    paid.post(&env, &p, &api, order, &paid.first.clone()).await;
+    paid.post(&env, &p, &api, order, &paid.second.clone()).await;
+    eventually("the refund made at the gateway", WAIT, || async {
+        (api.refunds_made(&paid.second) == 1).then_some(())
+    })
+    .await;
+    let refund_id = api.refund_ids(&paid.second).pop().expect("the refund's id");
+    // Razorpay's sample names its refund `rfnd_{event id}`.
+    let event_id = refund_id.trim_start_matches("rfnd_");
+    let spec = env.spec(order, &paid.second, event_id, 50_000);
+    assert_eq!(spec.refund_id(Gateway::Razorpay), refund_id);
+    let webhook = env.sign(Gateway::Razorpay, "refund.processed", &spec);
+    env.post_ok(&p.url, "razorpay", &webhook).await;
+    // Settled by the webhook while the refunder still waits for its answer.
+    let settled = wait_intent(&env, order, "settled").await;
+    assert!(settled["gateway_refund_id"].is_null(), "{settled}");
+    // Then the answer: recorded on the settled intent, its fact a duplicate.
+    let intent = eventually("the refund's id on the intent", WAIT, || async {
+        let i = wait_intent(&env, order, "settled").await;
+        (i["gateway_refund_id"] == refund_id.as_str()).then_some(i)
+    })
+    .await;
+    assert_eq!(intent["state"], "settled");
+    refunded_once(&env, &api, &paid, order).await;
+    wait_passes(p.worker().metrics_url(), 2.0).await;
+    assert_eq!(api.refunds_made(&paid.second), 1);
+    assert_eq!(refund_emails(&env, order).await, 1);
+}
+
+#[tokio::test]
+async fn propose_waits_for_an_operator_and_the_approval_is_sent_once() {
+    let mut env = TestEnv::new().await;
+    let api = GatewayApi::start(Gateway::Stripe).await;
+    refunds_on(&mut env, "propose", &[&api]);
+    let order = "rf_propose";
+    Shop::mugs(10, &[order]).seed(&env.pool).await;
+    let p = env.pipeline().await;
+    let paid = Paid::twice(Gateway::Stripe, "prop");
+    paid.post(&env, &p, &api, order, &paid.first.clone()).await;
+    paid.post(&env, &p, &api, order, &paid.second.clone()).await;
+    let intent = eventually("the intent held for an operator", WAIT, || async {
+        let i = wait_intent(&env, order, "owed").await;
+        i["held_because"].as_str().is_some().then_some(i)
+    })
+    .await;
+    assert!(
+        intent["held_because"]
+            .as_str()
+            .is_some_and(|h| h.contains("approval")),
+        "{intent}"
+    );
+    wait_passes(p.worker().metrics_url(), 2.0).await;
+    assert!(api.refund_posts().is_empty(), "nothing sent unapproved");
+    let id = intent["id"].as_str().expect("id").to_owned();
+    let approved = ctl_json(&env, &["refunds", "approve", &id]).await;
+    assert_eq!(approved["state"], "approved");
+    refunded_once(&env, &api, &paid, order).await;
+    let audit: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM console_audit WHERE action = 'refund.approve' AND $1 = ANY(letters)",
+    )
+    .bind(&id)
+    .fetch_one(&env.pool)
+    .await
+    .expect("audit");
+    assert_eq!(audit, 1, "the approval is audited");
+    // A settled intent cannot be approved or cancelled again.
+    let (code, _, stderr) = env.ctl(&["refunds", "cancel", &id]).await;
+    assert_ne!(code, 0);
+    assert!(stderr.contains("is settled"), "{stderr}");
+}
+
+#[tokio::test]
+async fn auto_keeps_to_its_ceilings_and_reasons() {
+    let mut env = TestEnv::new().await;
+    let api = GatewayApi::start(Gateway::Razorpay).await;
+    refunds_on(&mut env, "auto", &[&api]);
+    // One refund of 500.00 fits the day; the second would not.
+    env.append_config(
+        "[refunds.source.razorpay]\nmax_refund_minor = 60000\nmax_daily_minor = 80000\n",
+    );
+    let (one, two, big, wrong) = ("rf_ceil_1", "rf_ceil_2", "rf_ceil_big", "rf_ceil_wrong");
+    Shop::mugs(10, &[one, two, wrong]).seed(&env.pool).await;
+    Shop::new()
+        .order_of(big, 70_000, "INR", &[("MUG", 1)])
+        .seed(&env.pool)
+        .await;
+    let p = env.pipeline().await;
+    for (order, tag) in [(one, "c1"), (two, "c2")] {
+        let paid = Paid::twice(Gateway::Razorpay, tag);
+        paid.post(&env, &p, &api, order, &paid.first.clone()).await;
+        paid.post(&env, &p, &api, order, &paid.second.clone()).await;
+        // In turn, so the first one is the one under the daily ceiling.
+        if order == one {
+            refunded_once(&env, &api, &paid, order).await;
+        }
+    }
+    let held = wait_intent(&env, two, "owed").await;
+    let why = |i: &Value| i["held_because"].as_str().unwrap_or("").to_owned();
+    let held = if why(&held).is_empty() {
+        eventually("the second intent held", WAIT, || async {
+            let i = wait_intent(&env, two, "owed").await;
+            (!why(&i).is_empty()).then_some(i)
+        })
+        .await
+    } else {
+        held
+    };
+    assert!(why(&held).contains("daily ceiling"), "{held}");
+    // Over the per-refund ceiling: 700.00 captured twice.
+    let big_paid = Paid::twice(Gateway::Razorpay, "cbig");
+    for payment in [&big_paid.first, &big_paid.second] {
+        let d = env.sign(
+            Gateway::Razorpay,
+            "payment.captured",
+            &env.spec(big, payment, &format!("evt_{payment}"), 70_000),
+        );
+        env.post_ok(&p.url, "razorpay", &d).await;
+    }
+    // A capture of the wrong amount: not a reason refunded automatically.
+    let d = env.sign(
+        Gateway::Razorpay,
+        "payment.captured",
+        &env.spec(wrong, "pay_cwrong", "evt_pay_cwrong", 100),
+    );
+    env.post_ok(&p.url, "razorpay", &d).await;
+    for (order, words) in [(big, "per-refund ceiling"), (wrong, "amount_mismatch")] {
+        let i = eventually(&format!("{order} held"), WAIT, || async {
+            let i = wait_intent(&env, order, "owed").await;
+            why(&i).contains(words).then_some(i)
+        })
+        .await;
+        assert_eq!(i["state"], "owed", "{i}");
+    }
+    wait_passes(p.worker().metrics_url(), 2.0).await;
+    assert_eq!(api.refund_posts().len(), 1, "{:?}", api.refund_posts());
+}
+
+#[tokio::test]
+async fn a_refusal_is_parked_with_the_gateways_words_and_not_retried() {
+    let mut env = TestEnv::new().await;
+    let api = GatewayApi::start(Gateway::Razorpay).await;
+    refunds_on(&mut env, "auto", &[&api]);
+    let order = "rf_refused";
+    Shop::mugs(10, &[order]).seed(&env.pool).await;
+    let p = env.pipeline().await;
+    let paid = Paid::twice(Gateway::Razorpay, "refused");
+    let words = "Your account does not have enough balance to carry out the refund operation.";
+    api.refuse_refunds(&paid.second, "BAD_REQUEST_ERROR", words);
+    paid.post(&env, &p, &api, order, &paid.first.clone()).await;
+    paid.post(&env, &p, &api, order, &paid.second.clone()).await;
+    let failed = wait_intent(&env, order, "failed").await;
+    assert_eq!(failed["gateway_code"], "BAD_REQUEST_ERROR", "{failed}");
+    assert_eq!(failed["gateway_message"], words, "{failed}");
+    let worker = p.worker().metrics_url().to_owned();
+    wait_passes(&worker, 2.0).await;
+    assert_eq!(api.refund_posts().len(), 1, "never retried blindly");
+    assert_eq!(
+        series(
+            &scrape(&worker).await,
+            "oncehook_refund_refusals_total",
+            &[("gateway", "razorpay"), ("code", "BAD_REQUEST_ERROR")]
+        ),
+        1.0
+    );
+    // The operator fixes the balance and approves it again: sent once.
+    api.accept_refunds(&paid.second);
+    let id = failed["id"].as_str().expect("id").to_owned();
+    ctl_json(&env, &["refunds", "approve", &id]).await;
+    refunded_once(&env, &api, &paid, order).await;
+    assert_eq!(api.refund_posts().len(), 2);
+}
+
+#[tokio::test]
+async fn the_kill_switch_stops_sending_and_loses_nothing() {
+    let mut env = TestEnv::new().await;
+    let api = GatewayApi::start(Gateway::Stripe).await;
+    refunds_on(&mut env, "auto", &[&api]);
+    let order = "rf_paused";
+    Shop::mugs(10, &[order]).seed(&env.pool).await;
+    let paused = ctl_json(&env, &["refunds", "pause"]).await;
+    assert_eq!(paused["paused"], true);
+    let p = env.pipeline().await;
+    let paid = Paid::twice(Gateway::Stripe, "pause");
+    paid.post(&env, &p, &api, order, &paid.first.clone()).await;
+    paid.post(&env, &p, &api, order, &paid.second.clone()).await;
+    wait_intent(&env, order, "approved").await;
+    wait_passes(p.worker().metrics_url(), 2.0).await;
+    assert!(api.refund_posts().is_empty(), "nothing sent while paused");
+    let listed = ctl_json(&env, &["refunds", "list"]).await;
+    assert_eq!(listed["paused"], true);
+    ctl_json(&env, &["refunds", "resume"]).await;
+    refunded_once(&env, &api, &paid, order).await;
+}
