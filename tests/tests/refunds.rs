@@ -501,3 +501,115 @@ async fn the_kill_switch_stops_sending_and_loses_nothing() {
     ctl_json(&env, &["refunds", "resume"]).await;
     refunded_once(&env, &api, &paid, order).await;
 }
+
+#[tokio::test]
+async fn the_refund_joins_the_trace_of_the_capture_that_made_it_owed() {
+    use oncehook_e2e::env::with_header;
+    use oncehook_e2e::otlp::OtlpReceiver;
+    const TRACE: &str = "5cf92f3577b34da6a3ce929d0e0e4799";
+    let receiver = OtlpReceiver::start().await;
+    let mut env = TestEnv::new().await;
+    let api = GatewayApi::start(Gateway::Razorpay).await;
+    refunds_on(&mut env, "auto", &[&api]);
+    env.set_env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint);
+    env.set_env("OTEL_BSP_SCHEDULE_DELAY", "200");
+    let order = "rf_traced";
+    Shop::mugs(10, &[order]).seed(&env.pool).await;
+    let p = env.pipeline().await;
+    let paid = Paid::twice(Gateway::Razorpay, "tr");
+    paid.post(&env, &p, &api, order, &paid.first.clone()).await;
+    let second = env.sign(
+        Gateway::Razorpay,
+        "payment.captured",
+        &env.spec(order, &paid.second, "evt_tr2", 50_000),
+    );
+    let second = with_header(
+        &second,
+        "traceparent",
+        &format!("00-{TRACE}-00f067aa0ba902b7-01"),
+    );
+    env.post_ok(&p.url, "razorpay", &second).await;
+    refunded_once(&env, &api, &paid, order).await;
+    let intent = wait_intent(&env, order, "settled").await;
+    let refund = eventually("the refund's span in the capture's trace", WAIT, || async {
+        receiver
+            .trace(TRACE)
+            .into_iter()
+            .find(|s| s.service == "oncehook-worker" && s.name == "refund")
+    })
+    .await;
+    assert_eq!(
+        refund.attributes["oncehook.intent"],
+        intent["id"].as_str().unwrap_or("")
+    );
+    assert_eq!(refund.kind, 3, "client");
+    assert!(!refund.parent_span_id.is_empty(), "a child, not a new root");
+}
+
+#[tokio::test]
+async fn the_refunders_answer_then_the_webhook_settle_once_and_the_shop_hears_once() {
+    use oncehook_e2e::receiver::{Receiver, SECRET};
+    let mut env = TestEnv::new().await;
+    let api = GatewayApi::start(Gateway::Razorpay).await;
+    refunds_on(&mut env, "auto", &[&api]);
+    let shop_rx = Receiver::start(SECRET).await;
+    env.append_config(&format!(
+        "[[notify.endpoint]]\nname = \"shop\"\nurl = \"{}\"\nsecret = \"{SECRET}\"\nevents = [\"order.*\"]\n",
+        shop_rx.url
+    ));
+    let order = "rf_answer_first";
+    Shop::mugs(10, &[order]).seed(&env.pool).await;
+    let p = env.pipeline().await;
+    let _notifier = env.start_consumer("oncehook-notifier", &[]).await;
+    let paid = Paid::twice(Gateway::Razorpay, "af");
+    paid.post(&env, &p, &api, order, &paid.first.clone()).await;
+    paid.post(&env, &p, &api, order, &paid.second.clone()).await;
+    // The refunder's answer settles it first.
+    refunded_once(&env, &api, &paid, order).await;
+    // Then the gateway's webhook of the same refund: a duplicate fact.
+    let refund_id = api.refund_ids(&paid.second).pop().expect("the refund's id");
+    let event_id = refund_id.trim_start_matches("rfnd_").to_owned();
+    let spec = env.spec(order, &paid.second, &event_id, 50_000);
+    let webhook = env.sign(Gateway::Razorpay, "refund.processed", &spec);
+    env.post_ok(&p.url, "razorpay", &webhook).await;
+    eventually("the refund's webhook processed", WAIT, || async {
+        let n: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM processed_webhooks WHERE event_id = $1")
+                .bind(&event_id)
+                .fetch_one(&env.pool)
+                .await
+                .ok()?;
+        (n == 1).then_some(())
+    })
+    .await;
+    let refunded = |rx: &Receiver| {
+        rx.received()
+            .iter()
+            .filter(|r| {
+                r.event["order"]["order_ref"] == order && r.event["type"] == "order.refunded"
+            })
+            .count()
+    };
+    eventually("order.refunded at the shop", WAIT, || async {
+        (refunded(&shop_rx) >= 1).then_some(())
+    })
+    .await;
+    // Everything owed to the shop delivered: still one order.refunded.
+    eventually("every order event delivered", WAIT, || async {
+        let pending: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM notify_deliveries WHERE status <> 'delivered'",
+        )
+        .fetch_one(&env.pool)
+        .await
+        .ok()?;
+        (pending == 0).then_some(())
+    })
+    .await;
+    assert_eq!(refunded(&shop_rx), 1, "order.refunded once");
+    assert_eq!(refund_emails(&env, order).await, 1, "one refund email");
+    assert_eq!(api.refunds_made(&paid.second), 1);
+    assert_eq!(
+        wait_intent(&env, order, "settled").await["state"],
+        "settled"
+    );
+}

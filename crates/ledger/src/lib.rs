@@ -310,7 +310,7 @@ struct Intake<'p> {
     parked: Vec<parking_store::Parked>,
 }
 
-/// The one tail: recompute, emails, order events, parking. The touched
+/// The one tail: recompute, emails, order events, refund intents, parking. The touched
 /// orders' new states.
 async fn follow_through(
     conn: &mut PgConnection,
@@ -336,6 +336,7 @@ async fn follow_through(
     )
     .await?;
     write_order_events(conn, recomputed.events, plan, recording, fresh, &traces).await?;
+    refund_intents::write(conn, &touched, &recomputed.states, &traces).await?;
     parking_store::park_many(conn, &parked).await?;
     Ok(recomputed.states)
 }

@@ -17,7 +17,6 @@ use crate::store::order_events::NewOrderEvent;
 
 use super::emails::Email;
 use super::order_events;
-use super::refund_intents;
 use super::state::{
     self, Capture, FLAG_AMOUNT_MISMATCH, FLAG_NEEDS_REFUND, OrderState, RefundFact, Terms,
 };
@@ -99,7 +98,6 @@ pub async fn recompute(
     updates.extend(only_noted(noted, &done.states));
     books::set_flags(conn, &flags).await?;
     orders::write_orders(conn, &updates).await?;
-    refund_intents::write(conn, touched, &done.states).await?;
     done.events = owed_events(touched, &done.states, &moved);
     done.confirmations = paid
         .iter()

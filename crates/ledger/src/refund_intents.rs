@@ -24,11 +24,14 @@ pub fn intent_id(provider: &str, payment_id: &str) -> String {
 }
 
 /// Writes the intents the recomputed orders owe (one statement, and none
-/// when no order owes anything: a plain payment costs nothing more).
+/// when no order owes anything: a plain payment costs nothing more); a new
+/// intent joins the trace of the delivery that minted it (`traces`, by
+/// order), which the refunder's spans continue.
 pub async fn write(
     conn: &mut PgConnection,
     touched: &[&OrderRow],
     states: &BTreeMap<i64, OrderState>,
+    traces: &BTreeMap<i64, String>,
 ) -> Result<(), sqlx::Error> {
     let rows: Vec<IntentRow> = touched
         .iter()
@@ -43,6 +46,7 @@ pub async fn write(
                 currency: due.currency.clone(),
                 reason: due.reason.to_owned(),
                 refunded_minor: due.refunded_minor,
+                trace_parent: traces.get(&order.id).cloned(),
             })
         })
         .collect();

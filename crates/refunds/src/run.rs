@@ -7,6 +7,7 @@
 //! sent; the kill switch (`oncehookctl refunds pause`) stops claims at once.
 
 use oncehook_common::config::{BrokerConfig, Config, RefundsConfig};
+use oncehook_common::otel;
 use oncehook_common::periodic::{Next, Periodic};
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::Pooled;
@@ -16,6 +17,8 @@ use oncehook_gateways::Gateway;
 use oncehook_gateways::reconcile::{OrderNames, order_names};
 use oncehook_reconcile::ApiSource;
 use oncehook_reconcile::client::Client;
+
+use tracing::Instrument as _;
 
 use crate::RefundError;
 use crate::policy::{self, Decision, Reach};
@@ -138,7 +141,19 @@ impl Refunder {
                 claimed
             };
             let Some(intent) = claimed else { break };
-            let attempt = self.send_one(&intent).await?;
+            // The refund joins the trace of the delivery that minted it.
+            let span = tracing::info_span!(
+                "refund",
+                otel.name = "refund",
+                otel.kind = "client",
+                oncehook.intent = %intent.id,
+                oncehook.order_ref = %intent.order_ref,
+                oncehook.gateway = %intent.provider,
+            );
+            if let Some(tp) = &intent.trace_parent {
+                otel::set_parent(&span, otel::from_traceparent(tp));
+            }
+            let attempt = self.send_one(&intent).instrument(span).await?;
             metrics::counter!("oncehook_refund_attempts_total", "gateway" => intent.provider.clone(), "outcome" => attempt.as_str())
                 .increment(1);
             if attempt == Attempt::Sent {

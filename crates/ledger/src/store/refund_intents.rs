@@ -18,6 +18,8 @@ pub struct IntentRow {
     pub currency: String,
     pub reason: String,
     pub refunded_minor: i64,
+    /// The traceparent of the delivery that minted it (kept from the first).
+    pub trace_parent: Option<String>,
 }
 
 /// Mints the intents not written yet (`cancelled` at once when nothing is
@@ -36,14 +38,16 @@ pub async fn write(
     let rows = sqlx::query!(
         r#"WITH t AS (
                SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::bigint[],
-                                    $6::text[], $7::text[], $8::bigint[])
-                   AS t(id, order_id, provider, payment_id, amount_minor, currency, reason, refunded_minor)),
+                                    $6::text[], $7::text[], $8::bigint[], $9::text[])
+                   AS t(id, order_id, provider, payment_id, amount_minor, currency, reason, refunded_minor,
+                        trace_parent)),
            before AS (SELECT i.id, i.state FROM refund_intents i JOIN t USING (id)),
            written AS (
                INSERT INTO refund_intents AS i
-                   (id, order_id, provider, payment_id, amount_minor, currency, reason, refunded_minor, state)
+                   (id, order_id, provider, payment_id, amount_minor, currency, reason, refunded_minor,
+                    trace_parent, state)
                SELECT id, order_id, provider, payment_id, amount_minor, currency, reason, refunded_minor,
-                      CASE WHEN refunded_minor >= amount_minor THEN 'cancelled' ELSE 'owed' END
+                      trace_parent, CASE WHEN refunded_minor >= amount_minor THEN 'cancelled' ELSE 'owed' END
                FROM t ORDER BY id
                ON CONFLICT (id) DO UPDATE SET
                    refunded_minor = EXCLUDED.refunded_minor,
@@ -70,6 +74,7 @@ pub async fn write(
         &intents.iter().map(|i| i.currency.clone()).collect::<Vec<_>>(),
         &intents.iter().map(|i| i.reason.clone()).collect::<Vec<_>>(),
         &intents.iter().map(|i| i.refunded_minor).collect::<Vec<_>>(),
+        &intents.iter().map(|i| i.trace_parent.clone()).collect::<Vec<_>>() as &[Option<String>],
     )
     .fetch_all(conn)
     .await?;
