@@ -13,7 +13,8 @@ PIPELINE_TESTS := $(patsubst tests/tests/%.rs,--test %,$(sort $(wildcard tests/t
 # =transaction): at least one file per such binary, which
 # tests/tests/pooled_pass.rs checks against the workspace's binaries.
 POOLED_FILES := $(sort $(basename $(notdir $(wildcard tests/tests/pipeline_*.rs tests/tests/ops_*.rs)))) \
-	notify api reconciliation reconciliation_found reconciliation_faults console console_notify console_hardening \
+	notify api reconciliation reconciliation_found reconciliation_faults refunds console console_notify \
+	console_hardening console_refunds \
 	mail_tls db_trouble chaos
 POOLED_TESTS := $(patsubst %,--test %,$(POOLED_FILES))
 
