@@ -17,6 +17,7 @@ mod form;
 mod html;
 mod input;
 mod pages;
+mod said;
 mod session;
 mod state;
 mod throttle;

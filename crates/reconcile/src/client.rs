@@ -36,6 +36,17 @@ pub struct ApiSource {
 }
 
 impl ApiSource {
+    /// Every source of `config` oncehook may ask (the reconciler's and the
+    /// refunder's).
+    pub fn all(config: &oncehook_common::Config) -> Vec<ApiSource> {
+        config
+            .ingest
+            .sources
+            .iter()
+            .filter_map(ApiSource::of)
+            .collect()
+    }
+
     /// The source's API, if it has a `[source.api]` (and its gateway an API).
     pub fn of(source: &SourceConfig) -> Option<ApiSource> {
         let table = source.api.as_ref()?;

@@ -77,12 +77,7 @@ impl Reconciler {
     pub fn new(config: &Config, pool: Pooled) -> Result<Reconciler, RunError> {
         Ok(Reconciler {
             pool,
-            sources: config
-                .ingest
-                .sources
-                .iter()
-                .filter_map(ApiSource::of)
-                .collect(),
+            sources: ApiSource::all(config),
             config: config.reconcile.clone(),
             broker: config.broker.clone(),
             client: Client::new(config.reconcile.timeout).map_err(RunError::Client)?,

@@ -41,12 +41,7 @@ impl Refunder {
     pub fn new(config: &Config, pool: Pooled) -> Result<Refunder, RefundError> {
         Ok(Refunder {
             pool,
-            sources: config
-                .ingest
-                .sources
-                .iter()
-                .filter_map(ApiSource::of)
-                .collect(),
+            sources: ApiSource::all(config),
             config: config.refunds.clone(),
             broker: config.broker.clone(),
             client: Client::new(config.reconcile.timeout)?,

@@ -233,6 +233,14 @@ pub async fn claim(
     .bind(lease_ms)
     .fetch_optional(&mut *conn)
     .await?;
+    claimed_intent(conn, claimed).await
+}
+
+/// The intent a claim returned the id of, read whole.
+async fn claimed_intent(
+    conn: &mut PgConnection,
+    claimed: Option<String>,
+) -> Result<Option<Intent>, sqlx::Error> {
     match claimed {
         Some(id) => Ok(find(conn, &id).await?.into_iter().find(|i| i.id == id)),
         None => Ok(None),
@@ -287,10 +295,7 @@ pub async fn claim_check(
     .bind(lease_ms)
     .fetch_optional(&mut *conn)
     .await?;
-    match claimed {
-        Some(id) => Ok(find(conn, &id).await?.into_iter().find(|i| i.id == id)),
-        None => Ok(None),
-    }
+    claimed_intent(conn, claimed).await
 }
 
 /// The gateway refused: `failed`, with its words (an operator decides).

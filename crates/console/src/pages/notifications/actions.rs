@@ -13,11 +13,12 @@ use oncehook_ops::timefmt::short_time;
 use sqlx::PgConnection;
 
 use super::view::answer;
-use super::{PATH, Query, Said, TITLE};
+use super::{PATH, Query, TITLE};
 use crate::auth::{self, Who};
 use crate::form::Pairs;
 use crate::html;
 use crate::input::{self, Invalid};
+use crate::said::{Said, audited};
 use crate::state::State;
 
 /// The audit trail's names of the actions.
@@ -46,7 +47,7 @@ pub async fn replay(req: HttpRequest, state: web::Data<State>, body: web::Bytes)
     .await;
     let said = match done {
         Ok(r) => r.said(&scope),
-        Err(e) => return failed(&req, &state, &who, REPLAY, &scope, e).await,
+        Err(e) => return crate::said::failed(&req, &state, &who, TITLE, (REPLAY, &scope), e).await,
     };
     let said = audited(&req, &state, &who, REPLAY, &scope, said).await;
     answer(&who, &state, &query, Some(said)).await
@@ -181,57 +182,8 @@ pub async fn enable(req: HttpRequest, state: web::Data<State>, body: web::Bytes)
             lines: vec![format!("No endpoint is named {name}; nothing was enabled.")],
             recorded: false,
         },
-        Err(e) => return failed(&req, &state, &who, ENABLE, &name, e).await,
+        Err(e) => return crate::said::failed(&req, &state, &who, TITLE, (ENABLE, &name), e).await,
     };
     let said = audited(&req, &state, &who, ENABLE, &name, said).await;
     answer(&who, &state, &Query::of_endpoint(&name), Some(said)).await
-}
-
-/// Writes the audit row of an action; `said` with whether it was written.
-async fn audited(
-    req: &HttpRequest,
-    state: &State,
-    who: &Who,
-    action: &str,
-    scope: &str,
-    mut said: Said,
-) -> Said {
-    let address = req.peer_addr().map(|a| a.ip().to_string());
-    let result = truncate(&said.lines.join(" "), 2_000);
-    said.recorded = state
-        .audit(&NewAuditEntry {
-            actor: &who.session.user,
-            role: who.role.as_str(),
-            action,
-            letters: &[],
-            scope: Some(scope),
-            ok: said.ok,
-            result: &result,
-            address: address.as_deref(),
-        })
-        .await;
-    tracing::info!(user = %who.session.user, action, scope, ok = said.ok, "console action");
-    said
-}
-
-/// An action the database did not answer: audited as failed (the details
-/// go to the log, not the trail), answered with the failure page.
-async fn failed(
-    req: &HttpRequest,
-    state: &State,
-    who: &Who,
-    action: &str,
-    scope: &str,
-    e: sqlx::Error,
-) -> HttpResponse {
-    let said = Said {
-        status: StatusCode::BAD_GATEWAY,
-        ok: false,
-        lines: vec![
-            "The database did not answer; the details are in the console's log.".to_owned(),
-        ],
-        recorded: false,
-    };
-    audited(req, state, who, action, scope, said).await;
-    html::failure(who, TITLE, &anyhow::Error::new(e))
 }

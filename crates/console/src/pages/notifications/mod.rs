@@ -127,15 +127,6 @@ impl Query {
     }
 }
 
-/// What an action did, said on top of the page that answers it.
-struct Said {
-    status: StatusCode,
-    ok: bool,
-    lines: Vec<String>,
-    /// Whether its audit row was written.
-    recorded: bool,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

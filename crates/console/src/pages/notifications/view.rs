@@ -10,12 +10,13 @@ use oncehook_common::store::notify::{self as store, DeliveryRecord, EndpointStat
 use oncehook_ops::output::truncate;
 use oncehook_ops::timefmt::{human_duration, whole_secs};
 
-use super::{PAGE_SIZE, PATH, Query, STATUSES, Said, TITLE};
+use super::{PAGE_SIZE, PATH, Query, STATUSES, TITLE};
 use crate::auth::{self, Who};
 use crate::form::Pairs;
 use crate::html::{self, Page};
 use crate::input;
 use crate::pages::events::{enc, select};
+use crate::said::Said;
 use crate::state::State;
 
 /// `GET /notifications`
@@ -92,7 +93,7 @@ pub(super) async fn answer(
         Page::new(TITLE, Some(who)).body(html! {
             h1 { (TITLE) }
             p.summary { "The order events the notifier sends to the shop's endpoints, as " code { "oncehookctl notify" } " shows them." }
-            @if let Some(s) = &said { (said_block(s)) }
+            @if let Some(s) = &said { (s.block()) }
             section {
                 h2 { "Endpoints" }
                 (endpoints_table(who, &book.endpoints, &configured_only))
@@ -109,16 +110,6 @@ pub(super) async fn answer(
             @if !who.may_act() { p.hint { "Replaying deliveries and enabling endpoints need the operator role." } }
         }),
     )
-}
-
-/// What an action did, and a warning if its audit row is missing.
-fn said_block(s: &Said) -> Markup {
-    html! {
-        div class=(if s.ok { "result ok" } else { "result error" }) role="status" {
-            @for line in &s.lines { p { (line) } }
-        }
-        @if !s.recorded { p.error { "Warning: the audit row could not be written; see the console's log." } }
-    }
 }
 
 fn endpoints_table(who: &Who, endpoints: &[EndpointState], configured_only: &[&str]) -> Markup {

@@ -14,11 +14,12 @@ use oncehook_ops::output::truncate;
 use sqlx::PgConnection;
 
 use super::view::answer;
-use super::{PATH, Query, Said, TITLE};
+use super::{PATH, Query, TITLE};
 use crate::auth::{self, Who};
 use crate::form::Pairs;
 use crate::html;
 use crate::input::{self, Invalid};
+use crate::said::{Said, audited};
 use crate::state::State;
 
 /// The audit trail's names of the actions.
@@ -93,7 +94,9 @@ async fn change(
     .await;
     let said = match done {
         Ok(o) => o.said(&id, change),
-        Err(e) => return failed(&req, &state, &who, change.action(), &id, e).await,
+        Err(e) => {
+            return crate::said::failed(&req, &state, &who, TITLE, (change.action(), &id), e).await;
+        }
     };
     let said = audited(&req, &state, &who, change.action(), &id, said).await;
     answer(&who, &state, &Query::of(&id), Some(said)).await
@@ -215,7 +218,7 @@ async fn switch(
     }
     .await;
     if let Err(e) = done {
-        return failed(&req, &state, &who, action, EVERY_REFUNDER, e).await;
+        return crate::said::failed(&req, &state, &who, TITLE, (action, EVERY_REFUNDER), e).await;
     }
     let line = if paused {
         "Refunds paused: no refunder sends anything until they are resumed (a send already in flight finishes); intents are still minted and decided."
@@ -225,49 +228,4 @@ async fn switch(
     let said = Said::done(vec![line.to_owned()]);
     let said = audited(&req, &state, &who, action, EVERY_REFUNDER, said).await;
     answer(&who, &state, &Query::default(), Some(said)).await
-}
-
-/// Writes the audit row of an action; `said` with whether it was written.
-async fn audited(
-    req: &HttpRequest,
-    state: &State,
-    who: &Who,
-    action: &str,
-    scope: &str,
-    mut said: Said,
-) -> Said {
-    let address = req.peer_addr().map(|a| a.ip().to_string());
-    let result = truncate(&said.lines.join(" "), 2_000);
-    said.recorded = state
-        .audit(&NewAuditEntry {
-            actor: &who.session.user,
-            role: who.role.as_str(),
-            action,
-            letters: &[],
-            scope: Some(scope),
-            ok: said.ok,
-            result: &result,
-            address: address.as_deref(),
-        })
-        .await;
-    tracing::info!(user = %who.session.user, action, scope, ok = said.ok, "console action");
-    said
-}
-
-/// An action the database did not answer: audited as failed (the details
-/// go to the log, not the trail), answered with the failure page.
-async fn failed(
-    req: &HttpRequest,
-    state: &State,
-    who: &Who,
-    action: &str,
-    scope: &str,
-    e: sqlx::Error,
-) -> HttpResponse {
-    let said = Said::refused(
-        StatusCode::BAD_GATEWAY,
-        "The database did not answer; the details are in the console's log.".to_owned(),
-    );
-    audited(req, state, who, action, scope, said).await;
-    html::failure(who, TITLE, &anyhow::Error::new(e))
 }

@@ -68,35 +68,6 @@ impl Query {
     }
 }
 
-/// What an action did, said on top of the page that answers it.
-struct Said {
-    status: StatusCode,
-    ok: bool,
-    lines: Vec<String>,
-    /// Whether its audit row was written.
-    recorded: bool,
-}
-
-impl Said {
-    fn done(lines: Vec<String>) -> Said {
-        Said {
-            status: StatusCode::OK,
-            ok: true,
-            lines,
-            recorded: false,
-        }
-    }
-
-    fn refused(status: StatusCode, line: String) -> Said {
-        Said {
-            status,
-            ok: false,
-            lines: vec![line],
-            recorded: false,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,12 +11,13 @@ use oncehook_common::store::refunds::{self as store, Intent};
 use oncehook_ledger::money;
 use oncehook_ops::output::truncate;
 
-use super::{MAX_TERM, PAGE_SIZE, PATH, Query, Said, TITLE};
+use super::{MAX_TERM, PAGE_SIZE, PATH, Query, TITLE};
 use crate::auth::{self, Who};
 use crate::form::Pairs;
 use crate::html::{self, Page};
 use crate::input;
 use crate::pages::events::{enc, select};
+use crate::said::Said;
 use crate::state::State;
 
 /// `GET /refunds`
@@ -85,7 +86,7 @@ pub(super) async fn answer(
         Page::new(TITLE, Some(who)).body(html! {
             h1 { (TITLE) }
             p.summary { "Money the books say is owed back to customers, one intent per owed payment, as " code { "oncehookctl refunds" } " shows it." }
-            @if let Some(s) = &said { (said_block(s)) }
+            @if let Some(s) = &said { (s.block()) }
             (switch(who, book.paused, any_on))
             section {
                 h2 { "Intents" }
@@ -96,16 +97,6 @@ pub(super) async fn answer(
             @if !who.may_act() { p.hint { "Approving, cancelling, pausing and resuming refunds need the operator role." } }
         }),
     )
-}
-
-/// What an action did, and a warning if its audit row is missing.
-fn said_block(s: &Said) -> Markup {
-    html! {
-        div class=(if s.ok { "result ok" } else { "result error" }) role="status" {
-            @for line in &s.lines { p { (line) } }
-        }
-        @if !s.recorded { p.error { "Warning: the audit row could not be written; see the console's log." } }
-    }
 }
 
 /// The kill switch: paused or running, and for an operator the way to the

@@ -1,0 +1,102 @@
+//! What an operator's action did, said on top of the page that answers it,
+//! and the audit row every action writes: one shape for every page with
+//! actions (notifications, refunds), so an action is recorded and shown the
+//! same way wherever it is taken.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse};
+use maud::{Markup, html};
+use oncehook_common::store::audit::NewAuditEntry;
+use oncehook_ops::output::truncate;
+
+use crate::auth::Who;
+use crate::html as page;
+use crate::state::State;
+
+/// What an action did.
+pub struct Said {
+    pub status: StatusCode,
+    pub ok: bool,
+    pub lines: Vec<String>,
+    /// Whether its audit row was written.
+    pub recorded: bool,
+}
+
+impl Said {
+    /// Done, in these words (200).
+    pub fn done(lines: Vec<String>) -> Said {
+        Said {
+            status: StatusCode::OK,
+            ok: true,
+            lines,
+            recorded: false,
+        }
+    }
+
+    /// Refused with `status`, in these words.
+    pub fn refused(status: StatusCode, line: String) -> Said {
+        Said {
+            status,
+            ok: false,
+            lines: vec![line],
+            recorded: false,
+        }
+    }
+
+    /// The block on top of the page, with a warning if the audit row is
+    /// missing.
+    pub fn block(&self) -> Markup {
+        html! {
+            div class=(if self.ok { "result ok" } else { "result error" }) role="status" {
+                @for line in &self.lines { p { (line) } }
+            }
+            @if !self.recorded { p.error { "Warning: the audit row could not be written; see the console's log." } }
+        }
+    }
+}
+
+/// Writes the audit row of an action; `said` with whether it was written.
+pub async fn audited(
+    req: &HttpRequest,
+    state: &State,
+    who: &Who,
+    action: &str,
+    scope: &str,
+    mut said: Said,
+) -> Said {
+    let address = req.peer_addr().map(|a| a.ip().to_string());
+    let result = truncate(&said.lines.join(" "), 2_000);
+    said.recorded = state
+        .audit(&NewAuditEntry {
+            actor: &who.session.user,
+            role: who.role.as_str(),
+            action,
+            letters: &[],
+            scope: Some(scope),
+            ok: said.ok,
+            result: &result,
+            address: address.as_deref(),
+        })
+        .await;
+    tracing::info!(user = %who.session.user, action, scope, ok = said.ok, "console action");
+    said
+}
+
+/// An action the database did not answer: audited as failed (the details
+/// go to the log, not the trail), answered with the failure page titled
+/// `title`.
+pub async fn failed(
+    req: &HttpRequest,
+    state: &State,
+    who: &Who,
+    title: &str,
+    (action, scope): (&str, &str),
+    e: sqlx::Error,
+) -> HttpResponse {
+    let said = Said::refused(
+        StatusCode::BAD_GATEWAY,
+        "The database did not answer; the details are in the console's log.".to_owned(),
+    );
+    audited(req, state, who, action, scope, said).await;
+    page::failure(who, title, &anyhow::Error::new(e))
+}
