@@ -12,8 +12,8 @@
 
 use std::time::Duration;
 
-use oncehook_e2e::gateway_api::{GatewayApi, register_gateway_ref, shapes};
-use oncehook_e2e::metrics::{scrape, series};
+use oncehook_e2e::gateway_api::{Fault, GatewayApi, register_gateway_ref, shapes};
+use oncehook_e2e::metrics::{scrape, series, sum};
 use oncehook_e2e::ops::ctl_json;
 use oncehook_e2e::shop::{Shop, emails};
 use oncehook_e2e::{Pipeline, TestEnv, WAIT, eventually};
@@ -496,6 +496,8 @@ async fn the_kill_switch_stops_sending_and_loses_nothing() {
     wait_intent(&env, order, "approved").await;
     wait_passes(p.worker().metrics_url(), 2.0).await;
     assert!(api.refund_posts().is_empty(), "nothing sent while paused");
+    let text = scrape(p.worker().metrics_url()).await;
+    assert_eq!(sum(&text, "oncehook_refunds_paused"), 1.0);
     let listed = ctl_json(&env, &["refunds", "list"]).await;
     assert_eq!(listed["paused"], true);
     ctl_json(&env, &["refunds", "resume"]).await;
@@ -611,5 +613,80 @@ async fn the_refunders_answer_then_the_webhook_settle_once_and_the_shop_hears_on
     assert_eq!(
         wait_intent(&env, order, "settled").await["state"],
         "settled"
+    );
+}
+
+#[tokio::test]
+async fn a_5xx_a_429_and_a_lost_answer_are_retried_under_the_same_key_and_refund_once() {
+    let mut env = TestEnv::new().await;
+    let api = GatewayApi::start(Gateway::Stripe).await;
+    refunds_on(&mut env, "auto", &[&api]);
+    let order = "rf_retried";
+    Shop::mugs(10, &[order]).seed(&env.pool).await;
+    let p = env.pipeline().await;
+    // Nothing done (503), nothing done (429), then done with the answer
+    // lost (the connection closed), then the replayed answer.
+    api.refund_faults(&[Fault::Status(503), Fault::RateLimited(1), Fault::Dropped]);
+    let paid = Paid::twice(Gateway::Stripe, "retry");
+    paid.post(&env, &p, &api, order, &paid.first.clone()).await;
+    paid.post(&env, &p, &api, order, &paid.second.clone()).await;
+    refunded_once(&env, &api, &paid, order).await;
+    let posts = api.refund_posts();
+    assert_eq!(posts.len(), 4, "{posts:?}");
+    assert!(
+        posts.iter().all(|(_, key)| *key == posts[0].1),
+        "one key for every attempt: {posts:?}"
+    );
+    let intent = wait_intent(&env, order, "settled").await;
+    assert_eq!(intent["attempts"], 4, "{intent}");
+    let worker = p.worker().metrics_url().to_owned();
+    let text = scrape(&worker).await;
+    assert_eq!(
+        series(
+            &text,
+            "oncehook_refund_attempts_total",
+            &[("gateway", "stripe"), ("outcome", "retry")]
+        ),
+        3.0
+    );
+}
+
+#[tokio::test]
+async fn a_refund_from_the_gateway_first_cancels_the_intent_and_nothing_is_sent() {
+    let mut env = TestEnv::new().await;
+    let api = GatewayApi::start(Gateway::Razorpay).await;
+    refunds_on(&mut env, "propose", &[&api]);
+    let order = "rf_refunded_elsewhere";
+    Shop::mugs(10, &[order]).seed(&env.pool).await;
+    let p = env.pipeline().await;
+    let paid = Paid::twice(Gateway::Razorpay, "else");
+    paid.post(&env, &p, &api, order, &paid.first.clone()).await;
+    paid.post(&env, &p, &api, order, &paid.second.clone()).await;
+    let owed = wait_intent(&env, order, "owed").await;
+    // The shop refunds the second payment from the gateway's dashboard.
+    let spec = env.spec(order, &paid.second, "ElsewhereRefund1", 50_000);
+    let webhook = env.sign(Gateway::Razorpay, "refund.processed", &spec);
+    env.post_ok(&p.url, "razorpay", &webhook).await;
+    let cancelled = wait_intent(&env, order, "cancelled").await;
+    assert_eq!(
+        cancelled["id"], owed["id"],
+        "the same intent, cancelled, not deleted"
+    );
+    assert_eq!(cancelled["refunded_minor"], 50_000);
+    // An operator's approval comes too late: refused, nothing sent.
+    let id = owed["id"].as_str().expect("id").to_owned();
+    let (code, _, stderr) = env.ctl(&["refunds", "approve", &id]).await;
+    assert_ne!(code, 0);
+    assert!(stderr.contains("is cancelled"), "{stderr}");
+    wait_passes(p.worker().metrics_url(), 2.0).await;
+    assert!(api.refund_posts().is_empty(), "{:?}", api.refund_posts());
+    let text = scrape(p.worker().metrics_url()).await;
+    assert_eq!(
+        series(
+            &text,
+            "oncehook_refund_intents",
+            &[("state", "cancelled"), ("reason", "duplicate_capture")]
+        ),
+        1.0
     );
 }

@@ -13,6 +13,7 @@ use oncehook_common::Config;
 use oncehook_common::store::Pooled;
 use oncehook_common::store::dedup::{self, WebhookRow};
 use oncehook_common::store::outbox::{self, EmailRecord};
+use oncehook_common::store::refunds;
 use oncehook_common::store::shop::{self, ApiAuditEntry};
 use oncehook_gateways::{currency_exponent, format_decimal_minor};
 use oncehook_ledger::store::{self as ledger, ItemStock, OrderDetail, PaymentRecord, RefundRecord};
@@ -55,6 +56,8 @@ pub struct OrderStory {
     payments: Vec<PaymentRecord>,
     webhooks: Vec<WebhookRow>,
     refunds: Vec<RefundRecord>,
+    /// What the books owe back, and what became of it (docs/refunds.md).
+    refund_intents: Vec<refunds::Intent>,
     emails: Vec<EmailRecord>,
     /// The shop API's writes about this order (`api_audit`).
     api: Vec<ApiAuditEntry>,
@@ -159,6 +162,7 @@ async fn order_story(
         payments: ledger::payments_of(conn, id).await?,
         webhooks: dedup::touching_order(conn, order_ref, id).await?,
         refunds: ledger::refunds_of(conn, id).await?,
+        refund_intents: refunds::find(conn, order_ref).await?,
         emails: outbox::emails_of(conn, id).await?,
         api: shop::audit_of_order(conn, order_ref).await?,
         order,
@@ -312,6 +316,20 @@ impl fmt::Display for OrderStory {
                 ("TOTAL?", "cumulative"),
                 ("EVENT", "event_id"),
                 ("AT", "created_at"),
+            ],
+        )?;
+        section(
+            f,
+            "refund intents",
+            &self.refund_intents,
+            &[
+                ("INTENT", "id"),
+                ("PAYMENT", "payment_id"),
+                ("AMOUNT", "amount_minor"),
+                ("REASON", "reason"),
+                ("STATE", "state"),
+                ("REFUND", "gateway_refund_id"),
+                ("NOTE", "gateway_message"),
             ],
         )?;
         section(
