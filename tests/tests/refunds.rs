@@ -373,6 +373,16 @@ async fn propose_waits_for_an_operator_and_the_approval_is_sent_once() {
     .await
     .expect("audit");
     assert_eq!(audit, 1, "the approval is audited");
+    // The order's trace tells the story too.
+    let trace = oncehook_e2e::ops::ctl_ok(&env, &["trace", "order", order]).await;
+    let line = trace
+        .lines()
+        .find(|l| l.contains(&id))
+        .unwrap_or_else(|| panic!("the intent in the trace:\n{trace}"));
+    assert!(
+        line.contains("settled") && line.contains("duplicate_capture"),
+        "{line}"
+    );
     // A settled intent cannot be approved or cancelled again.
     let (code, _, stderr) = env.ctl(&["refunds", "cancel", &id]).await;
     assert_ne!(code, 0);
