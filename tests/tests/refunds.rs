@@ -700,3 +700,39 @@ async fn a_refund_from_the_gateway_first_cancels_the_intent_and_nothing_is_sent(
         1.0
     );
 }
+
+#[tokio::test]
+async fn a_source_turned_off_sends_nothing_even_approved_and_every_waiting_intent_is_decided() {
+    let mut env = TestEnv::new().await;
+    let api = GatewayApi::start(Gateway::Stripe).await;
+    refunds_on(&mut env, "propose", &[&api]);
+    env.append_config("[refunds.source.stripe]\nmode = \"off\"\n");
+    // More intents than one page of the policy's pass: every one decided.
+    let orders: Vec<String> = (0..120).map(|i| format!("rf_off_{i:03}")).collect();
+    Shop::mugs(1_000, &orders).seed(&env.pool).await;
+    let p = env.pipeline().await;
+    for (i, order) in orders.iter().enumerate() {
+        let paid = Paid::twice(Gateway::Stripe, &format!("off{i:03}"));
+        paid.post(&env, &p, &api, order, &paid.first.clone()).await;
+        paid.post(&env, &p, &api, order, &paid.second.clone()).await;
+    }
+    eventually("every intent held, with why", WAIT, || async {
+        let held: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM refund_intents
+             WHERE state = 'owed' AND held_because LIKE 'refunds are off for source stripe%'",
+        )
+        .fetch_one(&env.pool)
+        .await
+        .ok()?;
+        (held == 120).then_some(())
+    })
+    .await;
+    // An operator approves one anyway: the refunder refuses to send it.
+    let intent = wait_intent(&env, &orders[0], "owed").await;
+    let id = intent["id"].as_str().expect("id").to_owned();
+    ctl_json(&env, &["refunds", "approve", &id]).await;
+    let failed = wait_intent(&env, &orders[0], "failed").await;
+    assert_eq!(failed["gateway_code"], "off", "{failed}");
+    wait_passes(p.worker().metrics_url(), 2.0).await;
+    assert!(api.refund_posts().is_empty(), "{:?}", api.refund_posts());
+}

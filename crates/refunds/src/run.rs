@@ -6,7 +6,7 @@
 //! again. A claimed intent's lease keeps other workers off it while it is
 //! sent; the kill switch (`oncehookctl refunds pause`) stops claims at once.
 
-use oncehook_common::config::{BrokerConfig, Config, RefundsConfig};
+use oncehook_common::config::{BrokerConfig, Config, RefundMode, RefundsConfig};
 use oncehook_common::otel;
 use oncehook_common::periodic::{Next, Periodic};
 use oncehook_common::shutdown::Shutdown;
@@ -81,39 +81,54 @@ impl Refunder {
     /// why the rest waits. One transaction per intent under the policy's
     /// lock, so two workers never both fit one under a day's ceiling.
     pub async fn decide(&self) -> Result<usize, RefundError> {
-        let owed = {
-            let mut conn = self.pool.single().await?;
-            let owed = store::owed(&mut conn, PER_PASS).await?;
-            conn.finish().await?;
-            owed
-        };
         let mut approved = 0;
-        for intent in owed {
-            let (reach, source) = self.reach(&intent);
-            let name = source.clone().unwrap_or_default();
-            let mut tx = self.pool.begin().await?;
-            store::lock_policy(&mut tx).await?;
-            let today = store::approved_by_policy_today(&mut tx, &name).await?;
-            let intent = Intent {
-                source: source.clone(),
-                ..intent
+        let mut after = None;
+        loop {
+            let owed = {
+                let mut conn = self.pool.single().await?;
+                let owed = store::owed(&mut conn, after.clone(), PER_PASS).await?;
+                conn.finish().await?;
+                owed
             };
-            match policy::decide(&intent, self.config.policy(&name), reach, today) {
-                Decision::Approve => {
-                    if store::approve(&mut tx, &intent.id, source.as_deref(), BY_POLICY).await? {
-                        approved += 1;
-                        tracing::info!(intent = %intent.id, order_ref = %intent.order_ref, reason = %intent.reason, amount_minor = intent.outstanding(), source = %name, "refund approved by the policy");
-                    }
+            for intent in &owed {
+                approved += usize::from(self.decide_one(intent.clone()).await?);
+            }
+            match owed.last() {
+                Some(last) if owed.len() as i64 == PER_PASS => {
+                    after = Some((last.created_at, last.id.clone()));
                 }
-                Decision::Hold(why) => {
-                    if intent.held_because.as_deref() != Some(why.as_str()) {
-                        tracing::info!(intent = %intent.id, order_ref = %intent.order_ref, because = %why, "refund waits for an operator");
-                    }
-                    store::hold(&mut tx, &intent.id, source.as_deref(), &why).await?;
+                _ => return Ok(approved),
+            }
+        }
+    }
+
+    /// Decides one `owed` intent; whether it was approved.
+    async fn decide_one(&self, intent: Intent) -> Result<bool, RefundError> {
+        let (reach, source) = self.reach(&intent);
+        let name = source.clone().unwrap_or_default();
+        let mut tx = self.pool.begin().await?;
+        store::lock_policy(&mut tx).await?;
+        let today = store::approved_by_policy_today(&mut tx, &name).await?;
+        let intent = Intent {
+            source: source.clone(),
+            ..intent
+        };
+        let mut approved = false;
+        match policy::decide(&intent, self.config.policy(&name), reach, today) {
+            Decision::Approve => {
+                if store::approve(&mut tx, &intent.id, source.as_deref(), BY_POLICY).await? {
+                    approved = true;
+                    tracing::info!(intent = %intent.id, order_ref = %intent.order_ref, reason = %intent.reason, amount_minor = intent.outstanding(), source = %name, "refund approved by the policy");
                 }
             }
-            tx.commit().await?;
+            Decision::Hold(why) => {
+                if intent.held_because.as_deref() != Some(why.as_str()) {
+                    tracing::info!(intent = %intent.id, order_ref = %intent.order_ref, because = %why, "refund waits for an operator");
+                }
+                store::hold(&mut tx, &intent.id, source.as_deref(), &why).await?;
+            }
         }
+        tx.commit().await?;
         Ok(approved)
     }
 
@@ -173,6 +188,16 @@ impl Refunder {
             conn.finish().await?;
             return Ok(Attempt::Refused);
         };
+        if self.config.policy(&source.name).mode == RefundMode::Off {
+            let mut conn = self.pool.single().await?;
+            let why = format!(
+                "refunds are off for source {}: turn them on ([refunds] mode), then approve it again",
+                source.name
+            );
+            store::mark_failed(&mut conn, &intent.id, "off", &why).await?;
+            conn.finish().await?;
+            return Ok(Attempt::Refused);
+        }
         let order = self.order_names(source.gateway, &intent.order_ref).await?;
         send::send(
             &self.pool,

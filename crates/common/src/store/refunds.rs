@@ -117,11 +117,23 @@ pub async fn find(conn: &mut PgConnection, id_or_order: &str) -> Result<Vec<Inte
     .await
 }
 
-/// The intents waiting for a decision (`owed`), oldest first.
-pub async fn owed(conn: &mut PgConnection, limit: i64) -> Result<Vec<Intent>, sqlx::Error> {
+/// The intents waiting for a decision (`owed`), oldest first, at most
+/// `limit`.
+/// A page at a time: those after `after` (`created_at`, `id`), so a pass
+/// reaches every one however many wait.
+pub async fn owed(
+    conn: &mut PgConnection,
+    after: Option<(OffsetDateTime, String)>,
+    limit: i64,
+) -> Result<Vec<Intent>, sqlx::Error> {
+    let (at, id) = after.unzip();
     sqlx::query_as::<_, Intent>(intent_select!(
-        "WHERE i.state = 'owed' ORDER BY i.created_at, i.id LIMIT $1"
+        "WHERE i.state = 'owed'
+           AND ($1::timestamptz IS NULL OR (i.created_at, i.id) > ($1, $2::text))
+         ORDER BY i.created_at, i.id LIMIT $3"
     ))
+    .bind(at)
+    .bind(id)
     .bind(limit)
     .fetch_all(conn)
     .await
