@@ -530,6 +530,13 @@ async fn the_refund_joins_the_trace_of_the_capture_that_made_it_owed() {
     let p = env.pipeline().await;
     let paid = Paid::twice(Gateway::Razorpay, "tr");
     paid.post(&env, &p, &api, order, &paid.first.clone()).await;
+    // The first capture applied on its own: the second is the fact that
+    // makes money owed, in a group of its own (a group's consequences join
+    // the trace of its first delivery for the order).
+    eventually("the order paid", WAIT, || async {
+        (oncehook_e2e::shop::order_status(&env.pool, order).await == "paid").then_some(())
+    })
+    .await;
     let second = env.sign(
         Gateway::Razorpay,
         "payment.captured",
