@@ -21,7 +21,6 @@
 mod actions;
 mod view;
 
-use actix_web::http::StatusCode;
 use oncehook_common::store::notify::Filter;
 
 use super::PAGE_SIZE;

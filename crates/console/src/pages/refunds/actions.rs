@@ -7,17 +7,14 @@
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use oncehook_common::config::ConsoleRole;
-use oncehook_common::store::audit::NewAuditEntry;
 use oncehook_common::store::refunds::{self as store, Intent};
 use oncehook_ledger::money;
-use oncehook_ops::output::truncate;
 use sqlx::PgConnection;
 
 use super::view::answer;
 use super::{PATH, Query, TITLE};
-use crate::auth::{self, Who};
+use crate::auth::{self};
 use crate::form::Pairs;
-use crate::html;
 use crate::input::{self, Invalid};
 use crate::said::{Said, audited};
 use crate::state::State;
