@@ -6,6 +6,8 @@
 //! again. A claimed intent's lease keeps other workers off it while it is
 //! sent; the kill switch (`oncehookctl refunds pause`) stops claims at once.
 
+use std::collections::HashMap;
+
 use oncehook_common::config::{BrokerConfig, Config, RefundMode, RefundsConfig};
 use oncehook_common::otel;
 use oncehook_common::periodic::{Next, Periodic};
@@ -78,21 +80,22 @@ impl Refunder {
     }
 
     /// Decides the `owed` intents: approves what the policy lets go, notes
-    /// why the rest waits. One transaction per intent under the policy's
-    /// lock, so two workers never both fit one under a day's ceiling.
+    /// why the rest waits, a page at a time, each page in one transaction
+    /// under the policy's lock, so two workers never both fit an intent
+    /// under one day's ceiling. An intent whose reason to wait is unchanged
+    /// costs no write: a backlog waiting for operators stays cheap.
     pub async fn decide(&self) -> Result<usize, RefundError> {
         let mut approved = 0;
         let mut after = None;
         loop {
-            let owed = {
-                let mut conn = self.pool.single().await?;
-                let owed = store::owed(&mut conn, after.clone(), PER_PASS).await?;
-                conn.finish().await?;
-                owed
-            };
+            let mut tx = self.pool.begin().await?;
+            store::lock_policy(&mut tx).await?;
+            let owed = store::owed(&mut tx, after.clone(), PER_PASS).await?;
+            let mut today = HashMap::new();
             for intent in &owed {
-                approved += usize::from(self.decide_one(intent.clone()).await?);
+                approved += usize::from(self.decide_one(&mut tx, intent, &mut today).await?);
             }
+            tx.commit().await?;
             match owed.last() {
                 Some(last) if owed.len() as i64 == PER_PASS => {
                     after = Some((last.created_at, last.id.clone()));
@@ -102,34 +105,51 @@ impl Refunder {
         }
     }
 
-    /// Decides one `owed` intent; whether it was approved.
-    async fn decide_one(&self, intent: Intent) -> Result<bool, RefundError> {
-        let (reach, source) = self.reach(&intent);
+    /// Decides one `owed` intent; whether it was approved. `today` holds
+    /// what the policy let go today per source, read once per page.
+    async fn decide_one(
+        &self,
+        tx: &mut sqlx::PgConnection,
+        intent: &Intent,
+        today: &mut HashMap<String, i64>,
+    ) -> Result<bool, RefundError> {
+        let (reach, source) = self.reach(intent);
         let name = source.clone().unwrap_or_default();
-        let mut tx = self.pool.begin().await?;
-        store::lock_policy(&mut tx).await?;
-        let today = store::approved_by_policy_today(&mut tx, &name).await?;
         let intent = Intent {
             source: source.clone(),
-            ..intent
+            ..intent.clone()
         };
-        let mut approved = false;
-        match policy::decide(&intent, self.config.policy(&name), reach, today) {
+        let policy = self.config.policy(&name);
+        // A hold that does not depend on the day's total needs no reading of it.
+        let decision = match policy::decide(&intent, policy, reach, 0) {
             Decision::Approve => {
-                if store::approve(&mut tx, &intent.id, source.as_deref(), BY_POLICY).await? {
-                    approved = true;
-                    tracing::info!(intent = %intent.id, order_ref = %intent.order_ref, reason = %intent.reason, amount_minor = intent.outstanding(), source = %name, "refund approved by the policy");
+                let sum = match today.get(&name) {
+                    Some(sum) => *sum,
+                    None => store::approved_by_policy_today(tx, &name).await?,
+                };
+                today.insert(name.clone(), sum);
+                policy::decide(&intent, policy, reach, sum)
+            }
+            hold => hold,
+        };
+        match decision {
+            Decision::Approve => {
+                let done = store::approve(tx, &intent.id, source.as_deref(), BY_POLICY).await?;
+                if done {
+                    let amount = intent.sent_minor.unwrap_or_else(|| intent.outstanding());
+                    *today.entry(name.clone()).or_default() += amount;
+                    tracing::info!(intent = %intent.id, order_ref = %intent.order_ref, reason = %intent.reason, amount_minor = amount, source = %name, "refund approved by the policy");
                 }
+                Ok(done)
             }
             Decision::Hold(why) => {
                 if intent.held_because.as_deref() != Some(why.as_str()) {
                     tracing::info!(intent = %intent.id, order_ref = %intent.order_ref, because = %why, "refund waits for an operator");
+                    store::hold(tx, &intent.id, source.as_deref(), &why).await?;
                 }
-                store::hold(&mut tx, &intent.id, source.as_deref(), &why).await?;
+                Ok(false)
             }
         }
-        tx.commit().await?;
-        Ok(approved)
     }
 
     /// Claims and sends due intents one at a time until none is due (or
