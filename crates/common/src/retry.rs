@@ -58,6 +58,11 @@ impl RetryPolicy {
         }
     }
 
+    /// Sending a refund the gateway has not confirmed (the refunder): the
+    /// intent is tried again under the same key after 2 s, 4 s, … up to
+    /// 5 minutes, forever (an operator sees it in `sending`).
+    pub const REFUND_SEND: Self = Self::new(1_000, 300_000, None, false);
+
     /// The same policy with `attempts` attempts in all (the first included).
     #[must_use]
     pub const fn with_max_attempts(self, attempts: u32) -> Self {
@@ -81,6 +86,15 @@ impl RetryPolicy {
         } else {
             builder
         }
+    }
+
+    /// The delay after `attempts` attempts, for a caller that keeps its
+    /// count elsewhere (a database row): `min_delay` · 2^`attempts`, at
+    /// most `max_delay`, without jitter.
+    pub fn delay_after(&self, attempts: u32) -> Duration {
+        self.min_delay
+            .saturating_mul(2u32.saturating_pow(attempts.min(31)))
+            .min(self.max_delay)
     }
 
     /// The delays to sleep between attempts; `None` once the attempts are used up.

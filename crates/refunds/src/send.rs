@@ -10,9 +10,9 @@
 
 use std::time::Duration;
 
-use oncehook_common::Envelope;
 use oncehook_common::store::Pooled;
 use oncehook_common::store::refunds::{self as store, Intent};
+use oncehook_common::{Envelope, RetryPolicy};
 use oncehook_gateways::reconcile::{ApiRequest, OrderNames, RequestError};
 use oncehook_gateways::refund::{GatewayRefunds, RefundAsk, RefundCall, RefundOutcome};
 use oncehook_reconcile::ApiSource;
@@ -20,9 +20,6 @@ use oncehook_reconcile::client::{CallError, Client};
 use oncehook_reconcile::publish::Publisher;
 
 use crate::RefundError;
-
-/// The longest wait between two attempts of one intent.
-const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
 /// What became of one attempt (the `outcome` label of
 /// `oncehook_refund_attempts_total`).
@@ -260,11 +257,9 @@ async fn exchange(
     }
 }
 
-/// The wait before attempt `attempts + 1`: 2^attempts seconds, at most
-/// [`MAX_BACKOFF`].
+/// The wait before attempt `attempts + 1` ([`RetryPolicy::REFUND_SEND`]).
 pub fn backoff(attempts: i32) -> Duration {
-    let exp = u32::try_from(attempts.clamp(0, 16)).unwrap_or(16);
-    Duration::from_secs(2u64.saturating_pow(exp)).min(MAX_BACKOFF)
+    RetryPolicy::REFUND_SEND.delay_after(u32::try_from(attempts).unwrap_or(0))
 }
 
 #[cfg(test)]
@@ -275,7 +270,7 @@ mod tests {
     fn backoff_doubles_and_stops_at_five_minutes() {
         assert_eq!(backoff(1), Duration::from_secs(2));
         assert_eq!(backoff(3), Duration::from_secs(8));
-        assert_eq!(backoff(40), MAX_BACKOFF);
+        assert_eq!(backoff(40), Duration::from_secs(300));
         assert_eq!(backoff(-1), Duration::from_secs(1));
     }
 }
