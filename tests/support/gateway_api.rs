@@ -115,12 +115,38 @@ pub enum Fault {
     /// The real answer, after this long (longer than the client's timeout:
     /// a timeout). A refund asked is made at once: its answer is what waits.
     Slow(Duration),
+    /// The real answer once the test opens the gate ([`Gate::open`]); as
+    /// with [`Fault::Slow`], a refund asked is made at once.
+    Gated(Gate),
     /// The request takes effect (a refund is made) and its answer is lost:
     /// this status and a small error body instead.
     Lost(u16),
     /// The request takes effect (a refund is made) and the connection is
     /// closed without an answer.
     Dropped,
+}
+
+/// Holds an answer back until the test opens it.
+#[derive(Debug, Clone)]
+pub struct Gate(std::sync::Arc<tokio::sync::watch::Sender<bool>>);
+
+impl Default for Gate {
+    fn default() -> Self {
+        Gate(std::sync::Arc::new(tokio::sync::watch::channel(false).0))
+    }
+}
+
+impl Gate {
+    /// Lets every answer held at this gate go, now and later.
+    pub fn open(&self) {
+        self.0.send_replace(true);
+    }
+
+    async fn passed(&self) {
+        let mut open = self.0.subscribe();
+        // An error means the sender is gone, which cannot be while `self` lives.
+        let _ = open.wait_for(|open| *open).await;
+    }
 }
 
 #[derive(Default)]
@@ -363,6 +389,7 @@ async fn serve(
             retry_after = Some(secs);
         }
         Some(Fault::Slow(pause)) => tokio::time::sleep(pause).await,
+        Some(Fault::Gated(gate)) => gate.passed().await,
         None => {}
     }
     let text = body.to_string();

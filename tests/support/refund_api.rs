@@ -106,6 +106,14 @@ impl GatewayApi {
         self.refund_faults(&[Fault::Slow(held)]);
     }
 
+    /// The next refund request is made at once and answered only when
+    /// the returned gate is opened.
+    pub fn gate_refund_answer(&self) -> super::Gate {
+        let gate = super::Gate::default();
+        self.refund_faults(&[Fault::Gated(gate.clone())]);
+        gate
+    }
+
     /// Stripe and Razorpay forget the idempotency keys seen so far (as
     /// when their keys expire): a repeated request refunds again.
     pub fn forget_refund_keys(&self) {

@@ -7,7 +7,9 @@
 //! doubled 0: one payment, one delivery, one email, stock once per order)
 //! and the pass is recorded as it ended. A last test holds a pass on a slow
 //! gateway while webhooks flow, and compares a delivery's median time
-//! through the worker with and without it.
+//! through the worker with and without it. The refunder publishes through
+//! the same publisher: a last test stops the broker after the gateway made
+//! a refund and before the refunder heard, and the refund is made once.
 //!
 //! These tests stop the machine's shared RabbitMQ and Postgres: they run one
 //! at a time, and an [`Outage`] brings its service back even when an
@@ -391,4 +393,108 @@ async fn a_pass_held_by_a_slow_gateway_does_not_delay_consuming() {
     );
     wait_passes(&worker, "completed", 1.0).await;
     applied_once(&env, &refs, refs.len() + hooks.len()).await;
+}
+
+/// The refunder's passes of `outcome` on a worker's `/metrics` (0 while it
+/// does not answer).
+async fn refund_passes(base: &str, outcome: &str) -> f64 {
+    oncehook_e2e::metrics::text(base).await.map_or(0.0, |t| {
+        oncehook_e2e::metrics::series(&t, "oncehook_refund_passes_total", &[("outcome", outcome)])
+    })
+}
+
+/// The refund intent of `payment`: its state and attempts.
+async fn refund_intent(env: &TestEnv, payment: &str) -> Option<(String, i32)> {
+    sqlx::query_as("SELECT state, attempts FROM refund_intents WHERE payment_id = $1")
+        .bind(payment)
+        .fetch_optional(&env.pool)
+        .await
+        .expect("refund_intents")
+}
+
+/// The refunder publishes the refund facts its answers prove through the
+/// reconciler's publisher: with the broker stopped after the gateway made
+/// the refund and before the refunder heard, the pass fails, the intent
+/// stays `sending` (not lost, not parked), and once the broker is back the
+/// next attempt finds the refund by the lookup before a retry (the
+/// stand-in forgets its keys first, so only the lookup stands between the
+/// retry and a second refund) and settles it: one refund at the gateway,
+/// the payment refunded in the books, one refund email.
+#[tokio::test]
+async fn the_broker_stopped_before_a_refund_is_heard_loses_nothing_and_refunds_once() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let mut env = TestEnv::new().await;
+    let rzp = GatewayApi::start(Gateway::Razorpay).await;
+    env.use_gateway_apis(&[&rzp]);
+    env.set_env("ONCEHOOK_REFUNDS_MODE", "auto");
+    env.set_env("ONCEHOOK_REFUNDS_INTERVAL", "1s");
+    env.set_env("ONCEHOOK_REFUNDS_LEASE", "3s");
+    // The refunder waits for the held answer.
+    env.set_env("ONCEHOOK_RECONCILE_TIMEOUT", "60s");
+    env.set_env("ONCEHOOK_RECONCILE_INTERVAL", "1h");
+    let order = "rf_broker_refund";
+    shop::Shop::mugs(10, &[order]).seed(&env.pool).await;
+    let p = env.pipeline().await;
+    let gate = rzp.gate_refund_answer();
+    for payment in ["pay_rbr1", "pay_rbr2"] {
+        let spec = env.spec(order, payment, &format!("evt_{payment}"), 50_000);
+        let delivery = env.sign(Gateway::Razorpay, "payment.captured", &spec);
+        env.post_ok(&p.url, "razorpay", &delivery).await;
+    }
+    eventually("the refund made at the gateway", WAIT, || async {
+        (rzp.refunds_made("pay_rbr2") == 1).then_some(())
+    })
+    .await;
+
+    let outage = Outage::begin(Service::RabbitMq).await;
+    let failed_before = refund_passes(p.worker().metrics_url(), "failed").await;
+    gate.open();
+    eventually("the refunder's pass failed", WAIT, || async {
+        (refund_passes(p.worker().metrics_url(), "failed").await > failed_before).then_some(())
+    })
+    .await;
+    let during = refund_intent(&env, "pay_rbr2").await;
+    rzp.forget_refund_keys();
+    outage.end().await;
+    assert_eq!(
+        during.map(|(state, _)| state).as_deref(),
+        Some("sending"),
+        "the intent waits under its lease"
+    );
+
+    let attempts = eventually("the intent settled", WAIT, || async {
+        let (state, attempts) = refund_intent(&env, "pay_rbr2").await?;
+        (state == "settled").then_some(attempts)
+    })
+    .await;
+    assert!(
+        attempts >= 2,
+        "settled by a later attempt, after the lease: {attempts}"
+    );
+    let refunded: Option<String> =
+        sqlx::query_scalar("SELECT flag FROM payments WHERE payment_id = 'pay_rbr2'")
+            .fetch_one(&env.pool)
+            .await
+            .expect("the second payment");
+    assert_eq!(refunded.as_deref(), Some("refunded"));
+    eventually("one refund email", WAIT, || async {
+        let all = emails(&env.pool, order).await;
+        (all.iter()
+            .filter(|(kind, sent)| kind == "refund" && *sent)
+            .count()
+            == 1)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(rzp.refunds_made("pay_rbr2"), 1, "{:?}", rzp.refund_posts());
+    assert_eq!(rzp.refunds_made("pay_rbr1"), 0);
+    let refund_emails = emails(&env.pool, order).await;
+    assert_eq!(
+        refund_emails
+            .iter()
+            .filter(|(kind, _)| kind == "refund")
+            .count(),
+        1,
+        "{refund_emails:?}"
+    );
 }

@@ -24,7 +24,7 @@ use tracing::Instrument as _;
 
 use crate::RefundError;
 use crate::policy::{self, Decision, Reach};
-use crate::send::{self, Attempt};
+use crate::send::{self, Attempt, FactPublisher};
 
 /// The most intents decided, or sent, in one pass (the next pass goes on).
 const PER_PASS: i64 = 100;
@@ -156,6 +156,17 @@ impl Refunder {
     /// the pass's share is done, or shutdown); then asks about refunds the
     /// gateways accepted as pending.
     pub async fn send_due(&self, shutdown: &Shutdown) -> Result<usize, RefundError> {
+        let mut facts = FactPublisher::new(&self.broker);
+        let result = self.send_each(shutdown, &mut facts).await;
+        facts.close().await;
+        result
+    }
+
+    async fn send_each(
+        &self,
+        shutdown: &Shutdown,
+        facts: &mut FactPublisher<'_>,
+    ) -> Result<usize, RefundError> {
         let mut sent = 0;
         for _ in 0..PER_PASS {
             if shutdown.is_triggered() {
@@ -183,7 +194,7 @@ impl Refunder {
             if let Some(tp) = &intent.trace_parent {
                 otel::set_parent(&span, otel::from_traceparent(tp));
             }
-            let attempt = self.send_one(&intent).instrument(span).await?;
+            let attempt = self.send_one(&intent, facts).instrument(span).await?;
             metrics::counter!("oncehook_refund_attempts_total", "gateway" => intent.provider.clone(), "outcome" => attempt.as_str())
                 .increment(1);
             if attempt == Attempt::Sent {
@@ -193,7 +204,11 @@ impl Refunder {
         Ok(sent)
     }
 
-    async fn send_one(&self, intent: &Intent) -> Result<Attempt, RefundError> {
+    async fn send_one(
+        &self,
+        intent: &Intent,
+        facts: &mut FactPublisher<'_>,
+    ) -> Result<Attempt, RefundError> {
         let source = self.source_of(intent);
         let api = source.and_then(|s| s.gateway.refunds());
         let (Some(source), Some(api)) = (source, api) else {
@@ -222,7 +237,7 @@ impl Refunder {
         send::send(
             &self.pool,
             &self.client,
-            &self.broker,
+            facts,
             source,
             api,
             intent,

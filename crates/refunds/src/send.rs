@@ -10,6 +10,7 @@
 
 use std::time::Duration;
 
+use oncehook_common::config::BrokerConfig;
 use oncehook_common::store::Pooled;
 use oncehook_common::store::refunds::{self as store, Intent};
 use oncehook_common::{Envelope, RetryPolicy};
@@ -61,7 +62,7 @@ fn ask(intent: &Intent, order: OrderNames) -> RefundAsk {
 pub async fn send(
     db: &Pooled,
     client: &Client,
-    broker: &oncehook_common::config::BrokerConfig,
+    facts: &mut FactPublisher<'_>,
     source: &ApiSource,
     api: &'static dyn GatewayRefunds,
     intent: &Intent,
@@ -70,7 +71,7 @@ pub async fn send(
 ) -> Result<Attempt, RefundError> {
     let mut ask = ask(intent, order);
     let checking = intent.state == "sent";
-    let outcome = match resolve(client, source, api, &ask).await {
+    let mut outcome = match resolve(client, source, api, &ask).await {
         Ok(id) => {
             ask.gateway_payment_id = id;
             if checking {
@@ -81,11 +82,27 @@ pub async fn send(
         }
         Err(outcome) => outcome,
     };
+    // An accepted refund the answer does not prove done (pending) is asked
+    // about again; the facts it proves are published before it is recorded.
+    let mut recheck = None;
+    if let RefundOutcome::Accepted {
+        refund_id,
+        facts: proved,
+    } = &mut outcome
+    {
+        recheck = proved.is_empty().then_some(check_every);
+        if let Err(err) = facts.publish(&source.name, std::mem::take(proved)).await {
+            // The gateway refunded; the books have not heard. The intent
+            // stays `sending` under its lease, and the next attempt finds
+            // the refund (its key, or the lookup before a retry) and
+            // publishes again.
+            tracing::warn!(intent = %intent.id, order_ref = %intent.order_ref, %refund_id, %err, "the gateway accepted the refund but its fact could not be published; the refund is looked up and published again once the lease runs out");
+            return Err(err);
+        }
+    }
     let mut conn = db.single().await?;
     let attempt = match outcome {
-        RefundOutcome::Accepted { refund_id, facts } => {
-            let recheck = facts.is_empty().then_some(check_every);
-            publish(broker, &source.name, facts).await?;
+        RefundOutcome::Accepted { refund_id, .. } => {
             store::mark_sent(&mut conn, &intent.id, &refund_id, recheck).await?;
             if !checking {
                 tracing::info!(intent = %intent.id, order_ref = %intent.order_ref, %refund_id, amount_minor = ask.amount_minor, source = %source.name, pending = recheck.is_some(), "refund sent");
@@ -116,23 +133,58 @@ pub async fn send(
     Ok(attempt)
 }
 
-/// Publishes the refund facts an answer proves, like the reconciler's.
-async fn publish(
-    broker: &oncehook_common::config::BrokerConfig,
-    source: &str,
-    facts: Vec<oncehook_gateways::NormalizedEvent>,
-) -> Result<(), RefundError> {
-    if facts.is_empty() {
-        return Ok(());
+/// Where a pass publishes the refund facts the gateways' answers prove,
+/// like the reconciler's: one broker connection for the pass, opened at
+/// its first fact and opened again after a failed publish.
+pub struct FactPublisher<'a> {
+    broker: &'a BrokerConfig,
+    publisher: Option<Publisher>,
+}
+
+impl<'a> FactPublisher<'a> {
+    pub fn new(broker: &'a BrokerConfig) -> Self {
+        FactPublisher {
+            broker,
+            publisher: None,
+        }
     }
-    let publisher = Publisher::connect(broker).await?;
-    for fact in facts {
-        publisher
-            .publish(&Envelope::reconciled(source, fact))
-            .await?;
+
+    /// Publishes `facts` from `source`, each confirmed by the broker.
+    async fn publish(
+        &mut self,
+        source: &str,
+        facts: Vec<oncehook_gateways::NormalizedEvent>,
+    ) -> Result<(), RefundError> {
+        if facts.is_empty() {
+            return Ok(());
+        }
+        let publisher = match self.publisher.as_ref() {
+            Some(p) => p,
+            None => self
+                .publisher
+                .insert(Publisher::connect(self.broker).await?),
+        };
+        let mut result = Ok(());
+        for fact in facts {
+            result = publisher.publish(&Envelope::reconciled(source, fact)).await;
+            if result.is_err() {
+                break;
+            }
+        }
+        if result.is_err()
+            && let Some(broken) = self.publisher.take()
+        {
+            broken.close().await;
+        }
+        Ok(result?)
     }
-    publisher.close().await;
-    Ok(())
+
+    /// Closes the pass's connection, if it opened one.
+    pub async fn close(self) {
+        if let Some(p) = self.publisher {
+            p.close().await;
+        }
+    }
 }
 
 /// What became of a refund the gateway accepted as pending: its lookup
