@@ -10,6 +10,7 @@ pub mod demo;
 pub mod dlq;
 pub mod migrate;
 pub mod notify;
+pub mod operator;
 pub mod output;
 pub mod password;
 pub mod reconcile;

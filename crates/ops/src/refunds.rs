@@ -68,12 +68,6 @@ pub enum RefundsReport {
     Switched { paused: bool },
 }
 
-/// Who is acting, for the audit (`oncehookctl` as the operator's login).
-fn actor() -> String {
-    let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
-    format!("{user}@oncehookctl")
-}
-
 pub async fn run(settings: &Config, command: RefundsCommand) -> anyhow::Result<RefundsReport> {
     let pool = Pooled::connect(&settings.database, 2, 3)
         .await
@@ -121,7 +115,7 @@ async fn change(conn: &mut PgConnection, id: &str, approve: bool) -> anyhow::Res
     else {
         bail!("no refund intent has the id {id:?} (`oncehookctl refunds list` lists them)");
     };
-    let by = actor();
+    let by = crate::operator::audit_name();
     let done = if approve {
         store::approve(conn, id, intent.source.as_deref(), &by).await?
     } else {
@@ -152,7 +146,7 @@ async fn change(conn: &mut PgConnection, id: &str, approve: bool) -> anyhow::Res
 }
 
 async fn switch(conn: &mut PgConnection, paused: bool) -> anyhow::Result<RefundsReport> {
-    let by = actor();
+    let by = crate::operator::audit_name();
     store::set_paused(conn, paused, &by).await?;
     let action = if paused {
         "refunds.pause"

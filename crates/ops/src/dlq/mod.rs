@@ -133,10 +133,7 @@ pub async fn run(settings: &Config, command: DlqCommand, out: &Output) -> anyhow
 
 /// The warning `dlq show --reveal` prints: who saw which letter's secrets.
 fn reveal_warning(id: &str) -> String {
-    let user = std::env::var("USER")
-        .ok()
-        .filter(|u| !u.trim().is_empty())
-        .unwrap_or_else(|| "unknown ($USER not set)".to_owned());
+    let user = crate::operator::login().unwrap_or_else(|| "unknown ($USER not set)".to_owned());
     format!(
         "warning: dlq show --reveal: the secrets of dead letter {id} shown in full to operator {user}"
     )
