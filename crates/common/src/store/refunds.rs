@@ -67,27 +67,31 @@ impl Intent {
     }
 }
 
-/// The columns of [`Intent`], with the order's reference and the source
-/// resolved (one place for the shape every read returns).
-macro_rules! intent_select {
-    ($tail:literal) => {
-        concat!(
-            "SELECT i.id, i.order_id, o.order_ref, i.provider, i.payment_id, i.amount_minor,
+/// Reads [`Intent`]s: the columns, with the order's reference and the
+/// source resolved (one place for the shape every read returns), then
+/// `$tail` (the `WHERE` and `ORDER BY`) with its arguments; checked against
+/// the schema at compile time like every other statement.
+macro_rules! select_intents {
+    ($tail:tt $(, $arg:expr)* $(,)?) => {
+        sqlx::query_as!(
+            Intent,
+            r#"SELECT i.id, i.order_id, o.order_ref, i.provider, i.payment_id, i.amount_minor,
                     i.currency, i.reason, i.refunded_minor, i.state,
                     COALESCE(i.source, (
                         SELECT w.source FROM payments p
                         JOIN processed_webhooks w ON w.provider = p.provider AND w.event_id = p.event_id
                         WHERE p.provider = i.provider AND p.payment_id = i.payment_id
-                          AND p.status = 'captured' LIMIT 1)) AS source,
+                          AND p.status = 'captured' LIMIT 1)) AS "source?",
                     (SELECT w.order_ref FROM payments p
                         JOIN processed_webhooks w ON w.provider = p.provider AND w.event_id = p.event_id
                         WHERE p.provider = i.provider AND p.payment_id = i.payment_id
-                          AND p.status = 'captured' LIMIT 1) AS payment_order_ref,
+                          AND p.status = 'captured' LIMIT 1) AS "payment_order_ref?",
                     i.sent_minor, i.approved_by, i.approved_at, i.attempts, i.gateway_refund_id,
                     i.gateway_code, i.gateway_message, i.held_because, i.trace_parent,
                     i.created_at, i.updated_at
-             FROM refund_intents i JOIN orders o ON o.id = i.order_id ",
-            $tail
+             FROM refund_intents i JOIN orders o ON o.id = i.order_id "#
+                + $tail
+            $(, $arg)*
         )
     };
 }
@@ -98,21 +102,21 @@ pub async fn list(
     state: Option<&str>,
     limit: i64,
 ) -> Result<Vec<Intent>, sqlx::Error> {
-    sqlx::query_as::<_, Intent>(intent_select!(
-        "WHERE ($1::text IS NULL OR i.state = $1) ORDER BY i.created_at DESC, i.id LIMIT $2"
-    ))
-    .bind(state)
-    .bind(limit)
+    select_intents!(
+        "WHERE ($1::text IS NULL OR i.state = $1) ORDER BY i.created_at DESC, i.id LIMIT $2",
+        state,
+        limit
+    )
     .fetch_all(conn)
     .await
 }
 
 /// One intent by its id, or every intent of an order by the order's reference.
 pub async fn find(conn: &mut PgConnection, id_or_order: &str) -> Result<Vec<Intent>, sqlx::Error> {
-    sqlx::query_as::<_, Intent>(intent_select!(
-        "WHERE i.id = $1 OR o.order_ref = $1 ORDER BY i.id"
-    ))
-    .bind(id_or_order)
+    select_intents!(
+        "WHERE i.id = $1 OR o.order_ref = $1 ORDER BY i.id",
+        id_or_order
+    )
     .fetch_all(conn)
     .await
 }
@@ -127,22 +131,21 @@ pub async fn owed(
     limit: i64,
 ) -> Result<Vec<Intent>, sqlx::Error> {
     let (at, id) = after.unzip();
-    sqlx::query_as::<_, Intent>(intent_select!(
+    select_intents!(
         "WHERE i.state = 'owed'
            AND ($1::timestamptz IS NULL OR (i.created_at, i.id) > ($1, $2::text))
-         ORDER BY i.created_at, i.id LIMIT $3"
-    ))
-    .bind(at)
-    .bind(id)
-    .bind(limit)
+         ORDER BY i.created_at, i.id LIMIT $3",
+        at,
+        id,
+        limit
+    )
     .fetch_all(conn)
     .await
 }
 
 /// Takes the policy's lock for the caller's transaction.
 pub async fn lock_policy(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
-    sqlx::query("SELECT pg_advisory_xact_lock($1)")
-        .bind(POLICY_LOCK_KEY)
+    sqlx::query!("SELECT pg_advisory_xact_lock($1)", POLICY_LOCK_KEY)
         .execute(conn)
         .await?;
     Ok(())
@@ -153,15 +156,15 @@ pub async fn approved_by_policy_today(
     conn: &mut PgConnection,
     source: &str,
 ) -> Result<i64, sqlx::Error> {
-    let sum: Option<i64> = sqlx::query_scalar(
+    let sum: Option<i64> = sqlx::query_scalar!(
         "SELECT sum(COALESCE(sent_minor, amount_minor - refunded_minor))::bigint
          FROM refund_intents
          WHERE source = $1 AND approved_by = $2
            AND approved_at >= date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
            AND state <> 'cancelled'",
+        source,
+        BY_POLICY,
     )
-    .bind(source)
-    .bind(BY_POLICY)
     .fetch_one(conn)
     .await?;
     Ok(sum.unwrap_or(0))
@@ -175,15 +178,15 @@ pub async fn approve(
     source: Option<&str>,
     by: &str,
 ) -> Result<bool, sqlx::Error> {
-    let done = sqlx::query(
+    let done = sqlx::query!(
         "UPDATE refund_intents SET state = 'approved', approved_by = $3, approved_at = now(),
                 source = COALESCE(source, $2), held_because = NULL, gateway_code = NULL,
                 gateway_message = NULL, next_attempt_at = NULL, updated_at = now()
          WHERE id = $1 AND state IN ('owed', 'failed')",
+        id,
+        source,
+        by,
     )
-    .bind(id)
-    .bind(source)
-    .bind(by)
     .execute(conn)
     .await?;
     Ok(done.rows_affected() == 1)
@@ -196,13 +199,13 @@ pub async fn hold(
     source: Option<&str>,
     because: &str,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE refund_intents SET held_because = $3, source = COALESCE(source, $2), updated_at = now()
          WHERE id = $1 AND state = 'owed' AND held_because IS DISTINCT FROM $3",
+        id,
+        source,
+        because,
     )
-    .bind(id)
-    .bind(source)
-    .bind(because)
     .execute(conn)
     .await?;
     Ok(())
@@ -210,13 +213,13 @@ pub async fn hold(
 
 /// Cancels an intent nothing was sent for yet, as `by`. Whether it was.
 pub async fn cancel(conn: &mut PgConnection, id: &str, by: &str) -> Result<bool, sqlx::Error> {
-    let done = sqlx::query(
+    let done = sqlx::query!(
         "UPDATE refund_intents SET state = 'cancelled', approved_by = $2,
                 gateway_message = COALESCE(gateway_message, 'cancelled by ' || $2), updated_at = now()
          WHERE id = $1 AND state IN ('owed', 'approved', 'failed')",
+        id,
+        by,
     )
-    .bind(id)
-    .bind(by)
     .execute(conn)
     .await?;
     Ok(done.rows_affected() == 1)
@@ -231,7 +234,7 @@ pub async fn claim(
     lease: Duration,
 ) -> Result<Option<Intent>, sqlx::Error> {
     let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
-    let claimed: Option<String> = sqlx::query_scalar(
+    let claimed: Option<String> = sqlx::query_scalar!(
         "UPDATE refund_intents SET state = 'sending', attempts = attempts + 1,
                 lease_until = now() + make_interval(secs => $1::bigint / 1000.0),
                 sent_minor = COALESCE(sent_minor, amount_minor - refunded_minor), updated_at = now()
@@ -241,8 +244,8 @@ pub async fn claim(
              ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
            AND NOT (SELECT paused FROM refund_control)
          RETURNING id",
+        lease_ms,
     )
-    .bind(lease_ms)
     .fetch_optional(&mut *conn)
     .await?;
     claimed_intent(conn, claimed).await
@@ -270,17 +273,17 @@ pub async fn mark_sent(
     check_after: Option<Duration>,
 ) -> Result<(), sqlx::Error> {
     let ms = check_after.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-    sqlx::query(
+    sqlx::query!(
         "UPDATE refund_intents SET gateway_refund_id = $2,
                 lease_until = CASE WHEN state IN ('sending', 'sent') AND $3::bigint IS NOT NULL
                                    THEN now() + make_interval(secs => $3::bigint / 1000.0) END,
                 gateway_code = NULL, gateway_message = NULL,
                 state = CASE WHEN state = 'sending' THEN 'sent' ELSE state END, updated_at = now()
          WHERE id = $1",
+        id,
+        refund_id,
+        ms,
     )
-    .bind(id)
-    .bind(refund_id)
-    .bind(ms)
     .execute(conn)
     .await?;
     Ok(())
@@ -294,7 +297,7 @@ pub async fn claim_check(
     lease: Duration,
 ) -> Result<Option<Intent>, sqlx::Error> {
     let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
-    let claimed: Option<String> = sqlx::query_scalar(
+    let claimed: Option<String> = sqlx::query_scalar!(
         "UPDATE refund_intents SET lease_until = now() + make_interval(secs => $1::bigint / 1000.0),
                 updated_at = now()
          WHERE id = (
@@ -303,8 +306,8 @@ pub async fn claim_check(
              ORDER BY lease_until, id LIMIT 1 FOR UPDATE SKIP LOCKED)
            AND NOT (SELECT paused FROM refund_control)
          RETURNING id",
+        lease_ms,
     )
-    .bind(lease_ms)
     .fetch_optional(&mut *conn)
     .await?;
     claimed_intent(conn, claimed).await
@@ -317,14 +320,14 @@ pub async fn mark_failed(
     code: &str,
     message: &str,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE refund_intents SET state = 'failed', gateway_code = $2, gateway_message = $3,
                 lease_until = NULL, updated_at = now()
          WHERE id = $1 AND state IN ('sending', 'sent')",
+        id,
+        code,
+        message,
     )
-    .bind(id)
-    .bind(code)
-    .bind(message)
     .execute(conn)
     .await?;
     Ok(())
@@ -339,14 +342,14 @@ pub async fn retry_later(
     reason: &str,
 ) -> Result<(), sqlx::Error> {
     let ms = i64::try_from(after.as_millis()).unwrap_or(i64::MAX);
-    sqlx::query(
+    sqlx::query!(
         "UPDATE refund_intents SET lease_until = now() + make_interval(secs => $2::bigint / 1000.0),
                 gateway_message = $3, updated_at = now()
          WHERE id = $1 AND state IN ('sending', 'sent')",
+        id,
+        ms,
+        reason,
     )
-    .bind(id)
-    .bind(ms)
-    .bind(reason)
     .execute(conn)
     .await?;
     Ok(())
@@ -354,7 +357,7 @@ pub async fn retry_later(
 
 /// Whether refunds are paused (the kill switch).
 pub async fn paused(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar("SELECT paused FROM refund_control")
+    sqlx::query_scalar!("SELECT paused FROM refund_control")
         .fetch_one(conn)
         .await
 }
@@ -365,11 +368,13 @@ pub async fn set_paused(
     paused: bool,
     by: &str,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query("UPDATE refund_control SET paused = $1, changed_by = $2, changed_at = now()")
-        .bind(paused)
-        .bind(by)
-        .execute(conn)
-        .await?;
+    sqlx::query!(
+        "UPDATE refund_control SET paused = $1, changed_by = $2, changed_at = now()",
+        paused,
+        by,
+    )
+    .execute(conn)
+    .await?;
     Ok(())
 }
 
@@ -385,10 +390,12 @@ pub struct Tally {
 
 /// [`Tally`] for every state and reason present.
 pub async fn tally(conn: &mut PgConnection) -> Result<Vec<Tally>, sqlx::Error> {
-    sqlx::query_as::<_, Tally>(
-        "SELECT state, reason, count(*) AS count, sum(amount_minor)::bigint AS amount_minor,
-                sum(refunded_minor)::bigint AS refunded_minor
-         FROM refund_intents GROUP BY state, reason",
+    // A group is never empty: its count and sums are never NULL.
+    sqlx::query_as!(
+        Tally,
+        r#"SELECT state, reason, count(*) AS "count!", sum(amount_minor)::bigint AS "amount_minor!",
+                sum(refunded_minor)::bigint AS "refunded_minor!"
+         FROM refund_intents GROUP BY state, reason"#,
     )
     .fetch_all(conn)
     .await
@@ -396,7 +403,7 @@ pub async fn tally(conn: &mut PgConnection) -> Result<Vec<Tally>, sqlx::Error> {
 
 /// The age in seconds of the oldest intent not settled or cancelled (0 if none).
 pub async fn oldest_open_secs(conn: &mut PgConnection) -> Result<f64, sqlx::Error> {
-    let age: Option<f64> = sqlx::query_scalar(
+    let age: Option<f64> = sqlx::query_scalar!(
         "SELECT extract(epoch FROM now() - min(created_at))::float8 FROM refund_intents
          WHERE state IN ('owed', 'approved', 'sending', 'sent', 'failed')",
     )
