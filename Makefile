@@ -50,7 +50,10 @@ alerts-test: tools
 ## api-schema-test: schemathesis (PyPI, in var/tools/) against a running oncehook-api and its own
 ## OpenAPI document, 30 examples per operation: no 5xx, every answer as documented (about 10 s)
 api-schema-test: services tools
-	$(CARGO) build -p oncehook-api -p oncehook-ctl --bins
+	# The whole workspace's binaries: the same features as `make test` built
+	# them with (building two packages alone resolves other features and
+	# compiles them again).
+	$(CARGO) build --workspace --bins
 	bash deploy/local/api-schema-test.sh
 
 ## k8s-validate: deploy/k8s rendered and checked against the Kubernetes schemas (kubernetes-validate
@@ -115,7 +118,7 @@ bench: services
 bench-smoke: services tools
 	ONCEHOOK_BENCH_SECS=1 ONCEHOOK_BENCH_EVENTS=60 ONCEHOOK_BENCH_LETTERS=60 ONCEHOOK_BENCH_ROWS=2000 \
 		ONCEHOOK_BENCH_ROUNDS=1 ONCEHOOK_BENCH_GROWTH_ROWS=20000 \
-		$(CARGO) test -p oncehook-e2e --bench pipeline
+		$(CARGO) test --workspace --bench pipeline
 	grep -q '^| worker ×2' target/bench-report.md
 	grep -q '^| ingest with traces exported' target/bench-report.md
 	grep -q '^| console overview' target/bench-report.md
