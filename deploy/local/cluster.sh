@@ -108,11 +108,17 @@ await() { # name: until the node has booted (90 s at most)
 }
 
 # Where a running node keeps its data; the node is ours when that is under
-# this checkout's var/cluster/. Nodes started from another checkout (same
-# names and ports) would be restarted here with an empty data folder and
-# lose their quorum queue replicas, so `start` stops them first.
+# this checkout's var/cluster/ and still there. Nodes started from another
+# checkout (same names and ports), or from a checkout deleted and cloned
+# again at the same path (their data gone under them: they answer, but a
+# quorum queue declared on them fails with cluster_not_formed), are
+# stopped first by `start`.
 data_dir() { ctl "$1" eval 'rabbit_mnesia:dir().' 2>/dev/null | tr -d '"'; }
-ours() { case "$(data_dir "$1")" in "$(dir "$1")"/*) return 0 ;; *) return 1 ;; esac; }
+ours() {
+  local d
+  d=$(data_dir "$1")
+  case "$d" in "$(dir "$1")"/*) as_root test -d "$d" ;; *) return 1 ;; esac
+}
 
 take_over() { # stop every extra node that runs from another checkout's data
   local name foreign=""
@@ -120,7 +126,7 @@ take_over() { # stop every extra node that runs from another checkout's data
     if running "$name" && ! ours "$name"; then foreign=yes; fi
   done
   [ -n "$foreign" ] || return 0
-  say "the extra nodes run from another checkout's data; stopping them to start this one's"
+  say "the extra nodes run from another checkout's data, or from data no longer there; stopping them to start this one's"
   for name in "${NAMES[@]}"; do
     if running "$name"; then ctl "$name" stop >/dev/null || true; fi
   done
