@@ -85,6 +85,14 @@ pub async fn reconcile_passes(base: &str, outcome: &str) -> f64 {
     })
 }
 
+/// The refunder's passes of `outcome` (`completed`, `failed`) on the
+/// `/metrics` of the worker at `base`; 0 while it does not answer.
+pub async fn refund_passes(base: &str, outcome: &str) -> f64 {
+    crate::metrics::text(base).await.map_or(0.0, |t| {
+        crate::metrics::series(&t, "oncehook_refund_passes_total", &[("outcome", outcome)])
+    })
+}
+
 /// Waits until the worker at `base` has made at least `n` passes of
 /// `outcome`.
 pub async fn wait_reconcile_passes(base: &str, outcome: &str, n: f64) {

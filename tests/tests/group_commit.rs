@@ -13,6 +13,18 @@ use oncehook_gateways::Gateway;
 const WAIT: Duration = Duration::from_secs(60);
 const ORDERS: usize = 24;
 
+/// Waits until the worker's one committer has a transaction open and
+/// `deliveries` handed to it and unanswered.
+async fn committer_holds(metrics: &str, what: &str, deliveries: f64) {
+    eventually(what, WAIT, || async {
+        let text = scrape::text(metrics).await?;
+        (scrape::sum(&text, "oncehook_worker_deliveries_in_commit") == deliveries
+            && scrape::sum(&text, "oncehook_worker_transactions_in_flight") == 1.0)
+            .then_some(())
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_bad_event_in_a_batch_is_dead_lettered_alone_and_the_rest_commit_once() {
     let mut env = TestEnv::new().await;
@@ -76,30 +88,17 @@ async fn a_bad_event_in_a_batch_is_dead_lettered_alone_and_the_rest_commit_once(
     let (first, rest) = deliveries.split_first().expect("deliveries");
     let (status, body) = env.post(&url, "razorpay", first).await;
     assert_eq!(status, 200, "{body}");
-    eventually(
+    committer_holds(
+        &metrics,
         "the committer holds the first delivery alone",
-        WAIT,
-        || async {
-            let text = scrape::text(&metrics).await?;
-            (scrape::sum(&text, "oncehook_worker_deliveries_in_commit") == 1.0
-                && scrape::sum(&text, "oncehook_worker_transactions_in_flight") == 1.0)
-                .then_some(())
-        },
+        1.0,
     )
     .await;
     for d in rest {
         let (status, body) = env.post(&url, "razorpay", d).await;
         assert_eq!(status, 200, "{body}");
     }
-    eventually(
-        "the whole prefetch waits on the committer",
-        WAIT,
-        || async {
-            let text = scrape::text(&metrics).await?;
-            (scrape::sum(&text, "oncehook_worker_deliveries_in_commit") == 16.0).then_some(())
-        },
-    )
-    .await;
+    committer_holds(&metrics, "the whole prefetch waits on the committer", 16.0).await;
     lock.rollback().await.expect("release the dedup table");
     let dead = format!("{}.dead", env.prefix);
     eventually("every order paid and the bad event dead", WAIT, || async {

@@ -18,7 +18,7 @@
 use std::time::{Duration, Instant};
 
 use oncehook_e2e::gateway_api::{
-    Fault, GatewayApi, backdate_orders, reconcile_every_second, reconcile_passes,
+    Fault, GatewayApi, backdate_orders, reconcile_every_second, reconcile_passes, refund_passes,
     register_gateway_ref, shapes, wait_reconcile_passes,
 };
 use oncehook_e2e::services::{MemoryAlarm, Outage, Service};
@@ -393,14 +393,6 @@ async fn a_pass_held_by_a_slow_gateway_does_not_delay_consuming() {
     );
     wait_passes(&worker, "completed", 1.0).await;
     applied_once(&env, &refs, refs.len() + hooks.len()).await;
-}
-
-/// The refunder's passes of `outcome` on a worker's `/metrics` (0 while it
-/// does not answer).
-async fn refund_passes(base: &str, outcome: &str) -> f64 {
-    oncehook_e2e::metrics::text(base).await.map_or(0.0, |t| {
-        oncehook_e2e::metrics::series(&t, "oncehook_refund_passes_total", &[("outcome", outcome)])
-    })
 }
 
 /// The refund intent of `payment`: its state and attempts.

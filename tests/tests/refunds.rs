@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use oncehook_e2e::gateway_api::{Fault, GatewayApi, register_gateway_ref, shapes};
+use oncehook_e2e::gateway_api::{Fault, GatewayApi, refund_passes, register_gateway_ref, shapes};
 use oncehook_e2e::metrics::{scrape, series, sum};
 use oncehook_e2e::ops::ctl_json;
 use oncehook_e2e::shop::{Shop, emails};
@@ -123,20 +123,11 @@ async fn wait_intent(env: &TestEnv, order_ref: &str, state: &str) -> Value {
     .await
 }
 
-/// The refunder's completed passes on a worker.
-async fn passes(worker: &str) -> f64 {
-    series(
-        &scrape(worker).await,
-        "oncehook_refund_passes_total",
-        &[("outcome", "completed")],
-    )
-}
-
 /// Waits until the refunder completed `more` passes after now.
 async fn wait_passes(worker: &str, more: f64) {
-    let from = passes(worker).await;
+    let from = refund_passes(worker, "completed").await;
     eventually("refunder passes", WAIT, || async {
-        (passes(worker).await >= from + more).then_some(())
+        (refund_passes(worker, "completed").await >= from + more).then_some(())
     })
     .await;
 }
