@@ -18,7 +18,7 @@ POOLED_FILES := $(sort $(basename $(notdir $(wildcard tests/tests/pipeline_*.rs 
 	mail_tls db_trouble chaos
 POOLED_TESTS := $(patsubst %,--test %,$(POOLED_FILES))
 
-.PHONY: pooled-files run test lint services tools alerts-test api-schema-test k8s-validate compose-test build demo bench bench-smoke chaos confluence fmt clean
+.PHONY: pooled-files run test lint services tools alerts-test api-schema-test k8s-validate compose-test build demo bench bench-smoke chaos confluence upgrade-test fmt clean
 
 ## run: start Postgres + RabbitMQ if needed, migrate, run ingest + worker + mailer + notifier + console + the shop's API,
 ## and seed demo data through that API
@@ -106,6 +106,15 @@ confluence: services
 	@echo "| seed | orders | twins | events | deliveries posted | permutations | mismatches | dead-lettered | parked | settled | posted s | settled s | total s |"
 	@echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 	@tail -n 1 target/confluence-report.md
+
+## upgrade-test: the previous release (FROM=<rev>, default the last tag before HEAD, else 7a6b34a) built
+## from git into target/releases/ and rolled to this checkout under load as docs/operations.md says
+## (migrate, each binary replaced, migrate --finish), then rolled back and forward again; checks the
+## books, the order events, versions, updated_after and refund intents. About 6 minutes a scenario
+## (SCENARIO=upgrade|rollback for one); not in `make test`. Run it before a release and whenever
+## migrations/ changes (docs/reliability.md, "Upgrade test").
+upgrade-test: services
+	FROM="$(FROM)" SCENARIO="$(SCENARIO)" bash deploy/local/upgrade-test.sh
 
 ## bench: release binaries; ingest, broker and worker throughput as ratios to ceilings measured in the same run
 bench: services
