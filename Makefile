@@ -14,7 +14,7 @@ PIPELINE_TESTS := $(patsubst tests/tests/%.rs,--test %,$(sort $(wildcard tests/t
 # tests/tests/pooled_pass.rs checks against the workspace's binaries.
 POOLED_FILES := $(sort $(basename $(notdir $(wildcard tests/tests/pipeline_*.rs tests/tests/ops_*.rs)))) \
 	notify api reconciliation reconciliation_found reconciliation_faults refunds console console_notify \
-	console_hardening console_refunds \
+	console_hardening console_refunds rollout \
 	mail_tls db_trouble chaos
 POOLED_TESTS := $(patsubst %,--test %,$(POOLED_FILES))
 
@@ -24,6 +24,8 @@ POOLED_TESTS := $(patsubst %,--test %,$(POOLED_FILES))
 ## and seed demo data through that API
 run: services build
 	$(CTL) migrate
+	# Nothing older runs here: the contract step at once.
+	$(CTL) migrate --finish
 	deploy/local/run.sh
 
 ## test: unit, property and end-to-end tests against real Postgres and RabbitMQ, every binary's
@@ -155,9 +157,9 @@ demo: build
 SQLX_DB := oncehook_sqlx_prepare
 sqlx-prepare: services
 	psql -h 127.0.0.1 -U postgres -qc 'DROP DATABASE IF EXISTS $(SQLX_DB)' -c 'CREATE DATABASE $(SQLX_DB)'
-	# The migrations straight from their files (a binary would embed the old
-	# set), plus sqlx's bookkeeping table, which store::schema reads.
-	for f in migrations/*.sql; do psql -h 127.0.0.1 -U postgres -d $(SQLX_DB) -q -v ON_ERROR_STOP=1 -f "$$f" || exit 1; done
+	# The migrations straight from their files, both steps (a binary would
+	# embed the old set), plus sqlx's bookkeeping table, which store::schema reads.
+	for f in migrations/*.sql migrations/contract/*.sql; do psql -h 127.0.0.1 -U postgres -d $(SQLX_DB) -q -v ON_ERROR_STOP=1 -f "$$f" || exit 1; done
 	psql -h 127.0.0.1 -U postgres -d $(SQLX_DB) -qc 'CREATE TABLE _sqlx_migrations (version bigint PRIMARY KEY, description text NOT NULL, installed_on timestamptz NOT NULL DEFAULT now(), success boolean NOT NULL, checksum bytea NOT NULL, execution_time bigint NOT NULL)'
 	rm -rf .sqlx && mkdir -p .sqlx
 	find crates -name '*.rs' -exec touch {} +

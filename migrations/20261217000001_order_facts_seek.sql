@@ -1,3 +1,4 @@
+-- no-transaction
 -- The ledger reads an order's facts (order_facts: its captured payments and
 -- its refunds) in every transaction, by order id. On `payments` that read
 -- filters on the order and on `status = 'captured'`; with only an index on
@@ -8,6 +9,12 @@
 -- made the server plan again (docs/scaling.md, "Cost flat as the tables
 -- grow"). An index on both columns is the obvious seek whatever the
 -- statistics say; it replaces the one on the order alone, which every
--- other read by order uses as well through its first column.
-CREATE INDEX payments_order_id_status ON payments (order_id, status);
-DROP INDEX payments_order_id;
+-- other read by order uses as well through its first column (dropped by
+-- the contract step: migrations/contract/20261220000102_order_facts_seek.sql).
+--
+-- Built CONCURRENTLY (outside a transaction, hence the first line), so the
+-- running release's writes to `payments` go on while it builds. Should the
+-- build fail, it leaves an INVALID index that IF NOT EXISTS would keep:
+-- `DROP INDEX CONCURRENTLY payments_order_id_status;` and migrate again
+-- (docs/migrations.md).
+CREATE INDEX CONCURRENTLY IF NOT EXISTS payments_order_id_status ON payments (order_id, status);

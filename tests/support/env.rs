@@ -5,7 +5,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use oncehook_common::db::MIGRATOR;
 use oncehook_gateways::Gateway;
 use oncehook_gateways::sample::{self, SampleSpec, SignedDelivery};
 use sqlx::PgPool;
@@ -89,16 +88,23 @@ impl TestEnv {
     /// A fresh environment; the service binaries go through PgBouncer when
     /// the run asks for it (`ONCEHOOK_TEST_POOLER=pgbouncer`).
     pub async fn new() -> TestEnv {
-        TestEnv::build(crate::pgbouncer::wanted()).await
+        TestEnv::build(crate::pgbouncer::wanted(), None).await
+    }
+
+    /// A fresh environment whose database has the expand migrations up to
+    /// `version` only: the schema an older release ran on
+    /// (tests/tests/rollout.rs rolls a release over it).
+    pub async fn at_schema(version: i64) -> TestEnv {
+        TestEnv::build(crate::pgbouncer::wanted(), Some(version)).await
     }
 
     /// A fresh environment whose service binaries always go through a
     /// PgBouncer in transaction mode.
     pub async fn through_pgbouncer() -> TestEnv {
-        TestEnv::build(true).await
+        TestEnv::build(true, None).await
     }
 
-    async fn build(pgbouncer: bool) -> TestEnv {
+    async fn build(pgbouncer: bool, schema: Option<i64>) -> TestEnv {
         let id = uuid::Uuid::new_v4().simple().to_string()[..10].to_owned();
         let db_name = format!("oncehook_t_{id}");
         let admin_url = admin_url();
@@ -122,10 +128,20 @@ impl TestEnv {
             .connect(&database_url)
             .await
             .expect("connect to the test database");
-        MIGRATOR
-            .run(&pool)
-            .await
-            .expect("migrate the test database");
+        // Both steps: the tests run the schema a finished release runs on.
+        match schema {
+            None => {
+                oncehook_common::store::schema::both_steps()
+                    .run(&pool)
+                    .await
+            }
+            Some(version) => {
+                oncehook_common::store::schema::MIGRATOR
+                    .run_to(version, &pool)
+                    .await
+            }
+        }
+        .expect("migrate the test database");
 
         let dir = std::env::temp_dir().join(format!("oncehook-test-{id}"));
         let mail_dir = dir.join("mail");

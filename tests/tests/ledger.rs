@@ -243,7 +243,10 @@ async fn the_migration_upgrades_an_existing_database_in_place() {
     .await
     .expect("old data");
 
-    MIGRATOR.run(&pool).await.expect("upgrade");
+    oncehook_common::store::schema::both_steps()
+        .run(&pool)
+        .await
+        .expect("upgrade");
 
     let (source, digest): (String, String) =
         sqlx::query_as("SELECT source, body_sha256 FROM processed_webhooks")

@@ -81,7 +81,8 @@ pub async fn wait_for_database(db: &Pooled, shutdown: &crate::shutdown::Shutdown
 pub struct SchemaGap {
     /// Versions the binary needs that the database has not applied.
     pub missing: Vec<i64>,
-    /// Versions applied that the binary does not know (a newer schema).
+    /// Versions applied that the binary does not know (a newer schema; the
+    /// contract step's own are known).
     pub unknown: Vec<i64>,
 }
 
@@ -98,15 +99,17 @@ pub fn schema_gap(applied: &[i64], migrator: &Migrator) -> SchemaGap {
             .copied()
             .filter(|v| !applied.contains(v))
             .collect(),
+        // The contract step's migrations are this release's too (applied
+        // once every binary runs it), not a newer schema.
         unknown: applied
             .iter()
             .copied()
-            .filter(|v| !known.contains(v))
+            .filter(|v| !known.contains(v) && !crate::store::schema::CONTRACT.version_exists(*v))
             .collect(),
     }
 }
 
-/// Waits until every migration of [`MIGRATOR`] is applied, polling by
+/// Waits until every migration of [`MIGRATOR`] (the expand step) is applied, polling by
 /// [`RetryPolicy::DATABASE_WAIT`] and logging what is missing; a newer
 /// schema (versions this binary does not know) is accepted with a warning.
 /// `false` if shutdown came first.
@@ -240,5 +243,9 @@ mod tests {
         let gap = schema_gap(&newer, &MIGRATOR);
         assert!(gap.missing.is_empty());
         assert_eq!(gap.unknown, [99_999_999_999_999]);
+        // The contract step's migrations are known, not a newer schema.
+        let mut finished = all.clone();
+        finished.extend(crate::store::schema::CONTRACT.iter().map(|m| m.version));
+        assert_eq!(schema_gap(&finished, &MIGRATOR), SchemaGap::default());
     }
 }

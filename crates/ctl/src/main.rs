@@ -28,10 +28,21 @@ struct Cli {
     command: Command,
 }
 
+/// `oncehookctl migrate [--finish]`.
+#[derive(clap::Args)]
+struct MigrateArgs {
+    /// The contract step, after every binary runs this release: drop what only
+    /// the previous release needed, catch up the orders it changed during the
+    /// rollout and mint missing refund intents.
+    #[arg(long)]
+    finish: bool,
+}
+
 #[derive(Subcommand)]
 enum Command {
-    /// Apply database migrations (idempotent).
-    Migrate,
+    /// Apply database migrations (idempotent): the expand step, which the running
+    /// release can live with; `--finish` once every binary runs this release.
+    Migrate(MigrateArgs),
     /// Demo data for local runs and the README tour.
     Demo {
         #[command(subcommand)]
@@ -102,7 +113,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
     let settings = Config::load().context("reading configuration")?;
     Ok(match cli.command {
-        Command::Migrate => out.finish(&migrate::run(&settings).await?),
+        Command::Migrate(args) => out.finish(&migrate::run(&settings, args.finish).await?),
         Command::Demo { command } => out.finish(&demo::run(&settings, command).await?),
         Command::Send(args) => out.finish(&send::run(&settings, args, &out).await?),
         Command::Dlq { command } => dlq::run(&settings, command, &out).await?,

@@ -31,6 +31,7 @@
 //! their deliveries, nor on how they were grouped.
 
 pub mod cancel;
+pub mod catch_up;
 mod emails;
 mod facts;
 pub mod order_events;
@@ -100,7 +101,8 @@ impl Effect for Ledger {
             s.stop.clone(),
         ));
         let gauges = tokio::spawn(relay::gauges(s.pool.clone(), s.stop.clone()));
-        vec![relay, sweeper, gauges]
+        let intents = tokio::spawn(catch_up::run_sweep(s.pool.clone(), s.stop.clone()));
+        vec![relay, sweeper, gauges, intents]
     }
 
     fn committed(&self, _applied: &Applied) {
@@ -122,7 +124,7 @@ impl Effect for Ledger {
 
 /// What comes into the ledger: every road a fact takes, each with what the
 /// ledger answers for it. The roads are [`Deliveries`], [`Created`],
-/// [`Known`] and [`Cancel`]; [`Ledger::apply`] is the one entry.
+/// [`Known`], [`Cancel`] and [`CatchUp`]; [`Ledger::apply`] is the one entry.
 pub trait Input: sealed::Road {}
 
 mod sealed {
@@ -188,6 +190,16 @@ pub struct Cancel<'a> {
     pub trace_parent: Option<&'a str>,
 }
 
+/// Orders whose facts an older release's binary recorded (while a release
+/// rolled out): each is recomputed from all its facts through the one
+/// tail, as if a fact had just come for it (`catch_up`). The answer is how
+/// many of the orders it found.
+#[derive(Debug, Clone, Copy)]
+pub struct CatchUp<'a> {
+    pub order_refs: &'a [String],
+}
+
+impl Input for CatchUp<'_> {}
 impl Input for Deliveries<'_> {}
 impl Input for Created<'_> {}
 impl Input for Cancel<'_> {}
@@ -225,6 +237,13 @@ impl sealed::Road for Known<'_> {
             waiting::apply_waiting(conn, self.order_ref, &added).await?
         };
         Ok(Registered { refs, applied })
+    }
+}
+
+impl sealed::Road for CatchUp<'_> {
+    type Answer = usize;
+    async fn take(self, conn: &mut PgConnection) -> Result<usize, EffectError> {
+        Ok(catch_up::catch_up(conn, self).await?)
     }
 }
 

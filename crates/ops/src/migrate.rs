@@ -1,4 +1,12 @@
-//! `oncehookctl migrate`: apply the embedded database migrations (idempotent).
+//! `oncehookctl migrate`: the schema's two steps (docs/migrations.md,
+//! docs/operations.md "Deploying a new version"). Without `--finish`, the
+//! expand step: the migrations the running (older) release can live with,
+//! opening a rollout window on a database a release already runs on.
+//! With `--finish`, once every binary runs this release: the contract
+//! step, then the catch-up of what older binaries wrote in the window
+//! (their orders recomputed by this release's ledger: state, order events,
+//! refund intents) and of every owed payment without a refund intent, and
+//! the window closed. Both are idempotent.
 
 use std::fmt;
 
@@ -6,29 +14,131 @@ use anyhow::Context;
 use oncehook_common::Config;
 use oncehook_common::redact::redact;
 use oncehook_common::store::{self, Pooled};
+use oncehook_ledger::catch_up;
 use serde::Serialize;
+use time::OffsetDateTime;
 
 use crate::output::Report;
 
-/// `--json`: `{"status": "migrated"}`.
+/// `--json`: what the step did.
 #[derive(Serialize)]
 pub struct MigrateReport {
+    /// `migrated` (the expand step) or `finished` (the contract step).
     status: &'static str,
+    /// The migrations applied now, by version.
+    applied: Vec<i64>,
+    /// The database was new: both steps ran.
+    fresh: bool,
+    /// When the open rollout window began (after `migrate`), or the one
+    /// `--finish` closed; none when no release was rolling out.
+    #[serde(with = "time::serde::rfc3339::option")]
+    window_since: Option<OffsetDateTime>,
+    /// `--finish`: orders recomputed because they changed in the window.
+    orders_caught_up: u64,
+    /// `--finish`: refund intents minted (for owed payments without one).
+    intents_minted: u64,
 }
 
-pub async fn run(settings: &Config) -> anyhow::Result<MigrateReport> {
+/// Runs the expand step, or with `finish` the contract step and its
+/// catch-up.
+pub async fn run(settings: &Config, finish: bool) -> anyhow::Result<MigrateReport> {
     let pool = Pooled::connect(&settings.database, 2, 3)
         .await
         .with_context(|| format!("connecting to {}", redact(settings.database.url.expose())))?;
-    let migrated = store::schema::migrate(&pool).await;
+    let done = if finish {
+        contract(&pool).await
+    } else {
+        expand(&pool).await
+    };
     pool.close().await;
-    migrated.context("applying migrations")?;
-    Ok(MigrateReport { status: "migrated" })
+    done
+}
+
+async fn expand(pool: &Pooled) -> anyhow::Result<MigrateReport> {
+    let expanded = store::schema::migrate(pool)
+        .await
+        .context("applying the migrations (expand step)")?;
+    if let Some(since) = expanded.window_since {
+        tracing::info!(%since, applied = ?expanded.applied, "release rollout open: roll every binary, then `oncehookctl migrate --finish`");
+    }
+    Ok(MigrateReport {
+        status: "migrated",
+        applied: expanded.applied,
+        fresh: expanded.fresh,
+        window_since: expanded.window_since,
+        orders_caught_up: 0,
+        intents_minted: 0,
+    })
+}
+
+async fn contract(pool: &Pooled) -> anyhow::Result<MigrateReport> {
+    let applied = store::schema::contract(pool)
+        .await
+        .context("applying the contract step")?;
+    let window_since = store::schema::open_window(pool)
+        .await
+        .context("reading the rollout window")?;
+    let mut caught = catch_up::CaughtUp::default();
+    if let Some(since) = window_since {
+        caught = catch_up::changed_since(pool, since)
+            .await
+            .context("catching up the orders changed during the rollout")?;
+    }
+    let owed = catch_up::owed_without_intent(pool)
+        .await
+        .context("minting the refund intents of owed payments")?;
+    let orders = caught.orders + owed.orders;
+    let intents = caught.intents_minted + owed.intents_minted;
+    store::schema::close_window(
+        pool,
+        i64::try_from(orders).unwrap_or(i64::MAX),
+        i64::try_from(intents).unwrap_or(i64::MAX),
+    )
+    .await
+    .context("closing the rollout window")?;
+    tracing::info!(
+        applied = ?applied,
+        orders_caught_up = orders,
+        intents_minted = intents,
+        "contract step done"
+    );
+    Ok(MigrateReport {
+        status: "finished",
+        applied,
+        fresh: false,
+        window_since,
+        orders_caught_up: orders,
+        intents_minted: intents,
+    })
 }
 
 impl fmt::Display for MigrateReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "migrations applied")
+        let applied = if self.applied.is_empty() {
+            "no migration was missing".to_owned()
+        } else {
+            format!("{} migration(s) applied", self.applied.len())
+        };
+        match (self.status, self.window_since) {
+            ("finished", since) => {
+                write!(
+                    f,
+                    "contract step: {applied}; {} order(s) caught up, {} refund intent(s) minted",
+                    self.orders_caught_up, self.intents_minted
+                )?;
+                if let Some(since) = since {
+                    write!(f, "; the rollout opened at {since} is closed")?;
+                }
+                Ok(())
+            }
+            (_, _) if self.fresh => write!(f, "new database: {applied} (both steps)"),
+            (_, Some(since)) => write!(
+                f,
+                "expand step: {applied}; a release is rolling out since {since}: roll every \
+                 binary to this release, then run `oncehookctl migrate --finish`"
+            ),
+            (_, None) => write!(f, "expand step: {applied}"),
+        }
     }
 }
 

@@ -18,7 +18,7 @@ pub mod books;
 pub mod order_events;
 pub mod orders;
 pub mod parking;
-mod reads;
+pub(crate) mod reads;
 pub mod refund_intents;
 pub use books::OrderRow;
 pub use reads::{

@@ -144,3 +144,23 @@ pub async fn attention(conn: &mut PgConnection) -> Result<Attention, sqlx::Error
     .fetch_one(conn)
     .await
 }
+
+/// The references of orders changed at or after `since` (their
+/// `updated_at`), after `after`, in reference order: what the contract
+/// step catches up after a roll (`catch_up::changed_since`).
+pub async fn orders_changed_since(
+    conn: &mut PgConnection,
+    since: OffsetDateTime,
+    after: &str,
+    limit: i64,
+) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar!(
+        "SELECT order_ref FROM orders WHERE updated_at >= $1 AND order_ref > $2
+         ORDER BY order_ref LIMIT $3",
+        since,
+        after,
+        limit
+    )
+    .fetch_all(conn)
+    .await
+}

@@ -80,3 +80,36 @@ pub async fn write(
     .await?;
     Ok(rows.into_iter().map(|r| (r.id, r.state)).collect())
 }
+
+/// The references of orders with a captured payment owed back (flagged
+/// `needs_refund` or `amount_mismatch`, its amount known) that has no
+/// intent, after `after`, in reference order (the `payments_owed` index
+/// holds only such payments).
+pub async fn orders_owing_without_intent(
+    conn: &mut PgConnection,
+    after: &str,
+    limit: i64,
+) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar!(
+        "SELECT DISTINCT o.order_ref
+         FROM payments p JOIN orders o ON o.id = p.order_id
+         WHERE p.status = 'captured' AND p.flag IN ('needs_refund', 'amount_mismatch')
+           AND p.amount_minor IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM refund_intents ri
+                           WHERE ri.provider = p.provider AND ri.payment_id = p.payment_id)
+           AND o.order_ref > $1
+         ORDER BY o.order_ref
+         LIMIT $2",
+        after,
+        limit
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// How many intents there are (a catch-up counts what it minted).
+pub async fn count(conn: &mut PgConnection) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(r#"SELECT count(*) AS "count!" FROM refund_intents"#)
+        .fetch_one(conn)
+        .await
+}

@@ -1,0 +1,170 @@
+//! Catching orders up (docs/operations.md, "Deploying a new version"):
+//! orders whose facts something other than this release's ledger
+//! recorded — an older release's worker or API while a release rolls
+//! out — are recomputed from all their facts, as the ledger's tail does
+//! for every order a new fact touches: their state and stock, the order
+//! events that state owes and their refund intents. Events and intents
+//! are written under ids derived from the facts, so catching an order up
+//! again writes nothing new (its version moves once more, its state
+//! stays).
+//!
+//! Two callers: the contract step (`oncehookctl migrate --finish`)
+//! catches up every order changed since the window opened
+//! ([`changed_since`]) and every owed payment without an intent
+//! ([`owed_without_intent`]); every worker sweeps for the latter every few
+//! seconds ([`run_sweep`]), so an older binary's owed payment gets its
+//! intent while the roll is still going, and none can stay without one.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use oncehook_common::periodic::{Next, Periodic};
+use oncehook_common::shutdown::Shutdown;
+use oncehook_common::store::Pooled;
+use sqlx::PgConnection;
+use time::OffsetDateTime;
+
+use super::plan::Plan;
+use super::record::{Fresh, Recording};
+use super::{CatchUp, EffectError, Intake, Ledger, follow_through, sorted};
+use crate::store::{books, reads, refund_intents};
+
+/// Orders caught up in one transaction.
+const PAGE: i64 = 200;
+
+/// How often a worker looks for owed payments without an intent.
+const SWEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// The [`CatchUp`] road: locks the orders (their reference's advisory
+/// lock, then the rows in id order, as every road does) and sends them
+/// down the ledger's one tail as if a fact had just come for each.
+/// Returns how many orders it found.
+pub(crate) async fn catch_up(
+    conn: &mut PgConnection,
+    CatchUp { order_refs }: CatchUp<'_>,
+) -> Result<usize, sqlx::Error> {
+    let refs = sorted(order_refs.iter().cloned());
+    if refs.is_empty() {
+        return Ok(0);
+    }
+    books::lock_keys(conn, &[], &refs).await?;
+    let locked = books::lock_orders(conn, &refs, &[], &[]).await?;
+    let plan = Plan {
+        orders: locked
+            .into_iter()
+            .map(|l| (l.order.id, l.order))
+            .filter(|(_, o)| refs.binary_search(&o.order_ref).is_ok())
+            .collect::<BTreeMap<_, _>>(),
+        ..Plan::default()
+    };
+    let recording = Recording::default();
+    let intake = Intake {
+        touched: plan.orders.values().collect(),
+        traces: BTreeMap::new(),
+        plan: &plan,
+        recording: &recording,
+        fresh: &Fresh::default(),
+        parked: Vec::new(),
+    };
+    follow_through(conn, intake).await?;
+    Ok(plan.orders.len())
+}
+
+/// What a catch-up did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CaughtUp {
+    /// Orders recomputed.
+    pub orders: u64,
+    /// Refund intents that did not exist before.
+    pub intents_minted: u64,
+}
+
+/// Catches up every order changed since `since` (the rollout window's
+/// start), a page per transaction, in reference order.
+pub async fn changed_since(db: &Pooled, since: OffsetDateTime) -> Result<CaughtUp, EffectError> {
+    pages(db, Selection::ChangedSince(since)).await
+}
+
+/// Catches up every order with a captured payment owed back (flagged
+/// `needs_refund` or `amount_mismatch`, its amount known) that has no
+/// refund intent, a page per transaction.
+pub async fn owed_without_intent(db: &Pooled) -> Result<CaughtUp, EffectError> {
+    pages(db, Selection::OwedWithoutIntent).await
+}
+
+/// Which orders a catch-up pages through.
+#[derive(Debug, Clone, Copy)]
+enum Selection {
+    ChangedSince(OffsetDateTime),
+    OwedWithoutIntent,
+}
+
+impl Selection {
+    /// The next page's references, after `after`.
+    async fn page(self, conn: &mut PgConnection, after: &str) -> Result<Vec<String>, sqlx::Error> {
+        match self {
+            Selection::ChangedSince(since) => {
+                reads::orders_changed_since(conn, since, after, PAGE).await
+            }
+            Selection::OwedWithoutIntent => {
+                refund_intents::orders_owing_without_intent(conn, after, PAGE).await
+            }
+        }
+    }
+}
+
+/// Pages through the orders `selection` names, catching each page up in
+/// its own transaction; a page shorter than [`PAGE`] is the last.
+async fn pages(db: &Pooled, selection: Selection) -> Result<CaughtUp, EffectError> {
+    let mut done = CaughtUp::default();
+    let mut after = String::new();
+    loop {
+        let mut tx = db.begin().await?;
+        let refs = selection.page(&mut tx, &after).await?;
+        let Some(last) = refs.last().cloned() else {
+            tx.commit().await?;
+            return Ok(done);
+        };
+        let before = refund_intents::count(&mut tx).await?;
+        let found = Ledger::default()
+            .apply(&mut tx, CatchUp { order_refs: &refs })
+            .await?;
+        let minted = refund_intents::count(&mut tx).await?.saturating_sub(before);
+        tx.commit().await?;
+        done.orders += found as u64;
+        done.intents_minted += u64::try_from(minted).unwrap_or(0);
+        if (refs.len() as i64) < PAGE {
+            return Ok(done);
+        }
+        after = last;
+    }
+}
+
+/// Every few seconds, mints the refund intents of owed payments that have
+/// none (an older release's binary recorded them during a roll), by
+/// catching their orders up. Safe in every worker at once: the orders'
+/// locks serialise them, and a second catch-up writes nothing new.
+pub async fn run_sweep(db: Pooled, stop: Shutdown) {
+    let db = &db;
+    Periodic::every("refund-intent sweep", SWEEP_EVERY)
+        .jitter(SWEEP_EVERY / 5)
+        .first_after_a_pause()
+        .logs(
+            "sweeping for owed payments without a refund intent failed; will retry",
+            "owed payments are swept again",
+        )
+        .run(&stop, move || async move {
+            let done = owed_without_intent(db).await?;
+            if done.orders > 0 {
+                tracing::warn!(
+                    orders = done.orders,
+                    intents_minted = done.intents_minted,
+                    "owed payments had no refund intent (recorded by an older release?): caught up"
+                );
+                metrics::counter!("oncehook_refund_intents_swept_total")
+                    .increment(done.intents_minted);
+            }
+            Ok::<_, EffectError>(Next::Pause)
+        })
+        .await;
+}
