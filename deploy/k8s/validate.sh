@@ -40,6 +40,9 @@ else
   say "no kubectl or kustomize: validating the ${#files[@]} files the kustomization lists, one by one"
 fi
 
+# Applied by hand after a roll, not through the kustomization (see the file).
+files+=("$HERE/migrate-finish-job.yaml")
+
 status=0
 for v in $VERSIONS; do
   report=$("$validator" --strict -k "$v" "${files[@]}" 2>&1) || status=1
