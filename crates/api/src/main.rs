@@ -7,6 +7,8 @@ use oncehook_common::{Config, telemetry};
 
 #[actix_web::main]
 async fn main() -> anyhow::Result<()> {
+    // `--version` / `-V` answers before any configuration is read.
+    oncehook_common::build::exit_on_version_flag(env!("CARGO_BIN_NAME"));
     let settings = Config::load().context("reading configuration")?.into_api();
     let traces = telemetry::init_logging(&settings.telemetry, "oncehook-api");
     let metrics = telemetry::init_metrics().map_err(anyhow::Error::msg)?;

@@ -6,7 +6,8 @@
 //! IDs), the consume loop that owns every delivery (`consume`:
 //! handlers return a verdict, the loop settles it), the one `RetryPolicy`
 //! every backoff reads, the one helper every periodic task runs on
-//! (`periodic`), the one `Retry-After` parser (`retry_after`), telemetry (logs and metrics), graceful shutdown and —
+//! (`periodic`), the one `Retry-After` parser (`retry_after`), telemetry (logs and metrics), the
+//! release and commit a binary was built as (`build`), graceful shutdown and —
 //! with the `db` feature — the Postgres pool, migrations, the consumers'
 //! session (`consume::session`), the one outbox relay (`relay`) and the
 //! `store` (the SQL of each table).
@@ -16,6 +17,7 @@
 pub mod amqp;
 pub mod broker;
 pub mod broker_nodes;
+pub mod build;
 pub mod config;
 pub mod consume;
 #[cfg(feature = "db")]

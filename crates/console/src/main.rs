@@ -51,6 +51,8 @@ fn security_headers() -> DefaultHeaders {
 
 #[actix_web::main]
 async fn main() -> anyhow::Result<()> {
+    // `--version` / `-V` answers before any configuration is read.
+    oncehook_common::build::exit_on_version_flag(env!("CARGO_BIN_NAME"));
     let settings = Config::load().context("reading configuration")?;
     let traces = telemetry::init_logging(&settings.telemetry, "oncehook-console");
     let console = settings.console.clone();

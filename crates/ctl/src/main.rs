@@ -17,7 +17,7 @@ use oncehook_ops::{
 #[derive(Parser)]
 #[command(
     name = "oncehookctl",
-    version,
+    version = oncehook_common::build::version_text(),
     about = "Operate oncehook: migrations, demo data, signed test events, dead letters, tracing, retention, stats"
 )]
 struct Cli {

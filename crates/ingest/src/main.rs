@@ -8,6 +8,8 @@ use oncehook_ingest::startup::Application;
 
 #[actix_web::main]
 async fn main() -> anyhow::Result<()> {
+    // `--version` / `-V` answers before any configuration is read.
+    oncehook_common::build::exit_on_version_flag(env!("CARGO_BIN_NAME"));
     let settings = Config::load()
         .context("reading configuration")?
         .into_ingest()

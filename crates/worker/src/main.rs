@@ -19,6 +19,8 @@ mod retention;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // `--version` / `-V` answers before any configuration is read.
+    oncehook_common::build::exit_on_version_flag(env!("CARGO_BIN_NAME"));
     let config = Config::load().context("reading configuration")?;
     // The sources ingest publishes for: their counters start at zero.
     let sources: Vec<String> = config

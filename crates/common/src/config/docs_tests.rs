@@ -139,6 +139,9 @@ fn the_document_names_no_variable_the_code_does_not_read() {
     known.insert(ENV_CONFIG);
     // A retired variable is read only to be refused; the document says so.
     known.extend(keys::RETIRED.iter().map(|k| k.env));
+    // Read when the binaries are built, not at run time ("Releases and
+    // versions").
+    known.insert(crate::build::COMMIT_VAR);
     let named: BTreeSet<&str> = DOC
         .match_indices("ONCEHOOK_")
         .map(|(at, _)| {

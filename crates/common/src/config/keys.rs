@@ -79,7 +79,7 @@ pub(super) struct Retired {
 pub(super) const RETIRED: &[Retired] = &[Retired {
     env: "ONCEHOOK_WORKER_BATCH_LINGER_MS",
     path: "worker.batch.linger_ms",
-    removed_in: "0.1.0",
+    removed_in: "0.5.0",
     instead: "delete it: no delivery waits for a group to fill (a free committer takes what is in flight at once), and `worker.batch.size` alone sizes the groups",
 }];
 

@@ -52,7 +52,7 @@ fn batches_are_bounded_and_default_to_eight_deliveries() {
 #[test]
 fn the_retired_linger_is_refused_by_name_with_its_release() {
     let expected =
-        "worker.batch.linger_ms (ONCEHOOK_WORKER_BATCH_LINGER_MS) was removed in oncehook 0.1.0";
+        "worker.batch.linger_ms (ONCEHOOK_WORKER_BATCH_LINGER_MS) was removed in oncehook 0.5.0";
     for text in [
         refused_env(&[("ONCEHOOK_WORKER_BATCH_LINGER_MS", "2")]),
         refused("[worker.batch]\nsize = 8\nlinger_ms = 2\n", &[]),
