@@ -1,8 +1,8 @@
 //! The Prometheus endpoints of every process after traffic (what each
 //! counted of it, the documented metrics, refusals and dead-letter kinds
-//! counted from zero, only the load balancer's check on ingest's public
-//! port), and the queue gauges: a queue deleted under the worker does not
-//! stop the outbox relay.
+//! counted from zero, the release each runs in `oncehook_build_info`, only
+//! the load balancer's check on ingest's public port), and the queue
+//! gauges: a queue deleted under the worker does not stop the outbox relay.
 
 use std::time::Duration;
 
@@ -65,6 +65,7 @@ async fn metrics_endpoints_expose_the_documented_metrics_after_traffic() {
         has(&body, "oncehook_ingest_request_duration_seconds_bucket"),
         "{body}"
     );
+    assert_names_the_release(&body);
     assert_eq!(
         sample(
             &body,
@@ -101,6 +102,7 @@ async fn metrics_endpoints_expose_the_documented_metrics_after_traffic() {
         "every gateway's dead letters are counted from zero:\n{body}"
     );
     assert_counts_every_kind_from_zero(&body, Writer::Worker);
+    assert_names_the_release(&body);
 
     // The mailer counted every email it sent.
     let sent = shop::emails(&env.pool, "order_metrics").await.len() as f64;
@@ -109,6 +111,23 @@ async fn metrics_endpoints_expose_the_documented_metrics_after_traffic() {
     })
     .await;
     assert_counts_every_kind_from_zero(&body, Writer::Mailer);
+    assert_names_the_release(&body);
+}
+
+/// `oncehook_build_info` is 1 under the workspace's version (the e2e
+/// crate's own is `version.workspace = true`) and a commit label.
+fn assert_names_the_release(body: &str) {
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(
+        sample(body, "oncehook_build_info", &[("version", version)]),
+        Some(1.0),
+        "oncehook_build_info{{version=\"{version}\"}} 1:\n{body}"
+    );
+    assert!(
+        body.lines()
+            .any(|l| l.starts_with("oncehook_build_info{") && l.contains("commit=\"")),
+        "oncehook_build_info has a commit label:\n{body}"
+    );
 }
 
 /// The value of the sample of `name` whose labels include every one of

@@ -206,5 +206,12 @@ pub fn init_metrics() -> Result<PrometheusHandle, String> {
         .map_err(|e| e.to_string())?;
     // Spans a failed export lost (`otel`), at zero from the start.
     metrics::counter!("oncehook_telemetry_spans_dropped_total").absolute(0);
+    // Which release (and commit, when the build was told) is running, once.
+    metrics::gauge!(
+        "oncehook_build_info",
+        "version" => crate::build::VERSION,
+        "commit" => crate::build::COMMIT,
+    )
+    .set(1.0);
     Ok(handle)
 }
