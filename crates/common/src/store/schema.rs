@@ -20,7 +20,7 @@ pub static MIGRATOR: Migrator = sqlx::migrate!("../../migrations");
 pub static CONTRACT: Migrator = sqlx::migrate!("../../migrations/contract");
 
 /// This release, as `schema_rollouts.release` names it.
-const RELEASE: &str = env!("CARGO_PKG_VERSION");
+const RELEASE: &str = crate::build::VERSION;
 
 /// Migrations whose text changed after a release applied them, each with
 /// the SHA-384 of the text that release applied: a database that ran it is
