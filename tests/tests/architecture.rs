@@ -38,9 +38,11 @@ fn crate_sources() -> Vec<(String, String)> {
         // A crate's own integration tests (crates/*/tests/) are not its
         // production code: their fixtures may spell SQL.
         .filter(|path| {
-            !path
-                .strip_prefix(root().join("crates"))
-                .is_ok_and(|rel| rel.components().nth(1).is_some_and(|c| c.as_os_str() == "tests"))
+            !path.strip_prefix(root().join("crates")).is_ok_and(|rel| {
+                rel.components()
+                    .nth(1)
+                    .is_some_and(|c| c.as_os_str() == "tests")
+            })
         })
         .map(|path| {
             let rel = path
