@@ -69,10 +69,15 @@ k8s-validate: tools
 compose-test:
 	bash deploy/compose/test.sh
 
-## lint: formatting and clippy, warnings are errors
+## lint: formatting and clippy, warnings are errors; the migrations follow the two-step rules
+## (docs/migrations.md: expand only adds, no lock the running system queues behind)
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	# --workspace: built with the workspace's features, as `make test` builds
+	# it (with -p alone cargo would build oncehook-common's dependencies a
+	# second time, with other features).
+	$(CARGO) test --workspace --test migration_rules
 
 fmt:
 	$(CARGO) fmt --all
