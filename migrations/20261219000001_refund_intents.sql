@@ -7,6 +7,11 @@
 -- refunder sends approved intents through the gateway with that id as its
 -- idempotency key; the refund fact (its webhook, a reconciliation answer or
 -- the refunder's own answer) settles the intent through the books.
+-- The foreign key to `orders` locks it (SHARE ROW EXCLUSIVE) for a moment:
+-- never longer than this, behind a running release's transactions (a
+-- migration that times out is run again). Added after release 0.5.0
+-- applied this file: store::schema recognises that text.
+SET LOCAL lock_timeout = '5s';
 CREATE TABLE refund_intents (
     id                text        PRIMARY KEY,
     order_id          bigint      NOT NULL REFERENCES orders (id),

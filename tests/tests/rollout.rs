@@ -331,6 +331,10 @@ async fn a_database_that_ran_release_0_5_0_is_recognised() {
             20261218000001,
             "15e657218a658d41804b735af8c117f6d07ef0d804ca46083cc37e6b42047f7e0dc789160212bc3ca7a9f086361105c2",
         ),
+        (
+            20261219000001,
+            "18f3fe25f16e619a56d217510c38d598e37a9a16ecbb7d532e13b63eb0e919b6151888fd303c24faf2cf23ee087645c3",
+        ),
     ];
     for (version, checksum) in released {
         sqlx::query("UPDATE _sqlx_migrations SET checksum = decode($2, 'hex') WHERE version = $1")
@@ -357,16 +361,17 @@ async fn a_database_that_ran_release_0_5_0_is_recognised() {
     assert!(expanded["window_since"].is_string(), "{expanded}");
     let recognised: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM _sqlx_migrations
-         WHERE version IN (20261216000001, 20261217000001, 20261218000001)
-           AND encode(checksum, 'hex') NOT IN ($1, $2, $3)",
+         WHERE version IN (20261216000001, 20261217000001, 20261218000001, 20261219000001)
+           AND encode(checksum, 'hex') NOT IN ($1, $2, $3, $4)",
     )
     .bind(released[0].1)
     .bind(released[1].1)
     .bind(released[2].1)
+    .bind(released[3].1)
     .fetch_one(&env.pool)
     .await
     .expect("checksums");
-    assert_eq!(recognised, 3, "the checksums are this release's texts'");
+    assert_eq!(recognised, 4, "the checksums are this release's texts'");
     assert_eq!(triggers(&env.pool).await, 5, "made again for the window");
     let finished = ctl_json(&env, &["migrate", "--finish", "--json"]).await;
     assert_eq!(finished["status"], "finished", "{finished}");

@@ -29,8 +29,10 @@ const RELEASE: &str = crate::build::VERSION;
 /// statement of the new text is `IF NOT EXISTS` or a setting). Release
 /// 0.5.0 dropped the touch triggers, foreign keys and an index in the
 /// expand step, and built two indexes under a lock that stopped writes; the
-/// drops moved to the contract step and the builds became `CONCURRENTLY`.
-const REWRITTEN: [(i64, &str); 3] = [
+/// drops moved to the contract step and the builds became `CONCURRENTLY`
+/// (and the refund intents' table, whose foreign key locks `orders`, got a
+/// lock timeout).
+const REWRITTEN: [(i64, &str); 4] = [
     (
         20261216000001,
         "31d3ad3b30b2a86fbe87d00c9fc141f296a842d3e5b5cfac53bde4c5a82b8ecb3035f7517144f1120f0d907679f5b312",
@@ -42,6 +44,10 @@ const REWRITTEN: [(i64, &str); 3] = [
     (
         20261218000001,
         "15e657218a658d41804b735af8c117f6d07ef0d804ca46083cc37e6b42047f7e0dc789160212bc3ca7a9f086361105c2",
+    ),
+    (
+        20261219000001,
+        "18f3fe25f16e619a56d217510c38d598e37a9a16ecbb7d532e13b63eb0e919b6151888fd303c24faf2cf23ee087645c3",
     ),
 ];
 
