@@ -115,13 +115,13 @@ confluence: services
 	@tail -n 1 target/confluence-report.md
 
 ## upgrade-test: the previous release (FROM=<rev>, default the last tag before HEAD, else 7a6b34a) built
-## from git into target/releases/ and rolled to this checkout under load as docs/operations.md says
+## from git into target/releases/ and rolled to this checkout (or TO=<rev>, built the same way) under load as docs/operations.md says
 ## (migrate, each binary replaced, migrate --finish), then rolled back and forward again; checks the
 ## books, the order events, versions, updated_after and refund intents. About 6 minutes a scenario
 ## (SCENARIO=upgrade|rollback for one); not in `make test`. Run it before a release and whenever
 ## migrations/ changes (docs/reliability.md, "Upgrade test").
 upgrade-test: services
-	FROM="$(FROM)" SCENARIO="$(SCENARIO)" bash deploy/local/upgrade-test.sh
+	FROM="$(FROM)" TO="$(TO)" SCENARIO="$(SCENARIO)" bash deploy/local/upgrade-test.sh
 
 ## bench: release binaries; ingest, broker and worker throughput as ratios to ceilings measured in the same run
 bench: services
