@@ -126,6 +126,9 @@ pub enum Fault {
     /// The real answer once the test opens the gate ([`Gate::open`]); as
     /// with [`Fault::Slow`], a refund asked is made at once.
     Gated(Gate),
+    /// This status and a small error body once the test opens the gate
+    /// (a gateway failing slowly); the gateway did nothing.
+    HeldStatus(Gate, u16),
     /// The request takes effect (a refund is made) and its answer is lost:
     /// this status and a small error body instead.
     Lost(u16),
@@ -374,7 +377,10 @@ async fn serve(
                 json!({"error": {"code": "BAD_REQUEST_ERROR", "description": "Authentication failed"}}),
                 None,
             )
-        } else if matches!(fault, Some(Fault::Status(_) | Fault::RateLimited(_))) {
+        } else if matches!(
+            fault,
+            Some(Fault::Status(_) | Fault::HeldStatus(..) | Fault::RateLimited(_))
+        ) {
             // The gateway failed before doing anything: the fault answers.
             (500, json!({}), None)
         } else {
@@ -386,6 +392,11 @@ async fn serve(
     let (mut status, mut body, mut retry_after) = answer;
     match fault {
         Some(Fault::Status(code) | Fault::Lost(code)) => {
+            status = code;
+            body = json!({"error": {"code": "SERVER_ERROR", "description": "stand-in fault"}});
+        }
+        Some(Fault::HeldStatus(gate, code)) => {
+            gate.passed().await;
             status = code;
             body = json!({"error": {"code": "SERVER_ERROR", "description": "stand-in fault"}});
         }

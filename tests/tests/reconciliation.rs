@@ -2,13 +2,16 @@
 //! a stand-in for each gateway's API (`support::gateway_api`): what the
 //! gateway knows and no webhook brought is applied once, through the same
 //! ledger; a late webhook, a second pass or a second worker change
-//! nothing; faults of the API cost a metric and a retry, never a crash.
+//! nothing; faults of the API cost a metric and a retry, never a crash; a
+//! source that fails mid-pass is given up for the rest of the pass, its
+//! order is asked again by the next one, and what another source found in
+//! that pass is applied without waiting for it to end.
 
 use std::time::Duration;
 
 use oncehook_e2e::gateway_api::{
-    Fault, GatewayApi, backdate_orders, reconcile_every_second, reconcile_passes,
-    register_gateway_ref, shapes,
+    Fault, Gate, GatewayApi, backdate_orders, reconcile_every_second, reconcile_passes,
+    register_gateway_ref, shapes, wait_more_reconcile_passes,
 };
 use oncehook_e2e::metrics::{scrape, series};
 use oncehook_e2e::ops::{ctl_json, dead_queue};
@@ -588,4 +591,297 @@ async fn api_faults_cost_a_metric_and_a_retry_and_the_order_settles_when_the_api
     );
     assert_eq!(emails(&env.pool, "rc_fault_1").await.len(), 1);
     assert_eq!(stock(&env.pool, "SKU_rc_fault_1").await, 9);
+}
+
+/// Passes every second over paid orders only (a pending order is younger
+/// than `after` here), each paid order asked about at most once an hour,
+/// and calls that wait as long as a test holds an answer back.
+fn reconcile_paid_orders(env: &mut TestEnv, apis: &[&GatewayApi]) {
+    reconcile_often(env, apis);
+    env.set_env("ONCEHOOK_RECONCILE_AFTER", "1h");
+    env.set_env("ONCEHOOK_RECONCILE_PAID_INTERVAL", "1h");
+    env.set_env("ONCEHOOK_RECONCILE_TIMEOUT", "30s");
+}
+
+/// Makes an order paid `minutes` ago: due on the paid schedule (asked at
+/// most once an hour) from the next pass on.
+async fn paid_minutes_ago(env: &TestEnv, order_ref: &str, minutes: i32) {
+    sqlx::query(
+        "UPDATE orders SET paid_at = now() - make_interval(mins => $2) WHERE order_ref = $1",
+    )
+    .bind(order_ref)
+    .bind(minutes)
+    .execute(&env.pool)
+    .await
+    .expect("backdate paid_at");
+}
+
+/// Waits until `order_ref`'s status is `status`.
+async fn wait_status(env: &TestEnv, order_ref: &str, status: &str) {
+    eventually(&format!("{order_ref} {status}"), WAIT, || async {
+        (order_status(&env.pool, order_ref).await == status).then_some(())
+    })
+    .await;
+}
+
+/// Pays `order_ref` by the webhook of Razorpay's order `order_{tag}`
+/// (payment `pay_{tag}`, 500.00), then lets Razorpay know its refund
+/// `rfnd_{tag}` of `refund_minor`, whose webhook never comes.
+async fn refunded_at_razorpay(
+    env: &TestEnv,
+    p: &oncehook_e2e::Pipeline,
+    rzp: &GatewayApi,
+    order_ref: &str,
+    tag: &str,
+    refund_minor: i64,
+) {
+    let (rzp_order, payment) = (format!("order_{tag}"), format!("pay_{tag}"));
+    gateway_ref(env, order_ref, "razorpay", &rzp_order).await;
+    env.post_ok(
+        &p.url,
+        "razorpay",
+        &env.captured(&rzp_order, &payment, &format!("evt_{tag}")),
+    )
+    .await;
+    wait_paid_and_mailed(&env.pool, order_ref).await;
+    rzp.add(
+        &format!("/v1/orders/{rzp_order}/payments"),
+        shapes::razorpay_payment(&payment, &rzp_order, "captured", 50_000, "g@example.com"),
+    );
+    rzp.add(
+        &format!("/v1/payments/{payment}/refunds"),
+        shapes::razorpay_refund(&format!("rfnd_{tag}"), &payment, refund_minor),
+    );
+}
+
+/// Razorpay's API fails while a pass asks about the first of two paid
+/// orders: its four attempts (the retry policy's) and not one call more in
+/// that pass — neither that order's refunds nor the other order — and
+/// the pass ends; the order none of whose calls was answered is not marked
+/// as asked, so the very next pass asks it first (not `paid_interval`
+/// later), and finds both refunds.
+#[tokio::test]
+async fn a_source_failing_mid_pass_gets_no_call_after_its_retries_and_its_order_is_asked_on_the_very_next_pass()
+ {
+    let mut env = TestEnv::new().await;
+    let rzp = GatewayApi::start(Gateway::Razorpay).await;
+    Shop::mugs(10, &["rc_give_1", "rc_give_2"])
+        .seed(&env.pool)
+        .await;
+    reconcile_paid_orders(&mut env, &[&rzp]);
+    let p = env.pipeline().await;
+    let metrics = p.worker().metrics_url().to_owned();
+    refunded_at_razorpay(&env, &p, &rzp, "rc_give_1", "RCgive1", 50_000).await;
+    refunded_at_razorpay(&env, &p, &rzp, "rc_give_2", "RCgive2", 50_000).await;
+    assert_eq!(
+        rzp.call_count(),
+        0,
+        "nothing asked before the orders are due"
+    );
+
+    // The first attempt fails once the test has counted the passes, the
+    // three retries fail at once, and whatever is asked next is held.
+    let (first, next) = (Gate::default(), Gate::default());
+    rzp.faults(&[
+        Fault::HeldStatus(first.clone(), 500),
+        Fault::Status(500),
+        Fault::Status(500),
+        Fault::Status(500),
+        Fault::Gated(next.clone()),
+    ]);
+    paid_minutes_ago(&env, "rc_give_1", 120).await;
+    paid_minutes_ago(&env, "rc_give_2", 119).await;
+    rzp.wait_calls_over(0).await;
+    let during = passes(&metrics).await;
+    first.open();
+    rzp.wait_calls_over(4).await;
+    let after_retries = passes(&metrics).await;
+    let calls = rzp.calls();
+    let payments_1 = "GET /v1/orders/order_RCgive1/payments";
+    assert_eq!(
+        calls[..4],
+        [payments_1; 4],
+        "the first order's payments, tried four times"
+    );
+    assert_eq!(
+        after_retries,
+        during + 1.0,
+        "the pass gave Razorpay up after the retries and ended: the call after them came from the next pass ({calls:?})"
+    );
+    assert_eq!(
+        calls[4], payments_1,
+        "the order whose calls failed is not marked asked: the very next pass asks it first ({calls:?})"
+    );
+
+    next.open();
+    wait_status(&env, "rc_give_1", "refunded").await;
+    wait_status(&env, "rc_give_2", "refunded").await;
+    eventually("the next pass ended", WAIT, || async {
+        (passes(&metrics).await >= during + 2.0).then_some(())
+    })
+    .await;
+    let calls = rzp.calls();
+    assert_eq!(
+        calls[5..],
+        [
+            "GET /v1/payments/pay_RCgive1/refunds",
+            "GET /v1/orders/order_RCgive2/payments",
+            "GET /v1/payments/pay_RCgive2/refunds",
+        ],
+        "the next pass asked both orders in full: {calls:?}"
+    );
+    // Both were answered in full by then: marked, not asked again within
+    // the hour.
+    wait_more_reconcile_passes(&metrics, "completed", 2.0).await;
+    assert_eq!(rzp.call_count(), calls.len(), "{:?}", rzp.calls());
+    env.wait_events_drained().await;
+    for order_ref in ["rc_give_1", "rc_give_2"] {
+        assert_eq!(
+            emails(&env.pool, order_ref).await.len(),
+            2,
+            "{order_ref}: a confirmation and one refund email"
+        );
+    }
+}
+
+/// A fact found is published when it is found: while Razorpay's API holds
+/// a pass with an answer that comes late and fails, the refund Cashfree
+/// answered in the same pass is applied before that pass ends. The
+/// Cashfree order, answered in full, is marked asked; the Razorpay one is
+/// asked again by the next pass, which finds its refund.
+#[tokio::test]
+async fn a_fact_found_is_applied_before_the_pass_ends_while_another_source_fails() {
+    let mut env = TestEnv::new().await;
+    let rzp = GatewayApi::start(Gateway::Razorpay).await;
+    let cf = GatewayApi::start(Gateway::Cashfree).await;
+    Shop::mugs(10, &["rc_mid_rzp", "rc_mid_cf"])
+        .seed(&env.pool)
+        .await;
+    reconcile_paid_orders(&mut env, &[&rzp, &cf]);
+    let p = env.pipeline().await;
+    let metrics = p.worker().metrics_url().to_owned();
+    refunded_at_razorpay(&env, &p, &rzp, "rc_mid_rzp", "RCmid1", 50_000).await;
+    let success = env.sign(
+        Gateway::Cashfree,
+        "PAYMENT_SUCCESS_WEBHOOK",
+        &env.spec("rc_mid_cf", "9301", "cfevt_RCmid", 50_000),
+    );
+    env.post_ok(&p.url, "cashfree", &success).await;
+    wait_paid_and_mailed(&env.pool, "rc_mid_cf").await;
+    cf.add(
+        "/pg/orders/rc_mid_cf/refunds",
+        shapes::cashfree_refund(9301, "rf_RCmid", "rc_mid_cf", 125.5),
+    );
+
+    let failing = Gate::default();
+    rzp.faults(&[
+        Fault::HeldStatus(failing.clone(), 500),
+        Fault::Status(500),
+        Fault::Status(500),
+        Fault::Status(500),
+    ]);
+    paid_minutes_ago(&env, "rc_mid_rzp", 120).await;
+    paid_minutes_ago(&env, "rc_mid_cf", 120).await;
+    rzp.wait_calls_over(0).await;
+    let during = passes(&metrics).await;
+    eventually(
+        "Cashfree's refund applied while Razorpay holds the pass",
+        WAIT,
+        || async {
+            (order_status(&env.pool, "rc_mid_cf").await == "partially_refunded").then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        passes(&metrics).await,
+        during,
+        "applied before the pass that found it ended"
+    );
+    assert_eq!(rzp.call_count(), 1, "Razorpay's first answer still held");
+
+    failing.open();
+    eventually("the failing pass ended", WAIT, || async {
+        (passes(&metrics).await > during).then_some(())
+    })
+    .await;
+    let cf_calls = cf.calls();
+    assert_eq!(
+        cf_calls,
+        [
+            "GET /pg/orders/rc_mid_cf/payments",
+            "GET /pg/orders/rc_mid_cf/refunds"
+        ],
+        "Cashfree was asked once"
+    );
+    assert_eq!(
+        order_status(&env.pool, "rc_mid_rzp").await,
+        "paid",
+        "nothing found at Razorpay yet"
+    );
+    wait_status(&env, "rc_mid_rzp", "refunded").await;
+    wait_more_reconcile_passes(&metrics, "completed", 1.0).await;
+    assert_eq!(
+        cf.calls(),
+        cf_calls,
+        "the Cashfree order, answered in full, was marked asked"
+    );
+    env.wait_events_drained().await;
+    assert_eq!(emails(&env.pool, "rc_mid_cf").await.len(), 2);
+    assert_eq!(emails(&env.pool, "rc_mid_rzp").await.len(), 2);
+}
+
+/// A call refused for its own sake (a 4xx that is not the gateway's "no
+/// such id") is that call's trouble, not the source's: the source is asked
+/// on in the same pass (that order's refunds, the other order), but the
+/// order one of whose calls went unanswered is not marked as asked, so the
+/// very next pass asks it again — and only it (both orders stay
+/// `partially_refunded`, in the paid window: only the mark keeps one out).
+#[tokio::test]
+async fn an_order_with_a_call_unanswered_is_asked_again_on_the_very_next_pass() {
+    let mut env = TestEnv::new().await;
+    let rzp = GatewayApi::start(Gateway::Razorpay).await;
+    Shop::mugs(10, &["rc_part_1", "rc_part_2"])
+        .seed(&env.pool)
+        .await;
+    reconcile_paid_orders(&mut env, &[&rzp]);
+    let p = env.pipeline().await;
+    let metrics = p.worker().metrics_url().to_owned();
+    refunded_at_razorpay(&env, &p, &rzp, "rc_part_1", "RCpart1", 10_000).await;
+    refunded_at_razorpay(&env, &p, &rzp, "rc_part_2", "RCpart2", 10_000).await;
+
+    rzp.faults(&[Fault::Status(400)]);
+    paid_minutes_ago(&env, "rc_part_1", 120).await;
+    paid_minutes_ago(&env, "rc_part_2", 119).await;
+    rzp.wait_calls_over(0).await;
+    // The pass under way (or just ended) and two more: the next one asks
+    // the unanswered order again, the one after asks nothing.
+    let first = passes(&metrics).await;
+    eventually("three passes", WAIT, || async {
+        (passes(&metrics).await >= first + 3.0).then_some(())
+    })
+    .await;
+    assert_eq!(
+        rzp.calls(),
+        [
+            "GET /v1/orders/order_RCpart1/payments",
+            "GET /v1/payments/pay_RCpart1/refunds",
+            "GET /v1/orders/order_RCpart2/payments",
+            "GET /v1/payments/pay_RCpart2/refunds",
+            "GET /v1/orders/order_RCpart1/payments",
+            "GET /v1/payments/pay_RCpart1/refunds",
+        ],
+        "one pass asked both orders in full despite the refused call, the next asked rc_part_1 again"
+    );
+    wait_status(&env, "rc_part_1", "partially_refunded").await;
+    wait_status(&env, "rc_part_2", "partially_refunded").await;
+    let text = scrape(&metrics).await;
+    assert_eq!(
+        series(
+            &text,
+            "oncehook_reconcile_api_errors_total",
+            &[("source", "razorpay"), ("status", "400")]
+        ),
+        1.0,
+        "refused once, not retried: {text}"
+    );
 }

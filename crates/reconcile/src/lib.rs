@@ -9,7 +9,8 @@
 //!
 //! The rooms, in the order a pass meets them: `schedule` (the worker's
 //! task: the lock, the interval) → `run` (one pass: orders in scope, one
-//! task per source, the ledger's view of what was found, publishing) →
+//! task per source, a failing source given up, each answer looked up in
+//! the ledger and its new facts published as it comes) →
 //! `ask` (which source to ask about an order; pure) → `limits` (the run's
 //! budget, a source's pace, retries) → `client` (the HTTP call and its
 //! answer) → `publish` (the envelopes, with confirms); `report` is what a

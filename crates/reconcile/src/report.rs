@@ -75,9 +75,11 @@ pub struct SourceReport {
     /// Every call answered.
     pub ok: bool,
     /// Why the source was given up before its list was done (refused
-    /// credentials, the run's budget spent).
+    /// credentials, a call still failing after its retries, the run's
+    /// budget spent): nothing more was asked of it in the pass.
     pub stopped: Option<String>,
-    /// The orders it did not get to (asked first next run).
+    /// The orders it did not get to, or did not answer every call about:
+    /// not marked as asked, so the next run asks them first.
     pub not_asked: Vec<String>,
 }
 
@@ -183,9 +185,12 @@ impl fmt::Display for Report {
                 s.calls.len()
             )?;
             if let Some(why) = &s.stopped {
+                writeln!(f, "  stopped: {why}")?;
+            }
+            if !s.not_asked.is_empty() {
                 writeln!(
                     f,
-                    "  stopped: {why}; {} order(s) not asked: {}",
+                    "  {} order(s) not answered in full (asked first next run): {}",
                     s.not_asked.len(),
                     s.not_asked.join(", ")
                 )?;

@@ -1,7 +1,17 @@
 //! One reconciliation pass: take the orders in scope, ask each source
 //! about them (every source on its own task, within the run's budget and
-//! its own pace), look up which of the facts found the ledger has already,
-//! publish the new ones, and report what each gateway answered.
+//! its own pace), and settle each answer as it comes: the gateway
+//! references it found registered, the facts it found looked up in the
+//! ledger and the new ones published at once — so a source that is slow
+//! or failing delays no other source's findings. Then mark as asked the
+//! orders every call about which was answered, and report what each
+//! gateway answered.
+//!
+//! A source whose call still fails after its retries (a 5xx, a timeout, a
+//! lost connection, a 429 that outlasts its waits), or that refuses the
+//! credentials, is given up for the rest of the pass: no more calls to it;
+//! the order it was asking about and those it did not reach stay unmarked,
+//! so the next pass asks them first.
 //!
 //! The facts found are keyed as the ledger keys them (an attempt by
 //! gateway, payment and status; a refund by its id — the gateways crate's
@@ -9,7 +19,7 @@
 //! in a run (a Stripe event and the intent it is about) is published once,
 //! and one the ledger has is never published again.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +32,7 @@ use oncehook_gateways::{Fact, NormalizedEvent};
 use oncehook_ledger::store::books::GatewayRef;
 use oncehook_ledger::{EffectError, Known, Ledger};
 use time::OffsetDateTime;
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::ask;
@@ -117,13 +128,12 @@ impl Reconciler {
             Scope::Since(d) => Some(*d),
             Scope::Scheduled => Some(self.config.horizon),
         };
-        let mut reports = self.ask_all(&sources, &orders, since).await;
+        let (reports, published) = self
+            .ask_and_settle(&sources, &orders, since, dry_run)
+            .await?;
         if !dry_run {
-            self.register_refs(&reports).await?;
-        }
-        let published = self.settle(&mut reports, dry_run).await?;
-        if !dry_run {
-            // An order a source did not get to waits at the front of the line.
+            // An order a source did not get to, or did not answer every
+            // call about, is not marked: it waits at the front of the line.
             let skipped: BTreeSet<&str> = reports
                 .iter()
                 .flat_map(|r| r.not_asked.iter().map(String::as_str))
@@ -183,194 +193,267 @@ impl Reconciler {
         }
     }
 
-    /// Asks every source about its orders, each on its own task.
-    async fn ask_all(
+    /// Asks every source about its orders, each on its own task, and
+    /// settles each call's answer as it arrives (`Settle`); returns each
+    /// source's report, in the order of `sources`, and how many facts were
+    /// published. A database or broker failure ends the pass at once (the
+    /// tasks still asking are dropped with it).
+    async fn ask_and_settle(
         &self,
         sources: &[ApiSource],
         orders: &[DueOrder],
         since: Option<Duration>,
-    ) -> Vec<SourceReport> {
+        dry_run: bool,
+    ) -> Result<(Vec<SourceReport>, usize), RunError> {
         let budget = Arc::new(Budget::new(self.config.calls_per_run));
+        let (answers, mut answered) = mpsc::unbounded_channel::<(usize, CallReport)>();
         let mut tasks = JoinSet::new();
+        let mut lists: Vec<Vec<String>> = Vec::with_capacity(sources.len());
         for (i, source) in sources.iter().enumerate() {
-            let mut work: Vec<(Option<String>, Vec<Ask>)> = orders
-                .iter()
-                .filter(|o| ask::asks_about(source.gateway, o))
-                .map(|o| (Some(o.order_ref.clone()), ask::asks_for(source.gateway, o)))
-                .filter(|(_, asks)| !asks.is_empty())
-                .collect();
-            // Calls about the whole window rather than one order
-            // (Stripe's undelivered events) go first.
-            if let Some(since) = since {
-                let from = OffsetDateTime::now_utc() - since;
-                let sweep = source.api.sweep(from.unix_timestamp());
-                if !sweep.is_empty() {
-                    work.insert(0, (None, sweep));
-                }
-            }
+            let work = self.work(source, orders, since);
+            lists.push(work.iter().filter_map(|(o, _)| o.clone()).collect());
             let (client, budget, source) = (self.client.clone(), budget.clone(), source.clone());
             let per_second = self.config.calls_per_second;
+            let answers = answers.clone();
             tasks.spawn(async move {
-                (
-                    i,
-                    ask_source(&client, &source, work, &budget, per_second).await,
-                )
+                let send = |call: CallReport| {
+                    // The receiver is gone only when the pass ended early.
+                    let _ = answers.send((i, call));
+                };
+                let report = ask_source(&client, &source, work, &budget, per_second, send).await;
+                (i, report)
             });
         }
-        let mut done: Vec<(usize, SourceReport)> = Vec::new();
+        // Every task holds its own sender: the channel closes when the
+        // last one ends.
+        drop(answers);
+        let mut settle = Settle {
+            reconciler: self,
+            dry_run,
+            seen: BTreeSet::new(),
+            publisher: None,
+            published: 0,
+        };
+        let mut calls: Vec<Vec<CallReport>> = sources.iter().map(|_| Vec::new()).collect();
+        while let Some((i, mut call)) = answered.recv().await {
+            settle.call(&sources[i], &mut call).await?;
+            calls[i].push(call);
+        }
+        let published = settle.published;
+        if let Some(p) = settle.publisher {
+            p.close().await;
+        }
+        let mut reports: Vec<Option<SourceReport>> = sources.iter().map(|_| None).collect();
         while let Some(joined) = tasks.join_next().await {
             match joined {
-                Ok(r) => done.push(r),
+                Ok((i, r)) => reports[i] = Some(r),
                 Err(e) => tracing::error!(error = %e, "a reconciliation task failed"),
             }
         }
-        done.sort_by_key(|(i, _)| *i);
-        done.into_iter().map(|(_, r)| r).collect()
+        let reports = reports
+            .into_iter()
+            .zip(sources)
+            .zip(calls.into_iter().zip(lists))
+            .map(|((report, source), (calls, list))| {
+                // A task that failed answered for none of its orders.
+                let mut report = report.unwrap_or_else(|| SourceReport {
+                    ok: false,
+                    stopped: Some("its task failed".into()),
+                    not_asked: list,
+                    ..SourceReport::new(source)
+                });
+                report.calls = calls;
+                report
+            })
+            .collect();
+        Ok((reports, published))
     }
 
-    /// Registers with their orders the gateway references the answers
-    /// found (Razorpay's orders by receipt), through the ledger, before the
+    /// What a source is asked in a pass: per order, the calls about it;
+    /// calls about the whole window rather than one order (Stripe's
+    /// undelivered events) first.
+    fn work(
+        &self,
+        source: &ApiSource,
+        orders: &[DueOrder],
+        since: Option<Duration>,
+    ) -> Vec<(Option<String>, Vec<Ask>)> {
+        let mut work: Vec<(Option<String>, Vec<Ask>)> = orders
+            .iter()
+            .filter(|o| ask::asks_about(source.gateway, o))
+            .map(|o| (Some(o.order_ref.clone()), ask::asks_for(source.gateway, o)))
+            .filter(|(_, asks)| !asks.is_empty())
+            .collect();
+        if let Some(since) = since {
+            let from = OffsetDateTime::now_utc() - since;
+            let sweep = source.api.sweep(from.unix_timestamp());
+            if !sweep.is_empty() {
+                work.insert(0, (None, sweep));
+            }
+        }
+        work
+    }
+
+    /// Registers with its order the gateway references a call found
+    /// (Razorpay's orders by receipt), through the ledger, before the
     /// facts found under them are published: the worker then places those
     /// facts on the order, and later passes and webhooks find it by them.
     /// If publishing fails afterwards, the reference stays (it is true) and
     /// the next pass asks by it.
-    async fn register_refs(&self, reports: &[SourceReport]) -> Result<(), RunError> {
-        for report in reports {
-            for call in report.calls.iter().filter(|c| !c.refs.is_empty()) {
-                let Some(order_ref) = call.order_ref.as_deref() else {
-                    continue;
-                };
-                let refs: Vec<GatewayRef> = call
-                    .refs
-                    .iter()
-                    .map(|r| GatewayRef {
-                        gateway: report.gateway.clone(),
-                        gateway_ref: r.clone(),
-                    })
-                    .collect();
-                let mut tx = self.pool.begin().await?;
-                let known = Known {
-                    order_ref,
-                    gateway_refs: &refs,
-                };
-                let done = match self.ledger.apply(&mut tx, known).await {
-                    Ok(done) => done,
-                    Err(EffectError::Database(e)) => return Err(RunError::Database(e)),
-                    Err(EffectError::Permanent(e)) => {
-                        return Err(RunError::Ledger(order_ref.to_owned(), e.to_string()));
-                    }
-                };
-                tx.commit().await?;
-                for r in done.refs {
-                    let theirs = r.owner.as_deref().filter(|o| *o != order_ref);
-                    if r.added {
-                        tracing::info!(source = %report.source, %order_ref, gateway_ref = %r.gateway_ref.gateway_ref, applied = done.applied, "gateway reference found by the reconciler registered with its order");
-                    } else if let Some(other) = theirs {
-                        tracing::warn!(source = %report.source, %order_ref, gateway_ref = %r.gateway_ref.gateway_ref, %other, "the gateway's order found for this order is registered for another order; left with it");
-                    }
-                }
+    async fn register_refs(&self, source: &ApiSource, call: &CallReport) -> Result<(), RunError> {
+        let Some(order_ref) = call.order_ref.as_deref() else {
+            return Ok(());
+        };
+        if call.refs.is_empty() {
+            return Ok(());
+        }
+        let refs: Vec<GatewayRef> = call
+            .refs
+            .iter()
+            .map(|r| GatewayRef {
+                gateway: source.gateway.as_str().to_owned(),
+                gateway_ref: r.clone(),
+            })
+            .collect();
+        let mut tx = self.pool.begin().await?;
+        let known = Known {
+            order_ref,
+            gateway_refs: &refs,
+        };
+        let done = match self.ledger.apply(&mut tx, known).await {
+            Ok(done) => done,
+            Err(EffectError::Database(e)) => return Err(RunError::Database(e)),
+            Err(EffectError::Permanent(e)) => {
+                return Err(RunError::Ledger(order_ref.to_owned(), e.to_string()));
+            }
+        };
+        tx.commit().await?;
+        for r in done.refs {
+            let theirs = r.owner.as_deref().filter(|o| *o != order_ref);
+            if r.added {
+                tracing::info!(source = %source.name, %order_ref, gateway_ref = %r.gateway_ref.gateway_ref, applied = done.applied, "gateway reference found by the reconciler registered with its order");
+            } else if let Some(other) = theirs {
+                tracing::warn!(source = %source.name, %order_ref, gateway_ref = %r.gateway_ref.gateway_ref, %other, "the gateway's order found for this order is registered for another order; left with it");
             }
         }
         Ok(())
     }
 
-    /// Decides what each fact found is (recorded already, or missing) and
-    /// publishes the missing ones; returns how many were published.
-    async fn settle(&self, reports: &mut [SourceReport], dry_run: bool) -> Result<usize, RunError> {
-        let mut seen: BTreeSet<FactKey> = BTreeSet::new();
-        let mut found: Vec<(usize, usize, NormalizedEvent, FactKey)> = Vec::new();
-        for (s, report) in reports.iter_mut().enumerate() {
-            let relevant = self.relevant(report).await?;
-            for (c, call) in report.calls.iter_mut().enumerate() {
-                for event in std::mem::take(&mut call.events) {
-                    let Some(key) = fact_key(&event) else {
-                        continue;
-                    };
-                    if !relevant.contains(&event.event_id) && call.order_ref.is_none() {
-                        continue;
-                    }
-                    if seen.insert(key.clone()) {
-                        found.push((s, c, event, key));
-                    }
-                }
+    /// Of the events an undelivered-events answer listed, those about
+    /// oncehook's orders (the rest are another business's).
+    async fn about_our_orders(
+        &self,
+        source: &ApiSource,
+        events: Vec<NormalizedEvent>,
+    ) -> Result<Vec<NormalizedEvent>, RunError> {
+        if events.is_empty() {
+            return Ok(events);
+        }
+        let names: Vec<(Option<String>, Option<String>)> = events
+            .iter()
+            .map(|e| (e.order_ref.clone(), e.payment_id.clone()))
+            .collect();
+        let known = store::name_known_orders(&self.pool, source.gateway.as_str(), &names).await?;
+        Ok(events
+            .into_iter()
+            .zip(known)
+            .filter_map(|(e, k)| k.then_some(e))
+            .collect())
+    }
+}
+
+/// The pass's settling of the answers, one call at a time as the sources'
+/// tasks hand them over: what each fact found is (recorded already, or
+/// missing), and each missing one published at once.
+struct Settle<'a> {
+    reconciler: &'a Reconciler,
+    dry_run: bool,
+    /// Every fact found so far in the pass: one found twice is settled once.
+    seen: BTreeSet<FactKey>,
+    /// Connected at the first fact to publish.
+    publisher: Option<Publisher>,
+    published: usize,
+}
+
+impl Settle<'_> {
+    /// Registers the references `call` found, then decides what each of
+    /// its facts is and publishes the missing ones (none in a dry run),
+    /// recording both in `call.facts`.
+    async fn call(&mut self, source: &ApiSource, call: &mut CallReport) -> Result<(), RunError> {
+        let r = self.reconciler;
+        if !self.dry_run {
+            r.register_refs(source, call).await?;
+        }
+        let mut events = std::mem::take(&mut call.events);
+        if call.order_ref.is_none() {
+            events = r.about_our_orders(source, events).await?;
+        }
+        let mut found: Vec<(NormalizedEvent, FactKey)> = Vec::new();
+        for event in events {
+            let Some(key) = fact_key(&event) else {
+                continue;
+            };
+            if self.seen.insert(key.clone()) {
+                found.push((event, key));
             }
         }
-        let keys: Vec<FactKey> = found.iter().map(|(.., k)| k.clone()).collect();
-        let recorded = store::recorded(&self.pool, &keys).await?;
-        let missing = found.iter().zip(&recorded).filter(|(_, r)| !**r).count();
-        let publisher = if dry_run || missing == 0 {
-            None
-        } else {
-            Some(Publisher::connect(&self.broker).await?)
-        };
-        let mut published = 0;
-        for ((s, c, event, _), recorded) in found.into_iter().zip(recorded) {
-            let source = reports[s].source.clone();
+        if found.is_empty() {
+            return Ok(());
+        }
+        let keys: Vec<FactKey> = found.iter().map(|(_, k)| k.clone()).collect();
+        let recorded = store::recorded(&r.pool, &keys).await?;
+        for ((event, _), recorded) in found.into_iter().zip(recorded) {
             let found = if recorded {
                 Found::AlreadyRecorded
             } else {
                 Found::MissingWebhook
             };
-            metrics::counter!("oncehook_reconcile_facts_total", "source" => source.clone(), "found" => found.as_str())
+            metrics::counter!("oncehook_reconcile_facts_total", "source" => source.name.clone(), "found" => found.as_str())
                 .increment(1);
             let mut fact = FactReport::of(&event, found);
-            if let (Some(publisher), Found::MissingWebhook) = (&publisher, found) {
+            if found == Found::MissingWebhook && !self.dry_run {
+                let publisher = match self.publisher {
+                    Some(ref p) => p,
+                    None => self.publisher.insert(Publisher::connect(&r.broker).await?),
+                };
                 publisher
-                    .publish(&Envelope::reconciled(&source, event))
+                    .publish(&Envelope::reconciled(&source.name, event))
                     .await?;
                 fact.published = true;
-                published += 1;
+                self.published += 1;
             }
-            reports[s].calls[c].facts.push(fact);
+            call.facts.push(fact);
         }
-        if let Some(p) = publisher {
-            p.close().await;
-        }
-        Ok(published)
-    }
-
-    /// The event ids of a source's undelivered-event answers that are
-    /// about oncehook's orders (the rest are another business's).
-    async fn relevant(&self, report: &SourceReport) -> Result<BTreeSet<String>, RunError> {
-        let events: Vec<&NormalizedEvent> = report
-            .calls
-            .iter()
-            .filter(|c| c.order_ref.is_none())
-            .flat_map(|c| &c.events)
-            .collect();
-        let names: Vec<(Option<String>, Option<String>)> = events
-            .iter()
-            .map(|e| (e.order_ref.clone(), e.payment_id.clone()))
-            .collect();
-        let known = store::name_known_orders(&self.pool, &report.gateway, &names).await?;
-        Ok(events
-            .iter()
-            .zip(known)
-            .filter(|(_, k)| *k)
-            .map(|(e, _)| e.event_id.clone())
-            .collect())
+        Ok(())
     }
 }
 
-/// Asks one source everything on its list, following up answers, until
-/// the list is done, the budget is spent or the credentials are refused.
+/// Asks one source everything on its list, following up answers, and
+/// hands each call over to be settled (`answered`) as soon as it is made,
+/// until the list is done or the source is given up: the budget spent,
+/// the credentials refused, or a call still failing after its retries (the
+/// source's trouble is not the order's: nothing more is asked of it in
+/// this pass). The orders it did not get to, or did not get every answer
+/// about, are in `not_asked`.
 async fn ask_source(
     client: &Client,
     source: &ApiSource,
     work: Vec<(Option<String>, Vec<Ask>)>,
     budget: &Budget,
     per_second: u32,
+    mut answered: impl FnMut(CallReport),
 ) -> SourceReport {
     let mut report = SourceReport::new(source);
     let mut pace = Pace::new(per_second);
     let mut work = work.into_iter();
     while let Some((order_ref, asks)) = work.next() {
-        let mut queue: std::collections::VecDeque<Ask> = asks.into();
+        let mut queue: VecDeque<Ask> = asks.into();
         let mut asked: Vec<Ask> = Vec::new();
+        let mut all_answered = true;
         while let Some(ask) = queue.pop_front() {
             let result = limits::call(client, source, &ask, budget, &mut pace).await;
             let mut call = CallReport::new(order_ref.clone(), source.api.describe(&ask));
-            match result {
+            let err = match result {
                 Ok(answer) => {
                     call.status = Some(answer.status);
                     let more = answer.follow_ups;
@@ -379,35 +462,51 @@ async fn ask_source(
                     queue.extend(ask::not_yet_asked(more, &planned));
                     call.events = answer.facts;
                     call.refs = answer.refs;
-                    report.calls.push(call);
+                    answered(call);
+                    continue;
                 }
-                Err(err @ (CallError::Credentials { .. } | CallError::Budget)) => {
-                    if let CallError::Credentials { status } = err {
-                        report.ok = false;
-                        call.error = Some(err.to_string());
-                        report.calls.push(call);
-                        tracing::error!(
-                            source = %source.name,
-                            status,
-                            "the gateway refused the reconciler's credentials: check [source.api] of source {}",
-                            source.name
-                        );
-                    }
-                    report.stopped = Some(err.to_string());
-                    // This order and the rest wait for the next run.
-                    report.not_asked.extend(order_ref);
-                    report
-                        .not_asked
-                        .extend(work.filter_map(|(order_ref, _)| order_ref));
-                    return report;
-                }
-                Err(err) => {
-                    report.ok = false;
-                    tracing::warn!(source = %source.name, order_ref = ?order_ref, call = %call.call, error = %err, "gateway API call given up for this run");
-                    call.error = Some(err.to_string());
-                    report.calls.push(call);
-                }
+                Err(err) => err,
+            };
+            if !matches!(err, CallError::Budget) {
+                report.ok = false;
+                call.error = Some(err.to_string());
+                answered(call);
             }
+            let why = match &err {
+                CallError::Budget => err.to_string(),
+                CallError::Credentials { status } => {
+                    tracing::error!(
+                        source = %source.name,
+                        status,
+                        "the gateway refused the reconciler's credentials: check [source.api] of source {}",
+                        source.name
+                    );
+                    err.to_string()
+                }
+                CallError::Server { .. }
+                | CallError::Timeout(_)
+                | CallError::Connect(_)
+                | CallError::RateLimited { .. } => {
+                    tracing::warn!(source = %source.name, order_ref = ?order_ref, call = %source.api.describe(&ask), error = %err, "gateway API call failed after its retries: source given up for this run (its orders are asked first next run)");
+                    format!("given up for this run after its retries: {err}")
+                }
+                CallError::Refused { .. } | CallError::Unreadable(_) | CallError::Request(_) => {
+                    // This call's own trouble: the source is asked on.
+                    tracing::warn!(source = %source.name, order_ref = ?order_ref, call = %source.api.describe(&ask), error = %err, "gateway API call failed (its order is asked again next run)");
+                    all_answered = false;
+                    continue;
+                }
+            };
+            report.stopped = Some(why);
+            // This order and the rest wait for the next run.
+            report.not_asked.extend(order_ref);
+            report
+                .not_asked
+                .extend(work.filter_map(|(order_ref, _)| order_ref));
+            return report;
+        }
+        if !all_answered {
+            report.not_asked.extend(order_ref);
         }
     }
     report
