@@ -46,13 +46,13 @@ SELECT s FROM unnest((ARRAY['SKU-' || lpad(:s1::text, 3, '0'),
 WHERE NOT EXISTS (SELECT 1 FROM products p WHERE p.sku = s) ORDER BY s;
 
 WITH keys AS MATERIALIZED (
-       SELECT hashtextextended(p || ':' || i, 7) AS k
-       FROM unnest(ARRAY[]::text[], ARRAY[]::text[]) AS t(p, i)
+       SELECT 0 AS kind, hashtextextended('order:' || r, 7) AS k
+       FROM unnest(ARRAY['order_rzp_pgb_' || :n::text, 'pgb_' || :n::text]) AS t(r)
        UNION
-       SELECT hashtextextended('order:' || r, 7)
-       FROM unnest(ARRAY['order_rzp_pgb_' || :n::text, 'pgb_' || :n::text]) AS t(r)),
+       SELECT 1, hashtextextended(p || ':' || i, 7)
+       FROM unnest(ARRAY[]::text[], ARRAY[]::text[]) AS t(p, i)),
    locked AS MATERIALIZED (
-       SELECT pg_advisory_xact_lock(s.k) FROM (SELECT k FROM keys ORDER BY k) s)
+       SELECT pg_advisory_xact_lock(s.k) FROM (SELECT kind, k FROM keys ORDER BY kind, k) s)
 SELECT count(*) AS locked FROM locked;
 
 INSERT INTO orders (order_ref, customer_email, amount_minor, currency, metadata)

@@ -68,13 +68,13 @@ ON CONFLICT (source, body_sha256) WHERE body_sha256 <> '' DO UPDATE
 RETURNING source, event_id, body_sha256, (xmax = 0) AS inserted;
 
 WITH keys AS MATERIALIZED (
-    SELECT hashtextextended('razorpay' || ':' || ('pay_pgb_' || :tag::text || '_' || e), 7) AS k
+    SELECT 0 AS kind, hashtextextended('order:' || ('bench_' || (:base + 1 + e % :norders)), 7) AS k
     FROM unnest(ARRAY(SELECT generate_series(:first::bigint, :last::bigint))) AS e
     UNION
-    SELECT hashtextextended('order:' || ('bench_' || (:base + 1 + e % :norders)), 7)
+    SELECT 1, hashtextextended('razorpay' || ':' || ('pay_pgb_' || :tag::text || '_' || e), 7)
     FROM unnest(ARRAY(SELECT generate_series(:first::bigint, :last::bigint))) AS e),
 locked AS MATERIALIZED (
-    SELECT pg_advisory_xact_lock(s.k) FROM (SELECT k FROM keys ORDER BY k) s)
+    SELECT pg_advisory_xact_lock(s.k) FROM (SELECT kind, k FROM keys ORDER BY kind, k) s)
 SELECT count(*) AS locked FROM locked;
 
 WITH batch AS (
@@ -95,7 +95,7 @@ locked AS MATERIALIZED (
            o.paid_by, o.refunded_minor, o.stock_applied,
            EXISTS (SELECT 1 FROM order_cancellations c WHERE c.order_id = o.id) AS cancelled
     FROM orders o WHERE o.id IN (SELECT id FROM wanted)
-    ORDER BY o.id FOR UPDATE),
+    ORDER BY o.id FOR NO KEY UPDATE),
 told AS (
     SELECT k.id,
            COALESCE((SELECT jsonb_agg(jsonb_build_object('provider', l.provider, 'payment_id', l.payment_id))
@@ -148,7 +148,7 @@ FROM order_facts WHERE order_id = ANY(:o_ids::bigint[]);
 WITH locked AS MATERIALIZED (
     SELECT p.sku, p.stock FROM products p
     WHERE p.sku IN (SELECT sku FROM order_items WHERE order_id = ANY(:o_ids::bigint[]))
-    ORDER BY p.sku FOR UPDATE),
+    ORDER BY p.sku FOR NO KEY UPDATE),
 items AS (
     SELECT i.order_id, i.sku, i.qty, l.stock
     FROM order_items i JOIN locked l ON l.sku = i.sku

@@ -1,8 +1,10 @@
 //! The shop's API end to end: the real `oncehook-api` binary against a
 //! database of its own — every endpoint, every error code, idempotent
 //! creates (twenty at once make one order), keys and scopes, malformed and
-//! oversized bodies, the audit in `oncehookctl trace`, and an order created
-//! through the API paid by a real webhook.
+//! oversized bodies, the audit in `oncehookctl trace`, an order created
+//! through the API paid by a real webhook, and one product stormed from
+//! every road into the ledger at once without a deadlock (and the one that
+//! can still happen retried inside the API, not answered 503).
 
 use oncehook_e2e::api::{Api, FULL_KEY, PRODUCTS_KEY, READ_KEY, order_body};
 use oncehook_e2e::env::TestEnv;
@@ -852,4 +854,426 @@ async fn events_are_paged_in_commit_order_and_a_cursor_never_skips_a_late_commit
         let a = api.get(&format!("/v1/events?{query}"), FULL_KEY).await;
         assert_eq!((a.status, a.field()), (400, field), "{query}: {:?}", a.json);
     }
+}
+
+/// A response's status and JSON body.
+async fn answer(r: reqwest::Response) -> (u16, Value) {
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap_or_default();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+/// The logs of `procs` with every line that says Postgres found a deadlock.
+fn deadlocks_in(procs: &[&oncehook_e2e::process::Proc]) -> Vec<String> {
+    procs
+        .iter()
+        .flat_map(|p| {
+            p.log_text()
+                .lines()
+                .filter(|l| l.contains("deadlock"))
+                .map(|l| format!("{}: {l}", p.name))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// A Razorpay payment id whose advisory lock (`books::lock_keys`) sorts
+/// before that of the order reference `gateway_ref`: a worker taking both
+/// in one key order would take the payment's first, while the create of
+/// that order holds the reference's and then wants the payment's.
+async fn payment_locked_first(env: &TestEnv, gateway_ref: &str, i: usize) -> String {
+    for n in 0.. {
+        let payment = format!("pay_wait_{i}_{n}");
+        let first: bool = sqlx::query_scalar(
+            "SELECT hashtextextended('razorpay:' || $1, 7) < hashtextextended('order:' || $2, 7)",
+        )
+        .bind(&payment)
+        .bind(gateway_ref)
+        .fetch_one(&env.pool)
+        .await
+        .expect("hash the keys");
+        if first {
+            return payment;
+        }
+    }
+    unreachable!("some payment id sorts first")
+}
+
+/// Issue 42: one hot product stormed from every road of the ledger at
+/// once — sixteen `POST /v1/orders`, each with a capture that came first
+/// and waits for its order (the `Created` road), Razorpay's `order.paid`
+/// for those same orders at the same moment (the worker, naming the
+/// reference and the payment the create is applying, a payment whose
+/// advisory lock sorts before the reference's), captures of eight
+/// other orders (the worker), and eight cancellations of paid orders of
+/// the product (the `Cancel` road, giving stock back). Every road takes
+/// the ledger's locks in one order (docs/ledger.md, "One lock order"), so
+/// no transaction deadlocks: every order is created once (201, paid by
+/// the capture that waited), every cancellation answers 200, the stock is
+/// moved once per order, and neither the API nor the worker logged a
+/// deadlock. Before, the create locked the product `FOR UPDATE` after its
+/// `order_items` had taken the row's `FOR KEY SHARE`: two creates waited
+/// for each other's share and most of them answered 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_product_stormed_from_every_road_at_once_creates_each_order_once_without_a_deadlock() {
+    const WAITING: usize = 16;
+    const PAID: usize = 8;
+    const CANCELLED: usize = 8;
+    const STOCK: i64 = 1_000;
+    let mut env = TestEnv::new().await;
+    // The waiting captures must still wait when the storm comes.
+    env.set_env("ONCEHOOK_UNLINKED_TTL", "5m");
+    let api = Api::start(&mut env, &[]).await;
+    let (ingest, base) = env.start_ingest().await;
+    let worker = env.start_worker().await;
+    api.product("hot", i32::try_from(STOCK).expect("stock"))
+        .await;
+
+    // Before the storm: orders to pay during it, paid orders to cancel
+    // during it, and the captures that wait for orders not created yet.
+    for i in 0..PAID {
+        let created = api
+            .create_order(
+                &format!("k-pay-{i}"),
+                &order_body(&format!("o-pay-{i}"), "hot", 2),
+            )
+            .await;
+        assert_eq!(created.status, 201, "{}", created.json);
+    }
+    for i in 0..CANCELLED {
+        let order_ref = format!("o-cancel-{i}");
+        let created = api
+            .create_order(&format!("k-cancel-{i}"), &order_body(&order_ref, "hot", 2))
+            .await;
+        assert_eq!(created.status, 201, "{}", created.json);
+        let capture = env.captured(
+            &order_ref,
+            &format!("pay_cancel_{i}"),
+            &format!("evt_cancel_{i}"),
+        );
+        env.post_ok(&base, "razorpay", &capture).await;
+    }
+    let mut payments = Vec::new();
+    for i in 0..WAITING {
+        let payment = payment_locked_first(&env, &format!("order_rzp_o-wait-{i}"), i).await;
+        let capture = env.captured(
+            &format!("order_rzp_o-wait-{i}"),
+            &payment,
+            &format!("evt_wait_{i}"),
+        );
+        env.post_ok(&base, "razorpay", &capture).await;
+        payments.push(payment);
+    }
+    oncehook_e2e::eventually("the stage set", oncehook_e2e::WAIT, || async {
+        let paid = env
+            .count("SELECT count(*) FROM orders WHERE status = 'paid'")
+            .await;
+        let waiting = env.count("SELECT count(*) FROM parked_events").await;
+        (paid == i64::try_from(CANCELLED).ok()? && waiting == i64::try_from(WAITING).ok()?)
+            .then_some(())
+    })
+    .await;
+    let paid_before = STOCK - 2 * i64::try_from(CANCELLED).expect("count");
+    let stock = api.get("/v1/products/hot", READ_KEY).await;
+    assert_eq!(stock.json["stock"], paid_before, "{}", stock.json);
+
+    // The storm: every road at once.
+    let gate = std::sync::Arc::new(tokio::sync::Barrier::new(
+        WAITING + PAID + CANCELLED + WAITING,
+    ));
+    let mut creates = tokio::task::JoinSet::new();
+    for i in 0..WAITING {
+        let (http, base, gate) = (api.http.clone(), api.base.clone(), gate.clone());
+        creates.spawn(async move {
+            let body = order_body(&format!("o-wait-{i}"), "hot", 2);
+            gate.wait().await;
+            let r = http
+                .post(format!("{base}/v1/orders"))
+                .header("Authorization", format!("Bearer {FULL_KEY}"))
+                .header("Content-Type", "application/json")
+                .header("Idempotency-Key", format!("k-wait-{i}"))
+                .body(body)
+                .send()
+                .await
+                .expect("post");
+            let (status, json) = answer(r).await;
+            (i, status, json)
+        });
+    }
+    let mut cancels = tokio::task::JoinSet::new();
+    for i in 0..CANCELLED {
+        let (http, base, gate) = (api.http.clone(), api.base.clone(), gate.clone());
+        cancels.spawn(async move {
+            gate.wait().await;
+            let r = http
+                .post(format!("{base}/v1/orders/o-cancel-{i}/cancel"))
+                .header("Authorization", format!("Bearer {FULL_KEY}"))
+                .header("Content-Type", "application/json")
+                .body(r#"{"reason": "storm"}"#)
+                .send()
+                .await
+                .expect("cancel");
+            let (status, json) = answer(r).await;
+            (i, status, json)
+        });
+    }
+    let mut webhooks = tokio::task::JoinSet::new();
+    let deliveries = (0..PAID)
+        .map(|i| {
+            env.captured(
+                &format!("o-pay-{i}"),
+                &format!("pay_pay_{i}"),
+                &format!("evt_pay_{i}"),
+            )
+        })
+        .chain(payments.iter().enumerate().map(|(i, payment)| {
+            env.sign(
+                oncehook_gateways::Gateway::Razorpay,
+                "order.paid",
+                &env.spec(
+                    &format!("order_rzp_o-wait-{i}"),
+                    payment,
+                    &format!("evt_wait_paid_{i}"),
+                    50_000,
+                ),
+            )
+        }));
+    for delivery in deliveries {
+        let (http, gate) = (env.http.clone(), gate.clone());
+        let url = format!("{base}/webhooks/razorpay");
+        webhooks.spawn(async move {
+            gate.wait().await;
+            oncehook_e2e::env::send(&http, &url, &delivery).await
+        });
+    }
+    let mut surfaced = Vec::new();
+    while let Some(done) = creates.join_next().await {
+        let (i, status, json) = done.expect("create task");
+        if status != 201 || json["status"] != "paid" {
+            surfaced.push(format!("create o-wait-{i}: {status} {json}"));
+        }
+    }
+    while let Some(done) = cancels.join_next().await {
+        let (i, status, json) = done.expect("cancel task");
+        if status != 200 || json["status"] != "cancelled" {
+            surfaced.push(format!("cancel o-cancel-{i}: {status} {json}"));
+        }
+    }
+    while let Some(done) = webhooks.join_next().await {
+        let (status, body) = done.expect("webhook task");
+        if status != 200 {
+            surfaced.push(format!("webhook: {status} {body}"));
+        }
+    }
+    assert_eq!(
+        surfaced,
+        Vec::<String>::new(),
+        "every caller got its answer"
+    );
+
+    // Every webhook processed: the waiting captures, their order.paid, the
+    // captures of the cancelled and of the paid orders.
+    let deliveries = 2 * WAITING + PAID + CANCELLED;
+    oncehook_e2e::eventually("every order paid", oncehook_e2e::WAIT, || async {
+        let paid = env
+            .count("SELECT count(*) FROM orders WHERE status = 'paid'")
+            .await;
+        let processed = env
+            .count("SELECT count(*) FROM processed_webhooks WHERE outcome <> 'parked'")
+            .await;
+        (paid == i64::try_from(WAITING + PAID).ok()?
+            && processed == i64::try_from(deliveries).ok()?)
+        .then_some(())
+    })
+    .await;
+    let all = i64::try_from(WAITING + PAID + CANCELLED).expect("count");
+    assert_eq!(env.count("SELECT count(*) FROM orders").await, all);
+    assert_eq!(env.count("SELECT count(*) FROM order_items").await, all);
+    assert_eq!(
+        env.count("SELECT count(*) FROM orders WHERE status = 'cancelled'")
+            .await,
+        i64::try_from(CANCELLED).expect("count")
+    );
+    assert_eq!(env.count("SELECT count(*) FROM parked_events").await, 0);
+    assert_eq!(
+        env.count("SELECT count(*) FROM payments WHERE status = 'captured'")
+            .await,
+        all,
+        "one capture per order (order.paid names the same one)"
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM email_outbox WHERE kind = 'confirmation'")
+            .await,
+        all,
+        "one confirmation per order paid"
+    );
+    // Each order paid and not cancelled took its two; the cancelled gave theirs back.
+    let stock = api.get("/v1/products/hot", READ_KEY).await;
+    assert_eq!(
+        stock.json["stock"],
+        STOCK - 2 * i64::try_from(WAITING + PAID).expect("count"),
+        "{}",
+        stock.json
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM orders WHERE stock_applied")
+            .await,
+        i64::try_from(WAITING + PAID).expect("count")
+    );
+    assert_eq!(
+        deadlocks_in(&[&api.proc, &worker, &ingest]),
+        Vec::<String>::new(),
+        "no transaction of any road deadlocked"
+    );
+}
+
+/// Waits until a session other than the test's waits for a lock in the
+/// test's database.
+async fn someone_waits_for_a_lock(env: &TestEnv) {
+    oncehook_e2e::eventually(
+        "a session waiting for a lock",
+        oncehook_e2e::WAIT,
+        || async {
+            let waiting = env
+                .count(
+                    "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'
+                   AND pid <> pg_backend_pid()",
+                )
+                .await;
+            (waiting > 0).then_some(())
+        },
+    )
+    .await;
+}
+
+/// Issue 42: a deadlock that can still happen (a transaction outside the
+/// ledger's lock order, here the test's own) is retried inside the API's
+/// transaction, not answered 503. The test's transaction takes a lock the
+/// API's create (then its cancel) will want, waits until the API waits for
+/// it, then asks for a lock the API holds: Postgres aborts the API's
+/// transaction (its deadlock timeout comes first), which the API tries
+/// again once the test's transaction is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deadlock_that_still_happens_is_retried_by_the_api_not_answered_503() {
+    let mut env = TestEnv::new().await;
+    env.set_env("ONCEHOOK_UNLINKED_TTL", "5m");
+    let api = Api::start(&mut env, &[]).await;
+    let (_ingest, base) = env.start_ingest().await;
+    let _worker = env.start_worker().await;
+    api.product("mug", 10).await;
+    env.post_ok(
+        &base,
+        "razorpay",
+        &env.captured("order_rzp_o-dl", "pay_dl", "evt_dl"),
+    )
+    .await;
+    oncehook_e2e::eventually("the capture waits", oncehook_e2e::WAIT, || async {
+        (env.count("SELECT count(*) FROM parked_events").await == 1).then_some(())
+    })
+    .await;
+    // The keys of books::lock_keys.
+    let lock = "SELECT pg_advisory_xact_lock(hashtextextended($1, 7))";
+
+    // The create: it holds its references' locks when it wants the waiting
+    // capture's payment, which the test holds.
+    let mut theirs = env.pool.begin().await.expect("begin");
+    sqlx::query("SET LOCAL deadlock_timeout = '20s'")
+        .execute(&mut *theirs)
+        .await
+        .expect("set");
+    sqlx::query(lock)
+        .bind("razorpay:pay_dl")
+        .execute(&mut *theirs)
+        .await
+        .expect("lock the payment");
+    let create = {
+        let (http, base) = (api.http.clone(), api.base.clone());
+        tokio::spawn(async move {
+            let r = http
+                .post(format!("{base}/v1/orders"))
+                .header("Authorization", format!("Bearer {FULL_KEY}"))
+                .header("Content-Type", "application/json")
+                .header("Idempotency-Key", "k-dl")
+                .body(order_body("o-dl", "mug", 2))
+                .send()
+                .await
+                .expect("post");
+            answer(r).await
+        })
+    };
+    someone_waits_for_a_lock(&env).await;
+    sqlx::query(lock)
+        .bind("order:o-dl")
+        .execute(&mut *theirs)
+        .await
+        .expect("the API's transaction gave way");
+    theirs.rollback().await.expect("rollback");
+    let (status, json) = create.await.expect("create");
+    assert_eq!(
+        (status, &json["status"]),
+        (201, &Value::from("paid")),
+        "{json}"
+    );
+
+    // The cancel: it holds the order's reference when it wants the order's
+    // row, which the test holds.
+    let mut theirs = env.pool.begin().await.expect("begin");
+    sqlx::query("SET LOCAL deadlock_timeout = '20s'")
+        .execute(&mut *theirs)
+        .await
+        .expect("set");
+    sqlx::query("SELECT 1 FROM orders WHERE order_ref = 'o-dl' FOR UPDATE")
+        .execute(&mut *theirs)
+        .await
+        .expect("lock the order");
+    let cancel = {
+        let (http, base) = (api.http.clone(), api.base.clone());
+        tokio::spawn(async move {
+            let r = http
+                .post(format!("{base}/v1/orders/o-dl/cancel"))
+                .header("Authorization", format!("Bearer {FULL_KEY}"))
+                .header("Content-Type", "application/json")
+                .body(r#"{"reason": "deadlock"}"#)
+                .send()
+                .await
+                .expect("cancel");
+            answer(r).await
+        })
+    };
+    someone_waits_for_a_lock(&env).await;
+    sqlx::query(lock)
+        .bind("order:o-dl")
+        .execute(&mut *theirs)
+        .await
+        .expect("the API's transaction gave way");
+    theirs.rollback().await.expect("rollback");
+    let (status, json) = cancel.await.expect("cancel");
+    assert_eq!(
+        (status, &json["status"]),
+        (200, &Value::from("cancelled")),
+        "{json}"
+    );
+
+    // Both were deadlocks, each retried once, and the books are as if
+    // nothing had happened.
+    let log = api.proc.log_text();
+    let retried = log
+        .lines()
+        .filter(|l| l.contains("deadlock detected") && l.contains("tried again"))
+        .count();
+    assert_eq!(retried, 2, "{log}");
+    assert_eq!(env.count("SELECT count(*) FROM orders").await, 1);
+    assert_eq!(
+        env.count("SELECT count(*) FROM email_outbox WHERE kind = 'confirmation'")
+            .await,
+        1
+    );
+    assert_eq!(
+        api.get("/v1/products/mug", READ_KEY).await.json["stock"],
+        10
+    );
 }

@@ -50,7 +50,8 @@ fn without_literals(sql: &str) -> String {
 }
 
 /// What a statement does, by name: `insert T`, `update T`, `delete T`,
-/// `read T` for the schema's tables, `lock rows` for `FOR UPDATE`,
+/// `read T` for the schema's tables, `lock rows` for `FOR UPDATE` or
+/// `FOR NO KEY UPDATE`,
 /// `advisory lock` for `pg_advisory_xact_lock`.
 fn signature(sql: &str, tables: &BTreeSet<String>) -> BTreeSet<String> {
     let text = without_literals(sql).to_lowercase();
@@ -71,7 +72,12 @@ fn signature(sql: &str, tables: &BTreeSet<String>) -> BTreeSet<String> {
             "from" | "join" | "using" if tables.contains(table) => {
                 did.insert(format!("read {table}"))
             }
-            "for" if table == "update" => did.insert("lock rows".to_owned()),
+            "for"
+                if table == "update"
+                    || words.get(i + 1..i + 4) == Some(&["no", "key", "update"]) =>
+            {
+                did.insert("lock rows".to_owned())
+            }
             _ => false,
         };
     }
@@ -127,6 +133,11 @@ fn the_signature_tells_statements_apart() {
         .into();
     let lock = signature(
         "SELECT id FROM orders WHERE order_ref = 'from payments' FOR UPDATE",
+        &tables,
+    );
+    assert_eq!(lock, ["lock rows", "read orders"].map(str::to_owned).into());
+    let lock = signature(
+        "SELECT id FROM orders WHERE id = 1 FOR NO KEY UPDATE",
         &tables,
     );
     assert_eq!(lock, ["lock rows", "read orders"].map(str::to_owned).into());

@@ -2,11 +2,13 @@
 //! `{"error": "<stable_code>", "message": "…", "field": "…"}`. The codes
 //! are part of the API (docs/shop-integration.md lists them); the message
 //! is for people and may change. A database failure answers 503
-//! `unavailable` and is logged here, never its SQL or values.
+//! `unavailable` and is logged here, never its SQL or values; one that lost
+//! to another transaction (a deadlock) is tried again first (`retry`).
 
 use actix_web::http::StatusCode;
 use actix_web::http::header::{CONTENT_TYPE, RETRY_AFTER};
 use actix_web::{HttpResponse, ResponseError};
+use oncehook_common::db;
 use oncehook_ledger::EffectError;
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -33,6 +35,10 @@ pub struct ApiError {
     pub field: Option<String>,
     /// Seconds, for 429.
     pub retry_after: Option<u64>,
+    /// The database rolled the transaction back because it lost to another
+    /// (`db::is_contention`): its error, for `retry::transaction`, which
+    /// runs the transaction again.
+    pub contention: Option<String>,
 }
 
 impl ApiError {
@@ -43,6 +49,7 @@ impl ApiError {
             message: message.into(),
             field: None,
             retry_after: None,
+            contention: None,
         }
     }
 
@@ -78,12 +85,21 @@ impl ApiError {
 
 impl From<sqlx::Error> for ApiError {
     fn from(e: sqlx::Error) -> ApiError {
-        tracing::error!(error = %e, "database error");
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            "the database is unavailable; retry",
-        )
+        let contention = db::is_contention(&e).then(|| e.to_string());
+        match &contention {
+            Some(_) => {
+                tracing::warn!(error = %e, "the transaction lost to another and was rolled back")
+            }
+            None => tracing::error!(error = %e, "database error"),
+        }
+        ApiError {
+            contention,
+            ..ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "the database is unavailable; retry",
+            )
+        }
     }
 }
 

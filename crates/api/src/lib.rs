@@ -4,7 +4,8 @@
 //! what it reads and answers (the order and its events are the ledger's
 //! view, `oncehook_ledger::view`); `audit` records every write; `openapi`
 //! describes it all; `prune` forgets idempotency keys older than
-//! `api.idempotency_ttl`.
+//! `api.idempotency_ttl`; `retry` runs a transaction that lost to another
+//! (a deadlock) again.
 
 pub mod audit;
 pub mod auth;
@@ -12,6 +13,7 @@ pub mod error;
 pub mod model;
 pub mod openapi;
 pub mod prune;
+pub mod retry;
 pub mod routes;
 pub mod startup;
 pub mod state;

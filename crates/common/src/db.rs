@@ -38,6 +38,20 @@ pub fn is_transient(err: &sqlx::Error) -> bool {
     }
 }
 
+/// Whether an error says the transaction lost to another one — a
+/// deadlock (`40P01`) or a serialization failure (`40001`): Postgres rolled
+/// it back whole, and the same transaction run again from its start can
+/// succeed. Whoever owns the transaction retries it rather than handing
+/// the failure to its caller: the worker its group (as any transient
+/// error, by `RetryPolicy::DELIVERY`), the shop API its request (by
+/// `RetryPolicy::TRANSACTION`). A subset of [`is_transient`].
+pub fn is_contention(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Database(db) => db.code().is_some_and(|c| c == "40001" || c == "40P01"),
+        _ => false,
+    }
+}
+
 /// Whether an error means Postgres itself is unreachable (as opposed to
 /// contention): the caller should wait for the database rather than burn
 /// retries. A subset of [`is_transient`].

@@ -40,6 +40,13 @@ impl RetryPolicy {
     /// The attempts come from `[worker] retry.max_attempts` /
     /// `ONCEHOOK_MAX_ATTEMPTS` (default 5).
     pub const DELIVERY: Self = Self::new(50, 2_000, Some(5), true);
+    /// A request's transaction that lost to another (a deadlock or a
+    /// serialization failure, `db::is_contention`): run again from its
+    /// start after 20 ms → 1 s with jitter, 5 attempts in all; then the
+    /// request fails as the database's (the shop API's create and cancel
+    /// answer 503). Postgres finds a deadlock only after its
+    /// `deadlock_timeout` (1 s), so the attempts take seconds, not the delays.
+    pub const TRANSACTION: Self = Self::new(20, 1_000, Some(5), true);
     /// An email send failing: 1 s → 30 s with jitter, then the email is
     /// dead-lettered. The attempts come from `[mail] retry.max_attempts`.
     pub const EMAIL_SEND: Self = Self::new(1_000, 30_000, Some(5), true);

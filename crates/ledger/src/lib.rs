@@ -9,9 +9,10 @@
 //! link from a payment to its order. For a group, in a fixed number of
 //! statements whatever its size:
 //!
-//! 1. lock the payments the group names (advisory locks, in key order) and
-//!    the orders it names (by the shop's reference or a gateway's one) or
-//!    its payments are linked to (in id order);
+//! 1. lock the order references and then the payments the group names
+//!    (advisory locks, each in key order) and the orders it names (by the
+//!    shop's reference or a gateway's one) or its payments are linked to
+//!    (in id order) — the one lock order of every road (docs/ledger.md);
 //! 2. place every event (`plan`): its order by reference, else by its
 //!    payment's link (one recorded already or one the group makes), else it
 //!    waits (`parking`) for its payment's link, or for its order when it

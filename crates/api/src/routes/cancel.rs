@@ -2,7 +2,8 @@
 //! more fact in the ledger (`oncehook_ledger::cancel`): the order
 //! is `cancelled`, a payment it had or gets is owed back (`needs_refund`),
 //! its stock is not taken (or given back). Cancelling twice answers the
-//! same order again.
+//! same order again. A transaction that lost to another (a deadlock) runs
+//! again from its start (`retry`).
 
 use actix_web::{HttpResponse, web};
 use oncehook_common::otel;
@@ -13,6 +14,7 @@ use crate::audit::{self, Write};
 use crate::auth::{self, Authed};
 use crate::error::{ApiError, ErrorBody};
 use crate::model::{Order, OrderCancel};
+use crate::retry;
 use crate::state::State;
 use oncehook_ledger::view;
 
@@ -44,7 +46,6 @@ pub async fn cancel(
                 format!("at most {MAX_REASON} characters"),
             ));
         }
-        let mut tx = state.pool.begin().await?;
         let trace = otel::current_traceparent();
         let cancel = Cancel {
             order_ref: &order_ref,
@@ -52,18 +53,33 @@ pub async fn cancel(
             reason,
             trace_parent: trace.as_deref(),
         };
-        let result = match Ledger::default().apply(&mut tx, cancel).await? {
-            Cancelled::Unknown => return Err(ApiError::not_found("order")),
-            Cancelled::Now => "cancelled",
-            Cancelled::Already => "already cancelled",
-        };
-        let view: Order = view::order(&mut tx, &order_ref)
-            .await?
-            .ok_or_else(|| ApiError::not_found("order"))?;
-        audit::ok(&mut tx, &write, result).await?;
-        tx.commit().await?;
+        let view = retry::transaction("order.cancel", || {
+            cancel_once(&state, &write, &order_ref, cancel)
+        })
+        .await?;
         Ok(HttpResponse::Ok().json(view))
     }
     .await;
     audit::on_failure(&state, &write, done).await
+}
+
+/// The cancellation in one transaction; the order as it is then.
+async fn cancel_once(
+    state: &State,
+    write: &Write,
+    order_ref: &str,
+    cancel: Cancel<'_>,
+) -> Result<Order, ApiError> {
+    let mut tx = state.pool.begin().await?;
+    let result = match Ledger::default().apply(&mut tx, cancel).await? {
+        Cancelled::Unknown => return Err(ApiError::not_found("order")),
+        Cancelled::Now => "cancelled",
+        Cancelled::Already => "already cancelled",
+    };
+    let view: Order = view::order(&mut tx, order_ref)
+        .await?
+        .ok_or_else(|| ApiError::not_found("order"))?;
+    audit::ok(&mut tx, write, result).await?;
+    tx.commit().await?;
+    Ok(view)
 }

@@ -7,7 +7,8 @@
 //! content → 200 with the order, with other content → 409
 //! `order_ref_conflict`. Only a created order is stored under the key: a
 //! refusal rolls back, and a retry is checked again. An answer repeated
-//! from the key says so in `Idempotent-Replayed: true`.
+//! from the key says so in `Idempotent-Replayed: true`. A transaction that
+//! lost to another (a deadlock) runs again from its start (`retry`).
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -20,6 +21,7 @@ use crate::audit::{self, Write};
 use crate::auth::{self, Authed, Caller};
 use crate::error::{ApiError, ErrorBody};
 use crate::model::{Order, OrderCreate};
+use crate::retry;
 use crate::state::State;
 use crate::validate;
 
@@ -62,7 +64,10 @@ pub async fn create(
         let digest = hex::encode(Sha256::digest(
             serde_json::to_vec(&body.0).map_err(|_| ApiError::invalid("body", "not JSON"))?,
         ));
-        let answer = create_once(&state, &caller, &write, &key, &digest, &order).await?;
+        let answer = retry::transaction("order.create", || {
+            create_once(&state, &caller, &write, &key, &digest, &order)
+        })
+        .await?;
         let mut response = HttpResponse::build(answer.status);
         if answer.replayed {
             response.insert_header((REPLAYED, "true"));

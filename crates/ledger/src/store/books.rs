@@ -6,9 +6,14 @@
 //! orders, take what was parked, record the facts, read the facts back,
 //! move stock, write the orders and their emails, park what stays unlinked.
 //!
-//! Locks are always taken in one global order — payments' advisory locks
-//! by key, orders by id, products by sku — so concurrent batches wait for
-//! each other instead of deadlocking.
+//! Locks are always taken in one global order, whatever the road
+//! (docs/ledger.md, "One lock order"): the order references' advisory
+//! locks, then the payments', each by key; orders by id; products by sku.
+//! Rows are locked `FOR NO KEY UPDATE`, as strong as the updates that
+//! follow need and no stronger: the foreign-key checks of rows written
+//! beside them (`order_items` → `products`, `order_gateway_refs` →
+//! `orders`) take `FOR KEY SHARE`, which that does not wait for, so no
+//! transaction ever has to upgrade a share it holds past another's.
 
 pub use oncehook_common::store::shop::GatewayRef;
 use sqlx::PgConnection;
@@ -38,9 +43,12 @@ pub struct PaymentKey {
 }
 
 /// Takes the advisory locks of every payment and every order reference
-/// (the shop's or a gateway's) a group names, in key order: a park and a
-/// link of one payment, and a park for an order and that order's
-/// creation, never miss each other (`parking`).
+/// (the shop's or a gateway's) a group names: a park and a link of one
+/// payment, and a park for an order and that order's creation, never miss
+/// each other (`parking`). The references' first, then the payments', each
+/// in key order: the roads of an order created after its webhooks
+/// (`waiting`) hold its references' locks before they can know the
+/// payments that waited for it, so every road takes them in that order.
 pub async fn lock_keys(
     conn: &mut PgConnection,
     payments: &[PaymentKey],
@@ -52,12 +60,12 @@ pub async fn lock_keys(
     let (providers, ids) = columns(payments);
     sqlx::query_scalar!(
         r#"WITH keys AS MATERIALIZED (
-               SELECT hashtextextended(p || ':' || i, 7) AS k
-               FROM unnest($1::text[], $2::text[]) AS t(p, i)
+               SELECT 0 AS kind, hashtextextended('order:' || r, 7) AS k FROM unnest($3::text[]) AS t(r)
                UNION
-               SELECT hashtextextended('order:' || r, 7) FROM unnest($3::text[]) AS t(r)),
+               SELECT 1, hashtextextended(p || ':' || i, 7)
+               FROM unnest($1::text[], $2::text[]) AS t(p, i)),
            locked AS MATERIALIZED (
-               SELECT pg_advisory_xact_lock(s.k) FROM (SELECT k FROM keys ORDER BY k) s)
+               SELECT pg_advisory_xact_lock(s.k) FROM (SELECT kind, k FROM keys ORDER BY kind, k) s)
            SELECT count(*) AS "locked!" FROM locked"#,
         &providers,
         &ids,
@@ -77,10 +85,10 @@ pub struct LockedOrder {
     pub known_as: Vec<GatewayRef>,
 }
 
-/// Locks, in id order, the orders with these references, the orders
-/// registered under these gateway references and the orders these payments
-/// are linked to; each comes with which of `payments` are linked to it and
-/// which of `gateway_refs` name it.
+/// Locks (`FOR NO KEY UPDATE`), in id order, the orders with these
+/// references, the orders registered under these gateway references and
+/// the orders these payments are linked to; each comes with which of
+/// `payments` are linked to it and which of `gateway_refs` name it.
 pub async fn lock_orders(
     conn: &mut PgConnection,
     order_refs: &[String],
@@ -108,7 +116,7 @@ pub async fn lock_orders(
                       o.paid_by, o.refunded_minor, o.stock_applied,
                       EXISTS (SELECT 1 FROM order_cancellations c WHERE c.order_id = o.id) AS cancelled
                FROM orders o WHERE o.id IN (SELECT id FROM wanted)
-               ORDER BY o.id FOR UPDATE)
+               ORDER BY o.id FOR NO KEY UPDATE)
            SELECT k.id AS "id!", k.order_ref AS "order_ref!", k.status AS "status!",
                   k.amount_minor AS "amount_minor!", k.currency AS "currency!",
                   k.customer_email AS "customer_email!", k.paid_by AS "paid_by?",
@@ -357,7 +365,11 @@ pub struct ItemToMove {
 }
 
 /// Locks the products of these orders in sku order and returns the
-/// orders' items with their products' current stock.
+/// orders' items with their products' current stock. `FOR NO KEY UPDATE`,
+/// which the stock's update needs: an order created in this transaction
+/// holds its products' `FOR KEY SHARE` (its items' foreign key), and
+/// `FOR UPDATE` would wait for every other creation's share while they
+/// wait for this one's (the deadlock of issue 42).
 pub async fn lock_stock(
     conn: &mut PgConnection,
     order_ids: &[i64],
@@ -367,7 +379,7 @@ pub async fn lock_stock(
         r#"WITH locked AS MATERIALIZED (
                SELECT p.sku, p.stock FROM products p
                WHERE p.sku IN (SELECT sku FROM order_items WHERE order_id = ANY($1::bigint[]))
-               ORDER BY p.sku FOR UPDATE)
+               ORDER BY p.sku FOR NO KEY UPDATE)
            SELECT i.order_id AS "order_id!", i.sku AS "sku!", i.qty AS "qty!", l.stock AS "stock!"
            FROM order_items i JOIN locked l ON l.sku = i.sku
            WHERE i.order_id = ANY($1::bigint[])
