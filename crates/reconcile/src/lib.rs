@@ -9,8 +9,9 @@
 //!
 //! The rooms, in the order a pass meets them: `schedule` (the worker's
 //! task: the lock, the interval) → `run` (one pass: orders in scope, one
-//! task per source, a failing source given up, each answer looked up in
-//! the ledger and its new facts published as it comes) →
+//! task per source, each answer looked up in the ledger and its new facts
+//! published as it comes) → `source` (asking one source: its calls, their
+//! follow-ups, giving it up after its retries) →
 //! `ask` (which source to ask about an order; pure) → `limits` (the run's
 //! budget, a source's pace, retries) → `client` (the HTTP call and its
 //! answer) → `publish` (the envelopes, with confirms); `report` is what a
@@ -28,6 +29,7 @@ pub mod publish;
 pub mod report;
 pub mod run;
 pub mod schedule;
+mod source;
 
 pub use client::ApiSource;
 pub use report::{Found, Report};
