@@ -17,7 +17,7 @@ DROP TRIGGER IF EXISTS email_outbox_touch_insert ON email_outbox;
 DROP FUNCTION IF EXISTS orders_touch();
 DROP FUNCTION IF EXISTS orders_touch_from_facts();
 
--- The ledger's facts point at orders it has locked `FOR UPDATE` in the same
+-- The ledger's facts point at orders it has locked (`FOR NO KEY UPDATE`) in the same
 -- transaction, and orders are never deleted (tests/tests/architecture.rs
 -- holds both): the foreign-key checks on the tables it writes for every
 -- event (a `FOR KEY SHARE` lookup of the order per row) guarantee nothing
