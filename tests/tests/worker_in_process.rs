@@ -690,3 +690,57 @@ async fn the_group_size_does_not_cap_the_transactions_in_flight() {
         n as i64
     );
 }
+
+/// The ledger, but the first group it is handed panics (a bug in an
+/// effect): the committer holding it dies.
+struct PanicsOnce {
+    ledger: Ledger,
+    panicked: std::sync::atomic::AtomicBool,
+}
+
+impl Effect for PanicsOnce {
+    async fn apply(
+        &self,
+        conn: &mut PgConnection,
+        deliveries: &[&Delivery],
+    ) -> Result<Effects, EffectError> {
+        if !self
+            .panicked
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            panic!("an effect's bug");
+        }
+        Effect::apply(&self.ledger, conn, deliveries).await
+    }
+}
+
+#[tokio::test]
+async fn a_committer_that_panics_is_counted_and_started_again() {
+    // The process's metrics (no other test here makes a committer panic).
+    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .expect("the test binary's metrics recorder");
+    let env = TestEnv::new().await;
+    shop::product(&env.pool, "ip_p", 10).await;
+    shop::order(&env.pool, "ip_p1", 50_000, "INR", &[("ip_p", 1)]).await;
+    let effect = PanicsOnce {
+        ledger: Ledger::default(),
+        panicked: Default::default(),
+    };
+    // One committer: without a restart, nothing would commit again.
+    let worker = InProcess::start(&env.pool, effect, &[("ONCEHOOK_WORKER_COMMITTERS", "1")]);
+    let capture = captured(&env, "ip_p1", "pay_p1", "evt_p1");
+    // The committer panics in the group: the delivery fails as a panicking
+    // handler's would (requeued as a failed delivery, toward its limit).
+    assert_eq!(worker.deliver(&capture).await, [Settled::Requeued]);
+    let failures = "oncehook_background_task_failures_total{task=\"committer\"} 1";
+    let page = metrics.render();
+    assert!(page.contains(failures), "{page}");
+    // The redelivery is committed by the committer started again.
+    let again = tokio::time::timeout(std::time::Duration::from_secs(10), worker.deliver(&capture))
+        .await
+        .expect("a committer answers again");
+    assert_eq!(again, [Settled::Acked]);
+    assert_eq!(order_books(&env.pool, "ip_p1").await.0, "paid");
+    assert!(worker.dead_letters.published().is_empty());
+}

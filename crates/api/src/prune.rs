@@ -24,7 +24,7 @@ pub fn interval(ttl: Duration) -> Duration {
 /// Prunes until `shutdown`, at start and then every [`interval`] (plus up
 /// to a tenth of it at random, so replicas spread out).
 pub async fn run(pool: Pooled, ttl: Duration, shutdown: Shutdown) {
-    metrics::counter!("oncehook_api_idempotency_keys_pruned_total").absolute(0);
+    metrics::counter!("oncehook_api_idempotency_keys_pruned_total").increment(0);
     let every = interval(ttl);
     Periodic::every("idempotency key pruning", every)
         .jitter(every / 10)

@@ -2,7 +2,9 @@
 //! bound into an [`Application`] that tests start on a random port
 //! (`ONCEHOOK_API_ADDR=127.0.0.1:0`). `/readyz` is green while the database
 //! answers (checked every 5 s); old idempotency keys are pruned in the
-//! background ([`crate::prune`]). Every answer says `nosniff` and is counted
+//! background ([`crate::prune`]). Both are supervised
+//! (`oncehook_common::background`: restarted after a panic) and joined when
+//! the server stops. Every answer says `nosniff` and is counted
 //! in `oncehook_api_requests_total{route, status}`.
 
 use std::net::{SocketAddr, TcpListener};
@@ -15,6 +17,7 @@ use actix_web::middleware::{DefaultHeaders, Next, from_fn};
 use actix_web::{App, HttpServer, web};
 use metrics_exporter_prometheus::PrometheusHandle;
 use oncehook_common::ApiSettings;
+use oncehook_common::background::{self, Supervised, supervise};
 use oncehook_common::health::{self, Readiness};
 use oncehook_common::periodic::{self, Periodic};
 use oncehook_common::shutdown::Shutdown;
@@ -30,6 +33,8 @@ pub struct Application {
     metrics_addr: Option<SocketAddr>,
     server: Server,
     shutdown: Shutdown,
+    /// The readiness watch and the pruning, joined when the server stops.
+    tasks: Vec<Supervised>,
 }
 
 impl Application {
@@ -43,16 +48,15 @@ impl Application {
         }
         let pool = Pooled::open(&settings.database, settings.database.pool_size(8))?;
         let ready = Readiness::default();
-        tokio::spawn(watch_database(
-            pool.clone(),
-            ready.clone(),
-            shutdown.clone(),
-        ));
-        tokio::spawn(crate::prune::run(
-            pool.clone(),
-            api.idempotency_ttl,
-            shutdown.clone(),
-        ));
+        let (db, readiness, stop) = (pool.clone(), ready.clone(), shutdown.clone());
+        let watch = supervise("database readiness", &shutdown, move || {
+            watch_database(db.clone(), readiness.clone(), stop.clone())
+        });
+        let (db, ttl, stop) = (pool.clone(), api.idempotency_ttl, shutdown.clone());
+        let prune = supervise("idempotency key pruning", &shutdown, move || {
+            crate::prune::run(db.clone(), ttl, stop.clone())
+        });
+        let tasks = vec![watch, prune];
         let state = web::Data::new(State {
             pool,
             auth: Auth::new(api.keys.clone(), api.auth_failures_per_minute),
@@ -96,6 +100,7 @@ impl Application {
             metrics_addr,
             server,
             shutdown,
+            tasks,
         })
     }
 
@@ -117,6 +122,7 @@ impl Application {
         });
         let result = self.server.await;
         self.shutdown.trigger();
+        background::join_all(self.tasks).await;
         result
     }
 }

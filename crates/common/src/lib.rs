@@ -15,6 +15,7 @@
 //! Ingest builds this crate without `db`: it never touches Postgres.
 
 pub mod amqp;
+pub mod background;
 pub mod broker;
 pub mod broker_nodes;
 pub mod build;

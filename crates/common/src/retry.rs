@@ -70,6 +70,11 @@ impl RetryPolicy {
     /// 5 minutes, forever (an operator sees it in `sending`).
     pub const REFUND_SEND: Self = Self::new(1_000, 300_000, None, false);
 
+    /// A background task that panicked (`background::supervise`): started
+    /// again after 1 s, 2 s, … up to 60 s, with jitter, forever; back to
+    /// 1 s once a run lasted longer than 60 s.
+    pub const TASK_RESTART: Self = Self::new(1_000, 60_000, None, true);
+
     /// The same policy with `attempts` attempts in all (the first included).
     #[must_use]
     pub const fn with_max_attempts(self, attempts: u32) -> Self {

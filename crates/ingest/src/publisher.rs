@@ -2,13 +2,16 @@
 //! channel, kept alive by the broker session supervisor (reconnecting with
 //! its backoff whenever the broker goes away), and publishing envelopes
 //! through it. While disconnected, `publish` fails fast (the handler answers
-//! 503) and the readiness flag is down.
+//! 503) and the readiness flag is down. The session's task is supervised
+//! (`oncehook_common::background`): a panic is logged, counted and the
+//! session started again (readiness down and no channel until it opens).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use lapin::{Channel, Connection};
 use oncehook_common::amqp::{self, PublishError};
+use oncehook_common::background::{Supervised, supervise};
 use oncehook_common::broker::{Session, SessionError, Supervisor};
 use oncehook_common::broker_nodes::BrokerNodes;
 use oncehook_common::config::QueueSettings;
@@ -38,14 +41,15 @@ struct Inner {
 
 impl Publisher {
     /// Starts the supervised session in the background; the first
-    /// connection may still be pending when this returns.
+    /// connection may still be pending when this returns. The session's
+    /// task ends on `shutdown` (join it to wait for the connection's close).
     pub fn start(
         nodes: BrokerNodes,
         topology: Topology,
         queues: QueueSettings,
         timeout: Duration,
         shutdown: Shutdown,
-    ) -> Self {
+    ) -> (Self, Supervised) {
         let inner = Arc::new(Inner {
             channel: RwLock::new(None),
             broken: Arc::new(Notify::new()),
@@ -53,14 +57,24 @@ impl Publisher {
             topology,
             timeout,
         });
-        let supervisor = Supervisor::new(nodes, "oncehook-ingest", RetryPolicy::BROKER_CONNECT);
-        let mut session = Publishing {
-            inner: inner.clone(),
-            queues,
-        };
-        let ready = inner.ready.clone();
-        tokio::spawn(async move { supervisor.run(&mut session, &ready, &shutdown).await });
-        Publisher { inner }
+        let (session_inner, stop) = (inner.clone(), shutdown.clone());
+        let task = supervise("broker session", &shutdown, move || {
+            let supervisor = Supervisor::new(
+                nodes.clone(),
+                "oncehook-ingest",
+                RetryPolicy::BROKER_CONNECT,
+            );
+            let (inner, stop) = (session_inner.clone(), stop.clone());
+            async move {
+                // A session that panicked left neither a channel nor readiness.
+                *inner.channel.write().await = None;
+                inner.ready.set(false);
+                let ready = inner.ready.clone();
+                let mut session = Publishing { inner, queues };
+                supervisor.run(&mut session, &ready, &stop).await;
+            }
+        });
+        (Publisher { inner }, task)
     }
 
     /// The readiness flag the session loop maintains (for the ops listener).

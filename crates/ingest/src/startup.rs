@@ -12,12 +12,16 @@ use actix_web::http::header::X_CONTENT_TYPE_OPTIONS;
 use actix_web::middleware::DefaultHeaders;
 use actix_web::{App, HttpServer, web};
 use metrics_exporter_prometheus::PrometheusHandle;
+use oncehook_common::background::Supervised;
 use oncehook_common::health;
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::{IngestSettings, SourceConfig, Topology};
 
 use crate::publisher::Publisher;
 use crate::routes;
+
+/// How long the exit waits for the broker session to close.
+const SESSION_CLOSE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Everything handlers share.
 pub struct IngestState {
@@ -29,9 +33,14 @@ pub struct IngestState {
 
 impl IngestState {
     /// The configured sources by name and a publisher, whose broker session
-    /// runs until `shutdown`; every source's counters start at zero.
-    fn new(settings: &IngestSettings, metrics: PrometheusHandle, shutdown: Shutdown) -> Self {
-        let publisher = Publisher::start(
+    /// (the task returned) runs until `shutdown`; every source's counters
+    /// start at zero.
+    fn new(
+        settings: &IngestSettings,
+        metrics: PrometheusHandle,
+        shutdown: Shutdown,
+    ) -> (Self, Supervised) {
+        let (publisher, session) = Publisher::start(
             settings.broker.nodes.clone(),
             Topology::new(settings.broker.prefix.clone()),
             settings.broker.queue_settings(),
@@ -39,7 +48,7 @@ impl IngestState {
             shutdown,
         );
         routes::zero_counters(settings.ingest.sources.iter().map(|s| s.name.as_str()));
-        IngestState {
+        let state = IngestState {
             sources: settings
                 .ingest
                 .sources
@@ -49,7 +58,8 @@ impl IngestState {
             publisher,
             body_limit: settings.ingest.body_limit_bytes,
             metrics,
-        }
+        };
+        (state, session)
     }
 }
 
@@ -59,6 +69,8 @@ pub struct Application {
     metrics_addr: Option<SocketAddr>,
     server: Server,
     shutdown: Shutdown,
+    /// The broker session's task, joined once the server stopped.
+    session: Supervised,
 }
 
 impl Application {
@@ -67,7 +79,8 @@ impl Application {
         metrics: PrometheusHandle,
     ) -> std::io::Result<Self> {
         let shutdown = Shutdown::new();
-        let state = web::Data::new(IngestState::new(&settings, metrics, shutdown.clone()));
+        let (state, session) = IngestState::new(&settings, metrics, shutdown.clone());
+        let state = web::Data::new(state);
         let (addr, server) = webhook_server(&settings, state.clone())?;
         // Metrics, liveness and readiness: a listener of their own, never the public port.
         let metrics_addr = match settings.metrics_addr {
@@ -79,6 +92,7 @@ impl Application {
             metrics_addr,
             server,
             shutdown,
+            session,
         })
     }
 
@@ -102,6 +116,14 @@ impl Application {
         });
         let result = self.server.await;
         self.shutdown.trigger();
+        // The connection's close, bounded: a broker that does not answer
+        // does not hold the exit.
+        if tokio::time::timeout(SESSION_CLOSE, self.session.join())
+            .await
+            .is_err()
+        {
+            tracing::warn!(waited = ?SESSION_CLOSE, "the broker session did not close in time; exiting without it");
+        }
         result
     }
 }

@@ -62,11 +62,11 @@ use crate::store::books::{self, GatewayRef, OrderRow, PaymentKey};
 use crate::store::order_events::{self as events_store, NewOrderEvent};
 use crate::store::parking as parking_store;
 use cancel::Cancelled;
+use oncehook_common::background::{Supervised, supervise};
 use oncehook_common::store::outbox;
 use oncehook_pipeline::{Applied, Delivery, Effect, Effects, Session};
 use sqlx::PgConnection;
 use tokio::sync::Notify;
-use tokio::task::JoinHandle;
 
 use facts::Event;
 use plan::Plan;
@@ -83,26 +83,36 @@ pub struct Ledger {
 impl Effect for Ledger {
     /// The email relay and the parked-event sweeper, both publishing over
     /// the session's confirm channel, and the outbox gauges.
-    fn session_tasks(&self, s: Session<'_>) -> Vec<JoinHandle<()>> {
+    /// Each supervised (`background::supervise`: restarted after a panic).
+    fn session_tasks(&self, s: Session<'_>) -> Vec<Supervised> {
         let timeout = s.settings.broker.publish_timeout;
-        let relay = tokio::spawn(relay::run(
-            s.pool.clone(),
-            s.channel.clone(),
-            s.topology.clone(),
-            timeout,
-            self.relay.clone(),
-            s.stop.clone(),
-        ));
-        let sweeper = tokio::spawn(parking::run_sweeper(
-            s.pool.clone(),
-            s.channel.clone(),
-            s.topology.clone(),
-            s.settings.worker.unlinked_ttl,
-            timeout,
-            s.stop.clone(),
-        ));
-        let gauges = tokio::spawn(relay::gauges(s.pool.clone(), s.stop.clone()));
-        let intents = tokio::spawn(catch_up::run_sweep(s.pool.clone(), s.stop.clone()));
+        let ttl = s.settings.worker.unlinked_ttl;
+        let owned = || {
+            (
+                s.pool.clone(),
+                s.channel.clone(),
+                s.topology.clone(),
+                s.stop.clone(),
+            )
+        };
+        let ((pool, ch, topology, stop), wake) = (owned(), self.relay.clone());
+        let relay = supervise("email relay", s.stop, move || {
+            let (pool, ch, topology) = (pool.clone(), ch.clone(), topology.clone());
+            relay::run(pool, ch, topology, timeout, wake.clone(), stop.clone())
+        });
+        let (pool, ch, topology, stop) = owned();
+        let sweeper = supervise("parked-event sweeper", s.stop, move || {
+            let (pool, ch, topology) = (pool.clone(), ch.clone(), topology.clone());
+            parking::run_sweeper(pool, ch, topology, ttl, timeout, stop.clone())
+        });
+        let (pool, _, _, stop) = owned();
+        let gauges = supervise("outbox gauges", s.stop, move || {
+            relay::gauges(pool.clone(), stop.clone())
+        });
+        let (pool, _, _, stop) = owned();
+        let intents = supervise("refund-intent sweep", s.stop, move || {
+            catch_up::run_sweep(pool.clone(), stop.clone())
+        });
         vec![relay, sweeper, gauges, intents]
     }
 

@@ -22,13 +22,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lapin::{Channel, Connection};
+use oncehook_common::background::{self, Supervised, supervise};
 use oncehook_common::consume::session::{self, ConsumerSpec, SessionTasks};
 use oncehook_common::health::Readiness;
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::Pooled;
 use oncehook_common::{NotifierSettings, Topology, db};
 use tokio::sync::Notify;
-use tokio::task::JoinHandle;
 
 /// Messages the broker hands the fan-out ahead (making rows is quick).
 const PREFETCH: u16 = 16;
@@ -128,21 +128,24 @@ impl Notifier {
         {
             return;
         }
-        let mut loops: Vec<JoinHandle<()>> = self
+        // Supervised: restarted after a panic (`background`).
+        let mut loops: Vec<Supervised> = self
             .settings
             .notify
             .endpoints
             .iter()
             .zip(&self.wakers)
             .map(|(e, waker)| {
-                tokio::spawn(dispatch::run(
-                    self.clone(),
-                    Arc::new(e.clone()),
-                    waker.clone(),
-                ))
+                let (n, endpoint, waker) = (self.clone(), Arc::new(e.clone()), waker.clone());
+                supervise("notify dispatcher", &self.shutdown, move || {
+                    dispatch::run(n.clone(), endpoint.clone(), waker.clone())
+                })
             })
             .collect();
-        loops.push(tokio::spawn(dispatch::gauges(self.clone())));
+        let n = self.clone();
+        loops.push(supervise("notify gauges", &self.shutdown, move || {
+            dispatch::gauges(n.clone())
+        }));
         let spec = ConsumerSpec::new(
             &self.settings.broker,
             PREFETCH,
@@ -164,9 +167,7 @@ impl Notifier {
             tasks,
         )
         .await;
-        for l in loops {
-            let _ = l.await;
-        }
+        background::join_all(loops).await;
     }
 }
 
@@ -183,13 +184,12 @@ impl SessionTasks for RelayTask {
         _conn: &Arc<Connection>,
         channel: &Channel,
         stop: &Shutdown,
-    ) -> Vec<JoinHandle<()>> {
-        vec![tokio::spawn(relay::run(
-            self.pool.clone(),
-            channel.clone(),
-            self.topology.clone(),
-            self.timeout,
-            stop.clone(),
-        ))]
+    ) -> Vec<Supervised> {
+        let (pool, channel, topology) = (self.pool.clone(), channel.clone(), self.topology.clone());
+        let (timeout, session_stop) = (self.timeout, stop.clone());
+        vec![supervise("order-event relay", stop, move || {
+            let (pool, channel, topology) = (pool.clone(), channel.clone(), topology.clone());
+            relay::run(pool, channel, topology, timeout, session_stop.clone())
+        })]
     }
 }

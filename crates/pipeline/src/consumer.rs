@@ -22,6 +22,7 @@
 use std::sync::Arc;
 
 use lapin::{Channel, Connection};
+use oncehook_common::background::{self, Supervised};
 use oncehook_common::broker::queues;
 use oncehook_common::consume::session::{self, ConsumerSpec, SessionTasks};
 use oncehook_common::consume::{Handler, Message, Verdict};
@@ -30,7 +31,6 @@ use oncehook_common::health::Readiness;
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::Pooled;
 use oncehook_common::{RetryPolicy, Topology, WorkerSettings, db, otel};
-use tokio::task::JoinHandle;
 use tracing::Instrument as _;
 
 use crate::{
@@ -60,7 +60,7 @@ impl<E: Effect> Worker<E> {
         // whatever the group size: a free committer takes what waits, up to
         // `size`, so groups grow with the load and never cap the committers.
         let committers = usize::from(settings.worker.committers);
-        let grouper = Grouper::start(pool.clone(), effect.clone(), size, committers);
+        let grouper = Grouper::start(pool.clone(), effect.clone(), size, committers, &shutdown);
         Arc::new(Worker {
             grouper,
             pool,
@@ -115,10 +115,15 @@ impl<E: Effect> Worker<E> {
                     return Verdict::Ack;
                 }
                 Some(Err(err)) => err,
-                None => {
+                None if self.shutdown.is_triggered() => {
                     tracing::info!(gateway, %event_id, "stopping; requeueing the delivery");
                     return Verdict::Retry;
                 }
+                // Its committer panicked (logged, counted and started
+                // again by its supervisor): the delivery fails as if its
+                // handler had, requeued and counted toward the delivery
+                // limit, so one that panics every time is dead-lettered.
+                None => panic!("the committer of delivery {event_id} panicked"),
             };
             let err = match next_step(err) {
                 Step::Settle(verdict) => return verdict,
@@ -294,7 +299,7 @@ impl<E: Effect> SessionTasks for WorkerTasks<E> {
         conn: &Arc<Connection>,
         channel: &Channel,
         stop: &Shutdown,
-    ) -> Vec<JoinHandle<()>> {
+    ) -> Vec<Supervised> {
         let mut tasks = self.effect.session_tasks(Session {
             pool: &self.pool,
             channel,
@@ -302,11 +307,10 @@ impl<E: Effect> SessionTasks for WorkerTasks<E> {
             settings: &self.settings,
             stop,
         });
-        tasks.push(tokio::spawn(queues::report_gauges(
-            conn.clone(),
-            self.topology.clone(),
-            stop.clone(),
-        )));
+        let (conn, topology, session_stop) = (conn.clone(), self.topology.clone(), stop.clone());
+        tasks.push(background::supervise("queue gauges", stop, move || {
+            queues::report_gauges(conn.clone(), topology.clone(), session_stop.clone())
+        }));
         tasks
     }
 }

@@ -9,12 +9,12 @@
 use std::future::Future;
 
 use lapin::Channel;
+use oncehook_common::background::Supervised;
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::Pooled;
 use oncehook_common::store::dedup::{self as dedup_store, DeliveryKey, Finish};
 use oncehook_common::{Topology, WorkerSettings};
 use sqlx::PgConnection;
-use tokio::task::JoinHandle;
 
 use super::{Delivery, Rejection};
 
@@ -121,9 +121,10 @@ pub trait Effect: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Effects, EffectError>> + Send + 'a;
 
     /// The effect's own background tasks for one broker session (they may
-    /// publish over its confirm channel); started with each session and
-    /// stopped with it. None by default.
-    fn session_tasks(&self, _session: Session<'_>) -> Vec<JoinHandle<()>> {
+    /// publish over its confirm channel), each started with
+    /// `background::supervise` under the session's stop; started with each
+    /// session and stopped with it. None by default.
+    fn session_tasks(&self, _session: Session<'_>) -> Vec<Supervised> {
         Vec::new()
     }
 

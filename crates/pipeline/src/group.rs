@@ -20,10 +20,19 @@
 //! gets its own error, the others commit without it. Nothing of a group is
 //! answered before its commit, so the consume loop acks only committed
 //! deliveries.
+//!
+//! The committers are supervised (`background::supervise`, task
+//! `committer`): one that panics (an effect's bug) is logged, counted and
+//! started again; the deliveries of the group it held get no answer, so
+//! their handlers fail as a panicking handler does (requeued as failed
+//! deliveries): one that panics every time ends in the dead-letter queue
+//! through the delivery limit.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use oncehook_common::background;
+use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::Pooled;
 use tokio::sync::{Mutex, mpsc, oneshot};
 
@@ -42,8 +51,16 @@ pub struct Grouper {
 }
 
 impl Grouper {
-    /// Starts `committers` tasks committing groups of up to `size`.
-    pub fn start<E: Effect>(pool: Pooled, effect: Arc<E>, size: usize, committers: usize) -> Self {
+    /// Starts `committers` tasks committing groups of up to `size`, each
+    /// supervised (started again after a panic until `shutdown`); they end
+    /// when the grouper is dropped.
+    pub fn start<E: Effect>(
+        pool: Pooled,
+        effect: Arc<E>,
+        size: usize,
+        committers: usize,
+        shutdown: &Shutdown,
+    ) -> Self {
         let (jobs, queue) = mpsc::unbounded_channel();
         InCommit::gauge().set(0.0);
         Busy::gauge().set(0.0);
@@ -53,12 +70,12 @@ impl Grouper {
             idle: AtomicUsize::new(committers),
         });
         for _ in 0..committers {
-            tokio::spawn(run_committer(
-                pool.clone(),
-                effect.clone(),
-                shared.clone(),
-                size.max(1),
-            ));
+            let (pool, effect, shared) = (pool.clone(), effect.clone(), shared.clone());
+            // Detached: a committer ends when the queue closes, and the
+            // supervisor logs its panics.
+            drop(background::supervise("committer", shutdown, move || {
+                run_committer(pool.clone(), effect.clone(), shared.clone(), size.max(1))
+            }));
         }
         Grouper { jobs }
     }

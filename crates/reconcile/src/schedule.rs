@@ -42,15 +42,15 @@ pub fn zero_counters(reconciler: &Reconciler) {
     for s in reconciler.sources() {
         for found in [Found::MissingWebhook, Found::AlreadyRecorded] {
             metrics::counter!("oncehook_reconcile_facts_total", "source" => s.name.clone(), "found" => found.as_str())
-                .absolute(0);
+                .increment(0);
         }
         metrics::counter!("oncehook_reconcile_api_calls_total", "source" => s.name.clone())
-            .absolute(0);
+            .increment(0);
         metrics::gauge!("oncehook_reconcile_last_success_timestamp_seconds", "source" => s.name.clone())
             .set(0.0);
     }
     for o in [Outcome::Completed, Outcome::Skipped, Outcome::Failed] {
-        metrics::counter!("oncehook_reconcile_runs_total", "outcome" => o.as_str()).absolute(0);
+        metrics::counter!("oncehook_reconcile_runs_total", "outcome" => o.as_str()).increment(0);
     }
 }
 

@@ -7,6 +7,7 @@
 //! sent; the kill switch (`oncehookctl refunds pause`) stops claims at once.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use oncehook_common::config::{BrokerConfig, Config, RefundMode, RefundsConfig};
 use oncehook_common::otel;
@@ -303,8 +304,9 @@ impl Refunder {
 }
 
 /// Runs passes until shutdown (returns at once when every source's mode
-/// is `off`).
-pub async fn run_scheduled(refunder: Refunder, shutdown: Shutdown) {
+/// is `off`). Shared: the worker starts it again after a panic, and its
+/// counters start at zero without resetting (`increment(0)`).
+pub async fn run_scheduled(refunder: Arc<Refunder>, shutdown: Shutdown) {
     if !refunder.config().any_on() {
         tracing::info!("refunds are off for every source: the refunder does not run");
         return;
@@ -312,12 +314,12 @@ pub async fn run_scheduled(refunder: Refunder, shutdown: Shutdown) {
     for outcome in ["sent", "refused", "retry"] {
         for s in &refunder.sources {
             metrics::counter!("oncehook_refund_attempts_total", "gateway" => s.gateway.as_str(), "outcome" => outcome)
-                .absolute(0);
+                .increment(0);
         }
     }
     tracing::info!(interval = ?refunder.config().interval, "refunder started");
     for outcome in ["completed", "failed"] {
-        metrics::counter!("oncehook_refund_passes_total", "outcome" => outcome).absolute(0);
+        metrics::counter!("oncehook_refund_passes_total", "outcome" => outcome).increment(0);
     }
     Periodic::every("refunder", refunder.config().interval)
         .run(&shutdown, || async {

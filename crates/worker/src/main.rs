@@ -5,8 +5,16 @@
 //! and the reconciler (which
 //! asks the gateways' APIs about pending orders, on connections of its own). Stops cleanly on
 //! SIGTERM/SIGINT: no new deliveries, in-flight ones commit and ack.
+//!
+//! Retention, the reconciler and the refunder are supervised
+//! (`oncehook_common::background`): one that panics is logged, counted in
+//! `oncehook_background_task_failures_total{task}` and started again; at
+//! shutdown each is joined and a `JoinError` is logged.
+
+use std::sync::Arc;
 
 use anyhow::Context;
+use oncehook_common::background::{self, supervise};
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::Pooled;
 use oncehook_common::{Config, health, telemetry};
@@ -62,32 +70,37 @@ async fn main() -> anyhow::Result<()> {
             })?;
         tracing::info!(addr = %bound, "metrics listener up");
     }
-    let retention = tokio::spawn(retention::run_scheduled(
+    let (retention_pool, days, every, stop) = (
         pool.clone(),
         settings.worker.retention_days,
         settings.worker.retention_interval,
         shutdown.clone(),
-    ));
+    );
+    let retention = supervise("retention", &shutdown, move || {
+        retention::run_scheduled(retention_pool.clone(), days, every, stop.clone())
+    });
     // The reconciler's own two connections (the lock's and its queries'),
     // so a pass never takes one a delivery is waiting for.
     let reconcile_pool = Pooled::open(&settings.database, 2).context("database URL")?;
     let reconciler = Reconciler::new(&reconcile_config, reconcile_pool.clone())
         .context("starting the reconciler")?;
-    let reconciling = tokio::spawn(schedule::run_scheduled(reconciler, shutdown.clone()));
+    let stop = shutdown.clone();
+    let reconciling = supervise("reconciler", &shutdown, move || {
+        schedule::run_scheduled(reconciler.clone(), stop.clone())
+    });
     // The refunder's own two connections too (docs/refunds.md); it runs
     // only where some source's `[refunds] mode` is not `off`.
     let refund_pool = Pooled::open(&settings.database, 2).context("database URL")?;
-    let refunder =
-        Refunder::new(&reconcile_config, refund_pool.clone()).context("starting the refunder")?;
-    let refunding = tokio::spawn(oncehook_refunds::run::run_scheduled(
-        refunder,
-        shutdown.clone(),
-    ));
+    let refunder = Arc::new(
+        Refunder::new(&reconcile_config, refund_pool.clone()).context("starting the refunder")?,
+    );
+    let stop = shutdown.clone();
+    let refunding = supervise("refunder", &shutdown, move || {
+        oncehook_refunds::run::run_scheduled(refunder.clone(), stop.clone())
+    });
     tracing::info!(prefix = %settings.broker.prefix, "oncehook-worker starting");
     worker.run().await;
-    let _ = retention.await;
-    let _ = reconciling.await;
-    let _ = refunding.await;
+    background::join_all([retention, reconciling, refunding]).await;
     reconcile_pool.close().await;
     refund_pool.close().await;
     pool.close().await;

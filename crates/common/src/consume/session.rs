@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use crate::store::Pooled;
 use lapin::{Channel, Connection};
-use tokio::task::JoinHandle;
 
 use super::Handler;
 use super::broker::{BrokerDeadLetters, Window, consume};
+use crate::background::{self, Supervised};
 use crate::broker::{Session, SessionError, Supervisor};
 use crate::broker_nodes::BrokerNodes;
 use crate::config::BrokerConfig;
@@ -77,14 +77,15 @@ impl ConsumerSpec {
 
 /// Tasks that live as long as one broker session (given the connection, for
 /// channels of their own, its confirm channel and a stop signal that fires
-/// when the session ends).
+/// when the session ends), each started by `background::supervise` under
+/// that stop.
 pub trait SessionTasks: Send {
     fn start(
         &mut self,
         conn: &Arc<Connection>,
         channel: &Channel,
         stop: &Shutdown,
-    ) -> Vec<JoinHandle<()>>;
+    ) -> Vec<Supervised>;
 }
 
 /// No session tasks.
@@ -94,7 +95,7 @@ impl SessionTasks for () {
         _conn: &Arc<Connection>,
         _channel: &Channel,
         _stop: &Shutdown,
-    ) -> Vec<JoinHandle<()>> {
+    ) -> Vec<Supervised> {
         Vec::new()
     }
 }
@@ -170,9 +171,7 @@ impl<H: Handler, T: SessionTasks> Session for Consuming<'_, H, T> {
         )
         .await;
         stop.trigger();
-        for task in running {
-            let _ = task.await;
-        }
+        background::join_all(running).await;
         let _ = pub_ch.close(200, "session ends".into()).await;
         result.map_err(SessionError::from)
     }
