@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use oncehook_common::background::{self, supervise};
+use oncehook_common::config::WorkerSettings;
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::Pooled;
 use oncehook_common::{Config, health, telemetry};
@@ -43,19 +44,7 @@ async fn main() -> anyhow::Result<()> {
     let metrics = telemetry::init_metrics().map_err(anyhow::Error::msg)?;
     consumer::zero_counters(sources.iter().map(String::as_str));
     let shutdown = Shutdown::on_signals();
-    // One connection per transaction in flight (the committers, no more than
-    // the deliveries in flight), plus the relay, the sweeper, retention and
-    // the gauges — unless the budget says otherwise.
-    let committers = settings.worker.committers;
-    let pool_size = settings.database.pool_size(u32::from(committers) + 4);
-    if pool_size < u32::from(committers) + 2 {
-        tracing::warn!(
-            pool_size,
-            committers,
-            "the database connection budget is below the committers: transactions will wait for connections"
-        );
-    }
-    let pool = Pooled::open(&settings.database, pool_size).context("database URL")?;
+    let pool = database(&settings)?;
     let worker = Worker::new(
         pool.clone(),
         Ledger::default(),
@@ -107,4 +96,20 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!("oncehook-worker stopped");
     traces.shutdown();
     Ok(())
+}
+
+/// The worker's pool: one connection per transaction in flight (the
+/// committers, no more than the deliveries in flight), plus the relay, the
+/// sweepers, retention and the gauges — unless the budget says otherwise.
+fn database(settings: &WorkerSettings) -> anyhow::Result<Pooled> {
+    let committers = settings.worker.committers;
+    let pool_size = settings.database.pool_size(u32::from(committers) + 4);
+    if pool_size < u32::from(committers) + 2 {
+        tracing::warn!(
+            pool_size,
+            committers,
+            "the database connection budget is below the committers: transactions will wait for connections"
+        );
+    }
+    Pooled::open(&settings.database, pool_size).context("database URL")
 }
