@@ -10,6 +10,7 @@ use oncehook_gateways::sample::{self, SampleSpec, SignedDelivery};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
+use crate::direct::{DirectWatch, Watched};
 use crate::process::Proc;
 
 /// The secrets the test configuration gives each source.
@@ -65,10 +66,16 @@ pub struct TestEnv {
     pub amqp_urls: String,
     extra_env: Vec<(String, String)>,
     spawned: usize,
+    /// The processes [`TestEnv::spawn`] started, for [`DirectWatch`].
+    spawned_pids: crate::direct::Spawned,
     /// PgBouncer in front of the database, when the run asks for one
-    /// (`ONCEHOOK_TEST_POOLER=pgbouncer`): the service binaries go through
-    /// it; the test's own pool and `oncehookctl` go straight to Postgres.
+    /// (`ONCEHOOK_TEST_POOLER=pgbouncer`): every binary that uses the
+    /// database goes through it (but for `oncehookctl migrate`); the
+    /// test's own pool and connections go straight to Postgres.
     pooler: Option<crate::pgbouncer::PgBouncer>,
+    /// With a pooler: the watch that fails the test when one of its
+    /// binaries connected straight to Postgres.
+    watch: Option<DirectWatch>,
 }
 
 /// The binaries that use the database: behind PgBouncer in the pooler
@@ -149,8 +156,20 @@ impl TestEnv {
         let config_path = dir.join("oncehook.toml");
         std::fs::write(&config_path, config_toml()).expect("write test config");
         let pooler = pgbouncer.then(|| crate::pgbouncer::PgBouncer::start(&dir, &database_url));
+        let spawned_pids = crate::direct::Spawned::default();
+        let watch = pooler.as_ref().map(|p| {
+            DirectWatch::start(Watched {
+                admin_url: admin_url.clone(),
+                db_name: db_name.clone(),
+                server_port: postgres_host_port(&database_url).1,
+                pooler_pid: p.pid(),
+                spawned: spawned_pids.clone(),
+            })
+        });
         TestEnv {
             pooler,
+            watch,
+            spawned_pids,
             prefix: format!("t_{id}"),
             id,
             db_name,
@@ -188,37 +207,89 @@ impl TestEnv {
         self.pooler.as_ref().map(|p| p.counts(&self.db_name))
     }
 
+    /// How many of PgBouncer's clients of this test's database are named
+    /// `application_name` now (`SHOW CLIENTS`); `None` without a PgBouncer.
+    pub fn pooler_clients_named(&self, application_name: &str) -> Option<usize> {
+        self.pooler
+            .as_ref()
+            .map(|p| p.clients_named(&self.db_name, application_name))
+    }
+
+    /// Behind PgBouncer: the connections a binary of this test opened
+    /// straight to Postgres so far (one sentence each), which fail the
+    /// test when the environment is dropped; `None` without a PgBouncer.
+    pub fn direct_connections(&self) -> Option<Vec<String>> {
+        self.watch.as_ref().map(DirectWatch::found)
+    }
+
+    /// Like [`TestEnv::direct_connections`], forgetting them: for a test
+    /// that connects straight to Postgres on purpose.
+    pub fn take_direct_connections(&self) -> Option<Vec<String>> {
+        self.watch.as_ref().map(DirectWatch::take)
+    }
+
+    /// How many times the watch behind [`TestEnv::direct_connections`] has
+    /// looked at the databases' backends.
+    pub fn direct_watch_looks(&self) -> Option<u64> {
+        self.watch.as_ref().map(DirectWatch::looks)
+    }
+
     /// The environment of a binary that uses the database: [`TestEnv::envs`],
     /// through PgBouncer in transaction mode, as the deploy files run it,
     /// when the run asks for it. `oncehookctl migrate` always goes straight
     /// to Postgres (a migration holds a session-level lock; the deploy
     /// files' migrate job does the same).
     pub fn database_envs(&self, bin: &str, args: &[&str]) -> Vec<(String, String)> {
-        let migrate = bin == "oncehookctl" && args.first() == Some(&"migrate");
-        if DATABASE_BINARIES.contains(&bin) && !migrate {
-            self.service_envs()
-        } else {
-            self.envs()
-        }
+        let mut envs = self.envs();
+        self.route(&mut envs, bin, args, &[]);
+        envs
     }
 
-    /// [`TestEnv::envs`], through PgBouncer when the run asks for it.
-    /// A test that points the binaries at a database of its own
-    /// ([`TestEnv::set_env`]) keeps it.
-    fn service_envs(&self) -> Vec<(String, String)> {
-        let mut envs = self.envs();
-        let own_database = envs
-            .iter()
-            .any(|(k, v)| k == "ONCEHOOK_DATABASE_URL" && *v == self.database_url);
-        if let Some(pooler) = self.pooler.as_ref().filter(|_| own_database) {
-            put(
-                &mut envs,
-                "ONCEHOOK_DATABASE_URL",
-                pooler.url(&self.db_name),
-            );
-            put(&mut envs, "ONCEHOOK_DATABASE_POOLER", "transaction");
+    /// Behind PgBouncer, points `bin` (a binary that uses the database,
+    /// but for `oncehookctl migrate`) at it: whatever database of the test's
+    /// Postgres server its `ONCEHOOK_DATABASE_URL` names — the test's,
+    /// or one of a test's own ([`TestEnv::set_env`], a spawn's `extra`),
+    /// as the same user with the same settings ([`PgBouncer::url_for`]) —
+    /// and sets `ONCEHOOK_DATABASE_POOLER=transaction` unless the test
+    /// set it (`explicit`, then `set_env`). A URL of another server (a
+    /// stand-in, a port nothing listens on) is left alone.
+    ///
+    /// [`PgBouncer::url_for`]: crate::pgbouncer::PgBouncer::url_for
+    fn route(
+        &self,
+        envs: &mut Vec<(String, String)>,
+        bin: &str,
+        args: &[&str],
+        explicit: &[(&str, &str)],
+    ) {
+        let Some(pooler) = self.pooler.as_ref() else {
+            return;
+        };
+        let migrate = bin == "oncehookctl" && args.first() == Some(&"migrate");
+        if !DATABASE_BINARIES.contains(&bin) || migrate {
+            return;
         }
-        envs
+        let Some(url) = envs
+            .iter()
+            .find(|(k, _)| k == "ONCEHOOK_DATABASE_URL")
+            .map(|(_, v)| v.clone())
+        else {
+            return;
+        };
+        if postgres_host_port(&url) != postgres_host_port(&self.database_url) {
+            return;
+        }
+        put(envs, "ONCEHOOK_DATABASE_URL", pooler.url_for(&url));
+        let pooler_set = explicit
+            .iter()
+            .any(|(k, _)| *k == "ONCEHOOK_DATABASE_POOLER")
+            || self
+                .extra_env
+                .iter()
+                .any(|(k, _)| k == "ONCEHOOK_DATABASE_POOLER");
+        if !pooler_set {
+            put(envs, "ONCEHOOK_DATABASE_POOLER", "transaction");
+        }
     }
 
     /// The environment every binary gets.
@@ -273,10 +344,11 @@ impl TestEnv {
             "oncehook-mailer",
             "oncehook-notifier",
         ];
-        let mut envs = self.database_envs(bin, args);
+        let mut envs = self.envs();
         for (k, v) in extra {
             put(&mut envs, k, *v);
         }
+        self.route(&mut envs, bin, args, extra);
         let mut metrics = None;
         if SERVICES.contains(&bin) {
             match envs.iter().find(|(k, _)| k == "ONCEHOOK_METRICS_ADDR") {
@@ -297,8 +369,12 @@ impl TestEnv {
             "{} is missing: build it first",
             program.display()
         );
+        let name = format!("{bin} (log {})", log.display());
         let mut proc = Proc::spawn_program(&program.display().to_string(), bin, log, &envs, args);
         proc.metrics = metrics;
+        if let Ok(mut pids) = self.spawned_pids.lock() {
+            pids.push((proc.pid(), name));
+        }
         proc
     }
 
@@ -539,7 +615,10 @@ impl TestEnv {
 
 impl Drop for TestEnv {
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        // Before the databases go: the watch's last look.
+        let direct = self.watch.take().map(DirectWatch::stop).unwrap_or_default();
+        let direct_failure = !direct.is_empty() && !std::thread::panicking();
+        if std::thread::panicking() || direct_failure {
             self.print_logs();
             eprintln!("test folder kept: {}", self.dir.display());
         } else {
@@ -574,6 +653,17 @@ impl Drop for TestEnv {
             });
         })
         .join();
+        if !direct.is_empty() {
+            let text = format!(
+                "the PgBouncer pass: a binary of this test reached PostgreSQL without the pooler \
+                 (route it through TestEnv::spawn/ctl/database_envs):\n{}",
+                direct.join("\n")
+            );
+            if direct_failure {
+                panic!("{text}");
+            }
+            eprintln!("{text}");
+        }
     }
 }
 

@@ -16,6 +16,7 @@ pub mod broker;
 pub mod chaos;
 pub mod cluster;
 pub mod console;
+pub mod direct;
 pub mod env;
 pub mod gateway_api;
 pub mod in_process;

@@ -7,6 +7,16 @@
 //! and a schema the worker is newer than. Each ends with the event applied
 //! once and the dead-letter queue empty. (A Postgres restart lives in
 //! `chaos.rs`, which serialises the scenarios that restart services.)
+//!
+//! In the PgBouncer pass every worker and mailer here goes through the
+//! pooler, whichever database URL a test gives it (`TestEnv` routes it:
+//! the same database, as the same user; the lock timeout of
+//! `?options=-c lock_timeout=…` set by the pooler's database entry), and
+//! the test fails if one of them connects straight to Postgres. What
+//! differs there: a role out of connections reaches the worker as
+//! PgBouncer's "server login has been failing" (08P01) instead of 53300,
+//! and the worker resumes at PgBouncer's next login attempt (at most
+//! `server_login_retry`, 15 s, after the slots are free).
 
 use std::time::Duration;
 
@@ -231,7 +241,10 @@ async fn repeated_deadlocks_hold_the_event() {
 }
 
 /// 53300: the worker's role may open two connections; the test ends the
-/// worker's sessions and takes both slots for 20 s.
+/// worker's sessions and takes both slots for 20 s. (Behind PgBouncer the
+/// sessions ended are the pooler's server connections for the role, and
+/// the worker is told "server login has been failing" until a login
+/// succeeds again.)
 #[tokio::test]
 async fn a_role_out_of_connections_holds_the_event() {
     let mut env = tight_env().await;

@@ -2,12 +2,20 @@
 //! with `ONCEHOOK_TEST_POOLER=pgbouncer`) covers every binary that uses the
 //! database, as the deploy files can run each behind PgBouncer in
 //! transaction mode: a new binary, or a file dropped from the list, fails
-//! here instead of shipping untested behind the pooler.
+//! here instead of shipping untested behind the pooler. In that pass every
+//! [`TestEnv`] points each binary that uses the database at PgBouncer
+//! (any database of the test's server a test names, too) and watches the
+//! databases' backends: a binary found connected straight to Postgres
+//! fails its test (tests/support/direct.rs). The last tests here hold that
+//! watch to what it promises.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use std::time::Duration;
+
 use oncehook_e2e::env::DATABASE_BINARIES;
+use oncehook_e2e::{TestEnv, eventually};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -159,4 +167,111 @@ fn the_pooled_pass_keeps_the_files_the_deployments_depend_on() {
     for p in grouped {
         assert!(files.contains(&p), "POOLED_FILES lacks {p}");
     }
+}
+
+/// A worker started with the test database's own URL (as a test that
+/// builds its command by hand would) is found connected straight to
+/// Postgres, named with its pid; one started by the environment is not,
+/// nor are the test's own connections. Runs behind a PgBouncer of its own
+/// in either pass.
+#[tokio::test]
+async fn a_binary_connected_straight_to_postgres_is_found() {
+    let mut env = TestEnv::through_pgbouncer().await;
+    let pooled = env.start_worker().await;
+    let mut direct = std::process::Command::new(oncehook_e2e::process::bin("oncehook-worker"))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(env.envs())
+        .env("ONCEHOOK_METRICS_ADDR", "off")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn a worker by hand");
+    let pid = direct.id();
+    let found = eventually(
+        "the hand-started worker found connected straight to Postgres",
+        Duration::from_secs(30),
+        || async {
+            let found = env.direct_connections().expect("a watch behind PgBouncer");
+            (!found.is_empty()).then_some(found)
+        },
+    )
+    .await;
+    let _ = direct.kill();
+    let _ = direct.wait();
+    // A few more looks: the pooled worker is still not among them.
+    let looks = env.direct_watch_looks().unwrap_or(0);
+    eventually(
+        "the watch looked again",
+        Duration::from_secs(10),
+        || async { (env.direct_watch_looks().unwrap_or(0) > looks + 3).then_some(()) },
+    )
+    .await;
+    let found = env.take_direct_connections().unwrap_or(found);
+    assert!(
+        found
+            .iter()
+            .all(|f| f.contains(&format!("oncehook-worker (pid {pid})"))),
+        "only the hand-started worker (pid {pid}, the pooled one is {}): {found:#?}",
+        pooled.pid()
+    );
+    assert!(!found.is_empty());
+}
+
+/// Behind PgBouncer a binary pointed at a database of the test's own, as
+/// another user, with a session setting (`options=-c …`), gets a URL of
+/// PgBouncer for the same database and user, the setting applied by the
+/// pooler (a database alias whose server connections run `SET` when they
+/// open); another server's URL is left alone, and `oncehookctl migrate`
+/// goes straight to Postgres.
+#[tokio::test]
+async fn behind_pgbouncer_every_database_url_of_the_server_is_routed() {
+    let mut env = TestEnv::through_pgbouncer().await;
+    let role = format!("oncehook_route_{}", env.id);
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE ROLE {role} LOGIN")))
+        .execute(&env.pool)
+        .await
+        .expect("create role");
+    let own = env
+        .database_url
+        .replacen("postgres@", &format!("{role}@"), 1)
+        + "?options=-c%20lock_timeout%3D321ms&application_name=oncehook_route";
+    env.set_env("ONCEHOOK_DATABASE_URL", &own);
+    let url_of = |envs: Vec<(String, String)>| {
+        envs.into_iter()
+            .find(|(k, _)| k == "ONCEHOOK_DATABASE_URL")
+            .map(|(_, v)| v)
+            .expect("a database URL")
+    };
+    let routed = url_of(env.database_envs("oncehookctl", &["stats"]));
+    assert!(!routed.contains(":5432/"), "{routed}");
+    assert!(routed.contains(&format!("{role}@")), "{routed}");
+    assert!(
+        routed.contains("application_name=oncehook_route"),
+        "{routed}"
+    );
+    assert!(!routed.contains("options="), "{routed}");
+    let migrate = url_of(env.database_envs("oncehookctl", &["migrate"]));
+    assert_eq!(migrate, own, "migrate goes straight to Postgres");
+    let elsewhere = "postgres://postgres@127.0.0.1:1/nowhere";
+    env.set_env("ONCEHOOK_DATABASE_URL", elsewhere);
+    assert_eq!(url_of(env.database_envs("oncehook-worker", &[])), elsewhere);
+
+    // The setting and the user hold through the pooler.
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&routed)
+        .await
+        .expect("connect through pgbouncer as the role");
+    // In a transaction: the server connection is this client's throughout.
+    let mut tx = sqlx::Connection::begin(&mut conn).await.expect("begin");
+    let (user, timeout): (String, String) =
+        sqlx::query_as("SELECT current_user::text, current_setting('lock_timeout')")
+            .fetch_one(&mut *tx)
+            .await
+            .expect("ask through pgbouncer");
+    tx.commit().await.expect("commit");
+    assert_eq!((user.as_str(), timeout.as_str()), (role.as_str(), "321ms"));
+    let _ = sqlx::Connection::close(conn).await;
+    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP ROLE {role}")))
+        .execute(&env.pool)
+        .await;
 }
