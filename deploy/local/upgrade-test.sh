@@ -138,6 +138,11 @@ else
 fi
 echo "upgrade-test: from $from_label ($from_bin) to $to_label ($to_bin)"
 
+# The test's folders (logs, config) under target/, not /tmp: a cleanup of
+# /tmp/oncehook-test-* by another run removed one mid-run.
+export TMPDIR="$root/target/upgrade-tmp"
+mkdir -p "$TMPDIR"
+
 filter=()
 [ -n "${SCENARIO:-}" ] && filter=("$SCENARIO" --exact)
 rm -f target/upgrade-report.md

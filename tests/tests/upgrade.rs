@@ -379,6 +379,28 @@ struct LoadLog {
     cancelled: BTreeSet<String>,
     api_calls: usize,
     api_retries: usize,
+    /// Answers that were not a success, by who gave them and what they
+    /// were ("ingest 503", "api no answer"): how many, and the first and
+    /// last time (s since the load began).
+    refusals: BTreeMap<String, (usize, f64, f64)>,
+}
+
+impl LoadLog {
+    fn refused(&mut self, what: String, t0: Instant) {
+        let at = t0.elapsed().as_secs_f64();
+        let entry = self.refusals.entry(what).or_insert((0, at, at));
+        entry.0 += 1;
+        entry.2 = at;
+    }
+}
+
+/// "503", or "no answer" for a request that got none.
+fn answer(status: u16) -> String {
+    if status == 0 {
+        "no answer".to_owned()
+    } else {
+        status.to_string()
+    }
 }
 
 /// A tiny deterministic generator: the same plan every run.
@@ -598,7 +620,7 @@ fn start_load(
                     Step::Create => {
                         let key = format!("create-{}", script.order_ref);
                         let ok =
-                            api_call(&http, &api, &log, "/v1/orders", &script.body, &key).await;
+                            api_call(&http, &api, &log, t0, "/v1/orders", &script.body, &key).await;
                         if let Ok(mut l) = log.lock() {
                             if ok {
                                 l.created.insert(script.order_ref.clone());
@@ -613,6 +635,7 @@ fn start_load(
                             &http,
                             &api,
                             &log,
+                            t0,
                             &path,
                             r#"{"reason": "customer left"}"#,
                             "",
@@ -634,15 +657,16 @@ fn start_load(
                     } => {
                         let mut all = tokio::task::JoinSet::new();
                         for _ in 0..copies {
-                            let (http, ingest, delivery) =
-                                (http.clone(), ingest.clone(), delivery.clone());
-                            all.spawn(async move { post(&http, &ingest, &delivery).await });
+                            let (http, ingest, delivery, log) =
+                                (http.clone(), ingest.clone(), delivery.clone(), log.clone());
+                            all.spawn(
+                                async move { post(&http, &ingest, &delivery, &log, t0).await },
+                            );
                         }
                         while let Some(r) = all.join_next().await {
-                            let (acked, refused) = r.unwrap_or((false, 0));
+                            let acked = r.unwrap_or(false);
                             let Ok(mut l) = log.lock() else { continue };
                             l.posts += 1;
-                            l.non_200 += refused;
                             if acked {
                                 l.acked_posts += 1;
                                 l.acked_events.insert(event_id.clone());
@@ -664,14 +688,15 @@ fn start_load(
 }
 
 /// POSTs a delivery like a gateway: anything but a 200 is retried every
-/// 250 ms for up to 90 s. (acked, answers that were not 200).
+/// 250 ms for up to 90 s. Whether it was acked.
 async fn post(
     http: &reqwest::Client,
     ingest: &RwLock<String>,
     delivery: &SignedDelivery,
-) -> (bool, usize) {
+    log: &Mutex<LoadLog>,
+    t0: Instant,
+) -> bool {
     let started = Instant::now();
-    let mut refused = 0;
     loop {
         let base = ingest.read().map(|u| u.clone()).unwrap_or_default();
         let mut req = http
@@ -680,12 +705,16 @@ async fn post(
         for (n, v) in delivery.headers.iter() {
             req = req.header(n, v);
         }
-        match req.send().await {
-            Ok(r) if r.status().as_u16() == 200 => return (true, refused),
-            _ => refused += 1,
+        let status = req.send().await.map(|r| r.status().as_u16()).unwrap_or(0);
+        if status == 200 {
+            return true;
+        }
+        if let Ok(mut l) = log.lock() {
+            l.non_200 += 1;
+            l.refused(format!("ingest {}", answer(status)), t0);
         }
         if started.elapsed() > Duration::from_secs(90) {
-            return (false, refused);
+            return false;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
@@ -697,6 +726,7 @@ async fn api_call(
     http: &reqwest::Client,
     api: &RwLock<String>,
     log: &Mutex<LoadLog>,
+    t0: Instant,
     path: &str,
     body: &str,
     key: &str,
@@ -715,6 +745,10 @@ async fn api_call(
         let status = req.send().await.map(|r| r.status().as_u16()).unwrap_or(0);
         if let Ok(mut l) = log.lock() {
             l.api_calls += 1;
+            if status != 200 && status != 201 {
+                let route = if key.is_empty() { "cancel" } else { "create" };
+                l.refused(format!("api {route} {}", answer(status)), t0);
+            }
         }
         match status {
             200 | 201 => return true,
@@ -1046,6 +1080,9 @@ async fn run(scenario: Scenario) {
         log.api_calls,
         log.api_retries
     );
+    for (what, (n, first, last)) in &log.refusals {
+        println!("  refused: {what}: {n} times, +{first:.1}s to +{last:.1}s");
+    }
     let report =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/upgrade-report.md");
     if let Ok(mut f) = std::fs::OpenOptions::new()
