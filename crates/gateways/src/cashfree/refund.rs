@@ -16,9 +16,16 @@
 //! says nothing of the refund, so it reads as "try again", and every retry
 //! starts with the lookup, `GET /pg/orders/{order_id}/refunds/{refund_id}`
 //! (<https://www.cashfree.com/docs/api-reference/payments/latest/refunds/get>):
-//! the refund entity, or Cashfree's 404 when there is none. The optional
-//! `x-idempotency-key` header is not sent: its replay of a first answer
-//! (a 500 included) would hide the refund the lookup finds.
+//! the refund entity, or Cashfree's 404 when there is none. The create
+//! also carries Cashfree's documented `x-idempotency-key` header ("If the
+//! request fails or times out, you can safely retry it using the same key
+//! to avoid duplicate actions", on the same reference page), keyed by the
+//! same `refund_id` ([`idempotency_key`]): a retry sends the same key, so
+//! a second create while the first is still in flight (between its send
+//! and the lookup's 404) rests on Cashfree's documented key, not only on
+//! the 409 its SDK models show. The key replays a first answer, a 500
+//! included; that replay reads as "try again", and the lookup before the
+//! next attempt still finds a refund the first create made.
 //!
 //! Answers: a refund entity is accepted; `SUCCESS` is its fact (the one
 //! reconciliation and the `REFUND_STATUS_WEBHOOK` give), `PENDING` and
@@ -74,7 +81,8 @@ impl GatewayRefunds for Cashfree {
                 bytes: body.into_bytes(),
             }),
         };
-        authenticated(request, credentials)
+        Ok(authenticated(request, credentials)?
+            .header("x-idempotency-key", idempotency_key(&ask.intent_id)))
     }
 
     /// The refund made under the intent's `refund_id`, if any.
@@ -145,6 +153,13 @@ pub fn refund_id(intent_id: &str) -> String {
         let digest = hex::encode(Sha256::digest(intent_id.as_bytes()));
         format!("ri_{}", &digest[..32])
     }
+}
+
+/// The `x-idempotency-key` of an intent's create: its `refund_id` (the
+/// refund's idempotency identity at Cashfree), so every attempt of the
+/// intent sends the same key.
+pub fn idempotency_key(intent_id: &str) -> String {
+    refund_id(intent_id)
 }
 
 fn authenticated(

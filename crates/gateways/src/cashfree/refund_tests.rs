@@ -75,8 +75,19 @@ fn the_request_refunds_the_order_under_the_intents_refund_id_with_an_exact_amoun
         [
             ("x-client-id", true),
             ("x-client-secret", true),
-            ("x-api-version", false)
+            ("x-api-version", false),
+            ("x-idempotency-key", false)
         ]
+    );
+    let key = request
+        .headers
+        .iter()
+        .find(|h| h.name == "x-idempotency-key")
+        .map(|h| h.value.as_str());
+    assert_eq!(
+        key,
+        Some(INTENT),
+        "Cashfree's documented key, the intent's refund_id"
     );
     assert_eq!(
         refunds().create(&ask(), &creds()),
@@ -151,6 +162,7 @@ fn the_order_is_the_one_cashfree_reference_else_the_shops_and_odd_ids_are_derive
         let id = refund_id(odd);
         assert_eq!(id.len(), 35, "{id}");
         assert_eq!(id, refund_id(odd), "the same every time");
+        assert_eq!(idempotency_key(odd), id, "the key is the refund_id");
     }
 }
 
