@@ -506,8 +506,16 @@ fn razorpay(path: &str, params: &HashMap<String, String>, s: &State) -> (u16, Va
             collection(s.lists.get(&key).map_or(&[][..], Vec::as_slice)),
         );
     }
+    // Razorpay's paging: `count` (at most 100) from `skip`; without a
+    // `count` the stand-in lists everything (the reconciler asks so).
+    let number = |k: &str| params.get(k).and_then(|v| v.parse::<usize>().ok());
+    let page = |items: &[Value]| -> Vec<Value> {
+        let skip = number("skip").unwrap_or(0).min(items.len());
+        let count = number("count").map_or(items.len(), |c| c.min(100));
+        items[skip..].iter().take(count).cloned().collect()
+    };
     match s.lists.get(path) {
-        Some(items) => (200, collection(items)),
+        Some(items) => (200, collection(&page(items))),
         None if path.starts_with("/v1/payments/") => (200, collection(&[])),
         None => (400, shapes::razorpay_unknown_id()),
     }

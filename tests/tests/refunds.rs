@@ -286,6 +286,45 @@ async fn payu_refunder_killed_after_sending_refunds_once() {
     killed_after_sending(Gateway::Payu, "puk").await;
 }
 
+/// A Razorpay payment with more refunds than one page of its list (100):
+/// the refund made while its answer was lost is found on the second page
+/// (`skip`), and nothing is sent again (the stand-in's keys are forgotten,
+/// so only the lookup stands between the retry and a second refund).
+#[tokio::test]
+async fn a_razorpay_payment_with_a_full_page_of_refunds_is_paged_through_and_refunded_once() {
+    let mut env = TestEnv::new().await;
+    let api = GatewayApi::start(Gateway::Razorpay).await;
+    refunds_on(&mut env, "auto", &[&api]);
+    let order = "rf_paged";
+    Shop::mugs(10, &[order]).seed(&env.pool).await;
+    let p = env.pipeline().await;
+    let paid = Paid::twice(Gateway::Razorpay, "paged");
+    let list = format!("/v1/payments/{}/refunds", paid.second);
+    for i in 0..150 {
+        api.add(
+            &list,
+            shapes::razorpay_refund(&format!("rfnd_Others{i:08}"), &paid.second, 1),
+        );
+    }
+    api.refund_faults(&[Fault::Dropped]);
+    paid.post(&env, &p, &api, order, &paid.first.clone()).await;
+    paid.post(&env, &p, &api, order, &paid.second.clone()).await;
+    eventually("the refund made at the gateway", WAIT, || async {
+        (api.refunds_made(&paid.second) == 1).then_some(())
+    })
+    .await;
+    api.forget_refund_keys();
+    refunded_once(&env, &api, &paid, order).await;
+    let calls = api.calls();
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.contains("refunds?count=100&skip=100")),
+        "the second page asked: {calls:?}"
+    );
+    assert_eq!(api.refund_posts().len(), 1, "{:?}", api.refund_posts());
+}
+
 #[tokio::test]
 async fn the_refund_webhook_before_the_refunders_answer_settles_once() {
     let mut env = TestEnv::new().await;

@@ -122,7 +122,7 @@ pub async fn send(
             tracing::warn!(intent = %intent.id, order_ref = %intent.order_ref, %reason, retry_in_s = wait.as_secs(), "refund not confirmed; will try again under the same key");
             Attempt::Retry
         }
-        RefundOutcome::NotFound => {
+        RefundOutcome::NotFound | RefundOutcome::FullPage { .. } => {
             let wait = backoff(intent.attempts);
             let reason = "the gateway answered the refund with 'not found'";
             store::retry_later(&mut conn, &intent.id, wait, reason).await?;
@@ -199,13 +199,13 @@ async fn check(
     intent: &Intent,
 ) -> RefundOutcome {
     let refund_id = intent.gateway_refund_id.clone().unwrap_or_default();
-    let Some(lookup) = api.lookup(ask, &source.credentials) else {
+    let Some(found) = look_up(client, source, api, ask).await else {
         return RefundOutcome::Accepted {
             refund_id,
             facts: Vec::new(),
         };
     };
-    match exchange(client, source, api, ask, RefundCall::Lookup, lookup).await {
+    match found {
         RefundOutcome::NotFound => RefundOutcome::Refused {
             code: "vanished".into(),
             message: format!("the gateway no longer lists the refund {refund_id} it accepted"),
@@ -253,8 +253,8 @@ async fn answer(
     ask: &RefundAsk,
     maybe_sent: bool,
 ) -> RefundOutcome {
-    if maybe_sent && let Some(lookup) = api.lookup(ask, &source.credentials) {
-        match exchange(client, source, api, ask, RefundCall::Lookup, lookup).await {
+    if maybe_sent && let Some(found) = look_up(client, source, api, ask).await {
+        match found {
             RefundOutcome::NotFound => {}
             // A lookup that fails or is refused says nothing: never send
             // blind, try again later.
@@ -268,6 +268,46 @@ async fn answer(
     }
     let create = api.create(ask, &source.credentials);
     exchange(client, source, api, ask, RefundCall::Create, create).await
+}
+
+/// The most pages one lookup reads (Razorpay's: 100 refunds a page).
+/// A payment with more refunds than that is tried again later, never sent
+/// blind.
+const MAX_LOOKUP_PAGES: usize = 100;
+
+/// The gateway's lookup of `ask`, page after page while a page is full
+/// and holds none of the intent's refunds; `None` where the gateway has
+/// no lookup.
+async fn look_up(
+    client: &Client,
+    source: &ApiSource,
+    api: &'static dyn GatewayRefunds,
+    ask: &RefundAsk,
+) -> Option<RefundOutcome> {
+    let mut skip = 0;
+    for _ in 0..MAX_LOOKUP_PAGES {
+        let Some(request) = api.lookup_page(ask, &source.credentials, skip) else {
+            return (skip > 0).then(|| RefundOutcome::Retry {
+                reason: format!(
+                    "the lookup's page was full at {skip} refunds and it has no next page"
+                ),
+            });
+        };
+        match exchange(client, source, api, ask, RefundCall::Lookup, request).await {
+            RefundOutcome::FullPage { listed } if listed > 0 => skip += listed,
+            RefundOutcome::FullPage { .. } => {
+                return Some(RefundOutcome::Retry {
+                    reason: "the lookup answered an empty page as full".into(),
+                });
+            }
+            other => return Some(other),
+        }
+    }
+    Some(RefundOutcome::Retry {
+        reason: format!(
+            "the payment has more than {skip} refunds and none of the {MAX_LOOKUP_PAGES} pages read is the intent's"
+        ),
+    })
 }
 
 /// One call, its answer read by the gateway's folder; a transport failure

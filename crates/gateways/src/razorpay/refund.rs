@@ -15,9 +15,10 @@
 //! second refund with the same receipt is a second refund), so the key is
 //! not the whole guarantee: before every retry the refunder looks up the
 //! payment's refunds (`GET /v1/payments/{payment_id}/refunds?count=100`,
-//! <https://razorpay.com/docs/api/refunds/fetch-multiple-refund-payment/>)
-//! and a refund whose `receipt` (or `notes.oncehook_intent`) is the intent
-//! id is the one made before.
+//! <https://razorpay.com/docs/api/refunds/fetch-multiple-refund-payment/>,
+//! then `&skip=100`, `&skip=200`, … while a page is full and holds none of
+//! the intent's) and a refund whose `receipt` (or `notes.oncehook_intent`)
+//! is the intent id is the one made before.
 //!
 //! Answers: a refund entity is accepted; `processed` is its fact (the one
 //! reconciliation and the `refund.processed` webhook give), `pending` has
@@ -74,11 +75,25 @@ impl GatewayRefunds for Razorpay {
         ask: &RefundAsk,
         credentials: &ApiCredentials,
     ) -> Option<Result<ApiRequest, RequestError>> {
+        self.lookup_page(ask, credentials, 0)
+    }
+
+    /// A page of the payment's refunds, `skip` in (Razorpay's `count` and
+    /// `skip`).
+    fn lookup_page(
+        &self,
+        ask: &RefundAsk,
+        credentials: &ApiCredentials,
+        skip: usize,
+    ) -> Option<Result<ApiRequest, RequestError>> {
         let request = check(ask).and_then(|()| {
-            let path = format!(
+            let mut path = format!(
                 "/v1/payments/{}/refunds?count={LOOKUP_COUNT}",
                 segment(&ask.payment_id)
             );
+            if skip > 0 {
+                path.push_str(&format!("&skip={skip}"));
+            }
             authenticated(ApiRequest::get(path), credentials)
         });
         Some(request)
@@ -171,7 +186,8 @@ fn refund(ask: &RefundAsk, entity: &Value) -> RefundOutcome {
     }
 }
 
-/// The payment's refunds: the intent's, if one is there. Several (a
+/// A page of the payment's refunds: the intent's, if one is there; a full
+/// page without it asks for the next one. Several (a
 /// refund made twice before oncehook looked) are all facts; the first
 /// one not failed is the intent's refund.
 fn lookup(ask: &RefundAsk, body: &[u8]) -> RefundOutcome {
@@ -184,13 +200,8 @@ fn lookup(ask: &RefundAsk, body: &[u8]) -> RefundOutcome {
         .collect();
     if mine.is_empty() {
         return if items.len() >= LOOKUP_COUNT {
-            RefundOutcome::Refused {
-                code: "lookup_incomplete".into(),
-                message: format!(
-                    "payment {} has {LOOKUP_COUNT} refunds or more and none of them is \
-                     intent {}: a person must check before another is sent",
-                    ask.payment_id, ask.intent_id
-                ),
+            RefundOutcome::FullPage {
+                listed: items.len(),
             }
         } else {
             RefundOutcome::NotFound

@@ -207,9 +207,39 @@ fn the_lookup_finds_the_intents_refund_by_receipt_or_note_and_nothing_else() {
     assert!(
         matches!(read(&[failed]), RefundOutcome::Refused { code, .. } if code == "refund_failed")
     );
-    let full_page = vec![other; LOOKUP_COUNT];
-    assert!(
-        matches!(read(&full_page), RefundOutcome::Refused { code, .. } if code == "lookup_incomplete")
+    let full_page = vec![other.clone(); LOOKUP_COUNT];
+    assert_eq!(
+        read(&full_page),
+        RefundOutcome::FullPage {
+            listed: LOOKUP_COUNT
+        },
+        "a full page without the intent's refund asks for the next page"
+    );
+    let short_page = vec![other; LOOKUP_COUNT - 1];
+    assert_eq!(read(&short_page), RefundOutcome::NotFound);
+}
+
+#[test]
+fn the_lookup_pages_with_skip() {
+    let page = |skip| {
+        refunds()
+            .lookup_page(&ask(), &creds(), skip)
+            .expect("a lookup")
+            .expect("a request")
+            .path
+    };
+    assert_eq!(page(0), "/v1/payments/pay_29QQoUBi66xm2f/refunds?count=100");
+    assert_eq!(
+        page(100),
+        "/v1/payments/pay_29QQoUBi66xm2f/refunds?count=100&skip=100"
+    );
+    assert_eq!(
+        page(0),
+        refunds()
+            .lookup(&ask(), &creds())
+            .expect("a lookup")
+            .expect("a request")
+            .path
     );
 }
 

@@ -79,6 +79,13 @@ pub enum RefundOutcome {
         /// What happened, for the log and the intent.
         reason: String,
     },
+    /// A lookup's page was full and none of it is the intent's: the
+    /// refunder asks for the next page ([`GatewayRefunds::lookup_page`],
+    /// `listed` further on) before it concludes anything.
+    FullPage {
+        /// How many refunds the page listed.
+        listed: usize,
+    },
 }
 
 /// A gateway's refund API as the refunder uses it. Implemented once, on the
@@ -103,6 +110,22 @@ pub trait GatewayRefunds: Sync {
         ask: &RefundAsk,
         credentials: &ApiCredentials,
     ) -> Option<Result<ApiRequest, RequestError>>;
+
+    /// The lookup's page that starts `skip` refunds in, for a lookup whose
+    /// answer was [`RefundOutcome::FullPage`]; `skip` 0 is
+    /// [`GatewayRefunds::lookup`]. `None` where the lookup does not page.
+    fn lookup_page(
+        &self,
+        ask: &RefundAsk,
+        credentials: &ApiCredentials,
+        skip: usize,
+    ) -> Option<Result<ApiRequest, RequestError>> {
+        if skip == 0 {
+            self.lookup(ask, credentials)
+        } else {
+            None
+        }
+    }
 
     /// The request that finds the id the refund API takes for the ledger's
     /// payment, where the two differ (PayU: `verify_payment` by `txnid`
