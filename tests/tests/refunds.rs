@@ -489,6 +489,44 @@ async fn auto_keeps_to_its_ceilings_and_reasons() {
     assert_eq!(api.refund_posts().len(), 1, "{:?}", api.refund_posts());
 }
 
+/// The daily ceiling counts each currency on its own: 500.00 INR refunded
+/// automatically today leaves all of the day's USD ceiling (paise and cents
+/// never add up).
+#[tokio::test]
+async fn the_daily_ceiling_is_per_currency() {
+    let mut env = TestEnv::new().await;
+    let api = GatewayApi::start(Gateway::Razorpay).await;
+    refunds_on(&mut env, "auto", &[&api]);
+    env.append_config(
+        "[refunds.source.razorpay]\nmax_refund_minor = 60000\nmax_daily_minor = 60000\n",
+    );
+    let (inr, usd) = ("rf_cur_inr", "rf_cur_usd");
+    Shop::mugs(10, &[inr]).seed(&env.pool).await;
+    Shop::new()
+        .order_of(usd, 20_000, "USD", &[("MUG", 1)])
+        .seed(&env.pool)
+        .await;
+    let p = env.pipeline().await;
+    let rupees = Paid::twice(Gateway::Razorpay, "curinr");
+    rupees
+        .post(&env, &p, &api, inr, &rupees.first.clone())
+        .await;
+    rupees
+        .post(&env, &p, &api, inr, &rupees.second.clone())
+        .await;
+    refunded_once(&env, &api, &rupees, inr).await;
+    let dollars = Paid::twice(Gateway::Razorpay, "curusd");
+    for payment in [&dollars.first, &dollars.second] {
+        let mut spec = env.spec(usd, payment, &format!("evt_{payment}"), 20_000);
+        spec.currency = "USD".into();
+        let d = env.sign(Gateway::Razorpay, "payment.captured", &spec);
+        env.post_ok(&p.url, "razorpay", &d).await;
+    }
+    let intent = wait_intent(&env, usd, "settled").await;
+    assert_eq!(intent["currency"], "USD", "{intent}");
+    assert_eq!(api.refunds_made(&dollars.second), 1);
+}
+
 #[tokio::test]
 async fn a_refusal_is_parked_with_the_gateways_words_and_not_retried() {
     let mut env = TestEnv::new().await;

@@ -1,9 +1,12 @@
 //! The policy: whether an intent the ledger minted may be sent without a
 //! person (docs/refunds.md). Pure: the intent, its source's policy, what
-//! the policy already let go for that source today, and whether oncehook
+//! the policy already let go for that source today in the intent's
+//! currency, and whether oncehook
 //! can refund through that source at all, in; approve or hold (with the
 //! reason an operator reads), out.
 
+#[cfg(test)]
+use oncehook_common::config::Ceilings;
 use oncehook_common::config::{RefundMode, RefundPolicy};
 use oncehook_common::store::refunds::Intent;
 
@@ -54,6 +57,8 @@ pub fn decide(intent: &Intent, policy: &RefundPolicy, reach: Reach, today_minor:
         }
     }
     let amount = intent.sent_minor.unwrap_or_else(|| intent.outstanding());
+    let currency = &intent.currency;
+    let ceilings = policy.ceilings(currency);
     match policy.mode {
         RefundMode::Off => hold(format!("refunds are off for source {source}")),
         RefundMode::Propose => hold(format!(
@@ -63,14 +68,14 @@ pub fn decide(intent: &Intent, policy: &RefundPolicy, reach: Reach, today_minor:
             "{} is not among the reasons refunded automatically",
             intent.reason
         )),
-        RefundMode::Auto if amount > policy.max_refund_minor => hold(format!(
-            "{amount} is over the per-refund ceiling of {} (max_refund_minor)",
-            policy.max_refund_minor
+        RefundMode::Auto if amount > ceilings.max_refund_minor => hold(format!(
+            "{amount} {currency} is over the per-refund ceiling of {} {currency} (max_refund_minor)",
+            ceilings.max_refund_minor
         )),
-        RefundMode::Auto if today_minor.saturating_add(amount) > policy.max_daily_minor => {
+        RefundMode::Auto if today_minor.saturating_add(amount) > ceilings.max_daily_minor => {
             hold(format!(
-                "{amount} more would pass source {source}'s daily ceiling of {} ({today_minor} refunded automatically today)",
-                policy.max_daily_minor
+                "{amount} {currency} more would pass source {source}'s daily ceiling of {} {currency} ({today_minor} {currency} refunded automatically today)",
+                ceilings.max_daily_minor
             ))
         }
         RefundMode::Auto => Decision::Approve,
@@ -113,8 +118,18 @@ mod tests {
     fn auto() -> RefundPolicy {
         RefundPolicy {
             mode: RefundMode::Auto,
-            max_refund_minor: 1_000,
-            max_daily_minor: 1_500,
+            ceilings: Ceilings {
+                max_refund_minor: 1_000,
+                max_daily_minor: 1_500,
+            },
+            currencies: [(
+                "JPY".to_owned(),
+                Ceilings {
+                    max_refund_minor: 10,
+                    max_daily_minor: 15,
+                },
+            )]
+            .into(),
             auto_reasons: vec!["duplicate_capture".into()],
         }
     }
@@ -164,6 +179,35 @@ mod tests {
                 0
             ))
             .contains("amount_mismatch")
+        );
+    }
+
+    #[test]
+    fn the_ceilings_are_the_intents_currencys() {
+        let p = auto();
+        let yen = |amount| Intent {
+            currency: "JPY".into(),
+            ..intent(amount, "duplicate_capture")
+        };
+        assert_eq!(
+            decide(&yen(10), &p, Reach::Refundable, 5),
+            Decision::Approve
+        );
+        let over = held(decide(&yen(11), &p, Reach::Refundable, 0));
+        assert!(
+            over.contains("per-refund ceiling of 10 JPY"),
+            "JPY's own ceiling, not every currency's: {over}"
+        );
+        let daily = held(decide(&yen(10), &p, Reach::Refundable, 6));
+        assert!(daily.contains("daily ceiling of 15 JPY"), "{daily}");
+        // A currency without ceilings of its own has every currency's.
+        let euros = Intent {
+            currency: "EUR".into(),
+            ..intent(1_000, "duplicate_capture")
+        };
+        assert_eq!(
+            decide(&euros, &p, Reach::Refundable, 500),
+            Decision::Approve
         );
     }
 

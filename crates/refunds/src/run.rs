@@ -107,15 +107,17 @@ impl Refunder {
     }
 
     /// Decides one `owed` intent; whether it was approved. `today` holds
-    /// what the policy let go today per source, read once per page.
+    /// what the policy let go today per source and currency, read once per
+    /// page.
     async fn decide_one(
         &self,
         tx: &mut sqlx::PgConnection,
         intent: &Intent,
-        today: &mut HashMap<String, i64>,
+        today: &mut HashMap<(String, String), i64>,
     ) -> Result<bool, RefundError> {
         let (reach, source) = self.reach(intent);
         let name = source.clone().unwrap_or_default();
+        let day = (name.clone(), intent.currency.clone());
         let intent = Intent {
             source: source.clone(),
             ..intent.clone()
@@ -124,11 +126,11 @@ impl Refunder {
         // A hold that does not depend on the day's total needs no reading of it.
         let decision = match policy::decide(&intent, policy, reach, 0) {
             Decision::Approve => {
-                let sum = match today.get(&name) {
+                let sum = match today.get(&day) {
                     Some(sum) => *sum,
-                    None => store::approved_by_policy_today(tx, &name).await?,
+                    None => store::approved_by_policy_today(tx, &name, &intent.currency).await?,
                 };
-                today.insert(name.clone(), sum);
+                today.insert(day.clone(), sum);
                 policy::decide(&intent, policy, reach, sum)
             }
             hold => hold,
@@ -138,7 +140,7 @@ impl Refunder {
                 let done = store::approve(tx, &intent.id, source.as_deref(), BY_POLICY).await?;
                 if done {
                     let amount = intent.sent_minor.unwrap_or_else(|| intent.outstanding());
-                    *today.entry(name.clone()).or_default() += amount;
+                    *today.entry(day).or_default() += amount;
                     tracing::info!(intent = %intent.id, order_ref = %intent.order_ref, reason = %intent.reason, amount_minor = amount, source = %name, "refund approved by the policy");
                 }
                 Ok(done)

@@ -68,7 +68,7 @@ pub use reconcile::{ENV_RECONCILE_CALLS_PER_RUN, ENV_RECONCILE_CALLS_PER_SECOND}
 pub use reconcile::{ENV_RECONCILE_PAID_HORIZON, ENV_RECONCILE_PAID_INTERVAL};
 pub use reconcile::{ENV_RECONCILE_TIMEOUT, ReconcileConfig};
 pub use refunds::{
-    ENV_REFUNDS_INTERVAL, ENV_REFUNDS_LEASE, ENV_REFUNDS_MAX_DAILY_MINOR,
+    Ceilings, ENV_REFUNDS_INTERVAL, ENV_REFUNDS_LEASE, ENV_REFUNDS_MAX_DAILY_MINOR,
     ENV_REFUNDS_MAX_REFUND_MINOR, ENV_REFUNDS_MODE, RefundMode, RefundPolicy, RefundsConfig,
 };
 pub use smtp::{SmtpConfig, SmtpCredentials, SmtpTls};

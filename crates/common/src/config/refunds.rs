@@ -5,7 +5,11 @@
 //! each one) or `auto` (an intent whose reason is in `auto_reasons` and
 //! whose amount is within `max_refund_minor`, and within `max_daily_minor`
 //! of what went automatically that day, is approved by the policy; the
-//! rest wait for an operator). `interval` is how often the worker's
+//! rest wait for an operator). The ceilings are in minor units of the
+//! intent's currency and count each currency on its own: `max_refund_minor`
+//! and `max_daily_minor` hold for every currency, and a table
+//! `[refunds.currency.<ISO 4217>]` (or `[refunds.source.<name>.currency.<…>]`)
+//! sets one currency's own. `interval` is how often the worker's
 //! refunder looks for approved intents; `lease` how long one refunder holds
 //! an intent while it sends it (a killed one's intent is taken over after).
 
@@ -57,16 +61,35 @@ impl RefundMode {
     }
 }
 
+/// The `auto` ceilings of one currency, in its minor units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ceilings {
+    /// The largest refund approved without a person.
+    pub max_refund_minor: i64,
+    /// The most refunded without a person per UTC day, in this currency.
+    pub max_daily_minor: i64,
+}
+
 /// One source's refund policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RefundPolicy {
     pub mode: RefundMode,
-    /// The largest refund approved without a person, in minor units.
-    pub max_refund_minor: i64,
-    /// The most refunded without a person per UTC day, in minor units.
-    pub max_daily_minor: i64,
+    /// The ceilings of every currency not in `currencies`.
+    pub ceilings: Ceilings,
+    /// Ceilings of their own, by ISO 4217 code (upper case).
+    pub currencies: BTreeMap<String, Ceilings>,
     /// The reasons that may go without a person.
     pub auto_reasons: Vec<String>,
+}
+
+impl RefundPolicy {
+    /// The ceilings of `currency` (its own, else every currency's).
+    pub fn ceilings(&self, currency: &str) -> Ceilings {
+        self.currencies
+            .get(&currency.to_ascii_uppercase())
+            .copied()
+            .unwrap_or(self.ceilings)
+    }
 }
 
 /// `[refunds]`, checked.
@@ -102,7 +125,17 @@ pub(super) struct RefundsSection {
     max_refund_minor: u64,
     max_daily_minor: u64,
     auto_reasons: Vec<String>,
+    currency: BTreeMap<String, CurrencySection>,
     source: BTreeMap<String, SourceSection>,
+}
+
+/// `[refunds.currency.<code>]`: one currency's ceilings; what it leaves
+/// out is the flat keys'.
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct CurrencySection {
+    max_refund_minor: Option<u64>,
+    max_daily_minor: Option<u64>,
 }
 
 /// `[refunds.source.<name>]`: what it leaves out is the section's.
@@ -113,6 +146,8 @@ struct SourceSection {
     max_refund_minor: Option<u64>,
     max_daily_minor: Option<u64>,
     auto_reasons: Option<Vec<String>>,
+    #[serde(default)]
+    currency: BTreeMap<String, CurrencySection>,
 }
 
 impl Default for RefundsSection {
@@ -124,6 +159,7 @@ impl Default for RefundsSection {
             max_refund_minor: 1_000_000,
             max_daily_minor: 10_000_000,
             auto_reasons: vec!["duplicate_capture".into(), "cancelled_order".into()],
+            currency: BTreeMap::new(),
             source: BTreeMap::new(),
         }
     }
@@ -133,11 +169,12 @@ impl RefundsSection {
     /// The section, every ceiling positive, every reason known and every
     /// named source configured (`sources`).
     pub(super) fn validate(self, sources: &[&str]) -> Result<RefundsConfig, ConfigError> {
+        let flat = (self.max_refund_minor, self.max_daily_minor);
         let default = policy(
             "refunds",
             self.mode,
-            self.max_refund_minor,
-            self.max_daily_minor,
+            flat,
+            &currencies("refunds", &self.currency, &BTreeMap::new(), flat)?,
             self.auto_reasons,
         )?;
         let mut named = BTreeMap::new();
@@ -150,11 +187,15 @@ impl RefundsSection {
                     &format!("names no [[source]] (configured: {})", sources.join(", ")),
                 ));
             }
+            let own = (
+                s.max_refund_minor.unwrap_or(self.max_refund_minor),
+                s.max_daily_minor.unwrap_or(self.max_daily_minor),
+            );
             let p = policy(
                 &at,
                 s.mode.unwrap_or(default.mode),
-                s.max_refund_minor.unwrap_or(self.max_refund_minor),
-                s.max_daily_minor.unwrap_or(self.max_daily_minor),
+                own,
+                &currencies(&at, &s.currency, &self.currency, own)?,
                 s.auto_reasons
                     .unwrap_or_else(|| default.auto_reasons.clone()),
             )?;
@@ -169,14 +210,51 @@ impl RefundsSection {
     }
 }
 
+/// A ceiling as the policy compares it.
+fn minor(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// The currencies with ceilings of their own: `own` (a source's tables, or
+/// `[refunds]`'), then `inherited` (`[refunds]`' for a source) for a
+/// currency `own` does not name or a key it leaves out, then `flat` (the
+/// scope's flat keys). Codes are three capital letters.
+fn currencies(
+    at: &str,
+    own: &BTreeMap<String, CurrencySection>,
+    inherited: &BTreeMap<String, CurrencySection>,
+    flat: (u64, u64),
+) -> Result<BTreeMap<String, Ceilings>, ConfigError> {
+    let mut out = BTreeMap::new();
+    for code in own.keys().chain(inherited.keys()) {
+        if code.len() != 3 || !code.chars().all(|c| c.is_ascii_uppercase()) {
+            return Err(invalid(
+                &format!("{at}.currency"),
+                code,
+                "is not a currency: an ISO 4217 code of three capital letters (INR, USD)",
+            ));
+        }
+        let pick = |key: fn(&CurrencySection) -> Option<u64>| {
+            own.get(code)
+                .and_then(key)
+                .or_else(|| inherited.get(code).and_then(key))
+        };
+        let ceilings = Ceilings {
+            max_refund_minor: minor(pick(|c| c.max_refund_minor).unwrap_or(flat.0)),
+            max_daily_minor: minor(pick(|c| c.max_daily_minor).unwrap_or(flat.1)),
+        };
+        out.insert(code.clone(), ceilings);
+    }
+    Ok(out)
+}
+
 fn policy(
     at: &str,
     mode: RefundMode,
-    max_refund_minor: u64,
-    max_daily_minor: u64,
+    (max_refund_minor, max_daily_minor): (u64, u64),
+    currencies: &BTreeMap<String, Ceilings>,
     auto_reasons: Vec<String>,
 ) -> Result<RefundPolicy, ConfigError> {
-    let minor = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
     if let Some(bad) = auto_reasons.iter().find(|r| !REASONS.contains(&r.as_str())) {
         return Err(invalid(
             &format!("{at}.auto_reasons"),
@@ -186,8 +264,11 @@ fn policy(
     }
     Ok(RefundPolicy {
         mode,
-        max_refund_minor: minor(max_refund_minor),
-        max_daily_minor: minor(max_daily_minor),
+        ceilings: Ceilings {
+            max_refund_minor: minor(max_refund_minor),
+            max_daily_minor: minor(max_daily_minor),
+        },
+        currencies: currencies.clone(),
         auto_reasons,
     })
 }

@@ -32,7 +32,11 @@ fn a_source_overrides_the_default_and_keeps_what_it_leaves_out() {
     assert_eq!(c.policy("st").mode, RefundMode::Propose);
     let rzp = c.policy("rzp");
     assert_eq!(
-        (rzp.mode, rzp.max_refund_minor, rzp.max_daily_minor),
+        (
+            rzp.mode,
+            rzp.ceilings.max_refund_minor,
+            rzp.ceilings.max_daily_minor
+        ),
         (RefundMode::Auto, 500, 900)
     );
     let c = load(
@@ -76,4 +80,80 @@ fn unknown_modes_reasons_sources_and_negative_ceilings_are_refused_by_name() {
         text.contains("refunds.source.st.max_refund_minor"),
         "{text}"
     );
+}
+
+#[test]
+fn the_flat_ceilings_hold_for_every_currency_as_before() {
+    let toml = format!("{SOURCES}[refunds]\nmax_refund_minor = 500\nmax_daily_minor = 900\n");
+    let c = load(&toml, &[]).expect("file").refunds;
+    let flat = Ceilings {
+        max_refund_minor: 500,
+        max_daily_minor: 900,
+    };
+    for currency in ["INR", "USD", "inr"] {
+        assert_eq!(c.policy("rzp").ceilings(currency), flat, "{currency}");
+    }
+    assert!(c.default.currencies.is_empty());
+    let c = load_env(&[
+        (ENV_REFUNDS_MAX_REFUND_MINOR, "7"),
+        (ENV_REFUNDS_MAX_DAILY_MINOR, "8"),
+    ])
+    .expect("env")
+    .refunds;
+    assert_eq!(
+        c.policy("any").ceilings("EUR"),
+        Ceilings {
+            max_refund_minor: 7,
+            max_daily_minor: 8
+        }
+    );
+}
+
+#[test]
+fn a_currency_table_sets_that_currencys_ceilings_and_a_source_its_own() {
+    let toml = format!(
+        "{SOURCES}[refunds]\nmax_refund_minor = 500000\nmax_daily_minor = 5000000\n\
+         [refunds.currency.USD]\nmax_refund_minor = 10000\nmax_daily_minor = 50000\n\
+         [refunds.currency.JPY]\nmax_daily_minor = 20000\n\
+         [refunds.source.st]\nmax_daily_minor = 9000000\n\
+         [refunds.source.st.currency.USD]\nmax_daily_minor = 80000\n"
+    );
+    let c = load(&toml, &[]).expect("file").refunds;
+    let ceilings = |source: &str, currency: &str| {
+        let p = c.policy(source).ceilings(currency);
+        (p.max_refund_minor, p.max_daily_minor)
+    };
+    // [refunds]: INR has the flat keys, USD its table, JPY its table over the flat keys.
+    assert_eq!(ceilings("rzp", "INR"), (500_000, 5_000_000));
+    assert_eq!(ceilings("rzp", "USD"), (10_000, 50_000));
+    assert_eq!(ceilings("rzp", "JPY"), (500_000, 20_000));
+    // A source: its own USD table over [refunds]' USD table; its flat keys
+    // for a currency no table names.
+    assert_eq!(ceilings("st", "USD"), (10_000, 80_000));
+    assert_eq!(ceilings("st", "JPY"), (500_000, 20_000));
+    assert_eq!(ceilings("st", "INR"), (500_000, 9_000_000));
+}
+
+#[test]
+fn a_currency_that_is_no_iso_code_is_refused_by_name() {
+    for bad in ["usd", "US", "DOLLAR"] {
+        let text = refused(
+            &format!("{SOURCES}[refunds.currency.{bad}]\nmax_refund_minor = 1\n"),
+            &[],
+        );
+        assert!(
+            text.contains("refunds.currency") && text.contains("ISO 4217"),
+            "{text}"
+        );
+    }
+    let text = refused(
+        &format!("{SOURCES}[refunds.source.rzp.currency.inr]\nmax_refund_minor = 1\n"),
+        &[],
+    );
+    assert!(text.contains("refunds.source.rzp.currency"), "{text}");
+    let text = refused(
+        &format!("{SOURCES}[refunds.currency.USD]\nmax_monthly_minor = 1\n"),
+        &[],
+    );
+    assert!(text.contains("max_monthly_minor"), "{text}");
 }

@@ -152,19 +152,23 @@ pub async fn lock_policy(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
     Ok(())
 }
 
-/// What the policy approved for `source` since the start of the UTC day.
+/// What the policy approved for `source` in `currency` since the start of
+/// the UTC day (the daily ceiling is per currency: minor units of two
+/// currencies never add up).
 pub async fn approved_by_policy_today(
     conn: &mut PgConnection,
     source: &str,
+    currency: &str,
 ) -> Result<i64, sqlx::Error> {
     let sum: Option<i64> = sqlx::query_scalar!(
         "SELECT sum(COALESCE(sent_minor, amount_minor - refunded_minor))::bigint
          FROM refund_intents
-         WHERE source = $1 AND approved_by = $2
+         WHERE source = $1 AND approved_by = $2 AND currency = $3
            AND approved_at >= date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
            AND state <> 'cancelled'",
         source,
         BY_POLICY,
+        currency,
     )
     .fetch_one(conn)
     .await?;
