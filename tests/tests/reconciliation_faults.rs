@@ -420,9 +420,11 @@ async fn the_broker_stopped_before_a_refund_is_heard_loses_nothing_and_refunds_o
     env.use_gateway_apis(&[&rzp]);
     env.set_env("ONCEHOOK_REFUNDS_MODE", "auto");
     env.set_env("ONCEHOOK_REFUNDS_INTERVAL", "1s");
-    env.set_env("ONCEHOOK_REFUNDS_LEASE", "3s");
-    // The refunder waits for the held answer.
-    env.set_env("ONCEHOOK_RECONCILE_TIMEOUT", "60s");
+    // The refunder waits for the held answer (opened once RabbitMQ has
+    // stopped, within the 10 s a call may take), and the lease outlasts
+    // one send (three calls of 10 s), as start-up requires.
+    env.set_env("ONCEHOOK_REFUNDS_LEASE", "31s");
+    env.set_env("ONCEHOOK_RECONCILE_TIMEOUT", "10s");
     env.set_env("ONCEHOOK_RECONCILE_INTERVAL", "1h");
     let order = "rf_broker_refund";
     shop::Shop::mugs(10, &[order]).seed(&env.pool).await;

@@ -92,12 +92,13 @@ impl Paid {
 }
 
 /// Refunds on for every source in `mode`, a pass a second, a short lease
-/// and call timeout, pointed at `apis`.
+/// and call timeout (the lease outlasting one send, three calls of 2 s),
+/// pointed at `apis`.
 fn refunds_on(env: &mut TestEnv, mode: &str, apis: &[&GatewayApi]) {
     env.use_gateway_apis(apis);
     env.set_env("ONCEHOOK_REFUNDS_MODE", mode);
     env.set_env("ONCEHOOK_REFUNDS_INTERVAL", "1s");
-    env.set_env("ONCEHOOK_REFUNDS_LEASE", "3s");
+    env.set_env("ONCEHOOK_REFUNDS_LEASE", "7s");
     env.set_env("ONCEHOOK_RECONCILE_TIMEOUT", "2s");
     // Reconciliation stays out of the way (these orders are never old enough).
     env.set_env("ONCEHOOK_RECONCILE_INTERVAL", "1h");
@@ -331,8 +332,10 @@ async fn the_refund_webhook_before_the_refunders_answer_settles_once() {
     let api = GatewayApi::start(Gateway::Razorpay).await;
     refunds_on(&mut env, "auto", &[&api]);
     // The refunder waits up to 8 s for the answer, which comes after 4 s:
-    // the refund's webhook arrives in between.
+    // the refund's webhook arrives in between. The lease outlasts one send
+    // (three calls of 8 s).
     env.set_env("ONCEHOOK_RECONCILE_TIMEOUT", "8s");
+    env.set_env("ONCEHOOK_REFUNDS_LEASE", "25s");
     let order = "rf_webhook_first";
     Shop::mugs(10, &[order]).seed(&env.pool).await;
     let p = env.pipeline().await;

@@ -48,5 +48,5 @@ pub use config::{
     SourceConfig, WorkerSettings,
 };
 pub use envelope::{Envelope, Origin};
-pub use retry::RetryPolicy;
+pub use retry::{REFUND_CALLS_PER_SEND, RetryPolicy};
 pub use topology::Topology;

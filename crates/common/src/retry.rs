@@ -23,6 +23,14 @@ pub struct RetryPolicy {
     pub jitter: bool,
 }
 
+/// The gateway calls one refund send makes at most, one after the other,
+/// each within the gateway API's timeout: the payment's id where the
+/// gateway refunds by another (PayU's `verify_payment`), the lookup of what
+/// an earlier try may have made, and the refund itself. (A lookup that
+/// pages asks for further pages only while the lease leaves room for the
+/// refund.)
+pub const REFUND_CALLS_PER_SEND: u32 = 3;
+
 impl RetryPolicy {
     /// A broker session (`broker::session`): the pause after a refused
     /// connection or a failed session, forever, 200 ms → 5 s, with jitter;
@@ -67,7 +75,11 @@ impl RetryPolicy {
 
     /// Sending a refund the gateway has not confirmed (the refunder): the
     /// intent is tried again under the same key after 2 s, 4 s, … up to
-    /// 5 minutes, forever (an operator sees it in `sending`).
+    /// 5 minutes, forever (an operator sees it in `sending`). Each try is
+    /// one send under a lease of its own; within a send nothing is retried:
+    /// it makes at most [`REFUND_CALLS_PER_SEND`] gateway calls, one after
+    /// the other, so `refunds.lease` must outlast that many call timeouts
+    /// (checked at start-up).
     pub const REFUND_SEND: Self = Self::new(1_000, 300_000, None, false);
 
     /// A background task that panicked (`background::supervise`): started

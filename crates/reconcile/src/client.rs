@@ -162,6 +162,11 @@ impl Client {
         Ok(Client { http, timeout })
     }
 
+    /// How long one call may take.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// Makes one call and reads its answer.
     pub async fn call(&self, source: &ApiSource, ask: &Ask) -> Result<Answer, CallError> {
         let request = source

@@ -10,6 +10,8 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use oncehook_common::config::BrokerConfig;
 use oncehook_common::store::Pooled;
 use oncehook_common::store::refunds::{self as store, Intent};
@@ -71,13 +73,16 @@ pub async fn send(
 ) -> Result<Attempt, RefundError> {
     let mut ask = ask(intent, order);
     let checking = intent.state == "sent";
+    // The lease outlasts REFUND_CALLS_PER_SEND calls (checked at start-up);
+    // a lookup's further pages keep room in it for one more call.
+    let deadline = Instant::now() + check_every.saturating_sub(client.timeout());
     let mut outcome = match resolve(client, source, api, &ask).await {
         Ok(id) => {
             ask.gateway_payment_id = id;
             if checking {
-                check(client, source, api, &ask, intent).await
+                check(client, source, api, &ask, intent, deadline).await
             } else {
-                answer(client, source, api, &ask, intent.attempts > 1).await
+                answer(client, source, api, &ask, intent.attempts > 1, deadline).await
             }
         }
         Err(outcome) => outcome,
@@ -197,9 +202,10 @@ async fn check(
     api: &'static dyn GatewayRefunds,
     ask: &RefundAsk,
     intent: &Intent,
+    deadline: Instant,
 ) -> RefundOutcome {
     let refund_id = intent.gateway_refund_id.clone().unwrap_or_default();
-    let Some(found) = look_up(client, source, api, ask).await else {
+    let Some(found) = look_up(client, source, api, ask, deadline).await else {
         return RefundOutcome::Accepted {
             refund_id,
             facts: Vec::new(),
@@ -252,8 +258,9 @@ async fn answer(
     api: &'static dyn GatewayRefunds,
     ask: &RefundAsk,
     maybe_sent: bool,
+    deadline: Instant,
 ) -> RefundOutcome {
-    if maybe_sent && let Some(found) = look_up(client, source, api, ask).await {
+    if maybe_sent && let Some(found) = look_up(client, source, api, ask, deadline).await {
         match found {
             RefundOutcome::NotFound => {}
             // A lookup that fails or is refused says nothing: never send
@@ -277,15 +284,24 @@ const MAX_LOOKUP_PAGES: usize = 100;
 
 /// The gateway's lookup of `ask`, page after page while a page is full
 /// and holds none of the intent's refunds; `None` where the gateway has
-/// no lookup.
+/// no lookup. A page after the first is asked only while one more call
+/// fits before `deadline` (the lease, less one call for the refund).
 async fn look_up(
     client: &Client,
     source: &ApiSource,
     api: &'static dyn GatewayRefunds,
     ask: &RefundAsk,
+    deadline: Instant,
 ) -> Option<RefundOutcome> {
     let mut skip = 0;
     for _ in 0..MAX_LOOKUP_PAGES {
+        if skip > 0 && Instant::now() + client.timeout() > deadline {
+            return Some(RefundOutcome::Retry {
+                reason: format!(
+                    "the lookup read {skip} refunds without the intent's and the lease leaves no room for another page: asked again on the next attempt"
+                ),
+            });
+        }
         let Some(request) = api.lookup_page(ask, &source.credentials, skip) else {
             return (skip > 0).then(|| RefundOutcome::Retry {
                 reason: format!(

@@ -113,6 +113,8 @@ impl Config {
         let sources = sources::resolve_all(sections.source, env)?;
         let names: Vec<&str> = sources.iter().map(|s| s.name.as_str()).collect();
         let refunds = sections.refunds.validate(&names)?;
+        let reconcile = sections.reconcile.validate()?;
+        refunds.check_lease(reconcile.timeout)?;
         Ok(Config {
             broker: sections.broker.into(),
             database: sections.database.into(),
@@ -122,7 +124,7 @@ impl Config {
             mail: sections.mail.validate()?,
             console: sections.console.validate()?,
             api: sections.api.validate()?,
-            reconcile: sections.reconcile.validate()?,
+            reconcile,
             notify: sections.notify.validate(env)?,
             refunds,
         })

@@ -11,7 +11,9 @@
 //! `[refunds.currency.<ISO 4217>]` (or `[refunds.source.<name>.currency.<…>]`)
 //! sets one currency's own. `interval` is how often the worker's
 //! refunder looks for approved intents; `lease` how long one refunder holds
-//! an intent while it sends it (a killed one's intent is taken over after).
+//! an intent while it sends it (a killed one's intent is taken over after),
+//! longer than one send ([`REFUND_CALLS_PER_SEND`] calls of up to
+//! `reconcile.limits.timeout` each), or refused at start-up.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -21,8 +23,10 @@ use serde::{Deserialize, Serialize};
 use super::ConfigError;
 use super::error::invalid;
 use super::keys::Key;
+use super::reconcile::ENV_RECONCILE_TIMEOUT;
 use super::values::HumanDuration;
 use crate::refund::REASONS;
+use crate::retry::REFUND_CALLS_PER_SEND;
 
 pub const ENV_REFUNDS_MODE: &str = "ONCEHOOK_REFUNDS_MODE";
 pub const ENV_REFUNDS_INTERVAL: &str = "ONCEHOOK_REFUNDS_INTERVAL";
@@ -113,6 +117,29 @@ impl RefundsConfig {
     pub fn any_on(&self) -> bool {
         self.default.mode != RefundMode::Off
             || self.sources.values().any(|p| p.mode != RefundMode::Off)
+    }
+
+    /// Refuses a lease one send may outlast: a send makes up to
+    /// [`REFUND_CALLS_PER_SEND`] gateway calls in a row, each allowed
+    /// `call_timeout` (`reconcile.limits.timeout`), and a lease that ran out
+    /// mid-send lets another refunder send the same intent. Checked where
+    /// any source may refund.
+    pub(super) fn check_lease(&self, call_timeout: Duration) -> Result<(), ConfigError> {
+        let send = call_timeout.saturating_mul(REFUND_CALLS_PER_SEND);
+        if !self.any_on() || self.lease > send {
+            return Ok(());
+        }
+        Err(invalid(
+            &format!("refunds.lease ({ENV_REFUNDS_LEASE})"),
+            &humantime::format_duration(self.lease).to_string(),
+            &format!(
+                "must be longer than one refund send: {REFUND_CALLS_PER_SEND} gateway calls of up to \
+                 reconcile.limits.timeout ({ENV_RECONCILE_TIMEOUT}) = {} each, {} in all; \
+                 raise refunds.lease or lower reconcile.limits.timeout",
+                humantime::format_duration(call_timeout),
+                humantime::format_duration(send),
+            ),
+        ))
     }
 }
 

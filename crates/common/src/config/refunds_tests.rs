@@ -157,3 +157,57 @@ fn a_currency_that_is_no_iso_code_is_refused_by_name() {
     );
     assert!(text.contains("max_monthly_minor"), "{text}");
 }
+
+#[test]
+fn a_lease_shorter_than_one_send_is_refused_naming_both_values() {
+    use crate::config::ENV_RECONCILE_TIMEOUT;
+    // The defaults: a 1m lease outlasts three calls of 10s.
+    let on = [(ENV_REFUNDS_MODE, "auto")];
+    let c = load_env(&on).expect("defaults with refunds on");
+    assert_eq!(c.refunds.lease, Duration::from_secs(60));
+    assert_eq!(c.reconcile.timeout, Duration::from_secs(10));
+    // 3 calls of 2s: 6s; a lease of 3s is refused, one of 7s is not.
+    let text = refused(
+        "",
+        &[
+            (ENV_REFUNDS_MODE, "auto"),
+            (ENV_REFUNDS_LEASE, "3s"),
+            (ENV_RECONCILE_TIMEOUT, "2s"),
+        ],
+    );
+    for words in [
+        "refunds.lease (ONCEHOOK_REFUNDS_LEASE)",
+        "\"3s\"",
+        "reconcile.limits.timeout (ONCEHOOK_RECONCILE_TIMEOUT) = 2s",
+        "6s in all",
+    ] {
+        assert!(text.contains(words), "{words:?} in {text}");
+    }
+    let text = refused(
+        "",
+        &[
+            (ENV_REFUNDS_MODE, "propose"),
+            (ENV_REFUNDS_LEASE, "6s"),
+            (ENV_RECONCILE_TIMEOUT, "2s"),
+        ],
+    );
+    assert!(
+        text.contains("refunds.lease"),
+        "exactly one send is too short: {text}"
+    );
+    let c = load_env(&[
+        (ENV_REFUNDS_MODE, "auto"),
+        (ENV_REFUNDS_LEASE, "7s"),
+        (ENV_RECONCILE_TIMEOUT, "2s"),
+    ])
+    .expect("a lease longer than one send");
+    assert_eq!(c.refunds.lease, Duration::from_secs(7));
+    // Refunds off everywhere: nothing is sent, nothing to check.
+    load_env(&[(ENV_REFUNDS_LEASE, "1s"), (ENV_RECONCILE_TIMEOUT, "30s")]).expect("refunds off");
+    // A source that refunds is enough.
+    let text = refused(
+        &format!("{SOURCES}[refunds]\nlease = \"20s\"\n[refunds.source.rzp]\nmode = \"auto\"\n"),
+        &[(ENV_RECONCILE_TIMEOUT, "10s")],
+    );
+    assert!(text.contains("30s in all"), "{text}");
+}
