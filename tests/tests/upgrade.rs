@@ -14,8 +14,9 @@
 //! (the new one started and ready, the old one sent SIGTERM and expected to
 //! exit 0; ingest and the API behind a switch, as a load balancer would
 //! move them), then `oncehookctl migrate --finish` (contract and catch-up).
-//! `rollback` rolls forward, back to the old release and forward again
-//! within the window. After the load everything drains and the checks are
+//! `rollback` rolls forward, back to the old release (in the reverse order,
+//! ingest first) and forward again within the window. After the load
+//! everything drains and the checks are
 //! absolute (no control run):
 //!
 //! - the books: every acked delivery recorded, one payment per capture,
@@ -31,7 +32,8 @@
 //!   `updated_at` older than the order's last change;
 //! - a refund intent for every owed payment; `order.paid` for every
 //!   cancelled order a capture covered (before or after the cancellation);
-//! - a second `migrate --finish` changes nothing.
+//! - a second `migrate --finish` changes no order's state and writes no
+//!   row (a version may move: reported).
 //!
 //! Knobs: `ONCEHOOK_UPGRADE_SECS` (the load's length, 240),
 //! `ONCEHOOK_UPGRADE_ORDERS` (300). `test = false` in Cargo.toml: `cargo
