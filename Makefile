@@ -74,6 +74,9 @@ compose-test:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	# The upgrade test is `test = false` (make upgrade-test runs it), which
+	# --all-targets leaves out.
+	$(CARGO) clippy --workspace --test upgrade -- -D warnings
 	# --workspace: built with the workspace's features, as `make test` builds
 	# it (with -p alone cargo would build oncehook-common's dependencies a
 	# second time, with other features).
