@@ -421,10 +421,11 @@ async fn the_broker_stopped_before_a_refund_is_heard_loses_nothing_and_refunds_o
     env.set_env("ONCEHOOK_REFUNDS_MODE", "auto");
     env.set_env("ONCEHOOK_REFUNDS_INTERVAL", "1s");
     // The refunder waits for the held answer (opened once RabbitMQ has
-    // stopped, within the 10 s a call may take), and the lease outlasts
-    // one send (three calls of 10 s), as start-up requires.
-    env.set_env("ONCEHOOK_REFUNDS_LEASE", "31s");
-    env.set_env("ONCEHOOK_RECONCILE_TIMEOUT", "10s");
+    // stopped, within the 8 s a call may take), and the lease outlasts
+    // one send (three calls of 8 s), as start-up requires.
+    const LEASE: Duration = Duration::from_secs(25);
+    env.set_env("ONCEHOOK_REFUNDS_LEASE", "25s");
+    env.set_env("ONCEHOOK_RECONCILE_TIMEOUT", "8s");
     env.set_env("ONCEHOOK_RECONCILE_INTERVAL", "1h");
     let order = "rf_broker_refund";
     shop::Shop::mugs(10, &[order]).seed(&env.pool).await;
@@ -456,7 +457,8 @@ async fn the_broker_stopped_before_a_refund_is_heard_loses_nothing_and_refunds_o
         "the intent waits under its lease"
     );
 
-    let attempts = eventually("the intent settled", WAIT, || async {
+    // The next attempt comes once the lease has run out.
+    let attempts = eventually("the intent settled", LEASE + WAIT, || async {
         let (state, attempts) = refund_intent(&env, "pay_rbr2").await?;
         (state == "settled").then_some(attempts)
     })
