@@ -13,7 +13,7 @@ PIPELINE_TESTS := $(patsubst tests/tests/%.rs,--test %,$(sort $(wildcard tests/t
 # =transaction): at least one file per such binary, which
 # tests/tests/pooled_pass.rs checks against the workspace's binaries.
 POOLED_FILES := $(sort $(basename $(notdir $(wildcard tests/tests/pipeline_*.rs tests/tests/ops_*.rs)))) \
-	notify api reconciliation reconciliation_found reconciliation_faults refunds console console_notify \
+	notify api reconciliation reconciliation_found reconciliation_faults refunds refund_attempts console console_notify \
 	console_hardening console_refunds rollout \
 	mail_tls db_trouble chaos
 POOLED_TESTS := $(patsubst %,--test %,$(POOLED_FILES))

@@ -366,6 +366,9 @@ async fn serve(
         s.calls
             .push(format!("{} {}", request.method, request.target));
         let fault = if refund_api::is_create(gateway, &request) {
+            s.refunds
+                .bodies
+                .push(String::from_utf8_lossy(&request.body).into_owned());
             let refund_fault = s.refund_faults.pop_front();
             refund_fault.or_else(|| s.faults.pop_front())
         } else {

@@ -30,6 +30,7 @@ pub mod pipeline;
 pub mod process;
 pub mod prometheus;
 pub mod receiver;
+pub mod refunds;
 pub mod services;
 pub mod shop;
 pub mod smtp;

@@ -8,8 +8,10 @@
 //!
 //! Repeats, as each gateway documents them:
 //! - Stripe (`POST /v1/refunds`): the `Idempotency-Key` saves the first
-//!   answer; the same key with the same parameters replays it, with other
-//!   parameters is `400 idempotency_error`.
+//!   answer, a refusal included (its endpoint began executing); the same
+//!   key with the same parameters replays it, with other parameters is
+//!   `400 idempotency_error`. `GET /v1/refunds?payment_intent=` lists the
+//!   refunds with their metadata.
 //! - Razorpay (`POST /v1/payments/{id}/refund`): the `receipt` dedupes
 //!   nothing (a repeated POST is a second refund); the
 //!   `X-Refund-Idempotency` key answers the refund already made for the
@@ -21,11 +23,12 @@
 //!   the refunds with their tokens.
 //!
 //! [`GatewayApi::forget_refund_keys`] drops Stripe's and Razorpay's saved
-//! keys, as their expiry would: only a lookup then stands between a retry
-//! and a second refund.
+//! keys, as their expiry would, and [`GatewayApi::refund_key_window`] keeps
+//! each for that long only: only a lookup then stands between a retry and
+//! a second refund.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use oncehook_gateways::Gateway;
 use serde_json::{Value, json};
@@ -37,8 +40,12 @@ use super::{Fault, GatewayApi, Request, State};
 #[derive(Default)]
 pub(super) struct Refunds {
     /// Saved answers by idempotency key (Stripe's, Razorpay's): the
-    /// request's parameters and the answer.
-    keys: HashMap<String, (String, u16, Value)>,
+    /// request's parameters and the answer, and when it was saved.
+    keys: HashMap<String, (String, u16, Value, Instant)>,
+    /// How long a saved key is kept (`None`: for the test's life).
+    key_window: Option<Duration>,
+    /// The body of every refund request, faulted ones included.
+    pub(super) bodies: Vec<String>,
     /// The ids of the refunds made, by payment.
     made: HashMap<String, Vec<String>>,
     /// Every refund request: its path and its key.
@@ -119,6 +126,18 @@ impl GatewayApi {
     pub fn forget_refund_keys(&self) {
         self.with(|s| s.refunds.keys.clear());
     }
+
+    /// Stripe and Razorpay keep each idempotency key for `window` after
+    /// its first request only (as their retention would, shortened).
+    pub fn refund_key_window(&self, window: Duration) {
+        self.with(|s| s.refunds.key_window = Some(window));
+    }
+
+    /// The body of every refund request so far (not lookups), in order,
+    /// those a fault answered included: what the refunder sent.
+    pub fn refund_bodies(&self) -> Vec<String> {
+        self.with(|s| s.refunds.bodies.clone())
+    }
 }
 
 /// Whether `r` asks `gateway` for a refund (not a lookup).
@@ -184,7 +203,10 @@ impl Refunds {
     /// The saved answer for `key`, if the same parameters were sent with
     /// it; `Err` with the first parameters if others were.
     fn replay(&self, key: &str, params: &str) -> Option<Result<(u16, Value), ()>> {
-        let (first, status, body) = self.keys.get(key)?;
+        let (first, status, body, at) = self.keys.get(key)?;
+        if self.key_window.is_some_and(|w| at.elapsed() >= w) {
+            return None;
+        }
         Some(if first == params {
             Ok((*status, body.clone()))
         } else {
@@ -238,10 +260,15 @@ fn stripe(r: &Request, s: &mut State) -> (u16, Value) {
         );
     };
     if let Some((code, message)) = s.refunds.refusals.get(&intent) {
-        return (
-            400,
-            shapes::stripe_error("invalid_request_error", Some(code), message),
-        );
+        // The refund endpoint ran and refused: Stripe saves that answer
+        // under the key and replays it to every request with the key.
+        let refused = shapes::stripe_error("invalid_request_error", Some(code), message);
+        if let Some(key) = key {
+            s.refunds
+                .keys
+                .insert(key, (fingerprint, 400, refused.clone(), Instant::now()));
+        }
+        return (400, refused);
     }
     let currency = s
         .objects
@@ -268,7 +295,7 @@ fn stripe(r: &Request, s: &mut State) -> (u16, Value) {
     if let Some(key) = key {
         s.refunds
             .keys
-            .insert(key, (fingerprint, 200, refund.clone()));
+            .insert(key, (fingerprint, 200, refund.clone(), Instant::now()));
     }
     (200, refund)
 }
@@ -327,7 +354,7 @@ fn razorpay(r: &Request, s: &mut State) -> (u16, Value) {
     if let Some(key) = key {
         s.refunds
             .keys
-            .insert(key, (fingerprint, 200, refund.clone()));
+            .insert(key, (fingerprint, 200, refund.clone(), Instant::now()));
     }
     (200, refund)
 }
@@ -703,7 +730,7 @@ mod tests {
         let creds = credentials(api.gateway);
         let request = match what {
             RefundCall::Create => refunds.create(ask, &creds),
-            RefundCall::Lookup => refunds.lookup(ask, &creds).expect("a lookup"),
+            RefundCall::Lookup => refunds.lookup(ask, &creds),
         };
         let (status, body) = send(api, request.expect("a request")).await?;
         Some(refunds.read(ask, what, status, &body))
@@ -712,6 +739,7 @@ mod tests {
     fn ask(payment_id: &str, order_ref: &str) -> RefundAsk {
         RefundAsk {
             intent_id: "ri_0f1e2d3c4b5a69788796a5b4".into(),
+            attempt: 1,
             payment_id: payment_id.into(),
             amount_minor: 50_000,
             currency: "INR".into(),
@@ -787,6 +815,42 @@ mod tests {
             matches!(&refused, Some(RefundOutcome::Refused { code, .. }) if code == "charge_already_refunded"),
             "{refused:?}"
         );
+        // The refusal is saved under its key: refunds accepted again, the
+        // same key still gets it; the next attempt's key is sent.
+        api.accept_refunds("pi_3Qdouble02");
+        assert_eq!(call(&api, &ask, RefundCall::Create).await, refused);
+        let second = RefundAsk {
+            attempt: 2,
+            ..ask.clone()
+        };
+        accepted(call(&api, &second, RefundCall::Create).await);
+        assert_eq!(api.refunds_made("pi_3Qdouble02"), 3);
+        // The lookup finds each attempt's refund by its metadata.
+        let (found, _) = accepted(call(&api, &second, RefundCall::Lookup).await);
+        assert_eq!(api.refund_ids("pi_3Qdouble02").last(), Some(&found));
+        let third = RefundAsk {
+            attempt: 3,
+            ..ask.clone()
+        };
+        assert_eq!(
+            call(&api, &third, RefundCall::Lookup).await,
+            Some(RefundOutcome::NotFound)
+        );
+    }
+
+    #[tokio::test]
+    async fn stripe_keys_are_kept_for_their_window_only() {
+        let api = GatewayApi::start(Gateway::Stripe).await;
+        api.refund_key_window(Duration::ZERO);
+        let ask = ask("pi_3Qwindow01", "o1");
+        accepted(call(&api, &ask, RefundCall::Create).await);
+        accepted(call(&api, &ask, RefundCall::Create).await);
+        assert_eq!(
+            api.refunds_made("pi_3Qwindow01"),
+            2,
+            "a key past its window refunds again"
+        );
+        assert_eq!(api.refund_bodies().len(), 2);
     }
 
     async fn reconcile_refunds(api: &GatewayApi, path: &str) -> Value {

@@ -12,174 +12,16 @@
 
 use std::time::Duration;
 
-use oncehook_e2e::gateway_api::{Fault, GatewayApi, refund_passes, register_gateway_ref, shapes};
+use oncehook_e2e::gateway_api::{Fault, GatewayApi, shapes};
 use oncehook_e2e::metrics::{scrape, series, sum};
 use oncehook_e2e::ops::ctl_json;
-use oncehook_e2e::shop::{Shop, emails};
-use oncehook_e2e::{Pipeline, TestEnv, WAIT, eventually};
+use oncehook_e2e::refunds::{
+    Paid, refund_emails, refunded_once, refunds_on, wait_intent, wait_passes,
+};
+use oncehook_e2e::shop::Shop;
+use oncehook_e2e::{TestEnv, WAIT, eventually};
 use oncehook_gateways::Gateway;
 use serde_json::Value;
-
-/// One gateway's side of a double payment: its source, the event that
-/// captures, and the two payments' ids as the ledger records them.
-struct Paid {
-    gateway: Gateway,
-    source: &'static str,
-    captured: &'static str,
-    /// Sorts first: the order's payment.
-    first: String,
-    /// The one owed back.
-    second: String,
-}
-
-impl Paid {
-    fn twice(gateway: Gateway, tag: &str) -> Paid {
-        let (source, captured, prefix) = match gateway {
-            Gateway::Razorpay => ("razorpay", "payment.captured", "pay_"),
-            Gateway::Stripe => ("stripe", "payment_intent.succeeded", "pi_"),
-            Gateway::Cashfree => ("cashfree", "PAYMENT_SUCCESS_WEBHOOK", "88"),
-            Gateway::Payu => ("payu", "success", "txn"),
-            other => panic!("{other:?} has no refund API"),
-        };
-        Paid {
-            gateway,
-            source,
-            captured,
-            first: format!("{prefix}{tag}1"),
-            second: format!("{prefix}{tag}2"),
-        }
-    }
-
-    /// Posts the capture of `payment` for `order_ref` to ingest. The
-    /// gateway's API knows it too where the refunder asks about it: PayU
-    /// (its `mihpayid`, which it refunds by) and Cashfree, which refunds
-    /// by order — so at Cashfree the second payment is of a second order
-    /// the shop registered (one Cashfree order takes one payment).
-    async fn post(
-        &self,
-        env: &TestEnv,
-        p: &Pipeline,
-        api: &GatewayApi,
-        order_ref: &str,
-        payment: &str,
-    ) {
-        let mut named = order_ref.to_owned();
-        match self.gateway {
-            Gateway::Payu => api.payu_transaction(
-                payment,
-                shapes::payu_transaction(payment, order_ref, "success", "500.00"),
-            ),
-            Gateway::Cashfree => {
-                if *payment == self.second {
-                    named = format!("{order_ref}_2");
-                    register_gateway_ref(env, order_ref, "cashfree", &named).await;
-                }
-                let id: i64 = payment.parse().expect("Cashfree payment ids are numbers");
-                api.add(
-                    &format!("/pg/orders/{named}/payments"),
-                    shapes::cashfree_payment(id, &named, "SUCCESS", 500.0),
-                );
-            }
-            _ => {}
-        }
-        let delivery = env.sign(
-            self.gateway,
-            self.captured,
-            &env.spec(&named, payment, &format!("evt_{payment}"), 50_000),
-        );
-        env.post_ok(&p.url, self.source, &delivery).await;
-    }
-}
-
-/// Refunds on for every source in `mode`, a pass a second, a short lease
-/// and call timeout (the lease outlasting one send, three calls of 2 s),
-/// pointed at `apis`.
-fn refunds_on(env: &mut TestEnv, mode: &str, apis: &[&GatewayApi]) {
-    env.use_gateway_apis(apis);
-    env.set_env("ONCEHOOK_REFUNDS_MODE", mode);
-    env.set_env("ONCEHOOK_REFUNDS_INTERVAL", "1s");
-    env.set_env("ONCEHOOK_REFUNDS_LEASE", "7s");
-    env.set_env("ONCEHOOK_RECONCILE_TIMEOUT", "2s");
-    // Reconciliation stays out of the way (these orders are never old enough).
-    env.set_env("ONCEHOOK_RECONCILE_INTERVAL", "1h");
-}
-
-/// An intent as the operators' tool shows it.
-async fn intents(env: &TestEnv, order_ref: &str) -> Vec<Value> {
-    let (code, stdout, _) = env.ctl(&["--json", "refunds", "show", order_ref]).await;
-    if code != 0 {
-        return Vec::new();
-    }
-    let v: Value = serde_json::from_str(&stdout).expect("refunds show --json");
-    v["intents"].as_array().cloned().unwrap_or_default()
-}
-
-/// Waits until the order's one intent is in `state`; returns it.
-async fn wait_intent(env: &TestEnv, order_ref: &str, state: &str) -> Value {
-    eventually(&format!("{order_ref}'s intent {state}"), WAIT, || async {
-        let all = intents(env, order_ref).await;
-        assert!(all.len() <= 1, "one intent per owed payment: {all:?}");
-        all.into_iter().find(|i| i["state"] == state)
-    })
-    .await
-}
-
-/// Waits until the refunder completed `more` passes after now.
-async fn wait_passes(worker: &str, more: f64) {
-    let from = refund_passes(worker, "completed").await;
-    eventually("refunder passes", WAIT, || async {
-        (refund_passes(worker, "completed").await >= from + more).then_some(())
-    })
-    .await;
-}
-
-/// The flag of every captured payment of the order.
-async fn flags(env: &TestEnv, order_ref: &str) -> Vec<(String, Option<String>)> {
-    sqlx::query_as(
-        "SELECT p.payment_id, p.flag FROM payments p JOIN orders o ON o.id = p.order_id
-         WHERE o.order_ref = $1 AND p.status = 'captured' ORDER BY p.payment_id",
-    )
-    .bind(order_ref)
-    .fetch_all(&env.pool)
-    .await
-    .expect("flags")
-}
-
-/// The refund emails of the order, once the mailer sent them all.
-async fn refund_emails(env: &TestEnv, order_ref: &str) -> usize {
-    emails(&env.pool, order_ref)
-        .await
-        .iter()
-        .filter(|(kind, _)| kind == "refund")
-        .count()
-}
-
-/// What a user checks after the loop closed: the gateway made one refund,
-/// of the second payment only; the books show it refunded (flag), the
-/// intent settled, one refund email.
-async fn refunded_once(env: &TestEnv, api: &GatewayApi, paid: &Paid, order_ref: &str) {
-    let intent = wait_intent(env, order_ref, "settled").await;
-    assert_eq!(intent["payment_id"], paid.second.as_str(), "{intent}");
-    assert_eq!(intent["reason"], "duplicate_capture");
-    assert_eq!(
-        api.refunds_made(&paid.second),
-        1,
-        "{:?}",
-        api.refund_posts()
-    );
-    assert_eq!(api.refunds_made(&paid.first), 0);
-    assert_eq!(
-        flags(env, order_ref).await,
-        [
-            (paid.first.clone(), None),
-            (paid.second.clone(), Some("refunded".to_owned()))
-        ]
-    );
-    eventually("one refund email", WAIT, || async {
-        (refund_emails(env, order_ref).await == 1).then_some(())
-    })
-    .await;
-}
 
 /// Paid twice through `gateway`, in both orders of the captures: one refund
 /// each time, of the second payment.
@@ -231,10 +73,9 @@ async fn payu_paid_twice_is_refunded_once_in_either_order() {
 
 /// The refunder is SIGKILLed after the gateway made the refund and before
 /// it heard: a worker started afterwards takes the intent over when its
-/// lease runs out and the gateway still makes one refund — by the key
-/// (Stripe) or by the lookup before the retry (the others; their keys are
-/// forgotten first, so only the lookup stands between the retry and a
-/// second refund).
+/// lease runs out and the gateway still makes one refund, by the lookup
+/// before the retry (the keys are forgotten first, so only the lookup
+/// stands between the retry and a second refund).
 async fn killed_after_sending(gateway: Gateway, tag: &str) {
     let mut env = TestEnv::new().await;
     let api = GatewayApi::start(gateway).await;
@@ -252,9 +93,7 @@ async fn killed_after_sending(gateway: Gateway, tag: &str) {
     })
     .await;
     p.workers[0].kill();
-    if gateway != Gateway::Stripe {
-        api.forget_refund_keys();
-    }
+    api.forget_refund_keys();
     wait_intent(&env, &order, "sending").await;
     let worker = env.start_worker().await;
     refunded_once(&env, &api, &paid, &order).await;
@@ -717,7 +556,7 @@ async fn a_5xx_a_429_and_a_lost_answer_are_retried_under_the_same_key_and_refund
     Shop::mugs(10, &[order]).seed(&env.pool).await;
     let p = env.pipeline().await;
     // Nothing done (503), nothing done (429), then done with the answer
-    // lost (the connection closed), then the replayed answer.
+    // lost (the connection closed), then found by the lookup.
     api.refund_faults(&[Fault::Status(503), Fault::RateLimited(1), Fault::Dropped]);
     let paid = Paid::twice(Gateway::Stripe, "retry");
     paid.post(&env, &p, &api, order, &paid.first.clone()).await;
@@ -725,15 +564,19 @@ async fn a_5xx_a_429_and_a_lost_answer_are_retried_under_the_same_key_and_refund
     refunded_once(&env, &api, &paid, order).await;
     let calls = api.calls();
     let asked = calls.iter().filter(|c| *c == "POST /v1/refunds").count();
-    assert_eq!(asked, 4, "{calls:?}");
-    // The two the stand-in took past its faults, under one key: the lost
-    // one (made) and the retry (replayed).
-    let posts = api.refund_posts();
-    assert_eq!(posts.len(), 2, "{posts:?}");
+    assert_eq!(asked, 3, "{calls:?}");
+    // Every retry looked first; the last found the refund the lost
+    // answer was of, and sent nothing.
+    let lookup = format!("GET /v1/refunds?payment_intent={}&limit=100", paid.second);
+    let looked = calls.iter().filter(|c| **c == lookup).count();
+    assert_eq!(looked, 3, "{calls:?}");
+    // One request for every try, under one key.
+    let bodies = api.refund_bodies();
     assert!(
-        posts.iter().all(|(_, key)| *key == posts[0].1),
-        "one key for every attempt: {posts:?}"
+        bodies.len() == 3 && bodies.iter().all(|b| *b == bodies[0]),
+        "{bodies:?}"
     );
+    assert_eq!(api.refund_posts().len(), 1, "the one the stand-in took");
     let intent = wait_intent(&env, order, "settled").await;
     assert_eq!(intent["attempts"], 4, "{intent}");
     let worker = p.worker().metrics_url().to_owned();

@@ -586,6 +586,64 @@ async fn cancel_and_capture_give_the_same_books_in_either_order() {
     );
 }
 
+/// The intent of `payment`: its state.
+async fn intent_state(pool: &PgPool, payment: &str) -> String {
+    sqlx::query_scalar("SELECT state FROM refund_intents WHERE payment_id = $1")
+        .bind(payment)
+        .fetch_one(pool)
+        .await
+        .expect("the payment's intent")
+}
+
+/// A refund fact settles an intent oncehook may have sent, whatever state
+/// the refunder left it in (`failed` without an answer, in doubt), and
+/// cancels one it never sent (the gateway refused it: not in doubt).
+#[tokio::test]
+async fn a_refund_fact_settles_an_intent_in_doubt_and_cancels_one_never_sent() {
+    use oncehook_ledger::cancel::Cancelled;
+
+    let env = TestEnv::new().await;
+    shop::product(&env.pool, "ip_dx", 10).await;
+    for order in ["dx_sent", "dx_refused"] {
+        shop::order(&env.pool, order, 50_000, "INR", &[("ip_dx", 1)]).await;
+    }
+    for (order, payment) in [("dx_sent", "pay_dx1"), ("dx_refused", "pay_dx2")] {
+        assert_eq!(cancel_order(&env.pool, order).await, Cancelled::Now);
+        commit_group(
+            &env.pool,
+            &Ledger::default(),
+            &[captured(&env, order, payment, &format!("evt_{payment}"))],
+        )
+        .await
+        .expect("recorded");
+        assert_eq!(intent_state(&env.pool, payment).await, "owed");
+    }
+    // As the refunder leaves them: one sent, then parked without an
+    // answer (its source switched off); one the gateway refused.
+    for (payment, in_doubt) in [("pay_dx1", true), ("pay_dx2", false)] {
+        sqlx::query(
+            "UPDATE refund_intents SET state = 'failed', in_doubt = $2 WHERE payment_id = $1",
+        )
+        .bind(payment)
+        .bind(in_doubt)
+        .execute(&env.pool)
+        .await
+        .expect("park");
+    }
+    commit_group(
+        &env.pool,
+        &Ledger::default(),
+        &[
+            refunded(&env, "dx_sent", "pay_dx1", "evt_dx1_r", 50_000),
+            refunded(&env, "dx_refused", "pay_dx2", "evt_dx2_r", 50_000),
+        ],
+    )
+    .await
+    .expect("refunded");
+    assert_eq!(intent_state(&env.pool, "pay_dx1").await, "settled");
+    assert_eq!(intent_state(&env.pool, "pay_dx2").await, "cancelled");
+}
+
 /// The ledger, holding each of its first `hold` transactions open until
 /// that many are open at once (or a deadline passes: then it fails them).
 struct HeldOpen {

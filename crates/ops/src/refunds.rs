@@ -62,10 +62,24 @@ pub struct ListArgs {
 #[derive(Serialize)]
 #[serde(untagged)]
 pub enum RefundsReport {
-    List { intents: Vec<Intent>, paused: bool },
-    Show { intents: Vec<Intent> },
-    Changed { id: String, state: String },
-    Switched { paused: bool },
+    List {
+        intents: Vec<Intent>,
+        paused: bool,
+    },
+    Show {
+        intents: Vec<Intent>,
+    },
+    Changed {
+        id: String,
+        state: String,
+        /// The attempt an approval sends (a new one after a refusal: a
+        /// new key); `None` for a cancellation.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        attempt_no: Option<i32>,
+    },
+    Switched {
+        paused: bool,
+    },
 }
 
 pub async fn run(settings: &Config, command: RefundsCommand) -> anyhow::Result<RefundsReport> {
@@ -139,9 +153,16 @@ async fn change(conn: &mut PgConnection, id: &str, approve: bool) -> anyhow::Res
         );
     }
     let state = if approve { "approved" } else { "cancelled" };
+    let attempt_no = if approve {
+        let now = store::find(conn, id).await?;
+        now.into_iter().find(|i| i.id == id).map(|i| i.attempt_no)
+    } else {
+        None
+    };
     Ok(RefundsReport::Changed {
         id: id.to_owned(),
         state: state.into(),
+        attempt_no,
     })
 }
 
@@ -247,7 +268,22 @@ fn write_one(f: &mut fmt::Formatter<'_>, i: &Intent) -> fmt::Result {
         )?;
     }
     if i.attempts > 0 {
-        writeln!(f, "  attempts   {}", i.attempts)?;
+        let key =
+            oncehook_gateways::refund::attempt_key(&i.id, u32::try_from(i.attempt_no).unwrap_or(1));
+        writeln!(
+            f,
+            "  attempts   {} tries; attempt {} under key {key}{}",
+            i.attempts,
+            i.attempt_no,
+            if i.in_doubt {
+                ", in doubt (may have reached the gateway: looked up before it is sent again)"
+            } else {
+                ""
+            }
+        )?;
+    }
+    if let (Some(sent), Some(reason)) = (i.sent_minor, &i.sent_reason) {
+        writeln!(f, "  sending    {} ({reason})", money(sent, &i.currency))?;
     }
     if let Some(r) = &i.gateway_refund_id {
         writeln!(f, "  refund     {r}")?;
@@ -287,7 +323,15 @@ impl fmt::Display for RefundsReport {
                 }
                 Ok(())
             }
-            RefundsReport::Changed { id, state } => write!(f, "{id}: {state}"),
+            RefundsReport::Changed {
+                id,
+                state,
+                attempt_no: Some(n),
+            } if *n > 1 => write!(
+                f,
+                "{id}: {state}, attempt {n} (a new idempotency key: the gateway refused the one before)"
+            ),
+            RefundsReport::Changed { id, state, .. } => write!(f, "{id}: {state}"),
             RefundsReport::Switched { paused: true } => write!(
                 f,
                 "refunds paused: no refunder sends anything until `oncehookctl refunds resume`"

@@ -32,3 +32,37 @@ pub enum RefundError {
     #[error("the HTTP client could not be built: {0}")]
     Client(#[from] oncehook_reconcile::client::CallError),
 }
+
+/// An `owed` intent of `amount` for `reason`, as the tests build them.
+#[cfg(test)]
+pub(crate) fn sample_intent(amount: i64, reason: &str) -> oncehook_common::store::refunds::Intent {
+    let now = time::OffsetDateTime::UNIX_EPOCH;
+    oncehook_common::store::refunds::Intent {
+        id: "ri_1".into(),
+        order_id: 1,
+        order_ref: "ord_1".into(),
+        provider: "razorpay".into(),
+        payment_id: "pay_2".into(),
+        amount_minor: amount,
+        currency: "INR".into(),
+        reason: reason.into(),
+        refunded_minor: 0,
+        state: "owed".into(),
+        source: Some("rzp".into()),
+        payment_order_ref: None,
+        sent_minor: None,
+        attempt_no: 1,
+        sent_reason: None,
+        in_doubt: false,
+        approved_by: None,
+        approved_at: None,
+        attempts: 0,
+        gateway_refund_id: None,
+        gateway_code: None,
+        gateway_message: None,
+        held_because: None,
+        trace_parent: None,
+        created_at: now,
+        updated_at: now,
+    }
+}

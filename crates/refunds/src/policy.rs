@@ -87,32 +87,7 @@ mod tests {
     use super::*;
 
     fn intent(amount: i64, reason: &str) -> Intent {
-        let now = time::OffsetDateTime::UNIX_EPOCH;
-        Intent {
-            id: "ri_1".into(),
-            order_id: 1,
-            order_ref: "ord_1".into(),
-            provider: "razorpay".into(),
-            payment_id: "pay_2".into(),
-            amount_minor: amount,
-            currency: "INR".into(),
-            reason: reason.into(),
-            refunded_minor: 0,
-            state: "owed".into(),
-            source: Some("rzp".into()),
-            payment_order_ref: None,
-            sent_minor: None,
-            approved_by: None,
-            approved_at: None,
-            attempts: 0,
-            gateway_refund_id: None,
-            gateway_code: None,
-            gateway_message: None,
-            held_because: None,
-            trace_parent: None,
-            created_at: now,
-            updated_at: now,
-        }
+        crate::sample_intent(amount, reason)
     }
 
     fn auto() -> RefundPolicy {

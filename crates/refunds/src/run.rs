@@ -15,7 +15,7 @@ use oncehook_common::periodic::{Next, Periodic};
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::Pooled;
 use oncehook_common::store::reconcile::{self as orders, Selection};
-use oncehook_common::store::refunds::{self as store, BY_POLICY, Intent};
+use oncehook_common::store::refunds::{self as store, BY_POLICY, Failure, Intent};
 use oncehook_gateways::Gateway;
 use oncehook_gateways::reconcile::{OrderNames, order_names};
 use oncehook_reconcile::ApiSource;
@@ -221,6 +221,7 @@ impl Refunder {
                 &intent.id,
                 "unreachable",
                 "no configured source can refund this payment (check [[source]] and [source.api])",
+                Failure::Unanswered,
             )
             .await?;
             conn.finish().await?;
@@ -232,7 +233,7 @@ impl Refunder {
                 "refunds are off for source {}: turn them on ([refunds] mode), then approve it again",
                 source.name
             );
-            store::mark_failed(&mut conn, &intent.id, "off", &why).await?;
+            store::mark_failed(&mut conn, &intent.id, "off", &why, Failure::Unanswered).await?;
             conn.finish().await?;
             return Ok(Attempt::Refused);
         }

@@ -1,12 +1,13 @@
 //! Sending one claimed intent through its source's gateway, once: where
-//! the gateway's key alone does not guarantee "once" and the intent may
-//! have been sent before (a retry, a killed refunder's intent taken over),
-//! the gateway is asked first what it holds for the intent; then the
-//! refund request, under the intent's id as idempotency key. The answer,
-//! read by the gateway's folder, is recorded: `sent` (the refund facts it
-//! proves published like a reconciliation's, so the books settle the
-//! intent whichever of them and the webhook comes first), `failed` with
-//! the gateway's words, or tried again later with the same key.
+//! the intent may have been sent before (a retry, a killed refunder's
+//! intent taken over, a re-approval), the gateway is asked first what it
+//! holds for the attempt, whatever its key's retention; then the refund
+//! request, under the attempt's key and built only from what the attempt
+//! fixed at its first send (amount, reason). The answer, read by the
+//! gateway's folder, is recorded: `sent` (the refund facts it proves
+//! published like a reconciliation's, so the books settle the intent
+//! whichever of them and the webhook comes first), `failed` with the
+//! gateway's words, or tried again later with the same key.
 
 use std::time::Duration;
 
@@ -14,10 +15,10 @@ use tokio::time::Instant;
 
 use oncehook_common::config::BrokerConfig;
 use oncehook_common::store::Pooled;
-use oncehook_common::store::refunds::{self as store, Intent};
+use oncehook_common::store::refunds::{self as store, Failure, Intent};
 use oncehook_common::{Envelope, RetryPolicy};
 use oncehook_gateways::reconcile::{ApiRequest, OrderNames, RequestError};
-use oncehook_gateways::refund::{GatewayRefunds, RefundAsk, RefundCall, RefundOutcome};
+use oncehook_gateways::refund::{GatewayRefunds, LookupPage, RefundAsk, RefundCall, RefundOutcome};
 use oncehook_reconcile::ApiSource;
 use oncehook_reconcile::client::{CallError, Client};
 use oncehook_reconcile::publish::Publisher;
@@ -43,15 +44,21 @@ impl Attempt {
     }
 }
 
-/// The refund `intent` is, as its gateway needs it.
-fn ask(intent: &Intent, order: OrderNames) -> RefundAsk {
+/// The refund `intent`'s attempt is, as its gateway needs it: the amount
+/// and reason its first send fixed (the claim fixes both), so every try
+/// sends the same request under the same key.
+pub fn ask(intent: &Intent, order: OrderNames) -> RefundAsk {
     RefundAsk {
         intent_id: intent.id.clone(),
+        attempt: u32::try_from(intent.attempt_no).unwrap_or(1).max(1),
         payment_id: intent.payment_id.clone(),
         amount_minor: intent.sent_minor.unwrap_or_else(|| intent.outstanding()),
         currency: intent.currency.clone(),
         order,
-        reason: intent.reason.clone(),
+        reason: intent
+            .sent_reason
+            .clone()
+            .unwrap_or_else(|| intent.reason.clone()),
         payment_order: intent.payment_order_ref.clone(),
         gateway_payment_id: None,
     }
@@ -106,37 +113,64 @@ pub async fn send(
         }
     }
     let mut conn = db.single().await?;
-    let attempt = match outcome {
+    let attempt = record(&mut conn, intent, source, &ask, outcome, recheck).await?;
+    conn.finish().await?;
+    Ok(attempt)
+}
+
+/// Records what the gateway's answer (`outcome`) means for `intent`.
+async fn record(
+    conn: &mut sqlx::PgConnection,
+    intent: &Intent,
+    source: &ApiSource,
+    ask: &RefundAsk,
+    outcome: RefundOutcome,
+    recheck: Option<Duration>,
+) -> Result<Attempt, RefundError> {
+    let (code, message, why) = match outcome {
         RefundOutcome::Accepted { refund_id, .. } => {
-            store::mark_sent(&mut conn, &intent.id, &refund_id, recheck).await?;
-            if !checking {
-                tracing::info!(intent = %intent.id, order_ref = %intent.order_ref, %refund_id, amount_minor = ask.amount_minor, source = %source.name, pending = recheck.is_some(), "refund sent");
+            store::mark_sent(conn, &intent.id, &refund_id, recheck).await?;
+            if intent.state != "sent" {
+                tracing::info!(intent = %intent.id, order_ref = %intent.order_ref, %refund_id, amount_minor = ask.amount_minor, attempt = ask.attempt, source = %source.name, pending = recheck.is_some(), "refund sent");
             }
-            Attempt::Sent
+            return Ok(Attempt::Sent);
         }
-        RefundOutcome::Refused { code, message } => {
-            store::mark_failed(&mut conn, &intent.id, &code, &message).await?;
-            tracing::warn!(intent = %intent.id, order_ref = %intent.order_ref, %code, %message, source = %source.name, "the gateway refused the refund; it waits for an operator");
-            metrics::counter!("oncehook_refund_refusals_total", "gateway" => intent.provider.clone(), "code" => code)
-                .increment(1);
-            Attempt::Refused
+        // A vanished refund says nothing of what became of it.
+        RefundOutcome::Refused { code, message } if code == VANISHED => {
+            (code, message, Failure::Unanswered)
         }
+        RefundOutcome::Refused { code, message } => (code, message, Failure::Answered),
+        RefundOutcome::Failed {
+            refund_id,
+            code,
+            message,
+        } => (
+            code,
+            format!("{message} (refund {refund_id})"),
+            Failure::Answered,
+        ),
         RefundOutcome::Retry { reason } => {
             let wait = backoff(intent.attempts);
-            store::retry_later(&mut conn, &intent.id, wait, &reason).await?;
-            tracing::warn!(intent = %intent.id, order_ref = %intent.order_ref, %reason, retry_in_s = wait.as_secs(), "refund not confirmed; will try again under the same key");
-            Attempt::Retry
+            store::retry_later(conn, &intent.id, wait, &reason).await?;
+            tracing::warn!(intent = %intent.id, order_ref = %intent.order_ref, %reason, retry_in_s = wait.as_secs(), "refund not confirmed; will try again under the same key, looked up first");
+            return Ok(Attempt::Retry);
         }
         RefundOutcome::NotFound | RefundOutcome::FullPage { .. } => {
             let wait = backoff(intent.attempts);
             let reason = "the gateway answered the refund with 'not found'";
-            store::retry_later(&mut conn, &intent.id, wait, reason).await?;
-            Attempt::Retry
+            store::retry_later(conn, &intent.id, wait, reason).await?;
+            return Ok(Attempt::Retry);
         }
     };
-    conn.finish().await?;
-    Ok(attempt)
+    store::mark_failed(conn, &intent.id, &code, &message, why).await?;
+    tracing::warn!(intent = %intent.id, order_ref = %intent.order_ref, attempt = intent.attempt_no, %code, %message, source = %source.name, "the gateway refused the refund; it waits for an operator (a re-approval is a new attempt under a new key)");
+    metrics::counter!("oncehook_refund_refusals_total", "gateway" => intent.provider.clone(), "code" => code)
+        .increment(1);
+    Ok(Attempt::Refused)
 }
+
+/// The code of a refund the gateway accepted and no longer lists.
+const VANISHED: &str = "vanished";
 
 /// Where a pass publishes the refund facts the gateways' answers prove,
 /// like the reconciler's: one broker connection for the pass, opened at
@@ -205,15 +239,9 @@ async fn check(
     deadline: Instant,
 ) -> RefundOutcome {
     let refund_id = intent.gateway_refund_id.clone().unwrap_or_default();
-    let Some(found) = look_up(client, source, api, ask, deadline).await else {
-        return RefundOutcome::Accepted {
-            refund_id,
-            facts: Vec::new(),
-        };
-    };
-    match found {
+    match look_up(client, source, api, ask, deadline).await {
         RefundOutcome::NotFound => RefundOutcome::Refused {
-            code: "vanished".into(),
+            code: VANISHED.into(),
             message: format!("the gateway no longer lists the refund {refund_id} it accepted"),
         },
         RefundOutcome::Refused { code, message } => RefundOutcome::Retry {
@@ -250,8 +278,9 @@ async fn resolve(
 }
 
 /// What the gateway holds for `ask`: looked up first when the intent may
-/// have been sent before and the gateway has a lookup, then the refund
-/// request itself unless the lookup found it.
+/// have been sent before (every gateway has a lookup: no key's retention
+/// is the guarantee), then the refund request itself unless the lookup
+/// found it.
 async fn answer(
     client: &Client,
     source: &ApiSource,
@@ -260,11 +289,12 @@ async fn answer(
     maybe_sent: bool,
     deadline: Instant,
 ) -> RefundOutcome {
-    if maybe_sent && let Some(found) = look_up(client, source, api, ask, deadline).await {
-        match found {
+    if maybe_sent {
+        match look_up(client, source, api, ask, deadline).await {
             RefundOutcome::NotFound => {}
             // A lookup that fails or is refused says nothing: never send
-            // blind, try again later.
+            // blind, try again later. (A refund it finds failed is
+            // `Failed`, as final as a refusal.)
             RefundOutcome::Refused { code, message } => {
                 return RefundOutcome::Retry {
                     reason: format!("looking up the refund failed ({code}): {message}"),
@@ -283,47 +313,54 @@ async fn answer(
 const MAX_LOOKUP_PAGES: usize = 100;
 
 /// The gateway's lookup of `ask`, page after page while a page is full
-/// and holds none of the intent's refunds; `None` where the gateway has
-/// no lookup. A page after the first is asked only while one more call
-/// fits before `deadline` (the lease, less one call for the refund).
+/// and holds none of the attempt's refunds. A page after the first is
+/// asked only while one more call fits before `deadline` (the lease, less
+/// one call for the refund).
 async fn look_up(
     client: &Client,
     source: &ApiSource,
     api: &'static dyn GatewayRefunds,
     ask: &RefundAsk,
     deadline: Instant,
-) -> Option<RefundOutcome> {
-    let mut skip = 0;
+) -> RefundOutcome {
+    let mut page = LookupPage::default();
     for _ in 0..MAX_LOOKUP_PAGES {
+        let skip = page.skip;
         if skip > 0 && Instant::now() + client.timeout() > deadline {
-            return Some(RefundOutcome::Retry {
+            return RefundOutcome::Retry {
                 reason: format!(
-                    "the lookup read {skip} refunds without the intent's and the lease leaves no room for another page: asked again on the next attempt"
+                    "the lookup read {skip} refunds without the attempt's and the lease leaves no room for another page: asked again on the next try"
                 ),
-            });
+            };
         }
-        let Some(request) = api.lookup_page(ask, &source.credentials, skip) else {
-            return (skip > 0).then(|| RefundOutcome::Retry {
+        let Some(request) = api.lookup_page(ask, &source.credentials, &page) else {
+            return RefundOutcome::Retry {
                 reason: format!(
                     "the lookup's page was full at {skip} refunds and it has no next page"
                 ),
-            });
+            };
         };
         match exchange(client, source, api, ask, RefundCall::Lookup, request).await {
-            RefundOutcome::FullPage { listed } if listed > 0 => skip += listed,
-            RefundOutcome::FullPage { .. } => {
-                return Some(RefundOutcome::Retry {
-                    reason: "the lookup answered an empty page as full".into(),
-                });
+            RefundOutcome::FullPage { listed, last } if listed > 0 => {
+                page = LookupPage {
+                    skip: skip + listed,
+                    after: last,
+                };
             }
-            other => return Some(other),
+            RefundOutcome::FullPage { .. } => {
+                return RefundOutcome::Retry {
+                    reason: "the lookup answered an empty page as full".into(),
+                };
+            }
+            other => return other,
         }
     }
-    Some(RefundOutcome::Retry {
+    RefundOutcome::Retry {
         reason: format!(
-            "the payment has more than {skip} refunds and none of the {MAX_LOOKUP_PAGES} pages read is the intent's"
+            "the payment has more than {} refunds and none of the {MAX_LOOKUP_PAGES} pages read is the attempt's",
+            page.skip
         ),
-    })
+    }
 }
 
 /// One call, its answer read by the gateway's folder; a transport failure
@@ -373,6 +410,28 @@ pub fn backoff(attempts: i32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_attempt_sends_what_its_first_send_fixed_under_its_own_key() {
+        let mut intent = crate::sample_intent(50_000, "cancelled_order");
+        intent.sent_minor = Some(40_000);
+        intent.sent_reason = Some("duplicate_capture".into());
+        intent.attempt_no = 3;
+        let ask = ask(&intent, OrderNames::default());
+        assert_eq!(
+            (ask.amount_minor, ask.reason.as_str(), ask.key()),
+            (40_000, "duplicate_capture", "ri_1-3".to_owned()),
+            "the reason the ledger rewrote is not the one sent"
+        );
+        intent.sent_reason = None;
+        intent.sent_minor = None;
+        intent.attempt_no = 0;
+        let first = super::ask(&intent, OrderNames::default());
+        assert_eq!(
+            (first.amount_minor, first.reason.as_str(), first.key()),
+            (50_000, "cancelled_order", "ri_1".to_owned())
+        );
+    }
 
     #[test]
     fn backoff_doubles_and_stops_at_five_minutes() {

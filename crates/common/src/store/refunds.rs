@@ -45,6 +45,14 @@ pub struct Intent {
     /// id, which it refunds by; an order paid twice may have two).
     pub payment_order_ref: Option<String>,
     pub sent_minor: Option<i64>,
+    /// The attempt being sent (1, then one more per re-approval after a
+    /// refusal): with the id, it names the idempotency key.
+    pub attempt_no: i32,
+    /// The reason the attempt's request carries, fixed at its first send.
+    pub sent_reason: Option<String>,
+    /// A request of the attempt may have reached the gateway and no answer
+    /// has said what became of it.
+    pub in_doubt: bool,
     pub approved_by: Option<String>,
     #[serde(with = "time::serde::rfc3339::option")]
     pub approved_at: Option<OffsetDateTime>,
@@ -86,7 +94,7 @@ macro_rules! select_intents {
                         JOIN processed_webhooks w ON w.provider = p.provider AND w.event_id = p.event_id
                         WHERE p.provider = i.provider AND p.payment_id = i.payment_id
                           AND p.status = 'captured' LIMIT 1) AS "payment_order_ref?",
-                    i.sent_minor, i.approved_by, i.approved_at, i.attempts, i.gateway_refund_id,
+                    i.sent_minor, i.attempt_no, i.sent_reason, i.in_doubt, i.approved_by, i.approved_at, i.attempts, i.gateway_refund_id,
                     i.gateway_code, i.gateway_message, i.held_because, i.trace_parent,
                     i.created_at, i.updated_at
              FROM refund_intents i JOIN orders o ON o.id = i.order_id "#
@@ -176,7 +184,10 @@ pub async fn approved_by_policy_today(
 }
 
 /// Approves an intent still `owed` (or `failed`, by an operator), as `by`;
-/// records its source. Whether it was.
+/// records its source. A `failed` intent the gateway refused (not in
+/// doubt) starts a new attempt: its number moves on, so its key is new,
+/// and its amount and reason are fixed again at its first send. One in
+/// doubt keeps its attempt and key. Whether it was approved.
 pub async fn approve(
     conn: &mut PgConnection,
     id: &str,
@@ -186,7 +197,10 @@ pub async fn approve(
     let done = sqlx::query!(
         "UPDATE refund_intents SET state = 'approved', approved_by = $3, approved_at = now(),
                 source = COALESCE(source, $2), held_because = NULL, gateway_code = NULL,
-                gateway_message = NULL, next_attempt_at = NULL, updated_at = now()
+                gateway_message = NULL, next_attempt_at = NULL, updated_at = now(),
+                attempt_no = attempt_no + CASE WHEN state = 'failed' AND NOT in_doubt THEN 1 ELSE 0 END,
+                sent_minor = CASE WHEN state = 'failed' AND NOT in_doubt THEN NULL ELSE sent_minor END,
+                sent_reason = CASE WHEN state = 'failed' AND NOT in_doubt THEN NULL ELSE sent_reason END
          WHERE id = $1 AND state IN ('owed', 'failed')",
         id,
         source,
@@ -232,8 +246,8 @@ pub async fn cancel(conn: &mut PgConnection, id: &str, by: &str) -> Result<bool,
 
 /// Claims the next intent to send — approved and due, or being sent by a
 /// refunder whose lease ran out — unless refunds are paused: `sending`,
-/// one more attempt, leased for `lease`, its amount fixed at the first
-/// attempt.
+/// one more try, leased for `lease`, in doubt, its amount and reason fixed
+/// at the attempt's first send.
 pub async fn claim(
     conn: &mut PgConnection,
     lease: Duration,
@@ -242,7 +256,8 @@ pub async fn claim(
     let claimed: Option<String> = sqlx::query_scalar!(
         "UPDATE refund_intents SET state = 'sending', attempts = attempts + 1,
                 lease_until = now() + make_interval(secs => $1::bigint / 1000.0),
-                sent_minor = COALESCE(sent_minor, amount_minor - refunded_minor), updated_at = now()
+                sent_minor = COALESCE(sent_minor, amount_minor - refunded_minor),
+                sent_reason = COALESCE(sent_reason, reason), in_doubt = true, updated_at = now()
          WHERE id = (
              SELECT id FROM refund_intents
              WHERE (state = 'approved' OR (state = 'sending' AND lease_until < now()))
@@ -322,20 +337,36 @@ pub async fn claim_check(
     claimed_intent(conn, claimed).await
 }
 
-/// The gateway refused: `failed`, with its words (an operator decides).
+/// Why an intent is marked `failed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The gateway's answer says nothing was refunded under the attempt
+    /// (a refusal, a refund it reports failed): no longer in doubt, and a
+    /// re-approval is a new attempt under a new key.
+    Answered,
+    /// Not sent this time (refunds off, no source can reach it) or no
+    /// answer says what became of an earlier send: still in doubt where it
+    /// was, and a re-approval keeps the attempt and key.
+    Unanswered,
+}
+
+/// `failed`, with the gateway's (or the refunder's) words: an operator
+/// decides.
 pub async fn mark_failed(
     conn: &mut PgConnection,
     id: &str,
     code: &str,
     message: &str,
+    why: Failure,
 ) -> Result<(), sqlx::Error> {
     sqlx::query!(
         "UPDATE refund_intents SET state = 'failed', gateway_code = $2, gateway_message = $3,
-                lease_until = NULL, updated_at = now()
+                lease_until = NULL, in_doubt = in_doubt AND NOT $4, updated_at = now()
          WHERE id = $1 AND state IN ('sending', 'sent')",
         id,
         code,
         message,
+        why == Failure::Answered,
     )
     .execute(conn)
     .await?;

@@ -1,6 +1,6 @@
 //! Cashfree's refund API (PG, the `x-api-version` reconciliation uses),
 //! for the refunder: the request that refunds an order for an intent, the
-//! lookup of the refund made under the intent's id, and how the answers
+//! lookup of the refund made under the attempt's key, and how the answers
 //! read. No I/O: the refunder sends, this builds and reads.
 //!
 //! Cashfree refunds an order, not a payment: `POST
@@ -10,7 +10,8 @@
 //! shop's own reference: Cashfree's `order_id` is the merchant's). The
 //! `refund_id` is the merchant's unique id of the refund
 //! (<https://www.cashfree.com/docs/api-reference/payments/latest/refunds/create>,
-//! 3 to 40 characters): the intent's id, or one derived from it when it
+//! 3 to 40 characters): the attempt's key (`RefundAsk::key`: the intent's
+//! id, then `-2`, `-3` for a re-approval), or one derived from it when it
 //! does not fit. A second create with the same `refund_id` makes no second
 //! refund: Cashfree answers 409 ("Resource already present"). That answer
 //! says nothing of the refund, so it reads as "try again", and every retry
@@ -65,7 +66,7 @@ impl GatewayRefunds for Cashfree {
         let amount = format_decimal_minor(ask.amount_minor, currency_exponent(&ask.currency));
         let mut body = format!(
             "{{\"refund_amount\":{amount},\"refund_id\":{}",
-            Value::from(refund_id(&ask.intent_id))
+            Value::from(refund_id(&ask.key()))
         );
         let note: String = ask.reason.trim().chars().take(*NOTE_LEN.end()).collect();
         if NOTE_LEN.contains(&note.chars().count()) {
@@ -82,23 +83,23 @@ impl GatewayRefunds for Cashfree {
             }),
         };
         Ok(authenticated(request, credentials)?
-            .header("x-idempotency-key", idempotency_key(&ask.intent_id)))
+            .header("x-idempotency-key", idempotency_key(&ask.key())))
     }
 
-    /// The refund made under the intent's `refund_id`, if any.
+    /// The refund made under the attempt's `refund_id`, if any.
     fn lookup(
         &self,
         ask: &RefundAsk,
         credentials: &ApiCredentials,
-    ) -> Option<Result<ApiRequest, RequestError>> {
-        Some(order_id(ask).and_then(|order| {
+    ) -> Result<ApiRequest, RequestError> {
+        order_id(ask).and_then(|order| {
             let path = format!(
                 "/pg/orders/{}/refunds/{}",
                 segment(order),
-                segment(&refund_id(&ask.intent_id))
+                segment(&refund_id(&ask.key()))
             );
             authenticated(ApiRequest::get(path), credentials)
-        }))
+        })
     }
 
     fn read(&self, ask: &RefundAsk, call: RefundCall, status: u16, body: &[u8]) -> RefundOutcome {
@@ -108,8 +109,8 @@ impl GatewayRefunds for Cashfree {
             (409, RefundCall::Create) => RefundOutcome::Retry {
                 reason: format!(
                     "Cashfree already holds refund_id {}: the lookup before the next \
-                     attempt finds it",
-                    refund_id(&ask.intent_id)
+                     try finds it",
+                    refund_id(&ask.key())
                 ),
             },
             (400 | 404 | 422, _) => match cashfree_error(body) {
@@ -142,24 +143,24 @@ fn order_id(ask: &RefundAsk) -> Result<&str, RequestError> {
     }
 }
 
-/// The `refund_id` of an intent: its id when Cashfree takes it (3 to 40
-/// letters, digits, `-`, `_`), else `ri_` and 32 hex digits of its SHA-256
-/// (the same on every attempt).
-pub fn refund_id(intent_id: &str) -> String {
+/// The `refund_id` of an attempt's key (`RefundAsk::key`): the key when
+/// Cashfree takes it (3 to 40 letters, digits, `-`, `_`), else `ri_` and
+/// 32 hex digits of its SHA-256 (the same on every try).
+pub fn refund_id(key: &str) -> String {
     let allowed = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
-    if REFUND_ID_LEN.contains(&intent_id.len()) && intent_id.chars().all(allowed) {
-        intent_id.to_owned()
+    if REFUND_ID_LEN.contains(&key.len()) && key.chars().all(allowed) {
+        key.to_owned()
     } else {
-        let digest = hex::encode(Sha256::digest(intent_id.as_bytes()));
+        let digest = hex::encode(Sha256::digest(key.as_bytes()));
         format!("ri_{}", &digest[..32])
     }
 }
 
-/// The `x-idempotency-key` of an intent's create: its `refund_id` (the
-/// refund's idempotency identity at Cashfree), so every attempt of the
-/// intent sends the same key.
-pub fn idempotency_key(intent_id: &str) -> String {
-    refund_id(intent_id)
+/// The `x-idempotency-key` of an attempt's create: its `refund_id` (the
+/// refund's idempotency identity at Cashfree), so every try of the
+/// attempt sends the same key.
+pub fn idempotency_key(key: &str) -> String {
+    refund_id(key)
 }
 
 fn authenticated(
@@ -181,7 +182,7 @@ fn refund(ask: &RefundAsk, body: &[u8]) -> RefundOutcome {
     else {
         return unreadable(200, body);
     };
-    let ours = refund_id(&ask.intent_id);
+    let ours = refund_id(&ask.key());
     if id_at(&entity, &["refund_id"]).is_some_and(|r| r != ours) {
         return RefundOutcome::Refused {
             code: "refund_mismatch".into(),
@@ -192,12 +193,13 @@ fn refund(ask: &RefundAsk, body: &[u8]) -> RefundOutcome {
         .unwrap_or("")
         .to_ascii_uppercase();
     if status == "CANCELLED" || status == "FAILED" {
-        return RefundOutcome::Refused {
+        return RefundOutcome::Failed {
             code: format!("refund_{}", status.to_ascii_lowercase()),
             message: str_at(&entity, &["status_description"]).map_or_else(
                 || format!("Cashfree reports refund {id} {status}"),
                 str::to_owned,
             ),
+            refund_id: id,
         };
     }
     RefundOutcome::Accepted {

@@ -11,6 +11,7 @@ const INTENT: &str = "ri_2b7e151628aed2a6abf7";
 fn ask() -> RefundAsk {
     RefundAsk {
         intent_id: INTENT.into(),
+        attempt: 1,
         payment_id: "918812".into(),
         amount_minor: 10_081,
         currency: "INR".into(),
@@ -97,7 +98,6 @@ fn the_request_refunds_the_order_under_the_intents_refund_id_with_an_exact_amoun
 
     let lookup = refunds()
         .lookup(&ask(), &creds())
-        .expect("a lookup")
         .expect("a request");
     assert_eq!(
         (lookup.method, lookup.path.as_str()),
@@ -144,7 +144,7 @@ fn the_order_is_the_one_cashfree_reference_else_the_shops_and_odd_ids_are_derive
     };
     assert!(matches!(
         refunds().lookup(&none, &creds()),
-        Some(Err(RequestError::Invalid(_)))
+        Err(RequestError::Invalid(_))
     ));
     assert!(matches!(
         refunds().create(
@@ -170,6 +170,7 @@ fn the_order_is_the_one_cashfree_reference_else_the_shops_and_odd_ids_are_derive
 fn the_documented_refund_is_accepted_with_the_fact_reconciliation_reads() {
     let published = RefundAsk {
         intent_id: "REF-123".into(),
+        attempt: 1,
         ..ask()
     };
     let answer = documented_entity().to_string();
@@ -210,7 +211,7 @@ fn pending_waits_cancelled_is_refused_and_a_404_to_the_lookup_is_nothing_there()
     );
     assert!(matches!(
         read(RefundCall::Lookup, 200, &entity(&[("refund_status", json!("CANCELLED")), ("status_description", json!("Refund cancelled"))])),
-        RefundOutcome::Refused { code, message } if code == "refund_cancelled" && message == "Refund cancelled"
+        RefundOutcome::Failed { code, message, .. } if code == "refund_cancelled" && message == "Refund cancelled"
     ));
     let not_found = body(cashfree::NOT_FOUND).as_bytes();
     assert_eq!(
@@ -299,4 +300,27 @@ proptest! {
                             "refund_amount": amount, "refund_currency": "INR", "code": id, "message": state});
         let _ = refunds().read(&ask(), call, status, entity.to_string().as_bytes());
     }
+}
+
+#[test]
+fn a_second_attempt_has_its_own_refund_id_and_key() {
+    let second = RefundAsk {
+        attempt: 2,
+        ..ask()
+    };
+    let request = refunds().create(&second, &creds()).expect("a request");
+    let sent: serde_json::Value =
+        serde_json::from_slice(&request.body.as_ref().expect("a body").bytes).expect("json");
+    assert_eq!(sent["refund_id"], "ri_2b7e151628aed2a6abf7-2");
+    let key = request.headers.iter().find(|h| h.name == "x-idempotency-key");
+    assert_eq!(
+        key.map(|h| h.value.as_str()),
+        Some("ri_2b7e151628aed2a6abf7-2")
+    );
+    let lookup = refunds().lookup(&second, &creds()).expect("a lookup");
+    assert!(
+        lookup.path.ends_with("/refunds/ri_2b7e151628aed2a6abf7-2"),
+        "{}",
+        lookup.path
+    );
 }

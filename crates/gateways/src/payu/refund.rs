@@ -11,8 +11,9 @@
 //! PayU id (`mihpayid`) of the transaction, `var2` the merchant's token for
 //! the refund, `var3` the amount in rupees. The token must be unique for
 //! every refund and at most 23 characters
-//! (<https://docs.payu.in/docs/refund-transaction-api>): the intent's id
-//! when it fits, else `ri` and 21 hex digits of its SHA-256. PayU's answer
+//! (<https://docs.payu.in/docs/refund-transaction-api>): the attempt's key
+//! (`RefundAsk::key`) when it fits, else `ri` and 21 hex digits of its
+//! SHA-256. PayU's answer
 //! to a token it already holds is a refusal code — 106 "Token already
 //! exists", 109 "The request is already logged", 227 "Transactions with the
 //! same amount and same token are not allowed"
@@ -21,7 +22,7 @@
 //! starts with the lookup: `check_action_status` by PayU id (`var2 =
 //! payuid`, <https://docs.payu.in/reference/check_action_status_api_with_payu_id>)
 //! lists every action on the transaction with its token; the refund whose
-//! token is the intent's is the one made before.
+//! token is the attempt's is the one made before.
 //!
 //! Answers: `status: 1` with a `request_id` is accepted (the refund is
 //! queued: no fact yet); in the lookup, a refund `success` is its fact,
@@ -91,7 +92,7 @@ impl GatewayRefunds for Payu {
             .append_pair("key", key)
             .append_pair("command", REFUND_COMMAND)
             .append_pair("var1", mihpayid)
-            .append_pair("var2", &token(&ask.intent_id))
+            .append_pair("var2", &token(&ask.key()))
             .append_pair("var3", &amount)
             .append_pair("hash", &hash)
             .finish();
@@ -145,14 +146,14 @@ impl GatewayRefunds for Payu {
         }
     }
 
-    /// Every action on the transaction, the intent's refund among them if
+    /// Every action on the transaction, the attempt's refund among them if
     /// it was made.
     fn lookup(
         &self,
         ask: &RefundAsk,
         credentials: &ApiCredentials,
-    ) -> Option<Result<ApiRequest, RequestError>> {
-        Some(mihpayid(ask).and_then(|mihpayid| {
+    ) -> Result<ApiRequest, RequestError> {
+        mihpayid(ask).and_then(|mihpayid| {
             let (key, hash) = signed(credentials, STATUS_COMMAND, mihpayid)?;
             let form = Serializer::new(String::new())
                 .append_pair("key", key)
@@ -162,7 +163,7 @@ impl GatewayRefunds for Payu {
                 .append_pair("hash", &hash)
                 .finish();
             Ok(post(form))
-        }))
+        })
     }
 
     fn read(&self, ask: &RefundAsk, call: RefundCall, status: u16, body: &[u8]) -> RefundOutcome {
@@ -207,15 +208,15 @@ fn post(form: String) -> ApiRequest {
     ApiRequest::post_form("/merchant/postservice.php?form=2".to_owned(), form)
 }
 
-/// The token of an intent: its id when PayU takes it (at most 23 letters,
-/// digits or `_`), else `ri` and 21 hex digits of its SHA-256 (the same on
-/// every attempt).
-pub fn token(intent_id: &str) -> String {
+/// The token of an attempt's key: the key when PayU takes it (at most 23
+/// letters, digits or `_`), else `ri` and 21 hex digits of its SHA-256
+/// (the same on every try).
+pub fn token(key: &str) -> String {
     let allowed = |c: char| c.is_ascii_alphanumeric() || c == '_';
-    if !intent_id.is_empty() && intent_id.len() <= MAX_TOKEN && intent_id.chars().all(allowed) {
-        intent_id.to_owned()
+    if !key.is_empty() && key.len() <= MAX_TOKEN && key.chars().all(allowed) {
+        key.to_owned()
     } else {
-        let digest = hex::encode(Sha256::digest(intent_id.as_bytes()));
+        let digest = hex::encode(Sha256::digest(key.as_bytes()));
         format!("ri{}", &digest[..MAX_TOKEN - 2])
     }
 }
@@ -244,8 +245,8 @@ fn created(ask: &RefundAsk, answer: &Value) -> RefundOutcome {
         },
         (false, _, Some(c)) if ALREADY_HELD.contains(&c.as_str()) => RefundOutcome::Retry {
             reason: format!(
-                "PayU already holds token {} ({c} {msg}): the lookup before the next attempt finds it",
-                token(&ask.intent_id)
+                "PayU already holds token {} ({c} {msg}): the lookup before the next try finds it",
+                token(&ask.key())
             ),
         },
         (false, _, code) if code.as_deref() == Some(LOCKED) || is_key_problem(&msg) => {
@@ -266,7 +267,7 @@ fn is_key_problem(msg: &str) -> bool {
     msg.contains("invalid hash") || msg.contains("invalid key")
 }
 
-/// The answer to `check_action_status`: the intent's refund, if there.
+/// The answer to `check_action_status`: the attempt's refund, if there.
 fn looked_up(ask: &RefundAsk, answer: &Value) -> RefundOutcome {
     let Some(Value::Object(details)) = answer.get("transaction_details") else {
         let msg = str_at(answer, &["msg"]).unwrap_or("");
@@ -274,7 +275,7 @@ fn looked_up(ask: &RefundAsk, answer: &Value) -> RefundOutcome {
             reason: format!("PayU's action status has no details: {msg}"),
         };
     };
-    let token = token(&ask.intent_id);
+    let token = token(&ask.key());
     match actions(details).find(|(_, a)| str_at(a, &["token"]) == Some(token.as_str())) {
         Some((request_id, action)) => refund(ask, request_id, action),
         None => RefundOutcome::NotFound,
@@ -296,15 +297,16 @@ fn actions(details: &Map<String, Value>) -> impl Iterator<Item = (String, &Value
         })
 }
 
-/// The intent's refund action.
+/// The attempt's refund action.
 fn refund(ask: &RefundAsk, request_id: String, action: &Value) -> RefundOutcome {
     let status = str_at(action, &["status"])
         .unwrap_or("")
         .to_ascii_lowercase();
     match status.as_str() {
-        "failure" | "failed" => RefundOutcome::Refused {
+        "failure" | "failed" => RefundOutcome::Failed {
             code: "refund_failed".into(),
             message: format!("PayU reports refund {request_id} {status}"),
+            refund_id: request_id,
         },
         "success" => RefundOutcome::Accepted {
             facts: refund_fact(ask, &request_id, action).into_iter().collect(),

@@ -13,6 +13,7 @@ const TOKEN: &str = "RefundToken1";
 fn ask() -> RefundAsk {
     RefundAsk {
         intent_id: TOKEN.into(),
+        attempt: 1,
         payment_id: MIHPAYID.into(),
         amount_minor: 1_000,
         currency: "INR".into(),
@@ -73,7 +74,6 @@ fn the_refund_is_signed_as_payu_signs_its_commands_under_the_intents_token() {
 
     let lookup = refunds()
         .lookup(&ask(), &creds())
-        .expect("a lookup")
         .expect("a request");
     let sent = form(&lookup);
     assert_eq!(
@@ -138,7 +138,7 @@ fn tokens_fit_payus_23_characters_and_what_payu_cannot_take_is_refused() {
             },
             &creds()
         ),
-        Some(Err(_))
+        Err(RequestError::Invalid(_))
     ));
     assert_eq!(
         refunds().create(&ask(), &ApiCredentials::default()),
@@ -231,6 +231,7 @@ fn the_documented_action_status_finds_the_refund_by_its_token() {
     );
     let other = RefundAsk {
         intent_id: "ri_someone_else".into(),
+        attempt: 1,
         ..ask()
     };
     assert_eq!(
@@ -255,7 +256,7 @@ fn the_documented_action_status_finds_the_refund_by_its_token() {
     );
     queued["transaction_details"][MIHPAYID]["131278422"]["status"] = json!("failure");
     assert!(
-        matches!(read(&ask(), queued.to_string().as_bytes()), RefundOutcome::Refused { code, .. } if code == "refund_failed")
+        matches!(read(&ask(), queued.to_string().as_bytes()), RefundOutcome::Failed { code, .. } if code == "refund_failed")
     );
     for no_details in [
         json!({"status": 0, "msg": "Parameter missing"}),
@@ -349,4 +350,26 @@ mod resolving {
             ));
         }
     }
+}
+
+#[test]
+fn a_second_attempt_has_its_own_token() {
+    let second = RefundAsk {
+        attempt: 2,
+        ..ask()
+    };
+    let form = |a: &RefundAsk| {
+        let request = refunds().create(a, &creds()).expect("a request");
+        let body = request.body.expect("a body").bytes;
+        url::form_urlencoded::parse(&body)
+            .into_owned()
+            .find(|(k, _)| k == "var2")
+            .map(|(_, v)| v)
+            .expect("a token")
+    };
+    let (first, again) = (form(&ask()), form(&second));
+    assert_eq!(first, TOKEN);
+    assert_ne!(again, first);
+    assert_eq!(again, token("RefundToken1-2"), "the key, fitted to PayU");
+    assert!(again.len() <= 23, "{again}");
 }

@@ -4,9 +4,10 @@
 //! this builds and reads.
 //!
 //! `POST /v1/payments/{payment_id}/refund` (JSON: `amount` in minor units,
-//! `receipt` and `notes.oncehook_intent` = the intent id), HTTP Basic as
+//! `receipt` = the attempt's key, `notes.oncehook_intent` = the intent id
+//! and, from the second attempt, `notes.oncehook_attempt`), HTTP Basic as
 //! reconciliation, and the header `X-Refund-Idempotency` with a key derived
-//! from the intent (Razorpay's idempotent refund,
+//! from the attempt's (Razorpay's idempotent refund,
 //! <https://razorpay.com/docs/api/refunds/normal-refunds-idempotent/>: at
 //! least 10 letters, digits, `-` or `_`; the same key and body answer the
 //! refund already made, another body is a `BAD_REQUEST`, a request while
@@ -17,8 +18,8 @@
 //! payment's refunds (`GET /v1/payments/{payment_id}/refunds?count=100`,
 //! <https://razorpay.com/docs/api/refunds/fetch-multiple-refund-payment/>,
 //! then `&skip=100`, `&skip=200`, … while a page is full and holds none of
-//! the intent's) and a refund whose `receipt` (or `notes.oncehook_intent`)
-//! is the intent id is the one made before.
+//! the attempt's) and a refund whose `receipt` is the attempt's key (or
+//! whose notes name the intent and the attempt) is the one made before.
 //!
 //! Answers: a refund entity is accepted; `processed` is its fact (the one
 //! reconciliation and the `refund.processed` webhook give), `pending` has
@@ -34,7 +35,7 @@ use sha2::{Digest, Sha256};
 use super::Razorpay;
 use crate::json::{id_at, parse_body, str_at};
 use crate::reconcile::{ApiBody, ApiCredentials, ApiRequest, Method, RequestError, segment};
-use crate::refund::{GatewayRefunds, RefundAsk, RefundCall, RefundOutcome};
+use crate::refund::{GatewayRefunds, LookupPage, RefundAsk, RefundCall, RefundOutcome};
 
 /// Refunds one lookup lists (Razorpay lists 10 unless asked; 100 is the
 /// most its list endpoints give).
@@ -50,11 +51,13 @@ impl GatewayRefunds for Razorpay {
     ) -> Result<ApiRequest, RequestError> {
         check(ask)?;
         let reason: String = ask.reason.chars().take(MAX_NOTE).collect();
-        let body = json!({
-            "amount": ask.amount_minor,
-            "receipt": ask.intent_id,
-            "notes": {"oncehook_intent": ask.intent_id, "reason": reason},
-        });
+        let key = ask.key();
+        let mut notes = json!({"oncehook_intent": ask.intent_id, "reason": reason});
+        // The first attempt's body is the one every release sent.
+        if ask.attempt > 1 {
+            notes["oncehook_attempt"] = json!(ask.attempt.to_string());
+        }
+        let body = json!({"amount": ask.amount_minor, "receipt": key, "notes": notes});
         let request = ApiRequest {
             method: Method::Post,
             path: format!("/v1/payments/{}/refund", segment(&ask.payment_id)),
@@ -65,7 +68,7 @@ impl GatewayRefunds for Razorpay {
             }),
         };
         Ok(authenticated(request, credentials)?
-            .header("x-refund-idempotency", idempotency_key(&ask.intent_id)))
+            .header("x-refund-idempotency", idempotency_key(&key)))
     }
 
     /// The payment's refunds: Razorpay does not promise that a repeated
@@ -74,8 +77,8 @@ impl GatewayRefunds for Razorpay {
         &self,
         ask: &RefundAsk,
         credentials: &ApiCredentials,
-    ) -> Option<Result<ApiRequest, RequestError>> {
-        self.lookup_page(ask, credentials, 0)
+    ) -> Result<ApiRequest, RequestError> {
+        page(ask, credentials, 0)
     }
 
     /// A page of the payment's refunds, `skip` in (Razorpay's `count` and
@@ -84,19 +87,9 @@ impl GatewayRefunds for Razorpay {
         &self,
         ask: &RefundAsk,
         credentials: &ApiCredentials,
-        skip: usize,
+        at: &LookupPage,
     ) -> Option<Result<ApiRequest, RequestError>> {
-        let request = check(ask).and_then(|()| {
-            let mut path = format!(
-                "/v1/payments/{}/refunds?count={LOOKUP_COUNT}",
-                segment(&ask.payment_id)
-            );
-            if skip > 0 {
-                path.push_str(&format!("&skip={skip}"));
-            }
-            authenticated(ApiRequest::get(path), credentials)
-        });
-        Some(request)
+        Some(page(ask, credentials, at.skip))
     }
 
     fn read(&self, ask: &RefundAsk, call: RefundCall, status: u16, body: &[u8]) -> RefundOutcome {
@@ -110,6 +103,23 @@ impl GatewayRefunds for Razorpay {
             _ => unreadable(status, body),
         }
     }
+}
+
+/// The lookup's page `skip` refunds in.
+fn page(
+    ask: &RefundAsk,
+    credentials: &ApiCredentials,
+    skip: usize,
+) -> Result<ApiRequest, RequestError> {
+    check(ask)?;
+    let mut path = format!(
+        "/v1/payments/{}/refunds?count={LOOKUP_COUNT}",
+        segment(&ask.payment_id)
+    );
+    if skip > 0 {
+        path.push_str(&format!("&skip={skip}"));
+    }
+    authenticated(ApiRequest::get(path), credentials)
 }
 
 fn check(ask: &RefundAsk) -> Result<(), RequestError> {
@@ -150,10 +160,14 @@ pub fn idempotency_key(intent_id: &str) -> String {
     }
 }
 
-/// Whether a refund entity is the intent's.
-fn is_intents(entity: &Value, intent_id: &str) -> bool {
-    str_at(entity, &["receipt"]) == Some(intent_id)
-        || str_at(entity, &["notes", "oncehook_intent"]) == Some(intent_id)
+/// Whether a refund entity is the attempt's: its `receipt` is the
+/// attempt's key, or its notes name the intent and the attempt (the first
+/// attempt's notes name none).
+fn is_attempts(entity: &Value, ask: &RefundAsk) -> bool {
+    let attempt = ask.attempt.to_string();
+    str_at(entity, &["receipt"]) == Some(ask.key().as_str())
+        || (str_at(entity, &["notes", "oncehook_intent"]) == Some(ask.intent_id.as_str())
+            && str_at(entity, &["notes", "oncehook_attempt"]).unwrap_or("1") == attempt)
 }
 
 /// A refund entity the gateway holds for the intent.
@@ -171,9 +185,10 @@ fn refund(ask: &RefundAsk, entity: &Value) -> RefundOutcome {
         };
     }
     if str_at(entity, &["status"]) == Some("failed") {
-        return RefundOutcome::Refused {
-            code: "refund_failed".into(),
+        return RefundOutcome::Failed {
             message: format!("Razorpay reports refund {id} failed"),
+            refund_id: id,
+            code: "refund_failed".into(),
         };
     }
     RefundOutcome::Accepted {
@@ -186,22 +201,24 @@ fn refund(ask: &RefundAsk, entity: &Value) -> RefundOutcome {
     }
 }
 
-/// A page of the payment's refunds: the intent's, if one is there; a full
-/// page without it asks for the next one. Several (a
-/// refund made twice before oncehook looked) are all facts; the first
-/// one not failed is the intent's refund.
+/// A page of the payment's refunds: the attempt's, if one is there; a full
+/// page without it asks for the next one. Several (a refund made twice
+/// before oncehook looked) are all facts; the first one not failed is the
+/// attempt's refund. An earlier attempt's refund (failed: a new attempt
+/// follows only a refusal) is not this attempt's.
 fn lookup(ask: &RefundAsk, body: &[u8]) -> RefundOutcome {
     let Some(items) = collection(body) else {
         return unreadable(200, body);
     };
     let mine: Vec<&Value> = items
         .iter()
-        .filter(|i| is_intents(i, &ask.intent_id))
+        .filter(|i| is_attempts(i, ask))
         .collect();
     if mine.is_empty() {
         return if items.len() >= LOOKUP_COUNT {
             RefundOutcome::FullPage {
                 listed: items.len(),
+                last: items.last().and_then(|i| id_at(i, &["id"])),
             }
         } else {
             RefundOutcome::NotFound

@@ -13,6 +13,7 @@ const INTENT: &str = "ri_5c1d0e7a93b24f68a1c2";
 fn ask() -> RefundAsk {
     RefundAsk {
         intent_id: INTENT.into(),
+        attempt: 1,
         payment_id: PAYMENT.into(),
         amount_minor: 500_100,
         currency: "INR".into(),
@@ -78,7 +79,6 @@ fn the_request_names_the_intent_three_ways_and_the_lookup_lists_the_payments_ref
 
     let lookup = refunds()
         .lookup(&ask(), &creds())
-        .expect("a lookup")
         .expect("a request");
     assert_eq!(
         (lookup.method, lookup.path.as_str()),
@@ -118,7 +118,7 @@ fn an_intent_id_razorpay_would_refuse_as_a_key_becomes_a_stable_one() {
             },
             &creds()
         ),
-        Some(Err(_))
+        Err(RequestError::Invalid(_))
     ));
     assert_eq!(
         refunds().create(&ask(), &ApiCredentials::default()),
@@ -158,7 +158,7 @@ fn the_documented_refund_made_is_accepted_with_the_fact_reconciliation_reads() {
     let failed = entity(&[("status", json!("failed"))]).to_string();
     assert!(matches!(
         refunds().read(&ask(), RefundCall::Create, 200, failed.as_bytes()),
-        RefundOutcome::Refused { code, .. } if code == "refund_failed"
+        RefundOutcome::Failed { code, .. } if code == "refund_failed"
     ));
 }
 
@@ -205,13 +205,14 @@ fn the_lookup_finds_the_intents_refund_by_receipt_or_note_and_nothing_else() {
     );
     let failed = entity(&[("status", json!("failed"))]);
     assert!(
-        matches!(read(&[failed]), RefundOutcome::Refused { code, .. } if code == "refund_failed")
+        matches!(read(&[failed]), RefundOutcome::Failed { code, .. } if code == "refund_failed")
     );
     let full_page = vec![other.clone(); LOOKUP_COUNT];
     assert_eq!(
         read(&full_page),
         RefundOutcome::FullPage {
-            listed: LOOKUP_COUNT
+            listed: LOOKUP_COUNT,
+            last: Some("rfnd_other".into())
         },
         "a full page without the intent's refund asks for the next page"
     );
@@ -223,7 +224,14 @@ fn the_lookup_finds_the_intents_refund_by_receipt_or_note_and_nothing_else() {
 fn the_lookup_pages_with_skip() {
     let page = |skip| {
         refunds()
-            .lookup_page(&ask(), &creds(), skip)
+            .lookup_page(
+                &ask(),
+                &creds(),
+                &LookupPage {
+                    skip,
+                    after: None,
+                },
+            )
             .expect("a lookup")
             .expect("a request")
             .path
@@ -237,7 +245,6 @@ fn the_lookup_pages_with_skip() {
         page(0),
         refunds()
             .lookup(&ask(), &creds())
-            .expect("a lookup")
             .expect("a request")
             .path
     );
@@ -320,4 +327,33 @@ proptest! {
             let _ = refunds().read(&ask(), RefundCall::Create, status, first.to_string().as_bytes());
         }
     }
+}
+
+#[test]
+fn a_second_attempt_sends_its_own_key_and_receipt_and_finds_only_its_refund() {
+    let second = RefundAsk {
+        attempt: 2,
+        ..ask()
+    };
+    let request = refunds().create(&second, &creds()).expect("a request");
+    let key = request
+        .headers
+        .iter()
+        .find(|h| h.name == "x-refund-idempotency");
+    assert_eq!(
+        key.map(|h| h.value.as_str()),
+        Some("ri_5c1d0e7a93b24f68a1c2-2")
+    );
+    let sent: serde_json::Value =
+        serde_json::from_slice(&request.body.expect("a body").bytes).expect("json");
+    assert_eq!(sent["receipt"], "ri_5c1d0e7a93b24f68a1c2-2");
+    assert_eq!(sent["notes"]["oncehook_attempt"], "2");
+    assert_eq!(sent["notes"]["oncehook_intent"], INTENT);
+    // The first attempt's refund, failed, is not the second's.
+    let first = json!({"id": "rfnd_1", "entity": "refund", "payment_id": PAYMENT,
+        "receipt": INTENT, "notes": {"oncehook_intent": INTENT}, "status": "failed"});
+    let page = json!({"entity": "collection", "count": 1, "items": [first]}).to_string();
+    let read = |a: &RefundAsk| refunds().read(a, RefundCall::Lookup, 200, page.as_bytes());
+    assert_eq!(read(&second), RefundOutcome::NotFound);
+    assert!(matches!(read(&ask()), RefundOutcome::Failed { .. }));
 }

@@ -14,10 +14,14 @@ use crate::reconcile::{ApiCredentials, ApiRequest, OrderNames, RequestError};
 /// One refund to make: a refund intent of the ledger, as a gateway needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RefundAsk {
-    /// The intent's deterministic id (`ri_…`): the idempotency key sent to
-    /// the gateway (Stripe's `Idempotency-Key`, Cashfree's `refund_id`,
-    /// PayU's token, Razorpay's `receipt`), the same on every attempt.
+    /// The intent's deterministic id (`ri_…`), which every attempt's
+    /// request names (Stripe's `metadata[oncehook_intent]`, Razorpay's
+    /// `notes.oncehook_intent`).
     pub intent_id: String,
+    /// The attempt (1, then one more for each re-approval after the
+    /// gateway refused): with the id it names the attempt's idempotency
+    /// key, [`RefundAsk::key`].
+    pub attempt: u32,
     /// The gateway's payment to refund (`pi_…`, `pay_…`, `cf_payment_id`,
     /// PayU's `mihpayid`), as the ledger records it.
     pub payment_id: String,
@@ -38,6 +42,39 @@ pub struct RefundAsk {
     /// not the ledger's (PayU records the `txnid` and refunds by the
     /// `mihpayid`): what [`GatewayRefunds::resolved`] read, else `None`.
     pub gateway_payment_id: Option<String>,
+}
+
+impl RefundAsk {
+    /// The attempt's idempotency key (Stripe's `Idempotency-Key`,
+    /// Cashfree's `refund_id`, PayU's token, Razorpay's `receipt`, each
+    /// fitted to the gateway's rules in its folder): [`attempt_key`].
+    pub fn key(&self) -> String {
+        attempt_key(&self.intent_id, self.attempt)
+    }
+}
+
+/// The idempotency key of attempt `attempt` of intent `intent_id`: the id
+/// itself for the first (as every release before attempts sent it), then
+/// the id and `-2`, `-3`, …: deterministic, so every try of an attempt,
+/// by any worker, sends the same key, and a new attempt never meets the
+/// answer the gateway saved for an earlier one.
+pub fn attempt_key(intent_id: &str, attempt: u32) -> String {
+    if attempt <= 1 {
+        intent_id.to_owned()
+    } else {
+        format!("{intent_id}-{attempt}")
+    }
+}
+
+/// Where a lookup's page starts: `skip` refunds in (Razorpay's `skip`),
+/// after the refund `after` (Stripe's `starting_after`); the first page
+/// is the default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LookupPage {
+    /// How many refunds the pages before listed.
+    pub skip: usize,
+    /// The id of the last refund the page before listed.
+    pub after: Option<String>,
 }
 
 /// Which of a gateway's refund calls an answer is for.
@@ -62,8 +99,20 @@ pub enum RefundOutcome {
         /// The refund facts the answer proves.
         facts: Vec<NormalizedEvent>,
     },
-    /// A lookup found no refund for the intent: it may be sent.
+    /// A lookup found no refund for the attempt: it may be sent.
     NotFound,
+    /// The gateway holds the attempt's refund and reports it failed or
+    /// cancelled: nothing was refunded under the attempt's key, and this
+    /// is as final as a refusal (an operator decides; a re-approval is a
+    /// new attempt under a new key).
+    Failed {
+        /// The gateway's refund id.
+        refund_id: String,
+        /// `refund_failed`, `refund_canceled`, … with the gateway's word.
+        code: String,
+        /// The gateway's words.
+        message: String,
+    },
     /// The gateway refuses, and trying again will not change it
     /// (insufficient balance, refund window passed, not captured, already
     /// fully refunded): its code and words, for the operator.
@@ -79,12 +128,14 @@ pub enum RefundOutcome {
         /// What happened, for the log and the intent.
         reason: String,
     },
-    /// A lookup's page was full and none of it is the intent's: the
+    /// A lookup's page was full and none of it is the attempt's: the
     /// refunder asks for the next page ([`GatewayRefunds::lookup_page`],
-    /// `listed` further on) before it concludes anything.
+    /// `listed` further on, after `last`) before it concludes anything.
     FullPage {
         /// How many refunds the page listed.
         listed: usize,
+        /// The id of the last refund listed (Stripe pages after it).
+        last: Option<String>,
     },
 }
 
@@ -94,37 +145,34 @@ pub enum RefundOutcome {
 pub trait GatewayRefunds: Sync {
     /// The request that refunds `ask` at most once, whatever the number of
     /// times it is sent: it carries the gateway's idempotency mechanism
-    /// keyed by `ask.intent_id`.
+    /// keyed by the attempt's key ([`RefundAsk::key`]), and is built only
+    /// from what the attempt fixed (amount, reason, key).
     fn create(
         &self,
         ask: &RefundAsk,
         credentials: &ApiCredentials,
     ) -> Result<ApiRequest, RequestError>;
 
-    /// The request that finds what the gateway already holds for the intent
-    /// (the payment's refunds, matched by the key), made before every
-    /// retry where the gateway does not guarantee that a repeated key
-    /// refunds once; `None` where the key is the guarantee.
+    /// The request that finds what the gateway already holds for the
+    /// attempt (the payment's refunds, matched by the attempt's key or
+    /// the intent and attempt it names), made before every retry: no
+    /// gateway's key retention is the guarantee on its own.
     fn lookup(
         &self,
         ask: &RefundAsk,
         credentials: &ApiCredentials,
-    ) -> Option<Result<ApiRequest, RequestError>>;
+    ) -> Result<ApiRequest, RequestError>;
 
-    /// The lookup's page that starts `skip` refunds in, for a lookup whose
-    /// answer was [`RefundOutcome::FullPage`]; `skip` 0 is
+    /// The lookup's page that starts at `page`, for a lookup whose answer
+    /// was [`RefundOutcome::FullPage`]; the first page is
     /// [`GatewayRefunds::lookup`]. `None` where the lookup does not page.
     fn lookup_page(
         &self,
         ask: &RefundAsk,
         credentials: &ApiCredentials,
-        skip: usize,
+        page: &LookupPage,
     ) -> Option<Result<ApiRequest, RequestError>> {
-        if skip == 0 {
-            self.lookup(ask, credentials)
-        } else {
-            None
-        }
+        (*page == LookupPage::default()).then(|| self.lookup(ask, credentials))
     }
 
     /// The request that finds the id the refund API takes for the ledger's

@@ -1,28 +1,35 @@
 //! Stripe's refund API, for the refunder: the request that refunds an
-//! intent at most once, and how Stripe's answers read. No I/O: the
-//! refunder sends, this builds and reads.
+//! attempt at most once, the lookup that finds what Stripe already holds
+//! for it, and how Stripe's answers read. No I/O: the refunder sends, this
+//! builds and reads.
 //!
 //! `POST /v1/refunds` (a form: `payment_intent`, `amount` in minor units,
-//! `metadata[oncehook_intent]`) with `Idempotency-Key: <intent id>` and the
-//! same Bearer key reconciliation uses. The key is the guarantee
-//! (<https://docs.stripe.com/api/idempotent_requests>): Stripe saves the
-//! status and body of the first request made with a key and answers every
-//! retry with the same key with them (a 500 included); the same key with
+//! `metadata[oncehook_intent]` and, from the second attempt,
+//! `metadata[oncehook_attempt]`) with `Idempotency-Key: <attempt's key>`
+//! and the same Bearer key reconciliation uses. Stripe saves the status
+//! and body of the first request made with a key and answers every retry
+//! with the same key with them (a 500 or a refusal included,
+//! <https://docs.stripe.com/api/idempotent_requests>); the same key with
 //! other parameters is refused (`idempotency_error`), so the request is
-//! built from the intent alone and is the same on every attempt. Keys are
-//! pruned after at least 24 hours: a retry later than that would refund
-//! again, which is the refunder's to bound. There is nothing to look up
-//! ([`GatewayRefunds::lookup`] is `None`).
+//! built only from what the attempt fixed at its first send. Keys are
+//! pruned after at least 24 hours, so the key is not the guarantee: before
+//! every retry the refunder looks up the payment's refunds (`GET
+//! /v1/refunds?payment_intent=…&limit=100`, then `&starting_after=` the
+//! last one while `has_more`, <https://docs.stripe.com/api/refunds/list>)
+//! and a refund whose metadata names the intent and the attempt is the one
+//! made before. A re-approval after a refusal is a new attempt under a new
+//! key, which never meets the refusal Stripe saved for the first.
 //!
 //! Answers: the Refund object (200) is accepted, its fact (the same one a
 //! reconciliation pass or the `refund.updated` webhook gives) once its
-//! status is `succeeded`; `failed` and `canceled` are refusals. Errors
-//! (<https://docs.stripe.com/api/errors>) of type `invalid_request_error`
-//! or `card_error` (`charge_already_refunded`, `amount_too_large`, …) and
-//! `idempotency_error` are refusals in Stripe's words; 409 (a request with
-//! the same key in flight), `lock_timeout`, 424, 429, 5xx and `api_error`
-//! are "try again"; so are 401 and 403 (the source's `api_key`, which an
-//! operator fixes) and any body that is not Stripe's.
+//! status is `succeeded`; `failed` and `canceled` are failed refunds.
+//! Errors (<https://docs.stripe.com/api/errors>) of type
+//! `invalid_request_error` or `card_error` (`charge_already_refunded`,
+//! `amount_too_large`, …) and `idempotency_error` are refusals in Stripe's
+//! words; 409 (a request with the same key in flight), `lock_timeout`, 424,
+//! 429, 5xx and `api_error` are "try again"; so are 401 and 403 (the
+//! source's `api_key`, which an operator fixes) and any body that is not
+//! Stripe's.
 
 use serde_json::Value;
 use url::form_urlencoded::Serializer;
@@ -30,12 +37,14 @@ use url::form_urlencoded::Serializer;
 use super::Stripe;
 use crate::json::{parse_body, str_at};
 use crate::reconcile::{ApiCredentials, ApiRequest, RequestError};
-use crate::refund::{GatewayRefunds, RefundAsk, RefundCall, RefundOutcome};
+use crate::refund::{GatewayRefunds, LookupPage, RefundAsk, RefundCall, RefundOutcome};
 
 /// Stripe's longest idempotency key.
 const MAX_KEY: usize = 255;
 /// Stripe's longest metadata value.
 const MAX_METADATA: usize = 500;
+/// Refunds one lookup lists (the most Stripe's lists give).
+pub const LOOKUP_LIMIT: usize = 100;
 /// Error codes that mean "the same request may succeed later".
 const TRANSIENT_CODES: &[&str] = &["lock_timeout", "idempotency_key_in_use", "rate_limit"];
 
@@ -51,9 +60,10 @@ impl GatewayRefunds for Stripe {
                 ask.payment_id
             )));
         }
-        if ask.intent_id.is_empty() || ask.intent_id.len() > MAX_KEY {
+        let key = ask.key();
+        if ask.intent_id.is_empty() || key.len() > MAX_KEY {
             return Err(RequestError::Invalid(format!(
-                "the intent id must be 1 to {MAX_KEY} bytes to be Stripe's idempotency key"
+                "the attempt's key must be 1 to {MAX_KEY} bytes to be Stripe's idempotency key"
             )));
         }
         if ask.amount_minor <= 0 {
@@ -66,6 +76,10 @@ impl GatewayRefunds for Stripe {
         form.append_pair("payment_intent", &ask.payment_id)
             .append_pair("amount", &ask.amount_minor.to_string())
             .append_pair("metadata[oncehook_intent]", &ask.intent_id);
+        // The first attempt's parameters are the ones every release sent.
+        if ask.attempt > 1 {
+            form.append_pair("metadata[oncehook_attempt]", &ask.attempt.to_string());
+        }
         if !ask.reason.is_empty() {
             let reason: String = ask.reason.chars().take(MAX_METADATA).collect();
             form.append_pair("metadata[oncehook_reason]", &reason);
@@ -73,21 +87,37 @@ impl GatewayRefunds for Stripe {
         Ok(
             ApiRequest::post_form("/v1/refunds".to_owned(), form.finish())
                 .bearer(credentials.require("api_key")?)
-                .header("idempotency-key", ask.intent_id.clone()),
+                .header("idempotency-key", key),
         )
     }
 
-    /// The idempotency key is the guarantee: nothing to look up.
+    /// The payment intent's refunds: Stripe's key is kept for 24 hours
+    /// only.
     fn lookup(
         &self,
-        _ask: &RefundAsk,
-        _credentials: &ApiCredentials,
-    ) -> Option<Result<ApiRequest, RequestError>> {
-        None
+        ask: &RefundAsk,
+        credentials: &ApiCredentials,
+    ) -> Result<ApiRequest, RequestError> {
+        page(ask, credentials, None)
     }
 
-    fn read(&self, ask: &RefundAsk, _call: RefundCall, status: u16, body: &[u8]) -> RefundOutcome {
+    /// The page after the refund `page.after` (Stripe's `starting_after`).
+    fn lookup_page(
+        &self,
+        ask: &RefundAsk,
+        credentials: &ApiCredentials,
+        page_at: &LookupPage,
+    ) -> Option<Result<ApiRequest, RequestError>> {
+        match (&page_at.after, page_at.skip) {
+            (None, 0) => Some(page(ask, credentials, None)),
+            (None, _) => None,
+            (Some(after), _) => Some(page(ask, credentials, Some(after))),
+        }
+    }
+
+    fn read(&self, ask: &RefundAsk, call: RefundCall, status: u16, body: &[u8]) -> RefundOutcome {
         match status {
+            200..=299 if call == RefundCall::Lookup => listed(ask, body),
             200..=299 => refund(ask, body),
             401 | 403 => RefundOutcome::Retry {
                 reason: format!(
@@ -103,15 +133,99 @@ impl GatewayRefunds for Stripe {
     }
 }
 
-/// A 2xx answer: the Refund object.
+/// A page of the payment intent's refunds, after `after`.
+fn page(
+    ask: &RefundAsk,
+    credentials: &ApiCredentials,
+    after: Option<&str>,
+) -> Result<ApiRequest, RequestError> {
+    if !ask.payment_id.starts_with("pi_") {
+        return Err(RequestError::Invalid(format!(
+            "{:?} is not a PaymentIntent (pi_…): Stripe refunds are listed by intent",
+            ask.payment_id
+        )));
+    }
+    let mut query = Serializer::new(String::new());
+    query
+        .append_pair("payment_intent", &ask.payment_id)
+        .append_pair("limit", &LOOKUP_LIMIT.to_string());
+    if let Some(after) = after {
+        query.append_pair("starting_after", after);
+    }
+    Ok(ApiRequest::get(format!("/v1/refunds?{}", query.finish()))
+        .bearer(credentials.require("api_key")?))
+}
+
+/// Whether a Refund object is the attempt's: its metadata names the
+/// intent and the attempt (the first attempt's names none).
+fn is_attempts(refund: &Value, ask: &RefundAsk) -> bool {
+    str_at(refund, &["metadata", "oncehook_intent"]) == Some(ask.intent_id.as_str())
+        && str_at(refund, &["metadata", "oncehook_attempt"]).unwrap_or("1")
+            == ask.attempt.to_string()
+}
+
+/// A 2xx answer to the lookup: a list of Refund objects. The attempt's
+/// refund, if listed (several, made before oncehook looked, are all
+/// facts; the first not failed is the attempt's); a page with more after
+/// it and none of the attempt's asks for the next.
+fn listed(ask: &RefundAsk, body: &[u8]) -> RefundOutcome {
+    let Ok(list) = parse_body(body) else {
+        return retry_unreadable(200, body);
+    };
+    let (Some("list"), Some(Value::Array(data))) = (str_at(&list, &["object"]), list.get("data"))
+    else {
+        return retry_unreadable(200, body);
+    };
+    let mine: Vec<&Value> = data
+        .iter()
+        .filter(|r| is_refund(r) && is_attempts(r, ask))
+        .collect();
+    if mine.is_empty() {
+        return match (list.get("has_more").and_then(Value::as_bool), data.last()) {
+            (Some(true), Some(last)) => RefundOutcome::FullPage {
+                listed: data.len(),
+                last: str_at(last, &["id"]).map(str::to_owned),
+            },
+            _ => RefundOutcome::NotFound,
+        };
+    }
+    let outcomes: Vec<RefundOutcome> = mine.iter().map(|r| read_refund(ask, r)).collect();
+    let facts: Vec<_> = outcomes
+        .iter()
+        .flat_map(|o| match o {
+            RefundOutcome::Accepted { facts, .. } => facts.clone(),
+            _ => Vec::new(),
+        })
+        .collect();
+    match outcomes
+        .iter()
+        .find(|o| matches!(o, RefundOutcome::Accepted { .. }))
+    {
+        Some(RefundOutcome::Accepted { refund_id, .. }) => RefundOutcome::Accepted {
+            refund_id: refund_id.clone(),
+            facts,
+        },
+        _ => outcomes
+            .into_iter()
+            .next()
+            .unwrap_or(RefundOutcome::NotFound),
+    }
+}
+
+/// A 2xx answer to the create: the Refund object.
 fn refund(ask: &RefundAsk, body: &[u8]) -> RefundOutcome {
-    let Ok(object) = parse_body(body) else {
-        return retry_unreadable(200, body);
+    match parse_body(body) {
+        Ok(object) => read_refund(ask, &object),
+        Err(_) => retry_unreadable(200, body),
+    }
+}
+
+/// A Refund object Stripe holds for the attempt.
+fn read_refund(ask: &RefundAsk, object: &Value) -> RefundOutcome {
+    let Some(id) = str_at(object, &["id"]).filter(|_| is_refund(object)) else {
+        return retry_unreadable(200, object.to_string().as_bytes());
     };
-    let Some(id) = str_at(&object, &["id"]).filter(|_| is_refund(&object)) else {
-        return retry_unreadable(200, body);
-    };
-    if let Some(intent) = str_at(&object, &["payment_intent"])
+    if let Some(intent) = str_at(object, &["payment_intent"])
         && intent != ask.payment_id
     {
         return RefundOutcome::Refused {
@@ -122,10 +236,11 @@ fn refund(ask: &RefundAsk, body: &[u8]) -> RefundOutcome {
             ),
         };
     }
-    match str_at(&object, &["status"]) {
-        Some(status @ ("failed" | "canceled")) => RefundOutcome::Refused {
+    match str_at(object, &["status"]) {
+        Some(status @ ("failed" | "canceled")) => RefundOutcome::Failed {
+            refund_id: id.to_owned(),
             code: format!("refund_{status}"),
-            message: str_at(&object, &["failure_reason"]).map_or_else(
+            message: str_at(object, &["failure_reason"]).map_or_else(
                 || format!("Stripe reports refund {id} {status}"),
                 str::to_owned,
             ),
@@ -135,7 +250,7 @@ fn refund(ask: &RefundAsk, body: &[u8]) -> RefundOutcome {
             // A succeeded refund is its fact; pending ones wait for the
             // webhook or a reconciliation pass (and so does one whose fact
             // cannot be read: Stripe holds it either way).
-            facts: super::api::refund_fact(&object)
+            facts: super::api::refund_fact(object)
                 .ok()
                 .flatten()
                 .into_iter()

@@ -12,6 +12,7 @@ const INTENT: &str = "pi_1GszsK2eZvKYlo2CfhZyoZLp";
 fn ask() -> RefundAsk {
     RefundAsk {
         intent_id: "ri_7f3a9c2e41d8b6a05e1f".into(),
+        attempt: 1,
         payment_id: INTENT.into(),
         amount_minor: 1_000,
         currency: "USD".into(),
@@ -72,10 +73,98 @@ fn the_request_is_one_form_under_the_intents_key_the_same_every_time() {
         Ok(request),
         "every attempt the same"
     );
-    assert!(
-        refunds().lookup(&ask(), &creds()).is_none(),
-        "the key is the guarantee"
+    let lookup = refunds().lookup(&ask(), &creds()).expect("a lookup");
+    assert_eq!(
+        (lookup.method, lookup.path.as_str()),
+        (
+            Method::Get,
+            "/v1/refunds?payment_intent=pi_1GszsK2eZvKYlo2CfhZyoZLp&limit=100"
+        ),
+        "the key is not the guarantee: a lookup"
     );
+    let next = refunds()
+        .lookup_page(
+            &ask(),
+            &creds(),
+            &LookupPage {
+                skip: 100,
+                after: Some("re_9".into()),
+            },
+        )
+        .expect("a next page")
+        .expect("a request");
+    assert!(next.path.ends_with("&limit=100&starting_after=re_9"), "{}", next.path);
+}
+
+#[test]
+fn a_second_attempt_has_its_own_key_and_names_its_attempt() {
+    let second = RefundAsk {
+        attempt: 2,
+        ..ask()
+    };
+    let request = refunds().create(&second, &creds()).expect("a request");
+    let key = request.headers.iter().find(|h| h.name == "idempotency-key");
+    assert_eq!(
+        key.map(|h| h.value.as_str()),
+        Some("ri_7f3a9c2e41d8b6a05e1f-2")
+    );
+    let body = String::from_utf8_lossy(&request.body.as_ref().expect("a body").bytes).into_owned();
+    assert!(
+        body.contains("metadata%5Boncehook_intent%5D=ri_7f3a9c2e41d8b6a05e1f&metadata%5Boncehook_attempt%5D=2"),
+        "{body}"
+    );
+}
+
+/// A list answer holding `refunds` (Refund objects with `fields` changed).
+fn list(refunds: &[&[(&str, serde_json::Value)]], has_more: bool) -> Vec<u8> {
+    let data: Vec<serde_json::Value> = refunds
+        .iter()
+        .map(|f| serde_json::from_slice(&refund_object(f)).expect("json"))
+        .collect();
+    json!({"object": "list", "url": "/v1/refunds", "has_more": has_more, "data": data})
+        .to_string()
+        .into_bytes()
+}
+
+#[test]
+fn the_lookup_finds_the_attempts_refund_by_its_metadata() {
+    let read = |ask: &RefundAsk, body: Vec<u8>| refunds().read(ask, RefundCall::Lookup, 200, &body);
+    let ours = json!({"oncehook_intent": "ri_7f3a9c2e41d8b6a05e1f"});
+    let second = json!({"oncehook_intent": "ri_7f3a9c2e41d8b6a05e1f", "oncehook_attempt": "2"});
+    let found = read(&ask(), list(&[&[("metadata", ours.clone())]], false));
+    assert!(
+        matches!(&found, RefundOutcome::Accepted { refund_id, facts } if refund_id == "re_1Nispe2eZvKYlo2Cd31jOCgZ" && facts.len() == 1),
+        "{found:?}"
+    );
+    // Another refund of the payment, or another attempt's, is not ours.
+    let theirs = list(&[&[("metadata", json!({}))], &[("metadata", second.clone())]], false);
+    assert_eq!(read(&ask(), theirs.clone()), RefundOutcome::NotFound);
+    let attempt_2 = RefundAsk {
+        attempt: 2,
+        ..ask()
+    };
+    assert!(matches!(read(&attempt_2, theirs), RefundOutcome::Accepted { .. }));
+    // The attempt's refund failed at Stripe: as final as a refusal.
+    let failed = list(
+        &[&[("metadata", ours.clone()), ("status", json!("failed"))]],
+        false,
+    );
+    assert!(matches!(read(&ask(), failed), RefundOutcome::Failed { code, .. } if code == "refund_failed"));
+    // More pages and none of the attempt's on this one: the next page, after its last.
+    assert_eq!(
+        read(&ask(), list(&[&[("id", json!("re_a"))], &[("id", json!("re_b"))]], true)),
+        RefundOutcome::FullPage {
+            listed: 2,
+            last: Some("re_b".into())
+        }
+    );
+    for not_a_list in [&b"{}"[..], b"[]", b"{\"object\": \"list\"}", b"nope"] {
+        assert!(
+            matches!(refunds().read(&ask(), RefundCall::Lookup, 200, not_a_list), RefundOutcome::Retry { .. }),
+            "{}",
+            String::from_utf8_lossy(not_a_list)
+        );
+    }
 }
 
 #[test]
@@ -133,7 +222,7 @@ fn the_documented_refund_made_is_accepted_with_the_fact_reconciliation_reads() {
 }
 
 #[test]
-fn a_pending_refund_is_accepted_without_a_fact_and_a_failed_one_is_refused() {
+fn a_pending_refund_is_accepted_without_a_fact_and_a_failed_one_is_failed() {
     let read = |fields: &[(&str, serde_json::Value)]| {
         refunds().read(&ask(), RefundCall::Create, 200, &refund_object(fields))
     };
@@ -150,7 +239,8 @@ fn a_pending_refund_is_accepted_without_a_fact_and_a_failed_one_is_refused() {
     ]);
     assert_eq!(
         failed,
-        RefundOutcome::Refused {
+        RefundOutcome::Failed {
+            refund_id: "re_1Nispe2eZvKYlo2Cd31jOCgZ".into(),
             code: "refund_failed".into(),
             message: "expired_or_canceled_card".into()
         }

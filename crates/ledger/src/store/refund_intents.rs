@@ -24,9 +24,10 @@ pub struct IntentRow {
 
 /// Mints the intents not written yet (`cancelled` at once when nothing is
 /// outstanding: refunded from elsewhere first) and, on the others, moves
-/// `refunded_minor` and the reason where they changed. An intent nothing is
-/// outstanding on becomes `settled` where oncehook sent (or may have sent)
-/// its refund, `cancelled` where it had not; settled and cancelled intents
+/// `refunded_minor` and the reason where they changed (what a sent attempt
+/// carries is its own `sent_reason`). An intent nothing is outstanding on
+/// becomes `settled` where oncehook sent (or may have sent: `in_doubt`,
+/// whatever its state) its refund, `cancelled` where it had not; settled and cancelled intents
 /// stay as they are. Returns the ids whose state changed, with the new state.
 pub async fn write(
     conn: &mut PgConnection,
@@ -55,7 +56,7 @@ pub async fn write(
                    state = CASE
                        WHEN i.state IN ('settled', 'cancelled') THEN i.state
                        WHEN EXCLUDED.refunded_minor < i.amount_minor THEN i.state
-                       WHEN i.state IN ('sending', 'sent') THEN 'settled'
+                       WHEN i.state IN ('sending', 'sent') OR i.in_doubt THEN 'settled'
                        ELSE 'cancelled' END,
                    lease_until = CASE WHEN EXCLUDED.refunded_minor >= i.amount_minor
                                       THEN NULL ELSE i.lease_until END,
