@@ -11,9 +11,9 @@
 -- `cancelled` (oncehook may have sent it), and a re-approval of a failed
 -- intent still in doubt keeps its attempt and key (it is looked up first).
 -- Expand only: columns with constant defaults (no rewrite); the running
--- release neither reads nor writes them.
+-- release neither reads nor writes them. Safe to run again.
 SET LOCAL lock_timeout = '5s';
 ALTER TABLE refund_intents
-    ADD COLUMN attempt_no  integer NOT NULL DEFAULT 1,
-    ADD COLUMN sent_reason text,
-    ADD COLUMN in_doubt    boolean NOT NULL DEFAULT false;
+    ADD COLUMN IF NOT EXISTS attempt_no  integer NOT NULL DEFAULT 1,
+    ADD COLUMN IF NOT EXISTS sent_reason text,
+    ADD COLUMN IF NOT EXISTS in_doubt    boolean NOT NULL DEFAULT false;

@@ -11,9 +11,10 @@
 //! Two callers: the contract step (`oncehookctl migrate --finish`)
 //! catches up every order changed since the window opened
 //! ([`changed_since`]) and every owed payment without an intent
-//! ([`owed_without_intent`]); every worker sweeps for the latter every few
-//! seconds ([`run_sweep`]), so an older binary's owed payment gets its
-//! intent while the roll is still going, and none can stay without one.
+//! ([`owed_without_intent`]); every worker sweeps for the latter once at
+//! start and then every few seconds while a rollout window is open
+//! ([`run_sweep`]), so an older binary's owed payment gets its intent
+//! while the roll is still going, and none can stay without one.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -125,11 +126,13 @@ async fn pages(db: &Pooled, selection: Selection) -> Result<CaughtUp, EffectErro
             tx.commit().await?;
             return Ok(done);
         };
-        let before = refund_intents::count(&mut tx).await?;
+        let before = refund_intents::count_of_orders(&mut tx, &refs).await?;
         let found = Ledger::default()
             .apply(&mut tx, CatchUp { order_refs: &refs })
             .await?;
-        let minted = refund_intents::count(&mut tx).await?.saturating_sub(before);
+        let minted = refund_intents::count_of_orders(&mut tx, &refs)
+            .await?
+            .saturating_sub(before);
         tx.commit().await?;
         done.orders += found as u64;
         done.intents_minted += u64::try_from(minted).unwrap_or(0);
@@ -140,12 +143,17 @@ async fn pages(db: &Pooled, selection: Selection) -> Result<CaughtUp, EffectErro
     }
 }
 
-/// Every few seconds, mints the refund intents of owed payments that have
-/// none (an older release's binary recorded them during a roll), by
-/// catching their orders up. Safe in every worker at once: the orders'
-/// locks serialise them, and a second catch-up writes nothing new.
+/// Mints the refund intents of owed payments that have none (an older
+/// release's binary recorded them during a roll), by catching their
+/// orders up: once at start, then every few seconds while a rollout
+/// window is open (`schema_rollouts`; outside one, only this release's
+/// ledger records facts, and it mints every intent itself), so a quiet
+/// deployment pays one small read per pass. Safe in every worker at once:
+/// the orders' locks serialise them, and a second catch-up writes nothing
+/// new.
 pub async fn run_sweep(db: Pooled, stop: Shutdown) {
     let db = &db;
+    let started = &std::sync::atomic::AtomicBool::new(false);
     Periodic::every("refund-intent sweep", SWEEP_EVERY)
         .jitter(SWEEP_EVERY / 5)
         .first_after_a_pause()
@@ -154,7 +162,16 @@ pub async fn run_sweep(db: Pooled, stop: Shutdown) {
             "owed payments are swept again",
         )
         .run(&stop, move || async move {
+            let first = !started.load(std::sync::atomic::Ordering::Relaxed);
+            if !first
+                && oncehook_common::store::schema::open_window(db)
+                    .await?
+                    .is_none()
+            {
+                return Ok::<_, EffectError>(Next::Pause);
+            }
             let done = owed_without_intent(db).await?;
+            started.store(true, std::sync::atomic::Ordering::Relaxed);
             if done.orders > 0 {
                 tracing::warn!(
                     orders = done.orders,

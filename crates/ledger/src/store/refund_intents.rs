@@ -108,9 +108,17 @@ pub async fn orders_owing_without_intent(
     .await
 }
 
-/// How many intents there are (a catch-up counts what it minted).
-pub async fn count(conn: &mut PgConnection) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar!(r#"SELECT count(*) AS "count!" FROM refund_intents"#)
-        .fetch_one(conn)
-        .await
+/// How many intents the orders `order_refs` have (a catch-up counts what
+/// it minted, a page of orders at a time, through `refund_intents_order`).
+pub async fn count_of_orders(
+    conn: &mut PgConnection,
+    order_refs: &[String],
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"SELECT count(*) AS "count!" FROM refund_intents
+           WHERE order_id IN (SELECT id FROM orders WHERE order_ref = ANY($1))"#,
+        order_refs
+    )
+    .fetch_one(conn)
+    .await
 }
