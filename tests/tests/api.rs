@@ -857,6 +857,27 @@ async fn events_are_paged_in_commit_order_and_a_cursor_never_skips_a_late_commit
 }
 
 /// A response's status and JSON body.
+/// `POST url` with the full key, a JSON `body` and, if given, an
+/// `Idempotency-Key`, after `gate` lets every caller go at once.
+async fn post_at_once(
+    http: reqwest::Client,
+    url: String,
+    idempotency_key: Option<String>,
+    body: String,
+    gate: std::sync::Arc<tokio::sync::Barrier>,
+) -> (u16, Value) {
+    let mut request = http
+        .post(&url)
+        .header("Authorization", format!("Bearer {FULL_KEY}"))
+        .header("Content-Type", "application/json")
+        .body(body);
+    if let Some(key) = idempotency_key {
+        request = request.header("Idempotency-Key", key);
+    }
+    gate.wait().await;
+    answer(request.send().await.expect("post")).await
+}
+
 async fn answer(r: reqwest::Response) -> (u16, Value) {
     let status = r.status().as_u16();
     let text = r.text().await.unwrap_or_default();
@@ -986,39 +1007,17 @@ async fn a_product_stormed_from_every_road_at_once_creates_each_order_once_witho
     ));
     let mut creates = tokio::task::JoinSet::new();
     for i in 0..WAITING {
-        let (http, base, gate) = (api.http.clone(), api.base.clone(), gate.clone());
-        creates.spawn(async move {
-            let body = order_body(&format!("o-wait-{i}"), "hot", 2);
-            gate.wait().await;
-            let r = http
-                .post(format!("{base}/v1/orders"))
-                .header("Authorization", format!("Bearer {FULL_KEY}"))
-                .header("Content-Type", "application/json")
-                .header("Idempotency-Key", format!("k-wait-{i}"))
-                .body(body)
-                .send()
-                .await
-                .expect("post");
-            let (status, json) = answer(r).await;
-            (i, status, json)
-        });
+        let (http, url) = (api.http.clone(), format!("{}/v1/orders", api.base));
+        let body = order_body(&format!("o-wait-{i}"), "hot", 2);
+        let post = post_at_once(http, url, Some(format!("k-wait-{i}")), body, gate.clone());
+        creates.spawn(async move { (i, post.await) });
     }
     let mut cancels = tokio::task::JoinSet::new();
     for i in 0..CANCELLED {
-        let (http, base, gate) = (api.http.clone(), api.base.clone(), gate.clone());
-        cancels.spawn(async move {
-            gate.wait().await;
-            let r = http
-                .post(format!("{base}/v1/orders/o-cancel-{i}/cancel"))
-                .header("Authorization", format!("Bearer {FULL_KEY}"))
-                .header("Content-Type", "application/json")
-                .body(r#"{"reason": "storm"}"#)
-                .send()
-                .await
-                .expect("cancel");
-            let (status, json) = answer(r).await;
-            (i, status, json)
-        });
+        let url = format!("{}/v1/orders/o-cancel-{i}/cancel", api.base);
+        let body = r#"{"reason": "storm"}"#.to_owned();
+        let post = post_at_once(api.http.clone(), url, None, body, gate.clone());
+        cancels.spawn(async move { (i, post.await) });
     }
     let mut webhooks = tokio::task::JoinSet::new();
     let deliveries = (0..PAID)
@@ -1051,13 +1050,13 @@ async fn a_product_stormed_from_every_road_at_once_creates_each_order_once_witho
     }
     let mut surfaced = Vec::new();
     while let Some(done) = creates.join_next().await {
-        let (i, status, json) = done.expect("create task");
+        let (i, (status, json)) = done.expect("create task");
         if status != 201 || json["status"] != "paid" {
             surfaced.push(format!("create o-wait-{i}: {status} {json}"));
         }
     }
     while let Some(done) = cancels.join_next().await {
-        let (i, status, json) = done.expect("cancel task");
+        let (i, (status, json)) = done.expect("cancel task");
         if status != 200 || json["status"] != "cancelled" {
             surfaced.push(format!("cancel o-cancel-{i}: {status} {json}"));
         }

@@ -36,9 +36,15 @@ pub struct ApiError {
     /// Seconds, for 429.
     pub retry_after: Option<u64>,
     /// The database rolled the transaction back because it lost to another
-    /// (`db::is_contention`): its error, for `retry::transaction`, which
-    /// runs the transaction again.
+    /// (`db::is_contention`): its error, for `contended::transaction`,
+    /// which runs the transaction again.
     pub contention: Option<String>,
+}
+
+impl oncehook_common::contended::Contention for ApiError {
+    fn contention(&self) -> Option<String> {
+        self.contention.clone()
+    }
 }
 
 impl ApiError {

@@ -13,7 +13,6 @@ pub mod error;
 pub mod model;
 pub mod openapi;
 pub mod prune;
-pub mod retry;
 pub mod routes;
 pub mod startup;
 pub mod state;

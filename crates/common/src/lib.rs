@@ -22,6 +22,8 @@ pub mod build;
 pub mod config;
 pub mod consume;
 #[cfg(feature = "db")]
+pub mod contended;
+#[cfg(feature = "db")]
 pub mod db;
 pub mod dead_letter;
 pub mod email;

@@ -19,6 +19,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use oncehook_common::contended;
 use oncehook_common::periodic::{Next, Periodic};
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::Pooled;
@@ -120,20 +121,11 @@ async fn pages(db: &Pooled, selection: Selection) -> Result<CaughtUp, EffectErro
     let mut done = CaughtUp::default();
     let mut after = String::new();
     loop {
-        let mut tx = db.begin().await?;
-        let refs = selection.page(&mut tx, &after).await?;
-        let Some(last) = refs.last().cloned() else {
-            tx.commit().await?;
+        let page = contended::transaction("catch_up.page", || page(db, selection, &after)).await?;
+        let Some((refs, found, minted)) = page else {
             return Ok(done);
         };
-        let before = refund_intents::count_of_orders(&mut tx, &refs).await?;
-        let found = Ledger::default()
-            .apply(&mut tx, CatchUp { order_refs: &refs })
-            .await?;
-        let minted = refund_intents::count_of_orders(&mut tx, &refs)
-            .await?
-            .saturating_sub(before);
-        tx.commit().await?;
+        let last = refs.last().cloned().unwrap_or_default();
         done.orders += found as u64;
         done.intents_minted += u64::try_from(minted).unwrap_or(0);
         if (refs.len() as i64) < PAGE {
@@ -141,6 +133,30 @@ async fn pages(db: &Pooled, selection: Selection) -> Result<CaughtUp, EffectErro
         }
         after = last;
     }
+}
+
+/// One page after `after`, caught up in one transaction: its references,
+/// the orders found and the intents minted; `None` when none is left.
+async fn page(
+    db: &Pooled,
+    selection: Selection,
+    after: &str,
+) -> Result<Option<(Vec<String>, usize, i64)>, EffectError> {
+    let mut tx = db.begin().await?;
+    let refs = selection.page(&mut tx, after).await?;
+    if refs.is_empty() {
+        tx.commit().await?;
+        return Ok(None);
+    }
+    let before = refund_intents::count_of_orders(&mut tx, &refs).await?;
+    let found = Ledger::default()
+        .apply(&mut tx, CatchUp { order_refs: &refs })
+        .await?;
+    let minted = refund_intents::count_of_orders(&mut tx, &refs)
+        .await?
+        .saturating_sub(before);
+    tx.commit().await?;
+    Ok(Some((refs, found, minted)))
 }
 
 /// Mints the refund intents of owed payments that have none (an older

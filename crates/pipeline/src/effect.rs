@@ -109,6 +109,15 @@ pub enum EffectError {
     Database(#[from] sqlx::Error),
 }
 
+impl oncehook_common::contended::Contention for EffectError {
+    fn contention(&self) -> Option<String> {
+        match self {
+            EffectError::Database(e) => e.contention(),
+            EffectError::Permanent(_) => None,
+        }
+    }
+}
+
 /// A business effect applied inside the pipeline's transaction. It must
 /// only use `conn` (never commit, never do I/O outside the database) so
 /// that everything commits or rolls back with the deliveries' claims, and

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use oncehook_common::config::{BrokerConfig, ReconcileConfig};
+use oncehook_common::contended::{self, Contention};
 use oncehook_common::store::Pooled;
 use oncehook_common::store::reconcile::{self as store, DueOrder, FactKey, PaidWindow, Selection};
 use oncehook_common::{Config, Envelope};
@@ -70,6 +71,15 @@ pub enum RunError {
     Client(CallError),
     #[error("registering the gateway references found for order {0:?}: {1}")]
     Ledger(String, String),
+}
+
+impl Contention for RunError {
+    fn contention(&self) -> Option<String> {
+        match self {
+            RunError::Database(e) => e.contention(),
+            _ => None,
+        }
+    }
 }
 
 /// The reconciler: the sources it may ask and how.
@@ -316,19 +326,23 @@ impl Reconciler {
                 gateway_ref: r.clone(),
             })
             .collect();
-        let mut tx = self.pool.begin().await?;
-        let known = Known {
-            order_ref,
-            gateway_refs: &refs,
-        };
-        let done = match self.ledger.apply(&mut tx, known).await {
-            Ok(done) => done,
-            Err(EffectError::Database(e)) => return Err(RunError::Database(e)),
-            Err(EffectError::Permanent(e)) => {
-                return Err(RunError::Ledger(order_ref.to_owned(), e.to_string()));
-            }
-        };
-        tx.commit().await?;
+        let done = contended::transaction("reconcile.register_refs", || async {
+            let mut tx = self.pool.begin().await?;
+            let known = Known {
+                order_ref,
+                gateway_refs: &refs,
+            };
+            let done = match self.ledger.apply(&mut tx, known).await {
+                Ok(done) => done,
+                Err(EffectError::Database(e)) => return Err(RunError::Database(e)),
+                Err(EffectError::Permanent(e)) => {
+                    return Err(RunError::Ledger(order_ref.to_owned(), e.to_string()));
+                }
+            };
+            tx.commit().await?;
+            Ok(done)
+        })
+        .await?;
         for r in done.refs {
             let theirs = r.owner.as_deref().filter(|o| *o != order_ref);
             if r.added {

@@ -3,10 +3,10 @@
 //! is `cancelled`, a payment it had or gets is owed back (`needs_refund`),
 //! its stock is not taken (or given back). Cancelling twice answers the
 //! same order again. A transaction that lost to another (a deadlock) runs
-//! again from its start (`retry`).
+//! again from its start (`oncehook_common::contended`).
 
 use actix_web::{HttpResponse, web};
-use oncehook_common::otel;
+use oncehook_common::{contended, otel};
 use oncehook_ledger::cancel::Cancelled;
 use oncehook_ledger::{Cancel, Ledger};
 
@@ -14,7 +14,6 @@ use crate::audit::{self, Write};
 use crate::auth::{self, Authed};
 use crate::error::{ApiError, ErrorBody};
 use crate::model::{Order, OrderCancel};
-use crate::retry;
 use crate::state::State;
 use oncehook_ledger::view;
 
@@ -53,7 +52,7 @@ pub async fn cancel(
             reason,
             trace_parent: trace.as_deref(),
         };
-        let view = retry::transaction("order.cancel", || {
+        let view = contended::transaction("order.cancel", || {
             cancel_once(&state, &write, &order_ref, cancel)
         })
         .await?;

@@ -8,10 +8,11 @@
 //! `order_ref_conflict`. Only a created order is stored under the key: a
 //! refusal rolls back, and a retry is checked again. An answer repeated
 //! from the key says so in `Idempotent-Replayed: true`. A transaction that
-//! lost to another (a deadlock) runs again from its start (`retry`).
+//! lost to another (a deadlock) runs again from its start (`oncehook_common::contended`).
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
+use oncehook_common::contended;
 use oncehook_common::store::shop::{self, Created, KeyUse, ShopOrder};
 use oncehook_ledger::{Created as Waited, Ledger, view, waiting};
 use serde_json::Value;
@@ -21,7 +22,6 @@ use crate::audit::{self, Write};
 use crate::auth::{self, Authed, Caller};
 use crate::error::{ApiError, ErrorBody};
 use crate::model::{Order, OrderCreate};
-use crate::retry;
 use crate::state::State;
 use crate::validate;
 
@@ -64,7 +64,7 @@ pub async fn create(
         let digest = hex::encode(Sha256::digest(
             serde_json::to_vec(&body.0).map_err(|_| ApiError::invalid("body", "not JSON"))?,
         ));
-        let answer = retry::transaction("order.create", || {
+        let answer = contended::transaction("order.create", || {
             create_once(&state, &caller, &write, &key, &digest, &order)
         })
         .await?;
