@@ -405,3 +405,82 @@ async fn a_database_that_ran_release_0_5_0_is_recognised() {
     assert_eq!(finished["status"], "finished", "{finished}");
     assert_eq!(triggers(&env.pool).await, 0);
 }
+
+/// Three `oncehookctl migrate` at once apply each migration once and open
+/// one window; a `migrate --finish` SIGKILLed after its first page of
+/// catch-up left the window open and lost nothing: run again, it catches
+/// up the rest and closes the window, and a third run changes nothing.
+#[tokio::test]
+async fn concurrent_migrates_and_a_finish_killed_mid_run_end_as_one_clean_run() {
+    const ORDERS: usize = 250; // more than one catch-up page (200)
+    let mut env = TestEnv::at_schema(RELEASE_0_4_0).await;
+    let pool = env.pool.clone();
+    let refs: Vec<String> = (0..ORDERS).map(|i| format!("o_k{i:03}")).collect();
+    shop::Shop::mugs(1_000, &refs).seed(&pool).await;
+    for (i, order_ref) in refs.iter().enumerate() {
+        capture_as_0_4_0(&pool, order_ref, &format!("pay_k{i:03}a"), None).await;
+        let owed = format!("pay_k{i:03}b");
+        capture_as_0_4_0(&pool, order_ref, &owed, Some("needs_refund")).await;
+    }
+    let (a, b, c) = tokio::join!(
+        env.ctl(&["migrate", "--json"]),
+        env.ctl(&["migrate", "--json"]),
+        env.ctl(&["migrate", "--json"]),
+    );
+    for (code, out, err) in [a, b, c] {
+        assert_eq!(code, 0, "every concurrent migrate succeeds: {out}{err}");
+    }
+    let twice: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT version FROM _sqlx_migrations
+                               GROUP BY version HAVING count(*) > 1) t",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("migrations");
+    assert_eq!(twice, 0);
+    let open = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM schema_rollouts WHERE finished_at IS NULL",
+        )
+        .fetch_one(&pool)
+        .await
+        .expect("windows")
+    };
+    assert_eq!(open().await, 1, "one window");
+    assert_eq!(owed_without_intent(&pool).await.len(), ORDERS);
+
+    // The last order held by another road of the ledger (its reference's
+    // lock, the first every road takes: docs/ledger.md, "One lock order"):
+    // the finish stops there, its first page committed, and is killed.
+    let mut hold = pool.begin().await.expect("begin");
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('order:' || $1, 7))")
+        .bind(&refs[ORDERS - 1])
+        .execute(&mut *hold)
+        .await
+        .expect("hold the last order");
+    let mut finish = env.spawn("oncehookctl", &[], &["migrate", "--finish", "--json"]);
+    eventually("the first page caught up", SWEEP, || async {
+        let left = owed_without_intent(&pool).await.len();
+        (left == ORDERS - 200).then_some(())
+    })
+    .await;
+    assert!(finish.is_running(), "waiting on the held order");
+    finish.kill();
+    hold.rollback().await.expect("release");
+    assert_eq!(open().await, 1, "the window stays open");
+    assert_eq!(owed_without_intent(&pool).await.len(), ORDERS - 200);
+
+    let finished = ctl_json(&env, &["migrate", "--finish", "--json"]).await;
+    assert_eq!(finished["status"], "finished", "{finished}");
+    assert_eq!(finished["intents_minted"], ORDERS - 200, "{finished}");
+    assert!(owed_without_intent(&pool).await.is_empty());
+    assert_eq!(open().await, 0, "the window closed");
+    let intents: i64 = sqlx::query_scalar("SELECT count(*) FROM refund_intents")
+        .fetch_one(&pool)
+        .await
+        .expect("intents");
+    assert_eq!(intents, ORDERS as i64, "one intent per owed payment");
+    let again = ctl_json(&env, &["migrate", "--finish", "--json"]).await;
+    assert_eq!(again["intents_minted"], 0, "{again}");
+    assert_eq!(triggers(&pool).await, 0);
+}

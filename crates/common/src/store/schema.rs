@@ -120,6 +120,14 @@ pub async fn migrate(db: &super::Pooled) -> Result<Expanded, MigrateError> {
     if db.pooler() == crate::config::Pooler::Transaction {
         return Err(MigrateError::BehindPooler);
     }
+    let lock = Migrating::take(db).await?;
+    let expanded = expand(db).await?;
+    lock.release().await?;
+    Ok(expanded)
+}
+
+/// [`migrate`]'s work, under the lock.
+async fn expand(db: &super::Pooled) -> Result<Expanded, MigrateError> {
     let before = applied_migrations(db).await?;
     let fresh = before.is_empty();
     if !fresh {
@@ -169,6 +177,7 @@ pub async fn contract(db: &super::Pooled) -> Result<Vec<i64>, MigrateError> {
     if db.pooler() == crate::config::Pooler::Transaction {
         return Err(MigrateError::BehindPooler);
     }
+    let lock = Migrating::take(db).await?;
     let before = applied_migrations(db).await?;
     let missing = crate::db::schema_gap(&before, &MIGRATOR).missing;
     if !missing.is_empty() {
@@ -176,7 +185,56 @@ pub async fn contract(db: &super::Pooled) -> Result<Vec<i64>, MigrateError> {
     }
     step(&CONTRACT).run(db.pool()).await?;
     let after = applied_migrations(db).await?;
+    lock.release().await?;
     Ok(after.into_iter().filter(|v| !before.contains(v)).collect())
+}
+
+/// The advisory lock one migrating process holds for its whole step.
+const MIGRATING_LOCK: i64 = 0x6f6e_6365_6d69_6772;
+
+/// How often a process waiting for another's migration asks again.
+const MIGRATING_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// One process migrates a database at a time: it holds [`MIGRATING_LOCK`]
+/// on a session of its own. Others ask for it with `pg_try_advisory_lock`
+/// until they get it, never blocked in a statement: a session blocked in
+/// `pg_advisory_lock` holds a snapshot, which a `CREATE INDEX
+/// CONCURRENTLY` of the migrating process waits for, while that session
+/// waits for the lock the migrating process holds (sqlx's own migration
+/// lock is taken that way: three `oncehookctl migrate` at once deadlocked
+/// on the expand step's concurrent index builds). The lock goes with the
+/// session: released when the step ends, or when its process dies.
+struct Migrating(sqlx::PgConnection);
+
+impl Migrating {
+    async fn take(db: &super::Pooled) -> Result<Migrating, sqlx::Error> {
+        let mut session = db.pool().acquire().await?.detach();
+        let mut said = false;
+        loop {
+            let got = sqlx::query_scalar!(
+                r#"SELECT pg_try_advisory_lock($1) AS "got!""#,
+                MIGRATING_LOCK
+            )
+            .fetch_one(&mut session)
+            .await?;
+            if got {
+                return Ok(Migrating(session));
+            }
+            if !said {
+                tracing::info!(
+                    "another process is migrating this database; waiting for it to finish"
+                );
+                said = true;
+            }
+            tokio::time::sleep(MIGRATING_POLL).await;
+        }
+    }
+
+    /// Ends the session, and the lock with it.
+    async fn release(self) -> Result<(), sqlx::Error> {
+        use sqlx::Connection as _;
+        self.0.close().await
+    }
 }
 
 /// When the open rollout window began, if one is open.
