@@ -586,6 +586,70 @@ async fn cancel_and_capture_give_the_same_books_in_either_order() {
     );
 }
 
+/// A road that locks an order without its reference's lock (found through
+/// a payment) waits for a cancellation holding the order's row, then sees the order
+/// cancelled: read from the row it waited for, not from its statement's
+/// snapshot of `order_cancellations`, which predates the cancellation.
+#[tokio::test]
+async fn an_order_locked_while_a_cancellation_commits_is_seen_cancelled() {
+    let env = TestEnv::new().await;
+    shop::product(&env.pool, "ip_race", 10).await;
+    shop::order(&env.pool, "race_cancel", 50_000, "INR", &[("ip_race", 1)]).await;
+    commit_group(
+        &env.pool,
+        &Ledger::default(),
+        &[captured(&env, "race_cancel", "pay_race", "evt_race")],
+    )
+    .await
+    .expect("paid");
+    // The cancellation, as the Cancel road writes it, not committed yet.
+    let mut cancelling = env.pool.begin().await.expect("begin");
+    sqlx::raw_sql(
+        "INSERT INTO order_cancellations (order_id, cancelled_by)
+           SELECT id, 'shop' FROM orders WHERE order_ref = 'race_cancel';
+         UPDATE orders SET status = 'cancelled' WHERE order_ref = 'race_cancel';",
+    )
+    .execute(&mut *cancelling)
+    .await
+    .expect("cancel");
+    let pool = env.pool.clone();
+    let locking = tokio::spawn(async move {
+        let mut tx = pool.begin().await.expect("begin");
+        // Without the order's reference lock, as a road that found the
+        // order through a payment or a gateway reference takes it.
+        let refs = ["race_cancel".to_owned()];
+        let locked = oncehook_ledger::store::books::lock_orders(&mut tx, &refs, &[], &[])
+            .await
+            .expect("lock");
+        tx.rollback().await.expect("rollback");
+        locked
+    });
+    let deadline = tokio::time::Instant::now() + oncehook_e2e::WAIT;
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE wait_event_type = 'Lock' AND query LIKE 'WITH batch AS%'",
+        )
+        .fetch_one(&env.pool)
+        .await
+        .expect("activity");
+        if waiting > 0 {
+            break;
+        }
+        assert!(!locking.is_finished(), "the lock was not awaited");
+        assert!(tokio::time::Instant::now() < deadline, "the lock awaited");
+        tokio::task::yield_now().await;
+    }
+    cancelling.commit().await.expect("commit");
+    let locked = locking.await.expect("the locking task");
+    assert_eq!(locked.len(), 1);
+    assert!(
+        locked[0].order.cancelled,
+        "a cancellation committed while the lock was awaited: {:?}",
+        locked[0].order
+    );
+}
+
 /// The intent of `payment`: its state.
 async fn intent_state(pool: &PgPool, payment: &str) -> String {
     sqlx::query_scalar("SELECT state FROM refund_intents WHERE payment_id = $1")

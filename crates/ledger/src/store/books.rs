@@ -89,6 +89,14 @@ pub struct LockedOrder {
 /// references, the orders registered under these gateway references and
 /// the orders these payments are linked to; each comes with which of
 /// `payments` are linked to it and which of `gateway_refs` name it.
+///
+/// Whether an order is cancelled is read from the locked row's `status`
+/// first: a statement that waited for the row lock sees the row as the
+/// holder committed it, but its subqueries still see the statement's
+/// snapshot, so a cancellation committed while it waited (by a road that
+/// took the order's reference lock when this one took only a payment's)
+/// is missing from `order_cancellations` here. A cancelled order's status
+/// is `cancelled` from the cancellation's own transaction on.
 pub async fn lock_orders(
     conn: &mut PgConnection,
     order_refs: &[String],
@@ -114,7 +122,8 @@ pub async fn lock_orders(
            locked AS MATERIALIZED (
                SELECT o.id, o.order_ref, o.status, o.amount_minor, o.currency, o.customer_email,
                       o.paid_by, o.refunded_minor, o.stock_applied,
-                      EXISTS (SELECT 1 FROM order_cancellations c WHERE c.order_id = o.id) AS cancelled
+                      (o.status = 'cancelled'
+                       OR EXISTS (SELECT 1 FROM order_cancellations c WHERE c.order_id = o.id)) AS cancelled
                FROM orders o WHERE o.id IN (SELECT id FROM wanted)
                ORDER BY o.id FOR NO KEY UPDATE)
            SELECT k.id AS "id!", k.order_ref AS "order_ref!", k.status AS "status!",
