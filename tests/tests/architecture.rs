@@ -113,9 +113,169 @@ fn the_gateways_crate_does_no_io() {
     }
 }
 
-/// Where SQL lives: the store, one module per table; the ledger's tables
-/// in the ledger's own store, next to their one user.
-const STORES: &[&str] = &["crates/common/src/store/", "crates/ledger/src/store/"];
+/// Where SQL lives: each crate's store, next to its one user: the
+/// ledger's tables in the ledger's, the API's own in the API's, the
+/// reconciler's in its own; the orders the gateway-API callers ask about
+/// in theirs; the operators' tool's reads of the API's audit in its own;
+/// the plumbing every binary shares in `common`'s.
+const STORES: &[&str] = &[
+    "crates/common/src/store/",
+    "crates/ledger/src/store/",
+    "crates/api/src/store.rs",
+    "crates/reconcile/src/store.rs",
+    "crates/gateway_api/src/store.rs",
+    "crates/ops/src/store.rs",
+];
+
+/// The tables `common` writes: plumbing that several binaries share, each
+/// for its reason. Every other table's one writer is the crate of the
+/// feature it belongs to.
+const COMMON_TABLES: &[(&str, &str)] = &[
+    (
+        "schema_rollouts",
+        "the schema's own bookkeeping (`oncehookctl migrate`)",
+    ),
+    (
+        "processed_webhooks",
+        "the consume path's insert-first dedup, under every consumer",
+    ),
+    (
+        "email_outbox",
+        "the email relay's outbox (the ledger queues, the mailer sends)",
+    ),
+    (
+        "notify_endpoints",
+        "the order-event relay's endpoints (the notifier and the console)",
+    ),
+    (
+        "notify_deliveries",
+        "the order-event relay's deliveries (the notifier and retention)",
+    ),
+    (
+        "console_audit",
+        "the operators' audit, written by the console and oncehookctl alike",
+    ),
+];
+
+/// The tables the migrations leave (created, not dropped later).
+fn migrated_tables() -> Vec<String> {
+    let mut files: Vec<PathBuf> = ["migrations", "migrations/contract"]
+        .iter()
+        .flat_map(|d| std::fs::read_dir(root().join(d)).into_iter().flatten())
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "sql"))
+        .collect();
+    files.sort_by_key(|p| p.file_name().map(|n| n.to_owned()));
+    let mut tables: Vec<String> = Vec::new();
+    for f in files {
+        let sql = std::fs::read_to_string(&f)
+            .expect("migration")
+            .to_lowercase();
+        let words: Vec<&str> = sql.split_whitespace().collect();
+        for w in words.windows(6) {
+            let named = |i: usize| {
+                let at = if w[i] == "if" { i + 3 } else { i };
+                w.get(at).map(|t| t.trim_end_matches(['(', ';']).to_owned())
+            };
+            match (w[0], w[1]) {
+                ("create", "table") => tables.extend(named(2)),
+                ("drop", "table") => {
+                    if let Some(t) = named(2) {
+                        tables.retain(|k| *k != t);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    tables.sort();
+    tables.dedup();
+    tables
+}
+
+/// The tables a source's SQL writes (`INSERT INTO t`, `UPDATE t … SET`,
+/// `DELETE FROM t`), read in its string literals.
+fn written_tables(src: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for lit in lex(src).strings {
+        let lower = lit.to_lowercase();
+        let words: Vec<&str> = lower.split_whitespace().collect();
+        for (i, w) in words.iter().enumerate() {
+            let next = |k: usize| words.get(i + k).copied().unwrap_or("");
+            let table = match *w {
+                "insert" if next(1) == "into" => next(2),
+                "delete" if next(1) == "from" => next(2),
+                "update" if [2, 3, 4].iter().any(|k| next(*k) == "set") => next(1),
+                _ => continue,
+            };
+            let table: String = table
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if !table.is_empty() {
+                out.push(table);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_table_has_one_writing_crate() {
+    let mut writers: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    for (rel, text) in crate_sources() {
+        let production = text.split("#[cfg(test)]").next().unwrap_or_default();
+        let krate = rel.split('/').nth(1).unwrap_or_default().to_owned();
+        for table in written_tables(production) {
+            writers.entry(table).or_default().insert(krate.clone());
+        }
+    }
+    let mut wrong = Vec::new();
+    for table in migrated_tables() {
+        let by: Vec<&String> = writers
+            .get(&table)
+            .map(|w| w.iter().collect())
+            .unwrap_or_default();
+        match by.as_slice() {
+            [one] if one.as_str() != "common" => {}
+            [one] if COMMON_TABLES.iter().any(|(t, _)| *t == table) => {
+                let _ = one;
+            }
+            [one] => wrong.push(format!(
+                "{table}: written by `{one}`, which keeps plumbing only (COMMON_TABLES)"
+            )),
+            [] => wrong.push(format!("{table}: no crate writes it")),
+            more => wrong.push(format!("{table}: written by {more:?}: one owner each")),
+        }
+    }
+    for (table, _) in COMMON_TABLES {
+        if writers.get(*table).is_none_or(|w| !w.contains("common")) {
+            wrong.push(format!(
+                "{table}: listed in COMMON_TABLES, not written by `common`"
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "every table has one writing crate:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn the_table_owner_check_reads_sql_in_strings() {
+    let src = r##"
+        // UPDATE orders SET in a comment is prose
+        fn f() { q("INSERT INTO payments (a) VALUES (1)"); q("UPDATE orders o SET x = 1"); }
+        fn g() { q("DELETE FROM refunds WHERE true"); q("SELECT 1 FOR NO KEY UPDATE"); }
+    "##;
+    assert_eq!(written_tables(src), ["payments", "orders", "refunds"]);
+    let tables = migrated_tables();
+    for t in ["orders", "refund_intents", "schema_rollouts"] {
+        assert!(tables.iter().any(|k| k == t), "{t} in {tables:?}");
+    }
+}
 
 /// Where a bare pool or connection may be named: the store that owns
 /// `Pooled`.

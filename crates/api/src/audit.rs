@@ -3,8 +3,8 @@
 //! refused one afterwards, with its error code. Shown by `oncehookctl trace
 //! order` and the console's trace page.
 
+use crate::store::{self, NewApiAudit};
 use actix_web::HttpResponse;
-use oncehook_common::store::shop::{self, NewApiAudit};
 use sqlx::PgConnection;
 
 use crate::auth::Caller;
@@ -57,7 +57,7 @@ fn truncate(text: &str) -> String {
 
 /// Records an accepted write inside its transaction.
 pub async fn ok(conn: &mut PgConnection, write: &Write, result: &str) -> Result<(), sqlx::Error> {
-    shop::record_audit(conn, &write.entry(true, result)).await
+    store::record_audit(conn, &write.entry(true, result)).await
 }
 
 /// Passes `done` on; a refusal is recorded first (best effort: an audit
@@ -76,7 +76,7 @@ pub async fn on_failure(
     };
     let recorded = async {
         let mut conn = state.pool.single().await?;
-        shop::record_audit(&mut conn, &write.entry(false, &result)).await?;
+        store::record_audit(&mut conn, &write.entry(false, &result)).await?;
         conn.finish().await
     }
     .await;

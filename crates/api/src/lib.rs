@@ -4,8 +4,8 @@
 //! what it reads and answers (the order and its events are the ledger's
 //! view, `oncehook_ledger::view`); `audit` records every write; `openapi`
 //! describes it all; `prune` forgets idempotency keys older than
-//! `api.idempotency_ttl`; `retry` runs a transaction that lost to another
-//! (a deadlock) again.
+//! `api.idempotency_ttl`; `store` is the API's own tables' SQL (the books
+//! it writes are the ledger's, `oncehook_ledger::store::shop`).
 
 pub mod audit;
 pub mod auth;
@@ -16,4 +16,5 @@ pub mod prune;
 pub mod routes;
 pub mod startup;
 pub mod state;
+pub mod store;
 pub mod validate;

@@ -8,10 +8,10 @@
 
 use std::time::Duration;
 
+use crate::store;
 use oncehook_common::periodic::{Next, Periodic};
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::Pooled;
-use oncehook_common::store::shop;
 
 /// Keys deleted per transaction (short transactions, no long locks).
 const BATCH: i64 = 1_000;
@@ -48,7 +48,7 @@ async fn prune_once(pool: &Pooled, ttl: Duration) -> Result<u64, sqlx::Error> {
     let mut total = 0;
     loop {
         let mut tx = pool.begin().await?;
-        let deleted = shop::prune_idempotency(&mut tx, ttl, BATCH).await?;
+        let deleted = store::prune_idempotency(&mut tx, ttl, BATCH).await?;
         tx.commit().await?;
         total += deleted;
         if deleted < BATCH as u64 {

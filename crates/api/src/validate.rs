@@ -5,8 +5,8 @@
 
 use std::collections::BTreeSet;
 
-use oncehook_common::store::shop::{GatewayRef, ShopItem, ShopOrder};
 use oncehook_gateways::is_known_currency;
+use oncehook_ledger::store::shop::{GatewayRef, ShopItem, ShopOrder};
 use serde_json::Value;
 
 use crate::error::ApiError;

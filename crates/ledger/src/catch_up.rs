@@ -29,7 +29,8 @@ use time::OffsetDateTime;
 use super::plan::Plan;
 use super::record::{Fresh, Recording};
 use super::{CatchUp, EffectError, Intake, Ledger, follow_through, sorted};
-use crate::store::{books, reads, refund_intents};
+use crate::store::refund_intents::minting;
+use crate::store::{books, reads};
 
 /// Orders caught up in one transaction.
 const PAGE: i64 = 200;
@@ -109,7 +110,7 @@ impl Selection {
                 reads::orders_changed_since(conn, since, after, PAGE).await
             }
             Selection::OwedWithoutIntent => {
-                refund_intents::orders_owing_without_intent(conn, after, PAGE).await
+                minting::orders_owing_without_intent(conn, after, PAGE).await
             }
         }
     }
@@ -148,11 +149,11 @@ async fn page(
         tx.commit().await?;
         return Ok(None);
     }
-    let before = refund_intents::count_of_orders(&mut tx, &refs).await?;
+    let before = minting::count_of_orders(&mut tx, &refs).await?;
     let found = Ledger::default()
         .apply(&mut tx, CatchUp { order_refs: &refs })
         .await?;
-    let minted = refund_intents::count_of_orders(&mut tx, &refs)
+    let minted = minting::count_of_orders(&mut tx, &refs)
         .await?
         .saturating_sub(before);
     tx.commit().await?;

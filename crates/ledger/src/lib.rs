@@ -185,7 +185,7 @@ pub struct Known<'a> {
 /// What [`Known`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Registered {
-    pub refs: Vec<oncehook_common::store::gateway_refs::RefRegistration>,
+    pub refs: Vec<crate::store::gateway_refs::RefRegistration>,
     /// Waiting events applied to the order.
     pub applied: usize,
 }
@@ -234,9 +234,7 @@ impl sealed::Road for Known<'_> {
     type Answer = Registered;
     async fn take(self, conn: &mut PgConnection) -> Result<Registered, EffectError> {
         waiting::lock_refs(conn, self.order_ref, self.gateway_refs).await?;
-        let refs =
-            oncehook_common::store::gateway_refs::add(conn, self.order_ref, self.gateway_refs)
-                .await?;
+        let refs = crate::store::gateway_refs::add(conn, self.order_ref, self.gateway_refs).await?;
         let added: Vec<GatewayRef> = refs
             .iter()
             .filter(|r| r.added)

@@ -12,7 +12,7 @@ use sqlx::PgConnection;
 
 use crate::state::OrderState;
 use crate::store::books::OrderRow;
-use crate::store::refund_intents::{self, IntentRow};
+use crate::store::refund_intents::minting::{self, OwedRefund};
 
 /// The intent id of an owed payment: `ri_` and 24 hex digits of
 /// SHA-256(`provider:payment_id`) — short enough for every gateway's
@@ -33,11 +33,11 @@ pub async fn write(
     states: &BTreeMap<i64, OrderState>,
     traces: &BTreeMap<i64, String>,
 ) -> Result<(), sqlx::Error> {
-    let rows: Vec<IntentRow> = touched
+    let rows: Vec<OwedRefund> = touched
         .iter()
         .filter_map(|o| Some((o, states.get(&o.id)?)))
         .flat_map(|(order, state)| {
-            state.refunds_due.iter().map(|due| IntentRow {
+            state.refunds_due.iter().map(|due| OwedRefund {
                 id: intent_id(&due.provider, &due.payment_id),
                 order_id: order.id,
                 provider: due.provider.clone(),
@@ -50,7 +50,7 @@ pub async fn write(
             })
         })
         .collect();
-    for (id, state) in refund_intents::write(conn, &rows).await? {
+    for (id, state) in minting::write(conn, &rows).await? {
         tracing::info!(intent = %id, state = %state, "refund intent");
         metrics::counter!("oncehook_refund_intents_total", "state" => state).increment(1);
     }

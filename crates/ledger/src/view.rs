@@ -7,7 +7,8 @@
 
 use std::collections::BTreeMap;
 
-use oncehook_common::store::{outbox, shop};
+use crate::store::shop;
+use oncehook_common::store::outbox;
 use serde::Serialize;
 use serde_json::Value;
 

@@ -18,5 +18,6 @@ pub mod refunds;
 pub mod retention;
 pub mod send;
 pub mod stats;
+pub mod store;
 pub mod timefmt;
 pub mod trace;

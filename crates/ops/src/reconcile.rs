@@ -12,7 +12,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 use oncehook_common::Config;
 use oncehook_common::store::Pooled;
-use oncehook_common::store::reconcile::RunLock;
+use oncehook_reconcile::store::RunLock;
 use oncehook_reconcile::{Reconciler, Report, Scope};
 use serde::Serialize;
 

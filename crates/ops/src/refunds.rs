@@ -15,8 +15,8 @@ use clap::{Args, Subcommand};
 use oncehook_common::Config;
 use oncehook_common::store::Pooled;
 use oncehook_common::store::audit::{self, NewAuditEntry};
-use oncehook_common::store::refunds::{self as store, Intent};
 use oncehook_ledger::money;
+use oncehook_ledger::store::refund_intents::{self as store, Intent};
 use serde::Serialize;
 use sqlx::PgConnection;
 

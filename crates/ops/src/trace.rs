@@ -13,15 +13,15 @@ use oncehook_common::Config;
 use oncehook_common::store::Pooled;
 use oncehook_common::store::dedup::{self, WebhookRow};
 use oncehook_common::store::outbox::{self, EmailRecord};
-use oncehook_common::store::refunds;
-use oncehook_common::store::shop::{self, ApiAuditEntry};
 use oncehook_gateways::{currency_exponent, format_decimal_minor};
+use oncehook_ledger::store::refund_intents as refunds;
 use oncehook_ledger::store::{self as ledger, ItemStock, OrderDetail, PaymentRecord, RefundRecord};
 use serde::Serialize;
 use serde_json::Value;
 use sqlx::PgConnection;
 
 use crate::output::{Report, table};
+use crate::store::{self, ApiAuditEntry};
 
 #[derive(Subcommand)]
 pub enum TraceCommand {
@@ -164,7 +164,7 @@ async fn order_story(
         refunds: ledger::refunds_of(conn, id).await?,
         refund_intents: refunds::find(conn, order_ref).await?,
         emails: outbox::emails_of(conn, id).await?,
-        api: shop::audit_of_order(conn, order_ref).await?,
+        api: store::audit_of_order(conn, order_ref).await?,
         order,
     }))
 }

@@ -11,7 +11,7 @@
 
 use std::collections::BTreeSet;
 
-use oncehook_common::store::reconcile::DueOrder;
+use oncehook_gateway_api::store::DueOrder;
 use oncehook_gateways::Gateway;
 use oncehook_gateways::reconcile::{Ask, GatewayApi, order_names};
 

@@ -13,9 +13,10 @@
 //! published as it comes) → `source` (asking one source: its calls, their
 //! follow-ups, giving it up after its retries) →
 //! `ask` (which source to ask about an order; pure) → `limits` (the run's
-//! budget, a source's pace, retries) → `client` (the HTTP call and its
-//! answer) → `publish` (the envelopes, with confirms); `report` is what a
-//! pass tells its caller.
+//! budget, a source's pace, retries); `store` is its SQL, `report` what a
+//! pass tells its caller. The HTTP call, the sources, the orders asked
+//! about and publishing are `oncehook_gateway_api`'s, shared with the
+//! refunder.
 //!
 //! Nothing here knows a gateway: what to ask it, each call's request and
 //! authentication, which answer means "no such id" and how an answer
@@ -23,14 +24,13 @@
 //! `oncehook_gateways::reconcile::GatewayApi`; this crate makes the calls.
 
 pub mod ask;
-pub mod client;
 pub mod limits;
-pub mod publish;
 pub mod report;
 pub mod run;
 pub mod schedule;
 mod source;
+pub mod store;
 
-pub use client::ApiSource;
+pub use oncehook_gateway_api::ApiSource;
 pub use report::{Found, Report};
 pub use run::{Reconciler, RunError, Scope};

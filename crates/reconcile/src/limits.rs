@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use oncehook_gateways::reconcile::Ask;
 
-use crate::client::{Answer, ApiSource, CallError, Client};
+use oncehook_gateway_api::client::{Answer, ApiSource, CallError, Client};
 
 /// How many 429s in a row one call waits out before it is given up.
 const MAX_RATE_LIMITED: u32 = 5;

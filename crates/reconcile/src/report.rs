@@ -7,7 +7,7 @@ use std::fmt;
 use oncehook_gateways::{EventKind, NormalizedEvent};
 use serde::Serialize;
 
-use crate::client::ApiSource;
+use oncehook_gateway_api::ApiSource;
 
 /// Whether a fact found was news to the ledger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -26,8 +26,8 @@ use std::time::Duration;
 use oncehook_common::config::{BrokerConfig, ReconcileConfig};
 use oncehook_common::contended::{self, Contention};
 use oncehook_common::store::Pooled;
-use oncehook_common::store::reconcile::{self as store, DueOrder, FactKey, PaidWindow, Selection};
 use oncehook_common::{Config, Envelope};
+use oncehook_gateway_api::store::{self as orders, DueOrder, PaidWindow, Selection};
 use oncehook_gateways::reconcile::Ask;
 use oncehook_gateways::{Fact, NormalizedEvent};
 use oncehook_ledger::store::books::GatewayRef;
@@ -37,11 +37,12 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::ask;
-use crate::client::{ApiSource, CallError, Client};
 use crate::limits::Budget;
-use crate::publish::{PublishError, Publisher};
 use crate::report::{CallReport, FactReport, Found, Report, SourceReport};
 use crate::source::ask_source;
+use crate::store::{self, FactKey};
+use oncehook_gateway_api::{ApiSource, CallError, Client};
+use oncehook_gateway_api::{PublishError, Publisher};
 
 /// Which orders a pass asks about.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,7 +129,7 @@ impl Reconciler {
         dry_run: bool,
     ) -> Result<Report, RunError> {
         let sources = self.chosen(only)?;
-        let orders = store::due_orders(&self.pool, &self.selection(scope)).await?;
+        let orders = orders::due_orders(&self.pool, &self.selection(scope)).await?;
         if let Scope::Order(r) = scope
             && orders.is_empty()
         {

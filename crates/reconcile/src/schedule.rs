@@ -8,9 +8,9 @@
 
 use std::time::Duration;
 
+use crate::store::{self, RunLock};
 use oncehook_common::periodic::{Next, Periodic};
 use oncehook_common::shutdown::Shutdown;
-use oncehook_common::store::reconcile::{self as store, RunLock};
 use time::OffsetDateTime;
 use tracing::Instrument as _;
 

@@ -8,9 +8,9 @@ use std::collections::VecDeque;
 use oncehook_gateways::reconcile::Ask;
 
 use crate::ask;
-use crate::client::{ApiSource, CallError, Client};
 use crate::limits::{self, Budget, Pace};
 use crate::report::{CallReport, SourceReport};
+use oncehook_gateway_api::{ApiSource, CallError, Client};
 
 /// Asks one source everything on its list, following up answers, and
 /// hands each call over to be settled (`answered`) as soon as it is made,

@@ -11,12 +11,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use oncehook_common::Config;
-use oncehook_common::store::reconcile::{DueOrder, FactKey};
+use oncehook_gateway_api::Client;
+use oncehook_gateway_api::store::DueOrder;
 use oncehook_gateways::sample::{self, SampleSpec};
 use oncehook_gateways::{Gateway, parse};
 use oncehook_reconcile::ApiSource;
-use oncehook_reconcile::client::Client;
 use oncehook_reconcile::limits::{self, Budget, Pace};
+use oncehook_reconcile::store::FactKey;
 use oncehook_reconcile::{ask, run};
 use time::OffsetDateTime;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};

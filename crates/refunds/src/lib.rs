@@ -28,16 +28,19 @@ pub enum RefundError {
     #[error("the database failed: {0}")]
     Database(#[from] sqlx::Error),
     #[error("publishing a refund's fact failed: {0}")]
-    Publish(#[from] oncehook_reconcile::publish::PublishError),
+    Publish(#[from] oncehook_gateway_api::PublishError),
     #[error("the HTTP client could not be built: {0}")]
-    Client(#[from] oncehook_reconcile::client::CallError),
+    Client(#[from] oncehook_gateway_api::CallError),
 }
 
 /// An `owed` intent of `amount` for `reason`, as the tests build them.
 #[cfg(test)]
-pub(crate) fn sample_intent(amount: i64, reason: &str) -> oncehook_common::store::refunds::Intent {
+pub(crate) fn sample_intent(
+    amount: i64,
+    reason: &str,
+) -> oncehook_ledger::store::refund_intents::Intent {
     let now = time::OffsetDateTime::UNIX_EPOCH;
-    oncehook_common::store::refunds::Intent {
+    oncehook_ledger::store::refund_intents::Intent {
         id: "ri_1".into(),
         order_id: 1,
         order_ref: "ord_1".into(),

@@ -8,7 +8,7 @@
 #[cfg(test)]
 use oncehook_common::config::Ceilings;
 use oncehook_common::config::{RefundMode, RefundPolicy};
-use oncehook_common::store::refunds::Intent;
+use oncehook_ledger::store::refund_intents::Intent;
 
 /// What the policy does with an `owed` intent.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -14,12 +14,11 @@ use oncehook_common::otel;
 use oncehook_common::periodic::{Next, Periodic};
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::Pooled;
-use oncehook_common::store::reconcile::{self as orders, Selection};
-use oncehook_common::store::refunds::{self as store, BY_POLICY, Failure, Intent};
+use oncehook_gateway_api::store::{self as orders, Selection};
+use oncehook_gateway_api::{ApiSource, Client};
 use oncehook_gateways::Gateway;
 use oncehook_gateways::reconcile::{OrderNames, order_names};
-use oncehook_reconcile::ApiSource;
-use oncehook_reconcile::client::Client;
+use oncehook_ledger::store::refund_intents::{self as store, BY_POLICY, Failure, Intent};
 
 use tracing::Instrument as _;
 

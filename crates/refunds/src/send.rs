@@ -15,13 +15,11 @@ use tokio::time::Instant;
 
 use oncehook_common::config::BrokerConfig;
 use oncehook_common::store::Pooled;
-use oncehook_common::store::refunds::{self as store, Failure, Intent};
 use oncehook_common::{Envelope, RetryPolicy};
+use oncehook_gateway_api::{ApiSource, CallError, Client, Publisher};
 use oncehook_gateways::reconcile::{ApiRequest, OrderNames, RequestError};
 use oncehook_gateways::refund::{GatewayRefunds, LookupPage, RefundAsk, RefundCall, RefundOutcome};
-use oncehook_reconcile::ApiSource;
-use oncehook_reconcile::client::{CallError, Client};
-use oncehook_reconcile::publish::Publisher;
+use oncehook_ledger::store::refund_intents::{self as store, Failure, Intent};
 
 use crate::RefundError;
 

@@ -10,10 +10,11 @@
 //! from the key says so in `Idempotent-Replayed: true`. A transaction that
 //! lost to another (a deadlock) runs again from its start (`oncehook_common::contended`).
 
+use crate::store::{self, KeyUse};
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use oncehook_common::contended;
-use oncehook_common::store::shop::{self, Created, KeyUse, ShopOrder};
+use oncehook_ledger::store::shop::{self, Created, ShopOrder};
 use oncehook_ledger::{Created as Waited, Ledger, view, waiting};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -109,7 +110,7 @@ async fn create_once(
     order: &ShopOrder,
 ) -> Result<Answer, ApiError> {
     let mut tx = state.pool.begin().await?;
-    let key_use = shop::take_idempotency_key(&mut tx, &caller.name, key, digest).await?;
+    let key_use = store::take_idempotency_key(&mut tx, &caller.name, key, digest).await?;
     if let Some((status, body)) = answered_before(key_use, digest)? {
         return Ok(Answer {
             status,
@@ -155,7 +156,7 @@ async fn create_once(
         .await?
         .ok_or_else(|| ApiError::not_found("order"))?;
     let json = serde_json::to_value(&view).unwrap_or(Value::Null);
-    shop::finish_idempotency(
+    store::finish_idempotency(
         &mut tx,
         &caller.name,
         key,

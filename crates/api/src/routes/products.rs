@@ -5,7 +5,7 @@
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
-use oncehook_common::store::shop::{self, ProductRow};
+use oncehook_ledger::store::shop::{self, ProductRow};
 
 use crate::audit::{self, Write};
 use crate::auth::{self, Authed};

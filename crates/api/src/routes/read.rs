@@ -7,7 +7,7 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use oncehook_common::store::shop;
+use oncehook_ledger::store::shop;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 

@@ -44,14 +44,10 @@ use crate::retry::RetryPolicy;
 
 pub mod audit;
 pub mod dedup;
-pub mod gateway_refs;
 pub mod notify;
 pub mod outbox;
-pub mod reconcile;
-pub mod refunds;
 pub mod retention;
 pub mod schema;
-pub mod shop;
 
 /// The database as the binaries see it: a pool and the [`Pooler`] between
 /// it and Postgres. The pool itself never leaves the store (the field is

@@ -15,7 +15,7 @@
 //! `orders`) take `FOR KEY SHARE`, which that does not wait for, so no
 //! transaction ever has to upgrade a share it holds past another's.
 
-pub use oncehook_common::store::shop::GatewayRef;
+pub use super::shop::GatewayRef;
 use sqlx::PgConnection;
 use sqlx::types::Json;
 

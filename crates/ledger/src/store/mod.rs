@@ -8,18 +8,23 @@
 //! (trace, stats); `order_events`: what the ledger tells the shop, written
 //! with the effect, published and paged; `parking`: `parked_events`, events
 //! waiting for their payment's link or their order; `refund_intents`: the
-//! refunds the books owe, minted and settled with the facts. Plain order inserts for
-//! tests are here (the shop's own writes go through `store::shop`). Only
-//! this module writes the ledger's SQL (`tests/tests/architecture.rs`).
+//! refunds the books owe, minted and settled with the facts, decided and
+//! sent by the refunder (one module, one row type); `shop`: products and
+//! the shop's orders as the API creates and lists them; `gateway_refs`:
+//! references registered for an existing order. Plain order inserts for
+//! tests are here. Only this module writes the ledger's tables
+//! (`tests/tests/architecture.rs`).
 
 use sqlx::PgConnection;
 
 pub mod books;
+pub mod gateway_refs;
 pub mod order_events;
 pub mod orders;
 pub mod parking;
 pub(crate) mod reads;
 pub mod refund_intents;
+pub mod shop;
 pub use books::OrderRow;
 pub use reads::{
     Attention, ItemStock, OrderDetail, PaymentRecord, RefundRecord, attention, items_of,

@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use oncehook_common::redact::redact;
-use oncehook_common::store::{Pooled, dedup, outbox, reconcile};
+use oncehook_common::store::{Pooled, dedup, outbox};
 use oncehook_common::{Config, Topology};
 use oncehook_ledger::store::{self as ledger, parking};
+use oncehook_reconcile::store as reconcile;
 use serde::Serialize;
 use time::OffsetDateTime;
 

@@ -7,8 +7,8 @@
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use oncehook_common::config::ConsoleRole;
-use oncehook_common::store::refunds::{self as store, Intent};
 use oncehook_ledger::money;
+use oncehook_ledger::store::refund_intents::{self as store, Intent};
 use sqlx::PgConnection;
 
 use super::view::answer;

@@ -10,7 +10,7 @@
 //! (`POST /refunds/approve`), cancels one nothing was sent for
 //! (`POST /refunds/cancel`), and pauses or resumes every refunder
 //! (`POST /refunds/pause`, `POST /refunds/resume`). All go through
-//! `store::refunds`, as the CLI does, are written to the audit table and
+//! `refund_intents`, as the CLI does, are written to the audit table and
 //! are answered with the page again, saying what happened on top; a change
 //! the intent's state does not allow is `409` with why. Values are checked
 //! first (else 400).

@@ -7,8 +7,8 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use maud::{Markup, html};
 use oncehook_common::refund::{STATE_APPROVED, STATE_FAILED, STATE_OWED, STATES};
-use oncehook_common::store::refunds::{self as store, Intent};
 use oncehook_ledger::money;
+use oncehook_ledger::store::refund_intents::{self as store, Intent};
 use oncehook_ops::output::truncate;
 
 use super::{MAX_TERM, PAGE_SIZE, PATH, Query, TITLE};

@@ -1,15 +1,14 @@
-//! `refund_intents` as the ledger writes them: one statement per batch that
-//! mints the intents the recomputed orders owe and moves each one's
-//! refunded amount, settling or cancelling the intents nothing is owed on
-//! any more. The refunder's and operators' reads and writes of the same
-//! table are `oncehook_common::store::refunds`' (one place for its SQL
-//! outside the ledger's tail).
+//! `refund_intents` as the ledger's tail writes them: one statement per
+//! batch that mints the intents the recomputed orders owe and moves each
+//! one's refunded amount, settling or cancelling the intents nothing is
+//! owed on any more; and what a catch-up finds and counts.
 
 use sqlx::PgConnection;
 
-/// An intent the books owe, as the ledger writes it.
+/// A refund the books owe: what the ledger mints an intent from (not a
+/// row read back: that is [`super::Intent`]).
 #[derive(Debug, Clone)]
-pub struct IntentRow {
+pub struct OwedRefund {
     pub id: String,
     pub order_id: i64,
     pub provider: String,
@@ -31,7 +30,7 @@ pub struct IntentRow {
 /// stay as they are. Returns the ids whose state changed, with the new state.
 pub async fn write(
     conn: &mut PgConnection,
-    intents: &[IntentRow],
+    intents: &[OwedRefund],
 ) -> Result<Vec<(String, String)>, sqlx::Error> {
     if intents.is_empty() {
         return Ok(Vec::new());
