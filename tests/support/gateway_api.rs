@@ -36,6 +36,8 @@ impl ApiCredentials {
     pub const CASHFREE_CLIENT_ID: &'static str = "cf_test_client";
     pub const CASHFREE_CLIENT_SECRET: &'static str = "cf_test_client_secret";
     pub const STRIPE_API_KEY: &'static str = "sk_test_recon_key";
+    /// The toy gateway's (`oncehook-gateways`' `toy` feature).
+    pub const TOY_API_KEY: &'static str = "toy_test_recon_key";
 }
 
 /// Reconciliation every second, for orders older than a second, with a
@@ -311,6 +313,9 @@ impl GatewayApi {
                 ApiCredentials::CASHFREE_CLIENT_SECRET
             ),
             Gateway::Stripe => format!("api_key = \"{}\"\n", ApiCredentials::STRIPE_API_KEY),
+            g if refund_api::toy::is_toy(g) => {
+                format!("api_key = \"{}\"\n", ApiCredentials::TOY_API_KEY)
+            }
             _ => String::new(),
         };
         format!("[source.api]\nbase_url = \"{}\"\n{creds}", self.base)
@@ -446,6 +451,9 @@ fn authenticated(gateway: Gateway, r: &Request) -> bool {
         }
         Gateway::Stripe => {
             header("authorization") == Some(&format!("Bearer {}", ApiCredentials::STRIPE_API_KEY))
+        }
+        g if refund_api::toy::is_toy(g) => {
+            header("toy-api-key") == Some(ApiCredentials::TOY_API_KEY)
         }
         // PayU signs the form; checked with the answer.
         _ => true,

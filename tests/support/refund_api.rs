@@ -21,11 +21,14 @@
 //! - PayU (`cancel_refund_transaction`): a token the transaction already
 //!   has is error 106 "Token already exists"; `check_action_status` lists
 //!   the refunds with their tokens.
+//! - The toy gateway (`POST /v1/refunds`, in `refund_api_toy.rs`): its
+//!   `toy-idempotency-key` saves the first answer, as Stripe's;
+//!   `GET /v1/payments/{payment}/refunds` lists the refunds with their keys.
 //!
-//! [`GatewayApi::forget_refund_keys`] drops Stripe's and Razorpay's saved
-//! keys, as their expiry would, and [`GatewayApi::refund_key_window`] keeps
-//! each for that long only: only a lookup then stands between a retry and
-//! a second refund.
+//! [`GatewayApi::forget_refund_keys`] drops Stripe's, Razorpay's and the
+//! toy's saved keys, as their expiry would, and
+//! [`GatewayApi::refund_key_window`] keeps each for that long only: only a
+//! lookup then stands between a retry and a second refund.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -36,11 +39,15 @@ use sha2::{Digest, Sha512};
 
 use super::{Fault, GatewayApi, Request, State};
 
+#[path = "refund_api_toy.rs"]
+pub(super) mod toy;
+
 /// What the refund endpoints hold.
 #[derive(Default)]
 pub(super) struct Refunds {
-    /// Saved answers by idempotency key (Stripe's, Razorpay's): the
-    /// request's parameters and the answer, and when it was saved.
+    /// Saved answers by idempotency key (Stripe's, Razorpay's, the
+    /// toy's): the request's parameters and the answer, and when it was
+    /// saved.
     keys: HashMap<String, (String, u16, Value, Instant)>,
     /// How long a saved key is kept (`None`: for the test's life).
     key_window: Option<Duration>,
@@ -121,14 +128,15 @@ impl GatewayApi {
         gate
     }
 
-    /// Stripe and Razorpay forget the idempotency keys seen so far (as
-    /// when their keys expire): a repeated request refunds again.
+    /// Stripe, Razorpay and the toy forget the idempotency keys seen so
+    /// far (as when their keys expire): a repeated request refunds again.
     pub fn forget_refund_keys(&self) {
         self.with(|s| s.refunds.keys.clear());
     }
 
-    /// Stripe and Razorpay keep each idempotency key for `window` after
-    /// its first request only (as their retention would, shortened).
+    /// Stripe, Razorpay and the toy keep each idempotency key for
+    /// `window` after its first request only (as their retention would,
+    /// shortened).
     pub fn refund_key_window(&self, window: Duration) {
         self.with(|s| s.refunds.key_window = Some(window));
     }
@@ -149,6 +157,7 @@ pub(super) fn is_create(gateway: Gateway, r: &Request) -> bool {
             Gateway::Razorpay => path.starts_with("/v1/payments/") && path.ends_with("/refund"),
             Gateway::Cashfree => path.starts_with("/pg/orders/") && path.ends_with("/refunds"),
             Gateway::Payu => form(r).get("command").map(String::as_str) == Some(PAYU_REFUND),
+            _ if toy::is_toy(gateway) => toy::is_create(r),
             _ => false,
         }
 }
@@ -158,6 +167,7 @@ pub(super) fn is_create(gateway: Gateway, r: &Request) -> bool {
 pub(super) fn answer(gateway: Gateway, r: &Request, s: &mut State) -> Option<(u16, Value)> {
     let path = r.target.split('?').next().unwrap_or("");
     match gateway {
+        _ if toy::is_toy(gateway) => toy::answer(r, s),
         _ if is_create(gateway, r) => Some(create(gateway, r, s)),
         Gateway::Cashfree if r.method == "GET" => cashfree_lookup(path, s),
         Gateway::Payu if form(r).get("command").map(String::as_str) == Some(PAYU_STATUS) => {

@@ -11,16 +11,24 @@
 //!
 //! The reconciler asks a gateway's API through [`reconcile::GatewayApi`]
 //! (reached with [`Gateway::api`]): the calls about an order, each call's
-//! request and how its answer becomes events. Both the ledger and the
-//! reconciler key what an event records by [`NormalizedEvent::fact`].
+//! request and how its answer becomes events. The refunder refunds through
+//! [`refund::GatewayRefunds`] (reached with [`Gateway::refunds`]): the
+//! refund request under the attempt's key, the lookup made before every
+//! retry, and how each answer reads. Both the ledger and the reconciler key
+//! what an event records by [`NormalizedEvent::fact`].
 //!
 //! Layout: each gateway lives in its own folder (`src/<gateway>/`: its
 //! constants and [`GatewayScheme`] implementation in `mod.rs`, verification
 //! and parsing in `scheme.rs`, the sample builder in `sample.rs`, its API
-//! for reconciliation in `api.rs`). The registry below lists them, one line
-//! each; `registry.rs` derives [`Gateway`] and the dispatch from that list.
-//! Shared helpers (`crypto`, `json`, `form`, `amount`, `headers`) serve
-//! every gateway. Adding a gateway: `docs/adding-a-gateway.md`.
+//! for reconciliation in `api.rs`, its refund API in `refund.rs`, their unit
+//! tests beside them in `api_tests.rs` and `refund_tests.rs`). The registry
+//! below lists them, one line each; `registry.rs` derives [`Gateway`] and
+//! the dispatch from that list. Shared helpers (`crypto`, `json`, `form`,
+//! `amount`, `headers`) serve every gateway. The end-to-end suite's
+//! stand-in for each gateway's API, refunds included, is in
+//! `tests/support/gateway_api.rs` and `tests/support/refund_api.rs`; the
+//! toy gateway (`src/toy/`, the `toy` feature) follows the whole recipe for
+//! tests. Adding a gateway: `docs/adding-a-gateway.md`.
 
 #![warn(missing_docs)]
 

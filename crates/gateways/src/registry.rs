@@ -114,6 +114,13 @@ impl Gateway {
     pub fn content_type(self) -> crate::ContentType {
         self.scheme().content_type
     }
+
+    /// Whether the gateway posts its deliveries as a form
+    /// (`application/x-www-form-urlencoded`, PayU's) rather than JSON: a
+    /// tool showing a stored delivery's body decodes it as a form.
+    pub fn posts_forms(self) -> bool {
+        self.content_type() == crate::ContentType::Form
+    }
 }
 
 impl fmt::Display for Gateway {
@@ -199,4 +206,23 @@ pub fn parse(
     body: &[u8],
 ) -> Result<NormalizedEvent, ParseError> {
     (gateway.scheme().parse)(headers, body)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Gateway;
+
+    #[test]
+    fn only_payu_posts_forms() {
+        assert!(Gateway::Payu.posts_forms());
+        for json in [
+            Gateway::Razorpay,
+            Gateway::Cashfree,
+            Gateway::Stripe,
+            Gateway::Standard,
+            Gateway::Toy,
+        ] {
+            assert!(!json.posts_forms(), "{json}");
+        }
+    }
 }

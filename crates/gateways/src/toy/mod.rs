@@ -6,9 +6,11 @@
 //! line — and its tests run verification, parsing and samples through the
 //! crate's generic entry points ([`crate::verify`], [`crate::parse`],
 //! [`crate::sample::build`], [`crate::sample::tamper`], `Gateway` names and
-//! serde), and its API (`api.rs`) through [`Gateway::api`]; the reconciler's
-//! own test asks it over HTTP. A change to the contract that the recipe no
-//! longer covers fails here.
+//! serde), its API (`api.rs`) through [`Gateway::api`] and its refunds
+//! (`refund.rs`, tests in `refund_tests.rs`) through [`Gateway::refunds`];
+//! the reconciler's own test asks it over HTTP, and the refunder's sends it
+//! a refund through the test suite's stand-in (`tests/support/`). A change
+//! to the contract that the recipe no longer covers fails here.
 //!
 //! The scheme: `toy-timestamp` (unix seconds) and `toy-signature`, the
 //! lowercase hex HMAC-SHA256 of `{timestamp}.{raw body}`; the body is
@@ -16,14 +18,16 @@
 //! gateway splits this file into `scheme.rs` and `sample.rs`.
 
 mod api;
+mod refund;
 
 use crate::crypto::{
     check_window, decode_hex, first_match, hmac_sha256, hmac_sha256_matches, parse_unix_digits,
 };
 use crate::json::{currency_at, id_at, int_amount_at, parse_body, str_at};
+use crate::reconcile::GatewayApi;
+use crate::refund::GatewayRefunds;
 use crate::sample::text::js;
 use crate::sample::{SampleError, SampleSpec, SignedDelivery};
-use crate::reconcile::GatewayApi;
 use crate::scheme::{
     ContentType, GatewayScheme, ParseError, ParseFn, Request, SampleFn, Verification, VerifyError,
     VerifyFn, header,
@@ -55,6 +59,7 @@ impl GatewayScheme for Toy {
     const SAMPLE: SampleFn = sample;
     const SAMPLE_REFUND_ID: fn(&SampleSpec) -> String = |spec| format!("toyrf_{}", spec.event_id);
     const API: Option<&'static dyn GatewayApi> = Some(&Toy);
+    const REFUNDS: Option<&'static dyn GatewayRefunds> = Some(&Toy);
 }
 
 fn verify(request: &Request<'_>) -> Result<Verification, VerifyError> {
@@ -111,7 +116,10 @@ fn sample(event: &str, spec: &SampleSpec, secret: &str) -> Result<SignedDelivery
     )
     .into_bytes();
     let ts = spec.timestamp.to_string();
-    let signature = hex::encode(hmac_sha256(secret.as_bytes(), &[ts.as_bytes(), b".", &body]));
+    let signature = hex::encode(hmac_sha256(
+        secret.as_bytes(),
+        &[ts.as_bytes(), b".", &body],
+    ));
     let headers = Headers::new()
         .with("Content-Type", Toy::CONTENT_TYPE.as_str())
         .with(TIMESTAMP_HEADER, ts)
@@ -149,11 +157,17 @@ mod tests {
         assert_eq!("toy".parse::<Gateway>(), Ok(Gateway::Toy));
         assert_eq!(Gateway::Toy.to_string(), "toy");
         assert_eq!(serde_json::to_string(&Gateway::Toy).unwrap(), r#""toy""#);
-        assert_eq!(serde_json::from_str::<Gateway>(r#""toy""#).unwrap(), Gateway::Toy);
+        assert_eq!(
+            serde_json::from_str::<Gateway>(r#""toy""#).unwrap(),
+            Gateway::Toy
+        );
         assert!(Gateway::Toy.signs_timestamp());
         assert_eq!(Gateway::Toy.content_type(), ContentType::Json);
         assert!(Gateway::Toy.relevant_headers().contains(&"toy-signature"));
-        assert_eq!(sample::event_names(Gateway::Toy), ["paid", "refunded", "captured"]);
+        assert_eq!(
+            sample::event_names(Gateway::Toy),
+            ["paid", "refunded", "captured"]
+        );
     }
 
     #[test]
@@ -161,15 +175,29 @@ mod tests {
         let d = sample::build(Gateway::Toy, "Captured", &spec(), SECRET).unwrap();
         let secrets = secrets();
         let creds = Credentials::new(&secrets);
-        let v = verify(Gateway::Toy, creds, &d.headers, &d.body, spec().timestamp, 300).unwrap();
+        let v = verify(
+            Gateway::Toy,
+            creds,
+            &d.headers,
+            &d.body,
+            spec().timestamp,
+            300,
+        )
+        .unwrap();
         assert_eq!((v.secret_index, v.signed_at), (1, Some(spec().timestamp)));
         let e = parse(Gateway::Toy, &d.headers, &d.body).unwrap();
         assert_eq!(e.provider, Gateway::Toy);
-        assert_eq!((e.event_id.as_str(), e.event_type.as_str()), ("evt_1", "paid"));
+        assert_eq!(
+            (e.event_id.as_str(), e.event_type.as_str()),
+            ("evt_1", "paid")
+        );
         assert_eq!(e.kind, EventKind::Captured);
         assert_eq!(e.payment_id.as_deref(), Some("pay_1"));
         assert_eq!(e.order_ref.as_deref(), Some("order_1"));
-        assert_eq!((e.amount_minor, e.currency.as_deref()), (Some(50_000), Some("INR")));
+        assert_eq!(
+            (e.amount_minor, e.currency.as_deref()),
+            (Some(50_000), Some("INR"))
+        );
 
         let r = sample::build(Gateway::Toy, "refunded", &spec(), SECRET).unwrap();
         let e = parse(Gateway::Toy, &r.headers, &r.body).unwrap();
@@ -182,10 +210,23 @@ mod tests {
         let now = spec().timestamp;
         let none: Vec<String> = Vec::new();
         let verify_with = |secrets: &[String], body: &[u8], now: i64| {
-            verify(Gateway::Toy, Credentials::new(secrets), &d.headers, body, now, 300)
+            verify(
+                Gateway::Toy,
+                Credentials::new(secrets),
+                &d.headers,
+                body,
+                now,
+                300,
+            )
         };
-        assert_eq!(verify_with(&none, &d.body, now), Err(VerifyError::NoSecrets));
-        assert_eq!(verify_with(&["x".to_owned()], &d.body, now), Err(VerifyError::Mismatch));
+        assert_eq!(
+            verify_with(&none, &d.body, now),
+            Err(VerifyError::NoSecrets)
+        );
+        assert_eq!(
+            verify_with(&["x".to_owned()], &d.body, now),
+            Err(VerifyError::Mismatch)
+        );
         assert!(matches!(
             verify_with(&secrets(), &d.body, now + 301),
             Err(VerifyError::OutsideTolerance { .. })
@@ -195,12 +236,18 @@ mod tests {
         let mut tampered = d.clone();
         sample::tamper(&mut tampered);
         assert_ne!(tampered.body, d.body);
-        assert_eq!(verify_with(&secrets(), &tampered.body, now), Err(VerifyError::Mismatch));
+        assert_eq!(
+            verify_with(&secrets(), &tampered.body, now),
+            Err(VerifyError::Mismatch)
+        );
         let amount = |body: &[u8]| parse(Gateway::Toy, &d.headers, body).unwrap().amount_minor;
         assert_ne!(amount(&tampered.body), amount(&d.body));
         assert!(matches!(
             sample::build(Gateway::Toy, "shipped", &spec(), SECRET),
-            Err(SampleError::UnknownSampleEvent { gateway: Gateway::Toy, .. })
+            Err(SampleError::UnknownSampleEvent {
+                gateway: Gateway::Toy,
+                ..
+            })
         ));
     }
 }

@@ -291,13 +291,15 @@ fn header_text(v: &Value) -> String {
     }
 }
 
+/// Whether the letter's payload is a form: its gateway posts forms (the
+/// gateways crate says which), or its delivery said so.
 fn looks_like_form(letter: &Letter) -> bool {
-    letter.facts.gateway == "payu"
-        || letter
-            .envelope
-            .as_ref()
-            .and_then(|e| e.headers.get("content-type"))
-            .is_some_and(|ct| ct.contains("x-www-form-urlencoded"))
+    letter.envelope.as_ref().is_some_and(|e| {
+        e.gateway.posts_forms()
+            || e.headers
+                .get("content-type")
+                .is_some_and(|ct| ct.contains("x-www-form-urlencoded"))
+    })
 }
 
 /// A form body as written, with the value of each secret field (by its
