@@ -356,7 +356,7 @@ pub fn expected(order: &ModelOrder, facts: &[Fact]) -> Result<LedgerState, Incon
                 "owed"
             };
             let intent = Intent {
-                id: oncehook_ledger::refund_intents::intent_id(&c.provider, &c.payment_id),
+                id: oncehook_ledger::intent_id(&c.provider, &c.payment_id),
                 reason: reason.to_owned(),
                 amount_minor,
                 refunded_minor,

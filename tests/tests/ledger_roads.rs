@@ -19,9 +19,8 @@ use oncehook_common::store::Pooled;
 use oncehook_e2e::in_process::envelope;
 use oncehook_e2e::{TestEnv, shop};
 use oncehook_gateways::Gateway;
-use oncehook_ledger::store::books::GatewayRef;
-use oncehook_ledger::store::{self as books, NewOrder};
-use oncehook_ledger::{Cancel, Created, Ledger, waiting};
+use oncehook_ledger::store::shop::{ShopItem, ShopOrder};
+use oncehook_ledger::{Cancel, Create, Creation, Ledger};
 use oncehook_pipeline as pipeline;
 use sqlx::{PgPool, Row};
 use tokio::sync::Mutex;
@@ -128,32 +127,25 @@ async fn road(steps: &[Step]) -> Told {
 /// locked, inserted, and the events that waited for it applied, in one
 /// transaction. The trace of what it applies: the waiting delivery's.
 async fn create(pool: &PgPool) -> Option<&'static str> {
-    let refs: [GatewayRef; 0] = [];
-    let mut tx = pool.begin().await.expect("begin");
-    waiting::lock_refs(&mut tx, ORDER, &refs)
-        .await
-        .expect("locks");
-    let order = NewOrder {
-        order_ref: ORDER,
-        customer_email: "road@example.com",
+    let order = ShopOrder {
+        order_ref: ORDER.into(),
+        customer_email: "road@example.com".into(),
+        currency: "INR".into(),
         amount_minor: 50_000,
-        currency: "INR",
+        items: vec![ShopItem {
+            sku: "road_sku".into(),
+            qty: 1,
+            unit_minor: Some(50_000),
+        }],
+        gateway_refs: Vec::new(),
+        metadata: serde_json::json!({}),
     };
-    let id = books::insert_order(&mut tx, order)
-        .await
-        .expect("insert")
-        .expect("a new order");
-    books::insert_order_item(&mut tx, id, "road_sku", 1)
-        .await
-        .expect("item");
-    let created = Created {
-        order_ref: ORDER,
-        gateway_refs: &refs,
-    };
-    Ledger::default()
-        .apply(&mut tx, created)
+    let mut tx = pool.begin().await.expect("begin");
+    let created = Ledger::default()
+        .apply(&mut tx, Create { order: &order })
         .await
         .expect("created");
+    assert!(matches!(created, Creation::Created { .. }), "{created:?}");
     tx.commit().await.expect("commit");
     Some(DELIVERY_TRACE)
 }

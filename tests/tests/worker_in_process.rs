@@ -407,9 +407,8 @@ async fn a_webhook_finds_its_order_by_a_gateway_reference_of_its_own_gateway_onl
 
 #[tokio::test]
 async fn a_webhook_before_its_order_waits_and_is_applied_by_the_transaction_that_creates_it() {
-    use oncehook_ledger::store::books::GatewayRef;
-    use oncehook_ledger::store::{self as store, NewOrder};
-    use oncehook_ledger::waiting;
+    use oncehook_ledger::store::shop::{GatewayRef, ShopItem, ShopOrder};
+    use oncehook_ledger::{Create, Creation};
 
     let env = TestEnv::new().await;
     shop::product(&env.pool, "ip_w", 10).await;
@@ -426,42 +425,30 @@ async fn a_webhook_before_its_order_waits_and_is_applied_by_the_transaction_that
     assert_eq!(outcomes(&parked), ["parked", "parked"]);
     assert_eq!(env.count("SELECT count(*) FROM orders").await, 0);
 
-    let refs = [GatewayRef {
-        gateway: "razorpay".into(),
-        gateway_ref: "order_RZPw1".into(),
-    }];
-    let mut tx = env.pool.begin().await.expect("begin");
-    waiting::lock_refs(&mut tx, "shop_w1", &refs)
-        .await
-        .expect("locks");
-    let id = store::insert_order(
-        &mut tx,
-        NewOrder {
-            order_ref: "shop_w1",
-            customer_email: "w@example.com",
-            amount_minor: 50_000,
-            currency: "INR",
-        },
-    )
-    .await
-    .expect("insert")
-    .expect("a new order");
-    store::insert_order_item(&mut tx, id, "ip_w", 1)
-        .await
-        .expect("item");
-    sqlx::query("INSERT INTO order_gateway_refs (gateway, gateway_ref, order_id) VALUES ('razorpay', 'order_RZPw1', $1)")
-        .bind(id)
-        .execute(&mut *tx)
-        .await
-        .expect("gateway reference");
-    let created = oncehook_ledger::Created {
-        order_ref: "shop_w1",
-        gateway_refs: &refs,
+    let order = ShopOrder {
+        order_ref: "shop_w1".into(),
+        customer_email: "w@example.com".into(),
+        currency: "INR".into(),
+        amount_minor: 50_000,
+        items: vec![ShopItem {
+            sku: "ip_w".into(),
+            qty: 1,
+            unit_minor: Some(50_000),
+        }],
+        gateway_refs: vec![GatewayRef {
+            gateway: "razorpay".into(),
+            gateway_ref: "order_RZPw1".into(),
+        }],
+        metadata: serde_json::json!({}),
     };
-    let applied = Ledger::default()
-        .apply(&mut tx, created)
+    let mut tx = env.pool.begin().await.expect("begin");
+    let created = Ledger::default()
+        .apply(&mut tx, Create { order: &order })
         .await
         .expect("applied");
+    let Creation::Created { applied } = created else {
+        panic!("created: {created:?}");
+    };
     tx.commit().await.expect("commit");
     assert_eq!(applied, 2);
     assert_eq!(

@@ -13,10 +13,11 @@ use std::collections::BTreeMap;
 
 use sqlx::PgConnection;
 
-use super::plan::Plan;
-use super::record::{Fresh, Recording};
-use super::{Cancel, Intake, follow_through};
+use crate::input::Cancel;
+use crate::plan::Plan;
+use crate::record::{Fresh, Recording};
 use crate::store::books;
+use crate::tail::{Intake, follow_through};
 
 /// What cancelling did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -34,6 +34,7 @@ pub struct RefundDue {
     pub refunded_minor: i64,
 }
 
+#[cfg(test)]
 impl RefundDue {
     /// What is still owed.
     pub fn outstanding(&self) -> i64 {

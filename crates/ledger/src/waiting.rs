@@ -1,10 +1,11 @@
 //! Orders created after their webhooks: a customer may pay while the
 //! shop's create call is still in flight, so the capture names an order no
 //! order has yet. The ledger parks such an event with the reference it
-//! names; whoever creates the order (`POST /v1/orders` in `oncehook-api`)
-//! calls [`lock_refs`] before inserting it and [`apply_waiting`] after, in
-//! the same transaction, and the waiting events are applied there — facts,
-//! recompute, stock, emails, their outcomes — exactly as the worker would.
+//! names; the ledger's `Create` road (`POST /v1/orders` in `oncehook-api`)
+//! takes [`lock_refs`] before inserting the order and [`apply_waiting`]
+//! after, in the same transaction, and the waiting events are applied
+//! there — facts, recompute, stock, emails, their outcomes — exactly as the
+//! worker would.
 //! The references' advisory locks make a park and a creation never miss
 //! each other; events still waiting after `ONCEHOOK_UNLINKED_TTL` are
 //! dead-lettered by the sweeper (`parking`).
@@ -13,12 +14,12 @@ use crate::store::books::{self, GatewayRef};
 use crate::store::parking::{self as parking_store, Parked};
 use sqlx::PgConnection;
 
-use super::deliveries_in;
 use super::parking::read_back;
+use crate::deliveries::deliveries_in;
 use oncehook_pipeline::{Delivery, EffectError};
 
 /// Takes the advisory locks of an order's references, before it is inserted.
-pub async fn lock_refs(
+pub(crate) async fn lock_refs(
     conn: &mut PgConnection,
     order_ref: &str,
     gateway_refs: &[GatewayRef],
@@ -31,8 +32,8 @@ pub async fn lock_refs(
 }
 
 /// Applies the events waiting for the order just inserted with these
-/// references (in `conn`'s transaction, after [`lock_refs`]:
-/// `Input::Created`) through the same road as any delivery; returns how
+/// references (in `conn`'s transaction, after [`lock_refs`]: the `Create`
+/// and `Known` roads) through the same road as any delivery; returns how
 /// many were applied.
 pub(crate) async fn apply_waiting(
     conn: &mut PgConnection,

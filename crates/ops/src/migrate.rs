@@ -14,7 +14,7 @@ use anyhow::Context;
 use oncehook_common::Config;
 use oncehook_common::redact::redact;
 use oncehook_common::store::{self, Pooled};
-use oncehook_ledger::catch_up;
+use oncehook_ledger::rollout;
 use serde::Serialize;
 use time::OffsetDateTime;
 
@@ -78,13 +78,13 @@ async fn contract(pool: &Pooled) -> anyhow::Result<MigrateReport> {
     let window_since = store::schema::open_window(pool)
         .await
         .context("reading the rollout window")?;
-    let mut caught = catch_up::CaughtUp::default();
+    let mut caught = rollout::CaughtUp::default();
     if let Some(since) = window_since {
-        caught = catch_up::changed_since(pool, since)
+        caught = rollout::changed_since(pool, since)
             .await
             .context("catching up the orders changed during the rollout")?;
     }
-    let owed = catch_up::owed_without_intent(pool)
+    let owed = rollout::owed_without_intent(pool)
         .await
         .context("minting the refund intents of owed payments")?;
     let orders = caught.orders + owed.orders;

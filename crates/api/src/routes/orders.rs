@@ -14,8 +14,8 @@ use crate::store::{self, KeyUse};
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use oncehook_common::contended;
-use oncehook_ledger::store::shop::{self, Created, ShopOrder};
-use oncehook_ledger::{Created as Waited, Ledger, view, waiting};
+use oncehook_ledger::store::shop::{self, ShopOrder};
+use oncehook_ledger::{Create, Creation, Ledger, view};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -126,24 +126,17 @@ async fn create_once(
             format!("no product {missing:?}: create it with PUT /v1/products/{{sku}}"),
         ));
     }
-    // Webhooks that came before the order (the customer paid while this
-    // call was in flight) wait, parked, for these references: locked
-    // first, applied once the order exists, in this transaction.
-    waiting::lock_refs(&mut tx, &order.order_ref, &order.gateway_refs).await?;
-    let (status, result) = match shop::create_order(&mut tx, order).await? {
-        Created::Order(_) => {
-            let created = Waited {
-                order_ref: &order.order_ref,
-                gateway_refs: &order.gateway_refs,
-            };
-            let applied = Ledger::default().apply(&mut tx, created).await?;
+    // One road: the references locked (webhooks that came before the
+    // order wait for them), the order, the webhooks that waited applied.
+    let (status, result) = match Ledger::default().apply(&mut tx, Create { order }).await? {
+        Creation::Created { applied } => {
             if applied > 0 {
                 tracing::info!(order_ref = %order.order_ref, applied, "order created with the webhooks that waited for it");
             }
             (StatusCode::CREATED, "created")
         }
-        Created::RefTaken => same_content(&mut tx, order).await?,
-        Created::GatewayRefTaken(g) => {
+        Creation::RefTaken => same_content(&mut tx, order).await?,
+        Creation::GatewayRefTaken(g) => {
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
                 "gateway_ref_conflict",

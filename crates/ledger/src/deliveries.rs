@@ -1,0 +1,79 @@
+//! The road of new deliveries (the worker's group): read each event as a
+//! fact, lock the order references and payments it names and the orders
+//! they lead to (the one lock order), place every event, take back what
+//! waited for the links the group makes, record, then the one tail; each
+//! event's outcome for the pipeline.
+
+use std::collections::BTreeMap;
+
+use oncehook_pipeline::{Delivery, EffectError, Effects};
+use sqlx::PgConnection;
+
+use crate::facts::Event;
+use crate::plan::{self, Plan};
+use crate::record::Recording;
+use crate::store::books::{self, PaymentKey};
+use crate::tail::{Intake, follow_through, sorted};
+use crate::{outcome, parking};
+
+/// New deliveries: lock, place, record, then the tail; each one's outcome.
+pub(crate) async fn deliveries_in(
+    conn: &mut PgConnection,
+    deliveries: &[&Delivery],
+) -> Result<Effects, EffectError> {
+    let events: Vec<Event<'_>> = deliveries
+        .iter()
+        .map(|d| Event::read(&d.event))
+        .collect::<Result<_, _>>()
+        .map_err(EffectError::Permanent)?;
+    let payments: Vec<PaymentKey> = sorted(events.iter().filter_map(|e| e.payment.clone()));
+    let refs: Vec<String> = sorted(
+        events
+            .iter()
+            .filter_map(|e| e.order_ref().map(str::to_owned)),
+    );
+    books::lock_keys(conn, &payments, &refs).await?;
+    let named = sorted(events.iter().filter_map(plan::gateway_ref));
+    let locked = books::lock_orders(conn, &refs, &named, &payments).await?;
+    let plan = Plan::new(&events, locked);
+    let linked: Vec<&PaymentKey> = plan.links.iter().map(|l| &l.payment).collect();
+    let (adopted, unreadable) = parking::adopt(conn, &linked).await?;
+
+    let recording = Recording::new(&events, &plan, &adopted);
+    let written = books::record(conn, &recording.facts).await?;
+    let fresh = recording.fresh(&written);
+    let mut parked: Vec<_> = deliveries
+        .iter()
+        .zip(&plan.places)
+        .filter_map(|(d, place)| match place {
+            plan::Place::Parked => Some(parking::parked(d, None)),
+            plan::Place::AwaitingOrder => Some(parking::parked(d, d.event.order_ref.clone())),
+            _ => None,
+        })
+        .collect();
+    parked.extend(unreadable);
+    let intake = Intake {
+        touched: recording.touched(&plan, &fresh),
+        traces: traces_by_order(deliveries, &plan),
+        plan: &plan,
+        recording: &recording,
+        fresh: &fresh,
+        parked,
+    };
+    let states = follow_through(conn, intake).await?;
+    Ok(outcome::tell(&events, &plan, &adopted, &fresh, &states))
+}
+
+/// The `traceparent` of the first delivery placed on each order: the
+/// emails and order events it causes join that trace.
+fn traces_by_order(deliveries: &[&Delivery], plan: &Plan) -> BTreeMap<i64, String> {
+    deliveries
+        .iter()
+        .zip(&plan.places)
+        .rev()
+        .filter_map(|(d, place)| match place {
+            plan::Place::Order(id) => Some((*id, d.trace_parent.clone()?)),
+            _ => None,
+        })
+        .collect()
+}

@@ -1,0 +1,123 @@
+//! The ledger's one tail, whatever road a fact took: recompute every order
+//! a new fact touched from all its facts (status, refunds, stock, flags),
+//! then write the emails, order events and refund intents that owes, and
+//! park what waits.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use oncehook_common::store::outbox;
+use sqlx::PgConnection;
+
+use crate::plan::Plan;
+use crate::recompute::recompute;
+use crate::record::{self, Recording};
+use crate::store::books::OrderRow;
+use crate::store::order_events::{self as events_store, NewOrderEvent};
+use crate::store::parking as parking_store;
+use crate::{emails, order_events, refund_intents, state};
+
+/// What a road hands the tail: the orders its new facts touched, what it
+/// recorded (and which of it was new), the trace each order's
+/// consequences join, and the events that wait.
+pub(crate) struct Intake<'p> {
+    pub(crate) touched: Vec<&'p OrderRow>,
+    pub(crate) traces: BTreeMap<i64, String>,
+    pub(crate) plan: &'p Plan,
+    pub(crate) recording: &'p Recording,
+    pub(crate) fresh: &'p record::Fresh,
+    pub(crate) parked: Vec<parking_store::Parked>,
+}
+
+/// The one tail: recompute, emails, order events, refund intents, parking. The touched
+/// orders' new states.
+pub(crate) async fn follow_through(
+    conn: &mut PgConnection,
+    intake: Intake<'_>,
+) -> Result<BTreeMap<i64, state::OrderState>, sqlx::Error> {
+    let Intake {
+        touched,
+        traces,
+        plan,
+        recording,
+        fresh,
+        parked,
+    } = intake;
+    let noted = recording.orders_of_new_facts(fresh);
+    let recomputed = recompute(conn, &touched, &noted).await?;
+    write_emails(
+        conn,
+        recomputed.confirmations,
+        plan,
+        recording,
+        fresh,
+        &traces,
+    )
+    .await?;
+    write_order_events(conn, recomputed.events, plan, recording, fresh, &traces).await?;
+    refund_intents::write(conn, &touched, &recomputed.states, &traces).await?;
+    parking_store::park_many(conn, &parked).await?;
+    Ok(recomputed.states)
+}
+
+/// Writes the confirmations and one email per new refund fact.
+async fn write_emails(
+    conn: &mut PgConnection,
+    mut emails: Vec<emails::Email>,
+    plan: &Plan,
+    recording: &Recording,
+    fresh: &record::Fresh,
+    traces: &BTreeMap<i64, String>,
+) -> Result<(), sqlx::Error> {
+    emails.extend(recording.new_refunds(fresh).filter_map(|r| {
+        plan.orders
+            .get(&r.order_id)
+            .map(|o| emails::Email::refund(o, r))
+    }));
+    let emails: Vec<emails::Email> = emails
+        .into_iter()
+        .map(|e| {
+            let tp = traces.get(&e.order_id()).map(String::as_str);
+            e.traced(tp)
+        })
+        .collect();
+    let rows: Vec<_> = emails.iter().map(emails::Email::row).collect();
+    if !rows.is_empty() {
+        outbox::write_many(conn, &rows).await?;
+    }
+    Ok(())
+}
+
+/// Writes the order events the recomputed states owe, one per new refund
+/// fact and one per new failed attempt (those already written are skipped).
+async fn write_order_events(
+    conn: &mut PgConnection,
+    mut events: Vec<NewOrderEvent>,
+    plan: &Plan,
+    recording: &Recording,
+    fresh: &record::Fresh,
+    traces: &BTreeMap<i64, String>,
+) -> Result<(), sqlx::Error> {
+    let order = |id: &i64| plan.orders.get(id);
+    events.extend(
+        recording
+            .new_refunds(fresh)
+            .filter_map(|r| order(&r.order_id).map(|o| order_events::refunded(o, r))),
+    );
+    events.extend(
+        recording
+            .new_failures(fresh)
+            .filter_map(|a| order(&a.order_id).map(|o| order_events::payment_failed(o, a))),
+    );
+    for e in &mut events {
+        e.trace_parent = traces.get(&e.order_id).cloned();
+    }
+    for (_, kind) in events_store::write_many(conn, &events).await? {
+        metrics::counter!("oncehook_order_events_written_total", "type" => kind).increment(1);
+    }
+    Ok(())
+}
+
+/// The distinct items, sorted (the order locks are taken in).
+pub(crate) fn sorted<T: Ord>(items: impl Iterator<Item = T>) -> Vec<T> {
+    items.collect::<BTreeSet<T>>().into_iter().collect()
+}
