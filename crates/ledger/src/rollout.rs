@@ -17,11 +17,11 @@ use oncehook_common::store::Pooled;
 use sqlx::PgConnection;
 use time::OffsetDateTime;
 
-use crate::EffectError;
 use crate::input::CatchUp;
 use crate::roads;
 use crate::store::reads;
 use crate::store::refund_intents::minting;
+use oncehook_pipeline::EffectError;
 
 /// Orders caught up in one transaction.
 const PAGE: i64 = 200;
