@@ -8,6 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::rng::Lcg;
+
 use oncehook_common::Envelope;
 use oncehook_gateways::Gateway;
 use oncehook_gateways::sample::SignedDelivery;
@@ -78,7 +80,7 @@ pub async fn plan(env: &TestEnv, orders: usize, tag: &str) -> Plan {
                 .expect("sample parses");
             let identity = (gateway.as_str().to_owned(), parsed.event_id);
             identities.insert(identity.clone());
-            let copies = 1 + rng.next() % 3;
+            let copies = 1 + rng.draw() % 3;
             for _ in 0..copies {
                 posts.push(Post {
                     source: gateway.as_str(),
@@ -91,7 +93,7 @@ pub async fn plan(env: &TestEnv, orders: usize, tag: &str) -> Plan {
     }
     // Interleave: duplicates arrive spread out, not back to back.
     for i in (1..posts.len()).rev() {
-        let j = (rng.next() as usize) % (i + 1);
+        let j = (rng.draw() as usize) % (i + 1);
         posts.swap(i, j);
     }
     Plan {
@@ -447,18 +449,5 @@ pub async fn settle_and_check(
         lost: lost.len(),
         doubled,
         notes,
-    }
-}
-
-/// A tiny deterministic generator (no dependency, reproducible plans).
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        self.0 >> 33
     }
 }

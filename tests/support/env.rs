@@ -91,6 +91,15 @@ pub const DATABASE_BINARIES: [&str; 6] = [
     "oncehookctl",
 ];
 
+/// Every binary of the workspace: ingest (the one without a database) and
+/// [`DATABASE_BINARIES`]. `tests/tests/release.rs` holds it to the
+/// workspace's targets.
+pub fn binaries() -> Vec<&'static str> {
+    std::iter::once("oncehook-ingest")
+        .chain(DATABASE_BINARIES)
+        .collect()
+}
+
 impl TestEnv {
     /// A fresh environment; the service binaries go through PgBouncer when
     /// the run asks for it (`ONCEHOOK_TEST_POOLER=pgbouncer`).
@@ -443,7 +452,13 @@ impl TestEnv {
 
     /// Runs `oncehookctl` with `args`; returns (exit code, stdout, stderr).
     pub async fn ctl(&self, args: &[&str]) -> (i32, String, String) {
-        let out = tokio::process::Command::new(crate::process::bin("oncehookctl"))
+        self.ctl_from(&crate::process::bin_dir(), args).await
+    }
+
+    /// [`TestEnv::ctl`] with the binary taken from `dir` (another release's
+    /// build beside the one under test).
+    pub async fn ctl_from(&self, dir: &std::path::Path, args: &[&str]) -> (i32, String, String) {
+        let out = tokio::process::Command::new(dir.join("oncehookctl"))
             .args(args)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())

@@ -31,6 +31,7 @@ pub mod process;
 pub mod prometheus;
 pub mod receiver;
 pub mod refunds;
+pub mod rng;
 pub mod services;
 pub mod shop;
 pub mod smtp;

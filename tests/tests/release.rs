@@ -79,15 +79,7 @@ async fn run(name: &str, flag: &str) -> (Option<i32>, String, String) {
 #[tokio::test]
 async fn every_binary_answers_version_with_the_workspace_version() {
     let binaries = workspace_binaries();
-    for expected in [
-        "oncehook-ingest",
-        "oncehook-worker",
-        "oncehook-mailer",
-        "oncehook-notifier",
-        "oncehook-api",
-        "oncehook-console",
-        "oncehookctl",
-    ] {
+    for expected in oncehook_e2e::env::binaries() {
         assert!(
             binaries.contains(expected),
             "{expected} not among the workspace's binaries: {binaries:?}"

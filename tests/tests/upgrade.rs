@@ -49,6 +49,7 @@ use oncehook_e2e::api::{FULL_KEY, config_with_keys};
 use oncehook_e2e::console::hash_line;
 use oncehook_e2e::process::Proc;
 use oncehook_e2e::receiver::{Received, Receiver, SECRET};
+use oncehook_e2e::rng::Lcg;
 use oncehook_e2e::{SmtpSink, TestEnv, broker, free_port};
 use oncehook_gateways::Gateway;
 use oncehook_gateways::sample::SignedDelivery;
@@ -74,7 +75,7 @@ fn releases() -> (Release, Release) {
         )
     });
     let old = PathBuf::from(old);
-    for bin in BINARIES {
+    for bin in oncehook_e2e::env::binaries() {
         assert!(
             old.join(bin).exists(),
             "{} is missing from ONCEHOOK_UPGRADE_FROM_BIN ({})",
@@ -85,7 +86,7 @@ fn releases() -> (Release, Release) {
     let new = std::env::var("ONCEHOOK_UPGRADE_TO_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|_| oncehook_e2e::process::bin_dir());
-    for bin in BINARIES {
+    for bin in oncehook_e2e::env::binaries() {
         assert!(
             new.join(bin).exists(),
             "{} is missing from {}: `cargo build --workspace --bins`",
@@ -104,16 +105,6 @@ fn releases() -> (Release, Release) {
         },
     )
 }
-
-const BINARIES: [&str; 7] = [
-    "oncehook-ingest",
-    "oncehook-worker",
-    "oncehook-mailer",
-    "oncehook-notifier",
-    "oncehook-api",
-    "oncehook-console",
-    "oncehookctl",
-];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Role {
@@ -319,20 +310,7 @@ async fn stop(mut proc: Proc) -> Option<i32> {
 
 /// `oncehookctl` of `rel` with `args`: (exit code, stdout, stderr).
 async fn ctl(env: &TestEnv, rel: &Release, args: &[&str]) -> (i32, String, String) {
-    let out = tokio::process::Command::new(rel.dir.join("oncehookctl"))
-        .args(args)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .envs(env.database_envs("oncehookctl", args))
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .expect("run oncehookctl");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    env.ctl_from(&rel.dir, args).await
 }
 
 // ---------------------------------------------------------------------------
@@ -405,24 +383,6 @@ fn answer(status: u16) -> String {
     }
 }
 
-/// A tiny deterministic generator: the same plan every run.
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        self.0 >> 33
-    }
-
-    /// A whole number of seconds in `lo..=hi`.
-    fn secs(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
-    }
-}
-
 /// One planned delivery of an order: `copies` posts at once at `t` seconds
 /// (of a 240 s window) after the order's creation.
 struct Planned {
@@ -478,7 +438,7 @@ fn plan(env: &TestEnv, n: usize, window: Duration) -> Vec<Script> {
         };
         if i % 4 == 1 {
             let failed = format!("{pay}_f");
-            let (t, copies) = (rng.secs(1, 3) as f64, 1 + (rng.next() % 2) as usize);
+            let (t, copies) = (rng.secs(1, 3) as f64, 1 + (rng.draw() % 2) as usize);
             posts.push(planned(
                 t,
                 "payment.failed",
@@ -495,7 +455,7 @@ fn plan(env: &TestEnv, n: usize, window: Duration) -> Vec<Script> {
         if !never_paid {
             let t = rng.secs(4, 8) as f64;
             // Once (2 in 5), twice at once (2 in 5) or three times (1 in 5).
-            let copies = [1, 1, 2, 2, 3][(rng.next() % 5) as usize];
+            let copies = [1, 1, 2, 2, 3][(rng.draw() % 5) as usize];
             posts.push(planned(
                 t,
                 "payment.captured",
@@ -505,7 +465,7 @@ fn plan(env: &TestEnv, n: usize, window: Duration) -> Vec<Script> {
                 amount,
                 copies,
             ));
-            if rng.next().is_multiple_of(4) {
+            if rng.draw().is_multiple_of(4) {
                 let late = t + rng.secs(6, 14) as f64;
                 posts.push(planned(
                     late,
@@ -520,7 +480,7 @@ fn plan(env: &TestEnv, n: usize, window: Duration) -> Vec<Script> {
             if twice {
                 let second = format!("{pay}_b");
                 let t2 = t + rng.secs(2, 6) as f64;
-                let copies = 1 + (rng.next() % 2) as usize;
+                let copies = 1 + (rng.draw() % 2) as usize;
                 posts.push(planned(
                     t2,
                     "payment.captured",
@@ -532,7 +492,7 @@ fn plan(env: &TestEnv, n: usize, window: Duration) -> Vec<Script> {
                 ));
                 if i % 50 == 20 {
                     let id = format!("evt_{order_ref}_rb");
-                    let (t3, copies) = (t2 + rng.secs(8, 12) as f64, 1 + (rng.next() % 2) as usize);
+                    let (t3, copies) = (t2 + rng.secs(8, 12) as f64, 1 + (rng.draw() % 2) as usize);
                     posts.push(planned(
                         t3,
                         "refund.processed",
@@ -563,7 +523,7 @@ fn plan(env: &TestEnv, n: usize, window: Duration) -> Vec<Script> {
             if !cancelled && i % 4 == 2 {
                 let refunded = if i % 8 == 2 { amount } else { amount / 2 };
                 let id = format!("evt_{order_ref}_r");
-                let (t3, copies) = (t + rng.secs(8, 18) as f64, 1 + (rng.next() % 2) as usize);
+                let (t3, copies) = (t + rng.secs(8, 18) as f64, 1 + (rng.draw() % 2) as usize);
                 posts.push(planned(
                     t3,
                     "refund.processed",
