@@ -107,6 +107,20 @@ impl Config {
         Self::from_env_map(&env)
     }
 
+    /// A configuration from these variables alone, its database one nothing
+    /// listens on unless `vars` name one: for the paths a test drives that
+    /// decide before they would touch Postgres (a pool opened lazily on it
+    /// never connects).
+    pub fn offline(vars: &[(&str, &str)]) -> Result<Self, ConfigError> {
+        let mut env: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        env.entry("ONCEHOOK_DATABASE_URL".to_owned())
+            .or_insert_with(|| "postgres://nobody@127.0.0.1:1/none".to_owned());
+        Self::from_env_map(&env)
+    }
+
     /// Like [`Config::load`] but from an explicit variable map (tests).
     pub fn from_env_map(env: &HashMap<String, String>) -> Result<Self, ConfigError> {
         let sections = load::layered(env)?;

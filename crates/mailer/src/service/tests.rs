@@ -1,8 +1,6 @@
 //! The mailer's decisions, tested with the in-memory queue (no broker, no
 //! database, no SMTP: these paths decide before any of them is needed).
 
-use std::collections::HashMap;
-
 use oncehook_common::consume::dispatch;
 use oncehook_common::consume::memory::{MemoryDeadLetters, MemoryDelivery, Settled};
 
@@ -13,14 +11,7 @@ fn mailer() -> Arc<Mailer> {
 }
 
 fn mailer_with(vars: &[(&str, &str)]) -> Arc<Mailer> {
-    let mut env: HashMap<String, String> = vars
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect();
-    // Never connected: nothing listens there.
-    env.entry("ONCEHOOK_DATABASE_URL".to_owned())
-        .or_insert_with(|| "postgres://nobody@127.0.0.1:1/none".to_owned());
-    let settings = oncehook_common::Config::from_env_map(&env)
+    let settings = oncehook_common::Config::offline(vars)
         .expect("settings")
         .into_mailer();
     let pool = Pooled::open(&settings.database, 1).expect("lazy pool");

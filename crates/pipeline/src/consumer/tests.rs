@@ -1,7 +1,6 @@
 //! The worker's decisions, tested with the in-memory queue (no broker, no
 //! database: these paths never reach Postgres).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,14 +32,7 @@ fn worker() -> Arc<Worker<Unreached>> {
 }
 
 fn worker_with(vars: &[(&str, &str)]) -> Arc<Worker<Unreached>> {
-    let mut env: HashMap<String, String> = vars
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect();
-    // Never connected: nothing listens there.
-    env.entry("ONCEHOOK_DATABASE_URL".to_owned())
-        .or_insert_with(|| "postgres://nobody@127.0.0.1:1/none".to_owned());
-    let settings = oncehook_common::Config::from_env_map(&env)
+    let settings = oncehook_common::Config::offline(vars)
         .expect("settings")
         .into_worker();
     // Never connected: the paths under test decide before touching Postgres.
