@@ -1,7 +1,7 @@
 //! What an operator's action did, said on top of the page that answers it,
-//! and the audit row every action writes: one shape for every page with
-//! actions (notifications, refunds), so an action is recorded and shown the
-//! same way wherever it is taken.
+//! the frame of such a page, and the audit row every action writes: one
+//! shape for every page with actions (notifications, refunds), so an action
+//! is recorded and shown the same way wherever it is taken.
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse};
@@ -10,7 +10,7 @@ use oncehook_common::store::audit::NewAuditEntry;
 use oncehook_ops::output::truncate;
 
 use crate::auth::Who;
-use crate::html as page;
+use crate::html::{self, Page};
 use crate::state::State;
 
 /// What an action did.
@@ -53,6 +53,31 @@ impl Said {
             @if !self.recorded { p.error { "Warning: the audit row could not be written; see the console's log." } }
         }
     }
+}
+
+/// A page with actions, as shown (200) or answering an action (its status,
+/// what it did on top): `title` as the heading with `summary` under it,
+/// then `content`, and for a viewer the `hint` of what needs the operator
+/// role.
+pub fn page(
+    who: &Who,
+    title: &str,
+    said: Option<Said>,
+    summary: Markup,
+    content: Markup,
+    hint: &str,
+) -> HttpResponse {
+    let status = said.as_ref().map_or(StatusCode::OK, |s| s.status);
+    html::respond(
+        status,
+        Page::new(title, Some(who)).body(html! {
+            h1 { (title) }
+            p.summary { (summary) }
+            @if let Some(s) = &said { (s.block()) }
+            (content)
+            @if !who.may_act() { p.hint { (hint) } }
+        }),
+    )
 }
 
 /// Writes the audit row of an action; `said` with whether it was written.
@@ -98,5 +123,5 @@ pub async fn failed(
         "The database did not answer; the details are in the console's log.".to_owned(),
     );
     audited(req, state, who, action, scope, said).await;
-    page::failure(who, title, &anyhow::Error::new(e))
+    html::failure(who, title, &anyhow::Error::new(e))
 }

@@ -7,7 +7,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use maud::html;
 use oncehook_common::store::audit;
 
-use super::{PAGE_SIZE, page_number};
+use super::{PAGE_SIZE, one_page, page_number};
 use crate::auth;
 use crate::form::Pairs;
 use crate::html::{self, Page};
@@ -30,8 +30,7 @@ pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
         Ok(r) => r,
         Err(e) => return html::failure(&who, "Audit", &anyhow::Error::new(e)),
     };
-    let more = rows.len() as i64 > PAGE_SIZE;
-    rows.truncate(PAGE_SIZE as usize);
+    let more = one_page(&mut rows);
     html::ok(Page::new("Audit", Some(&who)).body(html! {
         h1 { "Audit" }
         p { "Every replay and purge of dead letters, every replay of notifications, every endpoint enabled and every refund approved, cancelled, paused or resumed through the console." }

@@ -10,8 +10,7 @@ use oncehook_common::store::dedup::{self, OUTCOMES, RecentCursor, RecentFilter};
 use oncehook_ops::timefmt::{parse_duration, parse_rfc3339, rfc3339};
 use time::OffsetDateTime;
 
-use super::PAGE_SIZE;
-use crate::auth;
+use super::{PAGE_SIZE, one_page, page_query};
 use crate::form::Pairs;
 use crate::html::{self, Page};
 use crate::input::{self, Invalid};
@@ -90,13 +89,9 @@ fn damaged_cursor() -> Invalid {
 }
 
 pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
-    let who = match auth::page(&req, &state) {
-        Ok(w) => w,
+    let (who, query) = match page_query(&req, &state, ("Events", "/events"), Query::parse) {
+        Ok(v) => v,
         Err(r) => return *r,
-    };
-    let query = match Query::parse(&Pairs::parse(req.query_string().as_bytes())) {
-        Ok(q) => q,
-        Err(why) => return input::bad_request(&who, "Events", "/events", &why),
     };
     let since = query
         .within
@@ -121,8 +116,7 @@ pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
         Ok(r) => r,
         Err(e) => return html::failure(&who, "Events", &anyhow::Error::new(e)),
     };
-    let more = rows.len() as i64 > PAGE_SIZE;
-    rows.truncate(PAGE_SIZE as usize);
+    let more = one_page(&mut rows);
     let next = more.then(|| rows.last().map(RecentCursor::after)).flatten();
     let gateways: Vec<&str> = oncehook_gateways::names();
     let sources: Vec<&str> = state

@@ -10,8 +10,7 @@ use oncehook_ledger::store as ledger;
 use oncehook_ops::trace::{self, TraceReport};
 use serde_json::Value;
 
-use crate::auth;
-use crate::form::Pairs;
+use super::page_query;
 use crate::html::{self, Page};
 use crate::input;
 use crate::state::State;
@@ -31,13 +30,11 @@ const SECTIONS: [(&str, &str); 7] = [
 ];
 
 pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
-    let who = match auth::page(&req, &state) {
-        Ok(w) => w,
+    let (who, q) = match page_query(&req, &state, ("Trace", "/trace"), |p| {
+        input::text(p, "q", MAX_TERM)
+    }) {
+        Ok((who, q)) => (who, q.unwrap_or_default()),
         Err(r) => return *r,
-    };
-    let q = match input::text(&Pairs::parse(req.query_string().as_bytes()), "q", MAX_TERM) {
-        Ok(q) => q.unwrap_or_default(),
-        Err(why) => return input::bad_request(&who, "Trace", "/trace", &why),
     };
     let found = if q.is_empty() {
         Ok(None)

@@ -4,9 +4,6 @@
 //! library on the queue, audited, and answered after the snapshot was read
 //! again.
 
-use std::future::Future;
-use std::pin::Pin;
-
 use actix_web::{HttpRequest, HttpResponse, web};
 use lapin::Connection;
 use maud::html;
@@ -38,10 +35,11 @@ pub async fn preview(req: HttpRequest, state: web::Data<State>, body: web::Bytes
         Ok(w) => w,
         Err(r) => return *r,
     };
-    let action = match form.get("action").as_deref() {
-        Some("purge") => "purge",
-        _ => "replay",
+    let verb = match form.get("action").as_deref() {
+        Some("purge") => Verb::Purge,
+        _ => Verb::Replay,
     };
+    let (action, title) = (verb.action(), verb.title());
     let ids = form.all("ids");
     let Filtered {
         filter,
@@ -69,9 +67,8 @@ pub async fn preview(req: HttpRequest, state: web::Data<State>, body: web::Bytes
     } else {
         ids.join(" ")
     };
-    let verb = if action == "purge" { "Purge" } else { "Replay" };
-    html::ok(Page::new(&format!("{verb} dead letters"), Some(&who)).body(html! {
-        h1 { (verb) " dead letters" }
+    html::ok(Page::new(&format!("{title} dead letters"), Some(&who)).body(html! {
+        h1 { (title) " dead letters" }
         p.dry-run { "Dry run: " strong { (chosen.len()) } " dead letter(s) match " code { (scope) } ". Nothing has changed yet." }
         (freshness(&view))
         @if chosen.is_empty() { p { a href="/letters" { "Back to the dead letters" } } } @else {
@@ -82,10 +79,10 @@ pub async fn preview(req: HttpRequest, state: web::Data<State>, body: web::Bytes
                 @for l in &chosen { input type="hidden" name="ids" value=(l.facts.id); }
                 label {
                     input type="checkbox" name="confirm" value="yes" required;
-                    @if action == "purge" { " Delete these " (chosen.len()) " dead letter(s) for good" }
+                    @if let Verb::Purge = verb { " Delete these " (chosen.len()) " dead letter(s) for good" }
                     @else { " Replay these " (chosen.len()) " dead letter(s) to the queue they came from" }
                 }
-                button type="submit" class=(action) { (verb) " " (chosen.len()) }
+                button type="submit" class=(action) { (title) " " (chosen.len()) }
                 " " a href="/letters" { "Cancel" }
             }
         }
@@ -94,49 +91,74 @@ pub async fn preview(req: HttpRequest, state: web::Data<State>, body: web::Bytes
 
 /// `POST /letters/replay`: replays the given IDs (confirmed), audited.
 pub async fn replay(req: HttpRequest, state: web::Data<State>, body: web::Bytes) -> HttpResponse {
-    act(req, state, body, "replay", |state, conn, ids| {
-        Box::pin(async move {
-            let args = ReplayArgs {
-                ids,
-                all: false,
-                filter: Filter::default(),
-                caution: Caution {
-                    dry_run: false,
-                    yes: true,
-                },
-            };
-            let r = replay::run(&state.settings, conn, &state.topology, args, &QUIET).await?;
-            Ok(outcome_of(&r))
-        })
-    })
-    .await
+    act(req, state, body, Verb::Replay).await
 }
 
 /// `POST /letters/purge`: deletes the given IDs for good (confirmed), audited.
 pub async fn purge(req: HttpRequest, state: web::Data<State>, body: web::Bytes) -> HttpResponse {
-    act(req, state, body, "purge", |state, conn, ids| {
-        Box::pin(async move {
-            let args = PurgeArgs {
-                ids,
-                all: false,
-                yes: true,
-            };
-            let r = purge::run(conn, &state.topology, args, &QUIET).await?;
-            Ok(outcome_of(&r))
-        })
-    })
-    .await
+    act(req, state, body, Verb::Purge).await
 }
 
 /// What a ctl verb's report says: whether it all went well, its text, its JSON.
 type Outcome = (bool, String, Value);
 
-/// The ctl verb behind an action, run on a broker connection with the IDs.
-type Verb = for<'a> fn(
-    &'a State,
-    &'a Connection,
-    Vec<String>,
-) -> Pin<Box<dyn Future<Output = anyhow::Result<Outcome>> + 'a>>;
+/// The ctl verb behind a confirmed action.
+#[derive(Debug, Clone, Copy)]
+enum Verb {
+    Replay,
+    Purge,
+}
+
+impl Verb {
+    /// The action's name: its path, and the audit trail's word.
+    fn action(self) -> &'static str {
+        match self {
+            Verb::Replay => "replay",
+            Verb::Purge => "purge",
+        }
+    }
+
+    /// The action as a heading.
+    fn title(self) -> &'static str {
+        match self {
+            Verb::Replay => "Replay",
+            Verb::Purge => "Purge",
+        }
+    }
+
+    /// Runs the verb on the queue over exactly `ids`, confirmed.
+    async fn run(
+        self,
+        state: &State,
+        conn: &Connection,
+        ids: Vec<String>,
+    ) -> anyhow::Result<Outcome> {
+        Ok(match self {
+            Verb::Replay => {
+                let args = ReplayArgs {
+                    ids,
+                    all: false,
+                    filter: Filter::default(),
+                    caution: Caution {
+                        dry_run: false,
+                        yes: true,
+                    },
+                };
+                outcome_of(
+                    &replay::run(&state.settings, conn, &state.topology, args, &QUIET).await?,
+                )
+            }
+            Verb::Purge => {
+                let args = PurgeArgs {
+                    ids,
+                    all: false,
+                    yes: true,
+                };
+                outcome_of(&purge::run(conn, &state.topology, args, &QUIET).await?)
+            }
+        })
+    }
+}
 
 fn outcome_of<R: Report + serde::Serialize>(r: &R) -> Outcome {
     (
@@ -152,9 +174,9 @@ async fn act(
     req: HttpRequest,
     state: web::Data<State>,
     body: web::Bytes,
-    action: &str,
     verb: Verb,
 ) -> HttpResponse {
+    let action = verb.action();
     let form = Pairs::parse(&body);
     let who = match auth::action(&req, &state, &form, ConsoleRole::Operator) {
         Ok(w) => w,
@@ -165,7 +187,7 @@ async fn act(
     };
     let done = async {
         let conn = broker::connect(&state.settings).await?;
-        let done = verb(&state, &conn, ids.clone()).await;
+        let done = verb.run(&state, &conn, ids.clone()).await;
         broker::close(conn).await;
         done
     }
@@ -173,7 +195,7 @@ async fn act(
     if let Err(e) = state.dead_letters.refresh().await {
         tracing::warn!(error = %format!("{e:#}"), action, "could not read the dead letters again after the action");
     }
-    finish(&req, &state, &who, action, &ids, form.get("scope"), done).await
+    finish(&req, &state, &who, verb, &ids, form.get("scope"), done).await
 }
 
 /// The IDs of a confirmed action; `None` without `confirm=yes` or IDs.
@@ -198,7 +220,7 @@ async fn finish(
     req: &HttpRequest,
     state: &State,
     who: &Who,
-    action: &str,
+    verb: Verb,
     ids: &[String],
     scope: Option<String>,
     outcome: anyhow::Result<(bool, String, Value)>,
@@ -207,6 +229,7 @@ async fn finish(
         Ok(o) => o,
         Err(e) => (false, format!("{e:#}"), Value::Null),
     };
+    let action = verb.action();
     let address = req.peer_addr().map(|a| a.ip().to_string());
     let entry = NewAuditEntry {
         actor: &who.session.user,
@@ -229,7 +252,7 @@ async fn finish(
     html::respond(
         status,
         Page::new(action, Some(who)).body(html! {
-            h1 { (if action == "purge" { "Purge" } else { "Replay" }) }
+            h1 { (verb.title()) }
             p class=(if ok { "result ok" } else { "result error" }) role="status" { pre { (text) } }
             @if !results.is_null() { (html::value(&results)) }
             @if !recorded { p.error { "Warning: the audit row could not be written; see the console's log." } }

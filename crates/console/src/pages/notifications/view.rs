@@ -3,7 +3,6 @@
 //! enable buttons. The actions answer with the same page
 //! ([`answer`]), what they did on top.
 
-use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use maud::{Markup, html};
 use oncehook_common::store::notify::{self as store, DeliveryRecord, EndpointState};
@@ -11,25 +10,19 @@ use oncehook_ops::output::truncate;
 use oncehook_ops::timefmt::{human_duration, whole_secs};
 
 use super::{PAGE_SIZE, PATH, Query, STATUSES, TITLE};
-use crate::auth::{self, Who};
-use crate::form::Pairs;
-use crate::html::{self, Page};
-use crate::input;
+use crate::auth::Who;
+use crate::html;
 use crate::pages::events::{enc, select};
-use crate::said::Said;
+use crate::pages::{one_page, page_query};
+use crate::said::{self, Said};
 use crate::state::State;
 
 /// `GET /notifications`
 pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
-    let who = match auth::page(&req, &state) {
-        Ok(w) => w,
-        Err(r) => return *r,
-    };
-    let query = match Query::parse(&Pairs::parse(req.query_string().as_bytes())) {
-        Ok(q) => q,
-        Err(why) => return input::bad_request(&who, TITLE, PATH, &why),
-    };
-    answer(&who, &state, &query, None).await
+    match page_query(&req, &state, (TITLE, PATH), Query::parse) {
+        Ok((who, query)) => answer(&who, &state, &query, None).await,
+        Err(r) => *r,
+    }
 }
 
 /// What the page shows: every endpoint, and a page of deliveries.
@@ -45,8 +38,7 @@ async fn read(state: &State, query: &Query) -> Result<Book, sqlx::Error> {
     let endpoints = store::endpoints(&mut conn).await?;
     let mut deliveries = store::list(&mut conn, &query.list_filter()).await?;
     conn.finish().await?;
-    let more = deliveries.len() as i64 > PAGE_SIZE;
-    deliveries.truncate(PAGE_SIZE as usize);
+    let more = one_page(&mut deliveries);
     Ok(Book {
         endpoints,
         deliveries,
@@ -87,13 +79,12 @@ pub(super) async fn answer(
             .endpoint
             .as_deref()
             .is_none_or(|n| !disabled.contains(&n));
-    let status = said.as_ref().map_or(StatusCode::OK, |s| s.status);
-    html::respond(
-        status,
-        Page::new(TITLE, Some(who)).body(html! {
-            h1 { (TITLE) }
-            p.summary { "The order events the notifier sends to the shop's endpoints, as " code { "oncehookctl notify" } " shows them." }
-            @if let Some(s) = &said { (s.block()) }
+    said::page(
+        who,
+        TITLE,
+        said,
+        html! { "The order events the notifier sends to the shop's endpoints, as " code { "oncehookctl notify" } " shows them." },
+        html! {
             section {
                 h2 { "Endpoints" }
                 (endpoints_table(who, &book.endpoints, &configured_only))
@@ -107,8 +98,8 @@ pub(super) async fn answer(
                 (deliveries_table(who, &book.deliveries, query, &disabled))
                 @if book.more { p { "Showing the newest " (PAGE_SIZE) "; narrow the filter (an endpoint, a status, an event) to see others." } }
             }
-            @if !who.may_act() { p.hint { "Replaying deliveries and enabling endpoints need the operator role." } }
-        }),
+        },
+        "Replaying deliveries and enabling endpoints need the operator role.",
     )
 }
 

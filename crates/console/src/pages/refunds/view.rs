@@ -3,7 +3,6 @@
 //! and resume buttons. The actions answer with the same page ([`answer`]),
 //! what they did on top.
 
-use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use maud::{Markup, html};
 use oncehook_common::refund::{STATE_APPROVED, STATE_FAILED, STATE_OWED, STATES};
@@ -12,25 +11,19 @@ use oncehook_ledger::store::refund_intents::{self as store, Intent};
 use oncehook_ops::output::truncate;
 
 use super::{MAX_TERM, PAGE_SIZE, PATH, Query, TITLE};
-use crate::auth::{self, Who};
-use crate::form::Pairs;
-use crate::html::{self, Page};
-use crate::input;
+use crate::auth::Who;
+use crate::html;
 use crate::pages::events::{enc, select};
-use crate::said::Said;
+use crate::pages::{one_page, page_query};
+use crate::said::{self, Said};
 use crate::state::State;
 
 /// `GET /refunds`
 pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
-    let who = match auth::page(&req, &state) {
-        Ok(w) => w,
-        Err(r) => return *r,
-    };
-    let query = match Query::parse(&Pairs::parse(req.query_string().as_bytes())) {
-        Ok(q) => q,
-        Err(why) => return input::bad_request(&who, TITLE, PATH, &why),
-    };
-    answer(&who, &state, &query, None).await
+    match page_query(&req, &state, (TITLE, PATH), Query::parse) {
+        Ok((who, query)) => answer(&who, &state, &query, None).await,
+        Err(r) => *r,
+    }
 }
 
 /// What the page shows: the kill switch and a page of intents.
@@ -59,8 +52,7 @@ async fn read(state: &State, query: &Query) -> Result<Book, sqlx::Error> {
     };
     let paused = store::paused(&mut conn).await?;
     conn.finish().await?;
-    let more = intents.len() as i64 > PAGE_SIZE;
-    intents.truncate(PAGE_SIZE as usize);
+    let more = one_page(&mut intents);
     Ok(Book {
         paused,
         intents,
@@ -79,14 +71,13 @@ pub(super) async fn answer(
         Ok(b) => b,
         Err(e) => return html::failure(who, TITLE, &anyhow::Error::new(e)),
     };
-    let status = said.as_ref().map_or(StatusCode::OK, |s| s.status);
     let any_on = state.settings.refunds.any_on();
-    html::respond(
-        status,
-        Page::new(TITLE, Some(who)).body(html! {
-            h1 { (TITLE) }
-            p.summary { "Money the books say is owed back to customers, one intent per owed payment, as " code { "oncehookctl refunds" } " shows it." }
-            @if let Some(s) = &said { (s.block()) }
+    said::page(
+        who,
+        TITLE,
+        said,
+        html! { "Money the books say is owed back to customers, one intent per owed payment, as " code { "oncehookctl refunds" } " shows it." },
+        html! {
             (switch(who, book.paused, any_on))
             section {
                 h2 { "Intents" }
@@ -94,8 +85,8 @@ pub(super) async fn answer(
                 (intents_table(who, &book.intents, query))
                 @if book.more { p { "Showing the newest " (PAGE_SIZE) "; narrow by state, intent or order to see others." } }
             }
-            @if !who.may_act() { p.hint { "Approving, cancelling, pausing and resuming refunds need the operator role." } }
-        }),
+        },
+        "Approving, cancelling, pausing and resuming refunds need the operator role.",
     )
 }
 
