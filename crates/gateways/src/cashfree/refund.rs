@@ -43,7 +43,7 @@ use super::Cashfree;
 use crate::amount::{currency_exponent, format_decimal_minor};
 use crate::json::{id_at, str_at};
 use crate::reconcile::{ApiBody, ApiCredentials, ApiRequest, Method, RequestError, segment};
-use crate::refund::{GatewayRefunds, RefundAsk, RefundCall, RefundOutcome};
+use crate::refund::{GatewayRefunds, RefundAsk, RefundCall, RefundOutcome, answer};
 
 /// Cashfree's `refund_id` length.
 const REFUND_ID_LEN: std::ops::RangeInclusive<usize> = 3..=40;
@@ -57,12 +57,7 @@ impl GatewayRefunds for Cashfree {
         credentials: &ApiCredentials,
     ) -> Result<ApiRequest, RequestError> {
         let order = order_id(ask)?;
-        if ask.amount_minor <= 0 {
-            return Err(RequestError::Invalid(format!(
-                "refund amount {} is not positive",
-                ask.amount_minor
-            )));
-        }
+        ask.check_amount()?;
         let amount = format_decimal_minor(ask.amount_minor, currency_exponent(&ask.currency));
         let mut body = format!(
             "{{\"refund_amount\":{amount},\"refund_id\":{}",
@@ -231,10 +226,7 @@ fn cashfree_error(body: &[u8]) -> Option<(String, String)> {
 }
 
 fn unreadable(status: u16, body: &[u8]) -> RefundOutcome {
-    let words: String = String::from_utf8_lossy(body).chars().take(200).collect();
-    RefundOutcome::Retry {
-        reason: format!("Cashfree answered {status}: {words}"),
-    }
+    answer::unreadable("Cashfree", status, body)
 }
 
 #[cfg(test)]

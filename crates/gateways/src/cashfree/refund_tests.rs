@@ -4,25 +4,19 @@ use serde_json::json;
 use super::*;
 use crate::Gateway;
 use crate::documented::{body, cashfree};
-use crate::reconcile::{OrderNames, credentials, table};
+use crate::reconcile::OrderNames;
+use crate::refund::test_support::{self, any_answer, read_any};
 
 const INTENT: &str = "ri_2b7e151628aed2a6abf7";
 
 fn ask() -> RefundAsk {
     RefundAsk {
-        intent_id: INTENT.into(),
-        attempt: 1,
-        payment_id: "918812".into(),
-        amount_minor: 10_081,
-        currency: "INR".into(),
         order: OrderNames {
             order_ref: "c6G-QMcbm1848".into(),
             refs: vec![],
             payments: vec!["918812".into()],
         },
-        reason: "duplicate_capture".into(),
-        payment_order: None,
-        gateway_payment_id: None,
+        ..test_support::ask(INTENT, "918812", 10_081, "INR")
     }
 }
 
@@ -31,9 +25,8 @@ fn refunds() -> &'static dyn GatewayRefunds {
 }
 
 fn creds() -> ApiCredentials {
-    let secrets = vec!["cf_secret".to_owned()];
-    let t = table(&[("client_id", "cf_id"), ("client_secret", "cf_secret")]);
-    credentials(Gateway::Cashfree, &t, crate::Credentials::new(&secrets)).expect("credentials")
+    let fields = [("client_id", "cf_id"), ("client_secret", "cf_secret")];
+    test_support::api_credentials(Gateway::Cashfree, &fields, "cf_secret")
 }
 
 /// The documented refund entity (the first of the documented list).
@@ -96,9 +89,7 @@ fn the_request_refunds_the_order_under_the_intents_refund_id_with_an_exact_amoun
         "every attempt the same"
     );
 
-    let lookup = refunds()
-        .lookup(&ask(), &creds())
-        .expect("a request");
+    let lookup = refunds().lookup(&ask(), &creds()).expect("a request");
     assert_eq!(
         (lookup.method, lookup.path.as_str()),
         (
@@ -278,13 +269,8 @@ fn a_repeated_refund_id_is_tried_again_through_the_lookup_and_refusals_keep_cash
 
 proptest! {
     #[test]
-    fn read_never_panics_on_any_answer(
-        status in 0u16..1000,
-        body in proptest::collection::vec(any::<u8>(), 0..512),
-        lookup in any::<bool>(),
-    ) {
-        let call = if lookup { RefundCall::Lookup } else { RefundCall::Create };
-        let _ = refunds().read(&ask(), call, status, &body);
+    fn read_never_panics_on_any_answer((status, body, lookup) in any_answer()) {
+        read_any(refunds(), &ask(), status, &body, lookup);
     }
 
     #[test]
@@ -295,10 +281,9 @@ proptest! {
         status in prop_oneof![Just(200u16), Just(400), Just(404), Just(409)],
         lookup in any::<bool>(),
     ) {
-        let call = if lookup { RefundCall::Lookup } else { RefundCall::Create };
         let entity = json!({"refund_id": id, "cf_refund_id": id, "cf_payment_id": id, "refund_status": state,
                             "refund_amount": amount, "refund_currency": "INR", "code": id, "message": state});
-        let _ = refunds().read(&ask(), call, status, entity.to_string().as_bytes());
+        read_any(refunds(), &ask(), status, entity.to_string().as_bytes(), lookup);
     }
 }
 
@@ -312,7 +297,10 @@ fn a_second_attempt_has_its_own_refund_id_and_key() {
     let sent: serde_json::Value =
         serde_json::from_slice(&request.body.as_ref().expect("a body").bytes).expect("json");
     assert_eq!(sent["refund_id"], "ri_2b7e151628aed2a6abf7-2");
-    let key = request.headers.iter().find(|h| h.name == "x-idempotency-key");
+    let key = request
+        .headers
+        .iter()
+        .find(|h| h.name == "x-idempotency-key");
     assert_eq!(
         key.map(|h| h.value.as_str()),
         Some("ri_2b7e151628aed2a6abf7-2")

@@ -51,7 +51,7 @@ use super::scheme::CURRENCY;
 use crate::amount::{currency_exponent, format_decimal_minor, parse_decimal_minor};
 use crate::json::{id_at, parse_body, str_at};
 use crate::reconcile::{ApiCredentials, ApiRequest, RequestError};
-use crate::refund::{GatewayRefunds, RefundAsk, RefundCall, RefundOutcome};
+use crate::refund::{GatewayRefunds, RefundAsk, RefundCall, RefundOutcome, answer};
 use crate::{EventKind, Gateway, NormalizedEvent};
 
 /// The refund command.
@@ -80,12 +80,7 @@ impl GatewayRefunds for Payu {
                 ask.currency
             )));
         }
-        if ask.amount_minor <= 0 {
-            return Err(RequestError::Invalid(format!(
-                "refund amount {} is not positive",
-                ask.amount_minor
-            )));
-        }
+        ask.check_amount()?;
         let amount = format_decimal_minor(ask.amount_minor, currency_exponent(CURRENCY));
         let (key, hash) = signed(credentials, REFUND_COMMAND, mihpayid)?;
         let form = Serializer::new(String::new())
@@ -340,10 +335,7 @@ fn refund_fact(ask: &RefundAsk, request_id: &str, action: &Value) -> Option<Norm
 }
 
 fn unreadable(status: u16, body: &[u8]) -> RefundOutcome {
-    let words: String = String::from_utf8_lossy(body).chars().take(200).collect();
-    RefundOutcome::Retry {
-        reason: format!("PayU answered {status}: {words}"),
-    }
+    answer::unreadable("PayU", status, body)
 }
 
 #[cfg(test)]

@@ -4,24 +4,15 @@ use serde_json::json;
 use super::*;
 use crate::Credentials;
 use crate::documented::{body, payu};
-use crate::reconcile::{Method, OrderNames, credentials, table};
+use crate::reconcile::{Method, credentials, table};
+use crate::refund::test_support::{self, any_answer, read_any};
 
 /// The documented lookup's transaction and refund token.
 const MIHPAYID: &str = "403993715521937565";
 const TOKEN: &str = "RefundToken1";
 
 fn ask() -> RefundAsk {
-    RefundAsk {
-        intent_id: TOKEN.into(),
-        attempt: 1,
-        payment_id: MIHPAYID.into(),
-        amount_minor: 1_000,
-        currency: "INR".into(),
-        order: OrderNames::default(),
-        reason: "duplicate_capture".into(),
-        payment_order: None,
-        gateway_payment_id: None,
-    }
+    test_support::ask(TOKEN, MIHPAYID, 1_000, "INR")
 }
 
 fn refunds() -> &'static dyn GatewayRefunds {
@@ -72,9 +63,7 @@ fn the_refund_is_signed_as_payu_signs_its_commands_under_the_intents_token() {
         "every attempt the same"
     );
 
-    let lookup = refunds()
-        .lookup(&ask(), &creds())
-        .expect("a request");
+    let lookup = refunds().lookup(&ask(), &creds()).expect("a request");
     let sent = form(&lookup);
     assert_eq!(
         sent[1],
@@ -271,13 +260,8 @@ fn the_documented_action_status_finds_the_refund_by_its_token() {
 
 proptest! {
     #[test]
-    fn read_never_panics_on_any_answer(
-        status in 0u16..1000,
-        body in proptest::collection::vec(any::<u8>(), 0..512),
-        lookup in any::<bool>(),
-    ) {
-        let call = if lookup { RefundCall::Lookup } else { RefundCall::Create };
-        let _ = refunds().read(&ask(), call, status, &body);
+    fn read_never_panics_on_any_answer((status, body, lookup) in any_answer()) {
+        read_any(refunds(), &ask(), status, &body, lookup);
     }
 
     #[test]
@@ -289,11 +273,10 @@ proptest! {
         amount in prop_oneof![Just(json!("10.00")), Just(json!("-1")), Just(json!("1e9")), Just(json!(10))],
         lookup in any::<bool>(),
     ) {
-        let call = if lookup { RefundCall::Lookup } else { RefundCall::Create };
         let answer = json!({"status": flag, "msg": "m", "error_code": code, "request_id": code,
             "transaction_details": {MIHPAYID: {"1": {"token": token, "status": state, "amt": amount,
                                                      "request_id": code}}, "2": "No action status found"}});
-        let _ = refunds().read(&ask(), call, 200, answer.to_string().as_bytes());
+        read_any(refunds(), &ask(), 200, answer.to_string().as_bytes(), lookup);
     }
 }
 

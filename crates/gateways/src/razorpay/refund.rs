@@ -35,7 +35,8 @@ use sha2::{Digest, Sha256};
 use super::Razorpay;
 use crate::json::{id_at, parse_body, str_at};
 use crate::reconcile::{ApiBody, ApiCredentials, ApiRequest, Method, RequestError, segment};
-use crate::refund::{GatewayRefunds, LookupPage, RefundAsk, RefundCall, RefundOutcome};
+use crate::refund::lookup::attempts_refund;
+use crate::refund::{GatewayRefunds, LookupPage, RefundAsk, RefundCall, RefundOutcome, answer};
 
 /// Refunds one lookup lists (Razorpay lists 10 unless asked; 100 is the
 /// most its list endpoints give).
@@ -49,7 +50,7 @@ impl GatewayRefunds for Razorpay {
         ask: &RefundAsk,
         credentials: &ApiCredentials,
     ) -> Result<ApiRequest, RequestError> {
-        check(ask)?;
+        ask.check_sendable("a Razorpay refund")?;
         let reason: String = ask.reason.chars().take(MAX_NOTE).collect();
         let key = ask.key();
         let mut notes = json!({"oncehook_intent": ask.intent_id, "reason": reason});
@@ -111,7 +112,7 @@ fn page(
     credentials: &ApiCredentials,
     skip: usize,
 ) -> Result<ApiRequest, RequestError> {
-    check(ask)?;
+    ask.check_sendable("a Razorpay refund")?;
     let mut path = format!(
         "/v1/payments/{}/refunds?count={LOOKUP_COUNT}",
         segment(&ask.payment_id)
@@ -120,21 +121,6 @@ fn page(
         path.push_str(&format!("&skip={skip}"));
     }
     authenticated(ApiRequest::get(path), credentials)
-}
-
-fn check(ask: &RefundAsk) -> Result<(), RequestError> {
-    if ask.payment_id.is_empty() || ask.intent_id.is_empty() {
-        return Err(RequestError::Invalid(
-            "a Razorpay refund needs the payment id and the intent id".into(),
-        ));
-    }
-    if ask.amount_minor <= 0 {
-        return Err(RequestError::Invalid(format!(
-            "refund amount {} is not positive",
-            ask.amount_minor
-        )));
-    }
-    Ok(())
 }
 
 fn authenticated(
@@ -176,13 +162,7 @@ fn refund(ask: &RefundAsk, entity: &Value) -> RefundOutcome {
     if let Some(payment) = id_at(entity, &["payment_id"])
         && payment != ask.payment_id
     {
-        return RefundOutcome::Refused {
-            code: "payment_mismatch".into(),
-            message: format!(
-                "Razorpay answered with refund {id} of {payment}, not of {}",
-                ask.payment_id
-            ),
-        };
+        return answer::payment_mismatch("Razorpay", &id, &payment, &ask.payment_id);
     }
     if str_at(entity, &["status"]) == Some("failed") {
         return RefundOutcome::Failed {
@@ -201,47 +181,25 @@ fn refund(ask: &RefundAsk, entity: &Value) -> RefundOutcome {
     }
 }
 
-/// A page of the payment's refunds: the attempt's, if one is there; a full
-/// page without it asks for the next one. Several (a refund made twice
-/// before oncehook looked) are all facts; the first one not failed is the
-/// attempt's refund. An earlier attempt's refund (failed: a new attempt
-/// follows only a refusal) is not this attempt's.
+/// A page of the payment's refunds: the attempt's, if one is there
+/// ([`attempts_refund`]: several, a refund made twice before oncehook
+/// looked, are all facts); a full page without it asks for the next one.
+/// An earlier attempt's refund (failed: a new attempt follows only a
+/// refusal) is not this attempt's.
 fn lookup(ask: &RefundAsk, body: &[u8]) -> RefundOutcome {
     let Some(items) = collection(body) else {
         return unreadable(200, body);
     };
-    let mine: Vec<&Value> = items
-        .iter()
-        .filter(|i| is_attempts(i, ask))
-        .collect();
-    if mine.is_empty() {
-        return if items.len() >= LOOKUP_COUNT {
-            RefundOutcome::FullPage {
-                listed: items.len(),
-                last: items.last().and_then(|i| id_at(i, &["id"])),
-            }
-        } else {
-            RefundOutcome::NotFound
-        };
-    }
-    let facts: Vec<_> = mine
-        .iter()
-        .filter_map(|e| super::api::refund_fact(e).ok().flatten())
-        .collect();
-    let outcomes: Vec<RefundOutcome> = mine.iter().map(|e| refund(ask, e)).collect();
-    match outcomes
-        .iter()
-        .find(|o| matches!(o, RefundOutcome::Accepted { .. }))
-    {
-        Some(RefundOutcome::Accepted { refund_id, .. }) => RefundOutcome::Accepted {
-            refund_id: refund_id.clone(),
-            facts,
-        },
-        _ => outcomes
-            .into_iter()
-            .next()
-            .unwrap_or(RefundOutcome::NotFound),
-    }
+    let absent = if items.len() >= LOOKUP_COUNT {
+        RefundOutcome::FullPage {
+            listed: items.len(),
+            last: items.last().and_then(|i| id_at(i, &["id"])),
+        }
+    } else {
+        RefundOutcome::NotFound
+    };
+    let mine = items.iter().filter(|i| is_attempts(i, ask));
+    attempts_refund(mine, absent, |e| refund(ask, e))
 }
 
 /// The items of a collection answer, if it is one.
@@ -275,10 +233,7 @@ fn error(status: u16, body: &[u8]) -> RefundOutcome {
 }
 
 fn unreadable(status: u16, body: &[u8]) -> RefundOutcome {
-    let words: String = String::from_utf8_lossy(body).chars().take(200).collect();
-    RefundOutcome::Retry {
-        reason: format!("Razorpay answered {status}: {words}"),
-    }
+    answer::unreadable("Razorpay", status, body)
 }
 
 #[cfg(test)]

@@ -4,24 +4,14 @@ use serde_json::json;
 use super::*;
 use crate::Gateway;
 use crate::documented::{body, razorpay};
-use crate::reconcile::{OrderNames, credentials, table};
+use crate::refund::test_support::{self, any_answer, read_any, read_page_and_first};
 
 /// The documented refund's payment.
 const PAYMENT: &str = "pay_29QQoUBi66xm2f";
 const INTENT: &str = "ri_5c1d0e7a93b24f68a1c2";
 
 fn ask() -> RefundAsk {
-    RefundAsk {
-        intent_id: INTENT.into(),
-        attempt: 1,
-        payment_id: PAYMENT.into(),
-        amount_minor: 500_100,
-        currency: "INR".into(),
-        order: OrderNames::default(),
-        reason: "duplicate_capture".into(),
-        payment_order: None,
-        gateway_payment_id: None,
-    }
+    test_support::ask(INTENT, PAYMENT, 500_100, "INR")
 }
 
 fn refunds() -> &'static dyn GatewayRefunds {
@@ -29,9 +19,8 @@ fn refunds() -> &'static dyn GatewayRefunds {
 }
 
 fn creds() -> ApiCredentials {
-    let secrets = vec!["whsec".to_owned()];
-    let t = table(&[("key_id", "rzp_test_k"), ("key_secret", "s3cret")]);
-    credentials(Gateway::Razorpay, &t, crate::Credentials::new(&secrets)).expect("credentials")
+    let fields = [("key_id", "rzp_test_k"), ("key_secret", "s3cret")];
+    test_support::api_credentials(Gateway::Razorpay, &fields, "whsec")
 }
 
 /// The documented refund made, as the intent's (its receipt), with
@@ -77,9 +66,7 @@ fn the_request_names_the_intent_three_ways_and_the_lookup_lists_the_payments_ref
         "every attempt the same"
     );
 
-    let lookup = refunds()
-        .lookup(&ask(), &creds())
-        .expect("a request");
+    let lookup = refunds().lookup(&ask(), &creds()).expect("a request");
     assert_eq!(
         (lookup.method, lookup.path.as_str()),
         (
@@ -221,17 +208,30 @@ fn the_lookup_finds_the_intents_refund_by_receipt_or_note_and_nothing_else() {
 }
 
 #[test]
+fn a_refund_the_lookup_names_as_another_payments_proves_no_fact() {
+    let read =
+        |items: &[serde_json::Value]| refunds().read(&ask(), RefundCall::Lookup, 200, &list(items));
+    let elsewhere = entity(&[
+        ("id", json!("rfnd_elsewhere")),
+        ("payment_id", json!("pay_other")),
+    ]);
+    let mine = entity(&[("id", json!("rfnd_mine"))]);
+    let RefundOutcome::Accepted { refund_id, facts } = read(&[elsewhere.clone(), mine]) else {
+        panic!("found");
+    };
+    assert_eq!(refund_id, "rfnd_mine");
+    let proved: Vec<_> = facts.iter().map(|f| f.refund_id.as_deref()).collect();
+    assert_eq!(proved, [Some("rfnd_mine")]);
+    assert!(
+        matches!(read(&[elsewhere]), RefundOutcome::Refused { code, .. } if code == "payment_mismatch")
+    );
+}
+
+#[test]
 fn the_lookup_pages_with_skip() {
     let page = |skip| {
         refunds()
-            .lookup_page(
-                &ask(),
-                &creds(),
-                &LookupPage {
-                    skip,
-                    after: None,
-                },
-            )
+            .lookup_page(&ask(), &creds(), &LookupPage { skip, after: None })
             .expect("a lookup")
             .expect("a request")
             .path
@@ -243,10 +243,7 @@ fn the_lookup_pages_with_skip() {
     );
     assert_eq!(
         page(0),
-        refunds()
-            .lookup(&ask(), &creds())
-            .expect("a request")
-            .path
+        refunds().lookup(&ask(), &creds()).expect("a request").path
     );
 }
 
@@ -301,13 +298,8 @@ fn razorpays_refusals_are_refused_in_its_words_and_the_rest_is_tried_again() {
 
 proptest! {
     #[test]
-    fn read_never_panics_on_any_answer(
-        status in 0u16..1000,
-        body in proptest::collection::vec(any::<u8>(), 0..512),
-        lookup in any::<bool>(),
-    ) {
-        let call = if lookup { RefundCall::Lookup } else { RefundCall::Create };
-        let _ = refunds().read(&ask(), call, status, &body);
+    fn read_never_panics_on_any_answer((status, body, lookup) in any_answer()) {
+        read_any(refunds(), &ask(), status, &body, lookup);
     }
 
     #[test]
@@ -322,10 +314,7 @@ proptest! {
             .map(|(id, state, amount, receipt)| json!({"id": id, "entity": "refund", "status": state,
                 "amount": amount, "payment_id": PAYMENT, "receipt": receipt, "notes": receipt}))
             .collect();
-        let _ = refunds().read(&ask(), RefundCall::Lookup, status, &list(&items));
-        if let Some(first) = items.first() {
-            let _ = refunds().read(&ask(), RefundCall::Create, status, first.to_string().as_bytes());
-        }
+        read_page_and_first(refunds(), &ask(), status, &list(&items), &items);
     }
 }
 

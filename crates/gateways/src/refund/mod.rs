@@ -7,6 +7,17 @@
 //! (accepted, a refusal in the gateway's words, or "try again") are the
 //! gateway's folder's knowledge. No I/O here: the refunder
 //! (`oncehook-refunds`) sends the request and hands the answer back.
+//!
+//! What the folders share is beside it: the checks of an ask before it is
+//! sent ([`RefundAsk`]'s), which of the attempt's refunds a lookup's page
+//! found (`lookup`), the words of "try again" and of a refund of another
+//! payment (`answer`), and, for the tests, the ask, the credentials and
+//! the never-panics properties (`test_support`).
+
+pub(crate) mod answer;
+pub(crate) mod lookup;
+#[cfg(test)]
+pub(crate) mod test_support;
 
 use crate::NormalizedEvent;
 use crate::reconcile::{ApiCredentials, ApiRequest, OrderNames, RequestError};
@@ -50,6 +61,29 @@ impl RefundAsk {
     /// fitted to the gateway's rules in its folder): [`attempt_key`].
     pub fn key(&self) -> String {
         attempt_key(&self.intent_id, self.attempt)
+    }
+
+    /// Refused before anything is sent unless the amount is positive.
+    pub(crate) fn check_amount(&self) -> Result<(), RequestError> {
+        if self.amount_minor <= 0 {
+            return Err(RequestError::Invalid(format!(
+                "refund amount {} is not positive",
+                self.amount_minor
+            )));
+        }
+        Ok(())
+    }
+
+    /// Refused before anything is sent unless the ask names its payment
+    /// and its intent (`what`: `a Razorpay refund`, …, for the message)
+    /// and its amount is positive.
+    pub(crate) fn check_sendable(&self, what: &str) -> Result<(), RequestError> {
+        if self.payment_id.is_empty() || self.intent_id.is_empty() {
+            return Err(RequestError::Invalid(format!(
+                "{what} needs the payment id and the intent id"
+            )));
+        }
+        self.check_amount()
     }
 }
 

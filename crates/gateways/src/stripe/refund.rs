@@ -37,6 +37,8 @@ use url::form_urlencoded::Serializer;
 use super::Stripe;
 use crate::json::{parse_body, str_at};
 use crate::reconcile::{ApiCredentials, ApiRequest, RequestError};
+use crate::refund::answer::{self, words};
+use crate::refund::lookup::attempts_refund;
 use crate::refund::{GatewayRefunds, LookupPage, RefundAsk, RefundCall, RefundOutcome};
 
 /// Stripe's longest idempotency key.
@@ -66,12 +68,7 @@ impl GatewayRefunds for Stripe {
                 "the attempt's key must be 1 to {MAX_KEY} bytes to be Stripe's idempotency key"
             )));
         }
-        if ask.amount_minor <= 0 {
-            return Err(RequestError::Invalid(format!(
-                "refund amount {} is not positive",
-                ask.amount_minor
-            )));
-        }
+        ask.check_amount()?;
         let mut form = Serializer::new(String::new());
         form.append_pair("payment_intent", &ask.payment_id)
             .append_pair("amount", &ask.amount_minor.to_string())
@@ -165,9 +162,9 @@ fn is_attempts(refund: &Value, ask: &RefundAsk) -> bool {
 }
 
 /// A 2xx answer to the lookup: a list of Refund objects. The attempt's
-/// refund, if listed (several, made before oncehook looked, are all
-/// facts; the first not failed is the attempt's); a page with more after
-/// it and none of the attempt's asks for the next.
+/// refund, if listed ([`attempts_refund`]: several, made before oncehook
+/// looked, are all facts); a page with more after it and none of the
+/// attempt's asks for the next.
 fn listed(ask: &RefundAsk, body: &[u8]) -> RefundOutcome {
     let Ok(list) = parse_body(body) else {
         return retry_unreadable(200, body);
@@ -176,40 +173,15 @@ fn listed(ask: &RefundAsk, body: &[u8]) -> RefundOutcome {
     else {
         return retry_unreadable(200, body);
     };
-    let mine: Vec<&Value> = data
-        .iter()
-        .filter(|r| is_refund(r) && is_attempts(r, ask))
-        .collect();
-    if mine.is_empty() {
-        return match (list.get("has_more").and_then(Value::as_bool), data.last()) {
-            (Some(true), Some(last)) => RefundOutcome::FullPage {
-                listed: data.len(),
-                last: str_at(last, &["id"]).map(str::to_owned),
-            },
-            _ => RefundOutcome::NotFound,
-        };
-    }
-    let outcomes: Vec<RefundOutcome> = mine.iter().map(|r| read_refund(ask, r)).collect();
-    let facts: Vec<_> = outcomes
-        .iter()
-        .flat_map(|o| match o {
-            RefundOutcome::Accepted { facts, .. } => facts.clone(),
-            _ => Vec::new(),
-        })
-        .collect();
-    match outcomes
-        .iter()
-        .find(|o| matches!(o, RefundOutcome::Accepted { .. }))
-    {
-        Some(RefundOutcome::Accepted { refund_id, .. }) => RefundOutcome::Accepted {
-            refund_id: refund_id.clone(),
-            facts,
+    let absent = match (list.get("has_more").and_then(Value::as_bool), data.last()) {
+        (Some(true), Some(last)) => RefundOutcome::FullPage {
+            listed: data.len(),
+            last: str_at(last, &["id"]).map(str::to_owned),
         },
-        _ => outcomes
-            .into_iter()
-            .next()
-            .unwrap_or(RefundOutcome::NotFound),
-    }
+        _ => RefundOutcome::NotFound,
+    };
+    let mine = data.iter().filter(|r| is_refund(r) && is_attempts(r, ask));
+    attempts_refund(mine, absent, |r| read_refund(ask, r))
 }
 
 /// A 2xx answer to the create: the Refund object.
@@ -228,13 +200,7 @@ fn read_refund(ask: &RefundAsk, object: &Value) -> RefundOutcome {
     if let Some(intent) = str_at(object, &["payment_intent"])
         && intent != ask.payment_id
     {
-        return RefundOutcome::Refused {
-            code: "payment_mismatch".into(),
-            message: format!(
-                "Stripe answered with refund {id} of {intent}, not of {}",
-                ask.payment_id
-            ),
-        };
+        return answer::payment_mismatch("Stripe", id, intent, &ask.payment_id);
     }
     match str_at(object, &["status"]) {
         Some(status @ ("failed" | "canceled")) => RefundOutcome::Failed {
@@ -294,11 +260,6 @@ fn retry_unreadable(status: u16, body: &[u8]) -> RefundOutcome {
     RefundOutcome::Retry {
         reason: format!("an answer ({status}) that is not Stripe's: {}", words(body)),
     }
-}
-
-/// The start of a body, for a message.
-fn words(body: &[u8]) -> String {
-    String::from_utf8_lossy(body).chars().take(200).collect()
 }
 
 #[cfg(test)]

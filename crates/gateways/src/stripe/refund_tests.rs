@@ -4,23 +4,14 @@ use serde_json::json;
 use super::*;
 use crate::Gateway;
 use crate::documented::{body, stripe};
-use crate::reconcile::{Method, OrderNames, credentials, table};
+use crate::reconcile::Method;
+use crate::refund::test_support::{self, any_answer, read_any};
 
 /// The documented refund's intent.
 const INTENT: &str = "pi_1GszsK2eZvKYlo2CfhZyoZLp";
 
 fn ask() -> RefundAsk {
-    RefundAsk {
-        intent_id: "ri_7f3a9c2e41d8b6a05e1f".into(),
-        attempt: 1,
-        payment_id: INTENT.into(),
-        amount_minor: 1_000,
-        currency: "USD".into(),
-        order: OrderNames::default(),
-        reason: "duplicate_capture".into(),
-        payment_order: None,
-        gateway_payment_id: None,
-    }
+    test_support::ask("ri_7f3a9c2e41d8b6a05e1f", INTENT, 1_000, "USD")
 }
 
 fn refunds() -> &'static dyn GatewayRefunds {
@@ -28,9 +19,7 @@ fn refunds() -> &'static dyn GatewayRefunds {
 }
 
 fn creds() -> ApiCredentials {
-    let secrets = vec!["whsec_x".to_owned()];
-    let t = table(&[("api_key", "sk_test_1")]);
-    credentials(Gateway::Stripe, &t, crate::Credentials::new(&secrets)).expect("credentials")
+    test_support::api_credentials(Gateway::Stripe, &[("api_key", "sk_test_1")], "whsec_x")
 }
 
 /// The documented Refund object with `fields` changed.
@@ -93,7 +82,11 @@ fn the_request_is_one_form_under_the_intents_key_the_same_every_time() {
         )
         .expect("a next page")
         .expect("a request");
-    assert!(next.path.ends_with("&limit=100&starting_after=re_9"), "{}", next.path);
+    assert!(
+        next.path.ends_with("&limit=100&starting_after=re_9"),
+        "{}",
+        next.path
+    );
 }
 
 #[test]
@@ -110,7 +103,9 @@ fn a_second_attempt_has_its_own_key_and_names_its_attempt() {
     );
     let body = String::from_utf8_lossy(&request.body.as_ref().expect("a body").bytes).into_owned();
     assert!(
-        body.contains("metadata%5Boncehook_intent%5D=ri_7f3a9c2e41d8b6a05e1f&metadata%5Boncehook_attempt%5D=2"),
+        body.contains(
+            "metadata%5Boncehook_intent%5D=ri_7f3a9c2e41d8b6a05e1f&metadata%5Boncehook_attempt%5D=2"
+        ),
         "{body}"
     );
 }
@@ -137,22 +132,33 @@ fn the_lookup_finds_the_attempts_refund_by_its_metadata() {
         "{found:?}"
     );
     // Another refund of the payment, or another attempt's, is not ours.
-    let theirs = list(&[&[("metadata", json!({}))], &[("metadata", second.clone())]], false);
+    let theirs = list(
+        &[&[("metadata", json!({}))], &[("metadata", second.clone())]],
+        false,
+    );
     assert_eq!(read(&ask(), theirs.clone()), RefundOutcome::NotFound);
     let attempt_2 = RefundAsk {
         attempt: 2,
         ..ask()
     };
-    assert!(matches!(read(&attempt_2, theirs), RefundOutcome::Accepted { .. }));
+    assert!(matches!(
+        read(&attempt_2, theirs),
+        RefundOutcome::Accepted { .. }
+    ));
     // The attempt's refund failed at Stripe: as final as a refusal.
     let failed = list(
         &[&[("metadata", ours.clone()), ("status", json!("failed"))]],
         false,
     );
-    assert!(matches!(read(&ask(), failed), RefundOutcome::Failed { code, .. } if code == "refund_failed"));
+    assert!(
+        matches!(read(&ask(), failed), RefundOutcome::Failed { code, .. } if code == "refund_failed")
+    );
     // More pages and none of the attempt's on this one: the next page, after its last.
     assert_eq!(
-        read(&ask(), list(&[&[("id", json!("re_a"))], &[("id", json!("re_b"))]], true)),
+        read(
+            &ask(),
+            list(&[&[("id", json!("re_a"))], &[("id", json!("re_b"))]], true)
+        ),
         RefundOutcome::FullPage {
             listed: 2,
             last: Some("re_b".into())
@@ -160,7 +166,10 @@ fn the_lookup_finds_the_attempts_refund_by_its_metadata() {
     );
     for not_a_list in [&b"{}"[..], b"[]", b"{\"object\": \"list\"}", b"nope"] {
         assert!(
-            matches!(refunds().read(&ask(), RefundCall::Lookup, 200, not_a_list), RefundOutcome::Retry { .. }),
+            matches!(
+                refunds().read(&ask(), RefundCall::Lookup, 200, not_a_list),
+                RefundOutcome::Retry { .. }
+            ),
             "{}",
             String::from_utf8_lossy(not_a_list)
         );
@@ -322,13 +331,8 @@ fn stripes_refusals_are_refused_in_its_words_and_the_rest_is_tried_again() {
 
 proptest! {
     #[test]
-    fn read_never_panics_on_any_answer(
-        status in 0u16..1000,
-        body in proptest::collection::vec(any::<u8>(), 0..512),
-        lookup in any::<bool>(),
-    ) {
-        let call = if lookup { RefundCall::Lookup } else { RefundCall::Create };
-        let _ = refunds().read(&ask(), call, status, &body);
+    fn read_never_panics_on_any_answer((status, body, lookup) in any_answer()) {
+        read_any(refunds(), &ask(), status, &body, lookup);
     }
 
     #[test]
@@ -342,6 +346,6 @@ proptest! {
         let object = json!({"id": id, "object": "refund", "status": state, "amount": amount,
                             "currency": "usd", "payment_intent": intent,
                             "error": {"type": state, "code": id}});
-        let _ = refunds().read(&ask(), RefundCall::Create, status, object.to_string().as_bytes());
+        read_any(refunds(), &ask(), status, object.to_string().as_bytes(), false);
     }
 }

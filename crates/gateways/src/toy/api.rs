@@ -17,8 +17,8 @@ use serde_json::Value;
 use super::Toy;
 use crate::json::{currency_at, id_at, int_amount_at, parse_body, str_at};
 use crate::reconcile::{
-    Answer, ApiCredentials, ApiRequest, Ask, CredentialKey, GatewayApi,
-    OrderNames, RequestError, segment,
+    Answer, ApiCredentials, ApiRequest, Ask, CredentialKey, GatewayApi, OrderNames, RequestError,
+    segment,
 };
 use crate::scheme::ParseError;
 use crate::{EventKind, Gateway, NormalizedEvent};
@@ -127,16 +127,7 @@ mod tests {
     use crate::{Credentials, Gateway, parse};
 
     fn spec() -> SampleSpec {
-        SampleSpec {
-            order_ref: "order 1".into(),
-            payment_id: "pay_1".into(),
-            event_id: "evt_1".into(),
-            amount_minor: 50_000,
-            currency: "INR".into(),
-            email: "a@example.com".into(),
-            timestamp: 1_717_740_003,
-            merchant_key: None,
-        }
+        super::super::tests::spec_of("order 1")
     }
 
     #[test]
@@ -151,13 +142,23 @@ mod tests {
         assert!(!format!("{creds:?}").contains("toy_k"), "{creds:?}");
         for (t, expect) in [
             (table(&[]), CredentialError::Required("api_key")),
-            (table(&[("api_key", " ")]), CredentialError::Empty("api_key")),
+            (
+                table(&[("api_key", " ")]),
+                CredentialError::Empty("api_key"),
+            ),
         ] {
             assert_eq!(credentials(Gateway::Toy, &t, source), Err(expect));
         }
         let wrong = credentials(Gateway::Toy, &table(&[("api_key", "sk_1")]), source);
-        assert!(matches!(wrong, Err(CredentialError::Shape { key: "api_key", .. })));
-        let other = credentials(Gateway::Toy, &table(&[("api_key", "toy_k"), ("x", "1")]), source);
+        assert!(matches!(
+            wrong,
+            Err(CredentialError::Shape { key: "api_key", .. })
+        ));
+        let other = credentials(
+            Gateway::Toy,
+            &table(&[("api_key", "toy_k"), ("x", "1")]),
+            source,
+        );
         assert_eq!(
             other.map_err(|e| e.to_string()),
             Err(r#"x is not used by gateway "toy" (it takes api_key)"#.to_owned())

@@ -135,8 +135,13 @@ mod tests {
     const SECRET: &str = "toy-secret";
 
     fn spec() -> SampleSpec {
+        spec_of("order_1")
+    }
+
+    /// The toy's sample of order `order_ref` (the API's tests read it too).
+    pub(super) fn spec_of(order_ref: &str) -> SampleSpec {
         SampleSpec {
-            order_ref: "order_1".into(),
+            order_ref: order_ref.into(),
             payment_id: "pay_1".into(),
             event_id: "evt_1".into(),
             amount_minor: 50_000,

@@ -23,7 +23,8 @@ use serde_json::{Value, json};
 use super::Toy;
 use crate::json::{currency_at, id_at, int_amount_at, parse_body, str_at};
 use crate::reconcile::{ApiBody, ApiCredentials, ApiRequest, Method, RequestError, segment};
-use crate::refund::{GatewayRefunds, RefundAsk, RefundCall, RefundOutcome};
+use crate::refund::lookup::attempts_refund;
+use crate::refund::{GatewayRefunds, RefundAsk, RefundCall, RefundOutcome, answer};
 use crate::scheme::ParseError;
 use crate::{EventKind, Gateway, NormalizedEvent};
 
@@ -38,7 +39,7 @@ impl GatewayRefunds for Toy {
         ask: &RefundAsk,
         credentials: &ApiCredentials,
     ) -> Result<ApiRequest, RequestError> {
-        check(ask)?;
+        ask.check_sendable("a toy refund")?;
         let key = ask.key();
         let body = json!({"payment": ask.payment_id, "amount": ask.amount_minor,
                           "currency": ask.currency, "key": key});
@@ -59,7 +60,7 @@ impl GatewayRefunds for Toy {
         ask: &RefundAsk,
         credentials: &ApiCredentials,
     ) -> Result<ApiRequest, RequestError> {
-        check(ask)?;
+        ask.check_sendable("a toy refund")?;
         let path = format!("/v1/payments/{}/refunds", segment(&ask.payment_id));
         authenticated(ApiRequest::get(path), credentials)
     }
@@ -77,21 +78,6 @@ impl GatewayRefunds for Toy {
     }
 }
 
-fn check(ask: &RefundAsk) -> Result<(), RequestError> {
-    if ask.payment_id.is_empty() || ask.intent_id.is_empty() {
-        return Err(RequestError::Invalid(
-            "a toy refund needs the payment id and the intent id".into(),
-        ));
-    }
-    if ask.amount_minor <= 0 {
-        return Err(RequestError::Invalid(format!(
-            "refund amount {} is not positive",
-            ask.amount_minor
-        )));
-    }
-    Ok(())
-}
-
 fn authenticated(
     request: ApiRequest,
     credentials: &ApiCredentials,
@@ -99,38 +85,19 @@ fn authenticated(
     Ok(request.secret_header("toy-api-key", credentials.require("api_key")?))
 }
 
-/// The lookup's answer: the attempt's refund, if listed (several, made
-/// before oncehook looked, are all facts; the first not failed is the
-/// attempt's), else "not found".
+/// The lookup's answer: the attempt's refund (the one made under its
+/// key), if listed ([`attempts_refund`]: several, made before oncehook
+/// looked, are all facts), else "not found": the lookup does not page.
 fn listed(ask: &RefundAsk, body: &[u8]) -> RefundOutcome {
     let refunds = match parse_body(body).map(|mut v| v.get_mut("refunds").map(Value::take)) {
         Ok(Some(Value::Array(refunds))) if refunds.len() <= MAX_REFUNDS => refunds,
         _ => return unreadable(200, body),
     };
     let key = ask.key();
-    let outcomes: Vec<RefundOutcome> = refunds
+    let mine = refunds
         .iter()
-        .filter(|r| str_at(r, &["key"]) == Some(key.as_str()))
-        .map(|r| read_refund(ask, r))
-        .collect();
-    let facts: Vec<NormalizedEvent> = outcomes
-        .iter()
-        .flat_map(|o| match o {
-            RefundOutcome::Accepted { facts, .. } => facts.clone(),
-            _ => Vec::new(),
-        })
-        .collect();
-    let first_accepted = outcomes.iter().find_map(|o| match o {
-        RefundOutcome::Accepted { refund_id, .. } => Some(refund_id.clone()),
-        _ => None,
-    });
-    match first_accepted {
-        Some(refund_id) => RefundOutcome::Accepted { refund_id, facts },
-        None => outcomes
-            .into_iter()
-            .next()
-            .unwrap_or(RefundOutcome::NotFound),
-    }
+        .filter(|r| str_at(r, &["key"]) == Some(key.as_str()));
+    attempts_refund(mine, RefundOutcome::NotFound, |r| read_refund(ask, r))
 }
 
 /// A refund the toy holds for the attempt.
@@ -141,13 +108,7 @@ fn read_refund(ask: &RefundAsk, refund: &Value) -> RefundOutcome {
     if let Some(payment) = id_at(refund, &["payment"])
         && payment != ask.payment_id
     {
-        return RefundOutcome::Refused {
-            code: "payment_mismatch".into(),
-            message: format!(
-                "the toy answered with refund {id} of {payment}, not of {}",
-                ask.payment_id
-            ),
-        };
+        return answer::payment_mismatch("the toy", &id, &payment, &ask.payment_id);
     }
     match str_at(refund, &["status"]) {
         Some("done") => match refund_fact(&id, refund) {
@@ -207,10 +168,7 @@ fn refusal(body: &[u8]) -> RefundOutcome {
 }
 
 fn unreadable(status: u16, body: &[u8]) -> RefundOutcome {
-    let words: String = String::from_utf8_lossy(body).chars().take(200).collect();
-    RefundOutcome::Retry {
-        reason: format!("the toy answered {status}: {words}"),
-    }
+    answer::unreadable("the toy", status, body)
 }
 
 #[cfg(test)]

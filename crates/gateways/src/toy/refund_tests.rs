@@ -2,25 +2,15 @@ use proptest::prelude::*;
 use serde_json::json;
 
 use super::*;
-use crate::reconcile::{OrderNames, credentials, table};
+use crate::parse;
+use crate::refund::test_support::{self, any_answer, read_any, read_page_and_first};
 use crate::sample::{self, SampleSpec};
-use crate::{Credentials, parse};
 
 const PAYMENT: &str = "pay_1";
 const INTENT: &str = "ri_0f1e2d3c4b5a6978";
 
 fn ask() -> RefundAsk {
-    RefundAsk {
-        intent_id: INTENT.into(),
-        attempt: 1,
-        payment_id: PAYMENT.into(),
-        amount_minor: 50_000,
-        currency: "INR".into(),
-        order: OrderNames::default(),
-        reason: "duplicate_capture".into(),
-        payment_order: None,
-        gateway_payment_id: None,
-    }
+    test_support::ask(INTENT, PAYMENT, 50_000, "INR")
 }
 
 fn refunds() -> &'static dyn GatewayRefunds {
@@ -28,13 +18,7 @@ fn refunds() -> &'static dyn GatewayRefunds {
 }
 
 fn creds() -> ApiCredentials {
-    let secrets = vec!["s".to_owned()];
-    credentials(
-        Gateway::Toy,
-        &table(&[("api_key", "toy_k")]),
-        Credentials::new(&secrets),
-    )
-    .expect("credentials")
+    test_support::api_credentials(Gateway::Toy, &[("api_key", "toy_k")], "s")
 }
 
 /// The refund the toy made for the attempt `key`, in `status`.
@@ -249,13 +233,8 @@ fn the_toys_refusals_are_refused_in_its_words_and_the_rest_is_tried_again() {
 
 proptest! {
     #[test]
-    fn read_never_panics_on_any_answer(
-        status in 0u16..1000,
-        body in proptest::collection::vec(any::<u8>(), 0..512),
-        lookup in any::<bool>(),
-    ) {
-        let call = if lookup { RefundCall::Lookup } else { RefundCall::Create };
-        let _ = refunds().read(&ask(), call, status, &body);
+    fn read_never_panics_on_any_answer((status, body, lookup) in any_answer()) {
+        read_any(refunds(), &ask(), status, &body, lookup);
     }
 
     #[test]
@@ -272,9 +251,6 @@ proptest! {
             .map(|(id, state, amount, key)| json!({"id": id, "payment": PAYMENT, "status": state,
                 "amount": amount, "currency": "INR", "key": key}))
             .collect();
-        let _ = refunds().read(&ask(), RefundCall::Lookup, status, &list(&items));
-        if let Some(first) = items.first() {
-            let _ = refunds().read(&ask(), RefundCall::Create, status, first.to_string().as_bytes());
-        }
+        read_page_and_first(refunds(), &ask(), status, &list(&items), &items);
     }
 }
