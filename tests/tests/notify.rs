@@ -382,11 +382,13 @@ async fn a_failing_endpoint_gets_the_same_id_every_time_and_the_final_snapshot()
         Some(version),
         "the final snapshot"
     );
-    let rows = deliveries(&env, &["--endpoint", "shop"]).await;
-    let row = rows
-        .iter()
-        .find(|d| d["event_id"] == id.as_str())
-        .expect("row");
+    // The notifier records the answer after the shop gave it.
+    let row = eventually("the delivery recorded", WAIT, || async {
+        let rows = deliveries(&env, &["--endpoint", "shop"]).await;
+        rows.into_iter()
+            .find(|d| d["event_id"] == id.as_str() && d["status"] != "pending")
+    })
+    .await;
     assert_eq!(
         (row["status"].as_str(), row["attempts"].as_i64()),
         (Some("delivered"), Some(4))
