@@ -18,8 +18,8 @@ use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
 use maud::html;
 use oncehook_common::config::ConsoleRole;
-use oncehook_common::store::audit::NewAuditEntry;
 use oncehook_ops::password;
+use oncehook_ops::store::audit::NewAuditEntry;
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::form::Pairs;

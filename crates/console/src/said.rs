@@ -6,8 +6,8 @@
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse};
 use maud::{Markup, html};
-use oncehook_common::store::audit::NewAuditEntry;
 use oncehook_ops::output::truncate;
+use oncehook_ops::store::audit::NewAuditEntry;
 
 use crate::auth::Who;
 use crate::html::{self, Page};

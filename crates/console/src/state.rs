@@ -4,8 +4,8 @@
 //! database pool for the console's own queries (events, audit).
 
 use oncehook_common::config::{ConsoleRole, ConsoleUser};
-use oncehook_common::store::audit::{self, NewAuditEntry};
 use oncehook_common::{Config, Topology};
+use oncehook_ops::store::audit::{self, NewAuditEntry};
 use std::sync::Arc;
 
 use oncehook_common::store::Pooled;

@@ -10,11 +10,11 @@
 
 use std::fmt;
 
+use crate::store::audit::{self, NewAuditEntry};
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use oncehook_common::Config;
 use oncehook_common::store::Pooled;
-use oncehook_common::store::audit::{self, NewAuditEntry};
 use oncehook_ledger::money;
 use oncehook_ledger::store::refund_intents::{self as store, Intent};
 use serde::Serialize;

@@ -1,30 +1,24 @@
-//! The store: every table's SQL but the ledger's (which lives with the
-//! ledger, `oncehook_ledger::store`), one module per table or aggregate, checked
+//! The store of the plumbing several binaries share, and nothing of a
+//! feature's: each feature's tables live with it (the ledger's in
+//! `oncehook_ledger::store`, the API's in `oncehook_api::store`, the
+//! reconciler's in `oncehook_reconcile::store`, the operators' audit in
+//! `oncehook_ops::store`). One module per table or aggregate, checked
 //! against the schema at compile time (`sqlx::query!`, with the query data
 //! committed in `.sqlx/`; `make sqlx-prepare` refreshes it). A schema change
 //! is a migration plus the module that owns the table; the compiler finds
-//! the rest. Nothing outside the two stores writes SQL (enforced by
-//! `tests/tests/architecture.rs`).
+//! the rest. Every table has one writing crate and SQL stays in the stores
+//! (enforced by `tests/tests/architecture.rs`).
 //!
-//! - [`dedup`]: `processed_webhooks`, the delivery-dedup record.
+//! - [`dedup`]: `processed_webhooks`, the delivery-dedup record under every
+//!   consumer.
 //! - [`outbox`]: `email_outbox`, written with the effect, sent by the mailer.
-//! - [`retention`]: trimming `processed_webhooks` and sent or failed
-//!   `email_outbox` rows (the worker's schedule and `oncehookctl retention`).
-//! - [`audit`]: `console_audit`, what operators did through the console.
-//! - [`shop`]: the shop API's writes and reads — products and stock
-//!   deltas (`stock_adjustments`), orders with items and
-//!   `order_gateway_refs`, `api_idempotency`, `api_audit`, order pages.
-//! - [`gateway_refs`]: `order_gateway_refs` added to an existing order (a
-//!   Razorpay order the reconciler found by receipt).
-//! - [`reconcile`]: what the reconciler reads (pending orders, their
-//!   references and known payments, recorded facts) and `reconcile_checks`,
-//!   `reconcile_runs` and its advisory lock.
-//! - [`refunds`]: `refund_intents` as the refunder and operators read and
-//!   change them (the ledger mints and settles them), and `refund_control`,
-//!   the kill switch.
+//! - [`retention`]: trimming `processed_webhooks`, sent or failed
+//!   `email_outbox` rows and old deliveries (the worker's schedule and
+//!   `oncehookctl retention`).
 //! - [`notify`]: `notify_deliveries` and `notify_endpoints`, what the
 //!   notifier owes each of the shop's endpoints.
-//! - [`schema`]: `_sqlx_migrations`, which migrations are applied.
+//! - [`schema`]: `_sqlx_migrations` and `schema_rollouts`, which
+//!   migrations are applied and the rollout window.
 //! - [`ping`]: whether the database answers at all.
 //!
 //! A function that runs one statement on its own (not inside a caller's
@@ -42,7 +36,6 @@ use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use crate::config::{DatabaseConfig, Pooler};
 use crate::retry::RetryPolicy;
 
-pub mod audit;
 pub mod dedup;
 pub mod notify;
 pub mod outbox;

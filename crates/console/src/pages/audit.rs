@@ -5,7 +5,7 @@
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use maud::html;
-use oncehook_common::store::audit;
+use oncehook_ops::store::audit;
 
 use super::{PAGE_SIZE, one_page, page_number};
 use crate::auth;

@@ -8,13 +8,13 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use lapin::Connection;
 use maud::html;
 use oncehook_common::config::ConsoleRole;
-use oncehook_common::store::audit::NewAuditEntry;
 use oncehook_ops::broker;
 use oncehook_ops::dlq::Filter;
 use oncehook_ops::dlq::letter::Letter;
 use oncehook_ops::dlq::purge::{self, PurgeArgs};
 use oncehook_ops::dlq::replay::{self, ReplayArgs};
 use oncehook_ops::output::{Caution, Output, Report, truncate};
+use oncehook_ops::store::audit::NewAuditEntry;
 use serde_json::Value;
 use time::OffsetDateTime;
 

@@ -1,6 +1,10 @@
-//! What the operators' tool reads of tables other binaries write, where no
-//! library below it owns the read: the API's audit of its writes
-//! (`api_audit`, written by `oncehook-api`), for `oncehookctl trace`.
+//! The operators' own table, `console_audit` (`audit`: what operators did,
+//! through the console or `oncehookctl`), and what the operators' tool
+//! reads of tables other binaries write where no library below it owns the
+//! read: the API's audit of its writes (`api_audit`, written by
+//! `oncehook-api`), for `oncehookctl trace`.
+
+pub mod audit;
 
 use serde::Serialize;
 use sqlx::PgConnection;
