@@ -147,7 +147,7 @@ pub async fn attention(conn: &mut PgConnection) -> Result<Attention, sqlx::Error
 
 /// The references of orders changed at or after `since` (their
 /// `updated_at`), after `after`, in reference order: what the contract
-/// step catches up after a roll (`catch_up::changed_since`).
+/// step catches up after a roll (`rollout::changed_since`).
 pub async fn orders_changed_since(
     conn: &mut PgConnection,
     since: OffsetDateTime,
