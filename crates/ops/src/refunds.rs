@@ -268,8 +268,7 @@ fn write_one(f: &mut fmt::Formatter<'_>, i: &Intent) -> fmt::Result {
         )?;
     }
     if i.attempts > 0 {
-        let key =
-            oncehook_gateways::refund::attempt_key(&i.id, u32::try_from(i.attempt_no).unwrap_or(1));
+        let key = i.key();
         writeln!(
             f,
             "  attempts   {} tries; attempt {} under key {key}{}",

@@ -48,7 +48,7 @@ impl Attempt {
 pub fn ask(intent: &Intent, order: OrderNames) -> RefundAsk {
     RefundAsk {
         intent_id: intent.id.clone(),
-        attempt: u32::try_from(intent.attempt_no).unwrap_or(1).max(1),
+        attempt: intent.attempt(),
         payment_id: intent.payment_id.clone(),
         amount_minor: intent.sent_minor.unwrap_or_else(|| intent.outstanding()),
         currency: intent.currency.clone(),

@@ -66,6 +66,16 @@ impl Intent {
     pub fn outstanding(&self) -> i64 {
         self.amount_minor.saturating_sub(self.refunded_minor).max(0)
     }
+
+    /// The attempt being sent (1 for a row that says less).
+    pub fn attempt(&self) -> u32 {
+        u32::try_from(self.attempt_no).unwrap_or(1).max(1)
+    }
+
+    /// The attempt's idempotency key, before a gateway fits it to its rules.
+    pub fn key(&self) -> String {
+        oncehook_gateways::refund::attempt_key(&self.id, self.attempt())
+    }
 }
 
 /// Reads [`Intent`]s: the columns, with the order's reference and the

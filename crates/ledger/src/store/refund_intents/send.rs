@@ -17,7 +17,7 @@ pub async fn claim(
     conn: &mut PgConnection,
     lease: Duration,
 ) -> Result<Option<Intent>, sqlx::Error> {
-    let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
+    let lease_ms = millis(lease);
     let claimed: Option<String> = sqlx::query_scalar!(
         "UPDATE refund_intents SET state = 'sending', attempts = attempts + 1,
                 lease_until = now() + make_interval(secs => $1::bigint / 1000.0),
@@ -61,7 +61,7 @@ pub async fn mark_sent(
     refund_id: &str,
     check_after: Option<Duration>,
 ) -> Result<(), sqlx::Error> {
-    let ms = check_after.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let ms = check_after.map(millis);
     sqlx::query!(
         "UPDATE refund_intents SET gateway_refund_id = $2,
                 lease_until = CASE WHEN state IN ('sending', 'sent') AND $3::bigint IS NOT NULL
@@ -85,7 +85,7 @@ pub async fn claim_check(
     conn: &mut PgConnection,
     lease: Duration,
 ) -> Result<Option<Intent>, sqlx::Error> {
-    let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
+    let lease_ms = millis(lease);
     let claimed: Option<String> = sqlx::query_scalar!(
         "UPDATE refund_intents SET lease_until = now() + make_interval(secs => $1::bigint / 1000.0),
                 updated_at = now()
@@ -146,7 +146,7 @@ pub async fn retry_later(
     after: Duration,
     reason: &str,
 ) -> Result<(), sqlx::Error> {
-    let ms = i64::try_from(after.as_millis()).unwrap_or(i64::MAX);
+    let ms = millis(after);
     sqlx::query!(
         "UPDATE refund_intents SET lease_until = now() + make_interval(secs => $2::bigint / 1000.0),
                 gateway_message = $3, updated_at = now()
@@ -158,4 +158,9 @@ pub async fn retry_later(
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// `d` in milliseconds, as the statements take a lease or a wait.
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
