@@ -27,6 +27,7 @@ pub mod ops;
 pub mod otlp;
 pub mod pgbouncer;
 pub mod pipeline;
+pub mod ports;
 pub mod process;
 pub mod prometheus;
 pub mod receiver;
@@ -41,6 +42,7 @@ pub mod webdriver;
 
 pub use env::{Secrets, TestEnv};
 pub use pipeline::{Pipeline, PipelineSpec};
+pub use ports::free_port;
 pub use process::Proc;
 pub use shop::Shop;
 pub use smtp::SmtpSink;
@@ -69,12 +71,4 @@ where
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// A free TCP port on 127.0.0.1 (bound and released).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free local port")
 }
