@@ -3,19 +3,20 @@
 -- SQL, set-based over the group's events the way the worker binds its
 -- arrays), in the worker's order, with the worker's round trips: the
 -- insert-first claim, the advisory locks on payments and order references,
--- the orders locked with their links and gateway references, the parked
--- events adopted, the link, payment and refund facts in one statement, the
--- orders' facts read, the products locked and their stock taken, the one
--- write of each order (state, version, updated_at), the confirmations into
--- the outbox, the order events, the outcomes; then the commit. The
+-- the orders locked with their links, gateway references and products (and
+-- the events parked for the group's payments taken out), the link, payment
+-- and refund facts in one statement, the orders' facts read, the one write
+-- of each order (state, version, updated_at) with the captures' flags, the
+-- stock taken and the order events, the confirmations into the outbox, the
+-- outcomes; then the commit. The
 -- transaction runs on generic plans, as the worker's does on a direct
 -- connection (its BEGIN sets plan_cache_mode = force_generic_plan for the
 -- transaction; pgbench sends the SET as a statement of its own), and the
 -- group's event numbers come in as an array (unnest), as the worker binds
 -- its arrays, so each statement is planned once per connection. Only the Rust
 -- around it is missing: what the worker computes between two statements is
--- computed here in SQL from the group's event numbers, and the two results
--- it carries forward (the orders' ids, the stock to take) come back through
+-- computed here in SQL from the group's event numbers, and the results it
+-- carries forward (the orders' ids, the stock to take) come back through
 -- `\gset`.
 --
 -- tests/tests/ceiling.rs holds this script to the worker: it runs a captured
@@ -93,11 +94,27 @@ wanted AS (
 locked AS MATERIALIZED (
     SELECT o.id, o.order_ref, o.status, o.amount_minor, o.currency, o.customer_email,
            o.paid_by, o.refunded_minor, o.stock_applied,
-           EXISTS (SELECT 1 FROM order_cancellations c WHERE c.order_id = o.id) AS cancelled
+           (o.status = 'cancelled'
+            OR EXISTS (SELECT 1 FROM order_cancellations c WHERE c.order_id = o.id)) AS cancelled
     FROM orders o WHERE o.id IN (SELECT id FROM wanted)
     ORDER BY o.id FOR NO KEY UPDATE),
+stock AS MATERIALIZED (
+    SELECT p.sku, p.stock FROM products p
+    WHERE p.sku IN (SELECT i.sku FROM order_items i WHERE i.order_id IN (SELECT id FROM locked))
+    ORDER BY p.sku FOR NO KEY UPDATE),
+taken AS (
+    DELETE FROM parked_events p USING batch b
+    WHERE p.provider = b.provider AND p.payment_id = b.payment_id AND p.order_ref IS NULL
+      AND EXISTS (SELECT 1 FROM locked)
+    RETURNING p.source, p.event_id, p.body_sha256, p.provider, p.payment_id, p.routing_key,
+              encode(p.envelope, 'hex') AS envelope, p.replays, p.trace_parent,
+              (extract(epoch FROM p.parked_at) * 1000000)::bigint AS parked_at_us),
 told AS (
     SELECT k.id,
+           COALESCE((SELECT jsonb_agg(jsonb_build_object('sku', i.sku, 'qty', i.qty, 'stock', s.stock)
+                                      ORDER BY i.sku)
+                     FROM order_items i JOIN stock s ON s.sku = i.sku
+                     WHERE i.order_id = k.id), '[]'::jsonb) AS items,
            COALESCE((SELECT jsonb_agg(jsonb_build_object('provider', l.provider, 'payment_id', l.payment_id))
                      FROM payment_links l JOIN batch b
                        ON b.provider = l.provider AND b.payment_id = l.payment_id
@@ -105,15 +122,19 @@ told AS (
            COALESCE((SELECT jsonb_agg(jsonb_build_object('gateway', g.gateway, 'gateway_ref', g.gateway_ref))
                      FROM order_gateway_refs g JOIN named n
                        ON n.gateway = g.gateway AND n.gateway_ref = g.gateway_ref
-                     WHERE g.order_id = k.id), '[]'::jsonb) AS known_as
-    FROM locked k)
-SELECT array_agg(id ORDER BY id)::text AS ids FROM told \gset o_
-
-DELETE FROM parked_events p
-USING (SELECT 'razorpay'::text AS provider, 'pay_pgb_' || :tag::text || '_' || e AS payment_id
-       FROM unnest(ARRAY(SELECT generate_series(:first::bigint, :last::bigint))) AS e) AS t
-WHERE p.provider = t.provider AND p.payment_id = t.payment_id AND p.order_ref IS NULL
-RETURNING p.source, p.event_id, p.body_sha256, p.provider, p.payment_id, p.order_ref, p.routing_key, p.envelope, p.replays, p.trace_parent;
+                     WHERE g.order_id = k.id), '[]'::jsonb) AS known_as,
+           CASE WHEN k.id = (SELECT min(id) FROM locked)
+                THEN (SELECT jsonb_agg(to_jsonb(t)) FROM taken t) END AS taken
+    FROM locked k),
+-- What the worker computes in Rust from the items: the stock each product
+-- gives (every order here is first paid now).
+moves AS (
+    SELECT m.sku, sum(m.qty)::int AS qty
+    FROM told k, jsonb_to_recordset(k.items) AS m(sku text, qty int, stock int)
+    GROUP BY m.sku)
+SELECT (SELECT array_agg(id ORDER BY id) FROM told)::text AS ids,
+       (SELECT array_agg(sku ORDER BY sku) FROM moves)::text AS skus,
+       (SELECT array_agg(qty ORDER BY sku) FROM moves)::text AS qtys \gset o_
 
 WITH g AS (
     SELECT e, order_id
@@ -145,37 +166,42 @@ UNION ALL SELECT 'refund', provider, refund_id, NULL FROM refund;
 SELECT order_id, capture, provider, payment_id, amount_minor, currency, flag, cumulative
 FROM order_facts WHERE order_id = ANY(:o_ids::bigint[]);
 
-WITH locked AS MATERIALIZED (
-    SELECT p.sku, p.stock FROM products p
-    WHERE p.sku IN (SELECT sku FROM order_items WHERE order_id = ANY(:o_ids::bigint[]))
-    ORDER BY p.sku FOR NO KEY UPDATE),
-items AS (
-    SELECT i.order_id, i.sku, i.qty, l.stock
-    FROM order_items i JOIN locked l ON l.sku = i.sku
-    WHERE i.order_id = ANY(:o_ids::bigint[]))
-SELECT array_agg(sku ORDER BY sku)::text AS skus, array_agg(qty ORDER BY sku)::text AS qtys
-FROM (SELECT sku, sum(qty)::int AS qty FROM items GROUP BY sku) s \gset s_
-
-UPDATE products p SET stock = p.stock - t.qty
-FROM unnest(:s_skus::text[], :s_qtys::int[]) AS t(sku, qty)
-WHERE p.sku = t.sku;
-
-UPDATE orders o SET
-    status = CASE WHEN t.changed THEN t.status ELSE o.status END,
-    refunded_minor = CASE WHEN t.changed THEN t.refunded_minor ELSE o.refunded_minor END,
-    paid_by = CASE WHEN t.changed THEN t.paid_by ELSE o.paid_by END,
-    paid_at = CASE WHEN NOT t.changed THEN o.paid_at
-                   WHEN t.paid_by IS NULL THEN NULL ELSE COALESCE(o.paid_at, now()) END,
-    stock_applied = CASE WHEN t.changed THEN t.stock_applied ELSE o.stock_applied END,
-    oversold = CASE WHEN NOT t.changed THEN o.oversold
-                    WHEN t.stock_applied THEN o.oversold OR t.oversold ELSE false END,
-    version = o.version + 1,
-    updated_at = now()
-FROM (SELECT order_id AS id, 'paid'::text AS status, 0::bigint AS refunded_minor,
-             'razorpay' || ':' || 'pay_pgb_' || :tag::text || '_' || e AS paid_by, true AS stock_applied,
-             false AS oversold, true AS changed
-      FROM unnest(ARRAY(SELECT generate_series(:first::bigint, :last::bigint)), :o_ids::bigint[]) AS z(e, order_id)) AS t
-WHERE o.id = t.id;
+WITH flags AS (
+    UPDATE payments p SET flag = t.flag
+    FROM unnest('{}'::bigint[], '{}'::text[], '{}'::text[], '{}'::text[]) AS t(order_id, provider, payment_id, flag)
+    WHERE p.order_id = t.order_id AND p.provider = t.provider AND p.payment_id = t.payment_id
+      AND p.status = 'captured'
+    RETURNING 1),
+stock AS (
+    UPDATE products p SET stock = p.stock - t.qty
+    FROM unnest(:o_skus::text[], :o_qtys::int[]) AS t(sku, qty)
+    WHERE p.sku = t.sku
+    RETURNING 1),
+written AS (
+    UPDATE orders o SET
+        status = CASE WHEN t.changed THEN t.status ELSE o.status END,
+        refunded_minor = CASE WHEN t.changed THEN t.refunded_minor ELSE o.refunded_minor END,
+        paid_by = CASE WHEN t.changed THEN t.paid_by ELSE o.paid_by END,
+        paid_at = CASE WHEN NOT t.changed THEN o.paid_at
+                       WHEN t.paid_by IS NULL THEN NULL ELSE COALESCE(o.paid_at, now()) END,
+        stock_applied = CASE WHEN t.changed THEN t.stock_applied ELSE o.stock_applied END,
+        oversold = CASE WHEN NOT t.changed THEN o.oversold
+                        WHEN t.stock_applied THEN o.oversold OR t.oversold ELSE false END,
+        version = o.version + 1,
+        updated_at = now()
+    FROM (SELECT order_id AS id, 'paid'::text AS status, 0::bigint AS refunded_minor,
+                 'razorpay' || ':' || 'pay_pgb_' || :tag::text || '_' || e AS paid_by, true AS stock_applied,
+                 false AS oversold, true AS changed
+          FROM unnest(ARRAY(SELECT generate_series(:first::bigint, :last::bigint)), :o_ids::bigint[]) AS z(e, order_id)) AS t
+    WHERE o.id = t.id
+    RETURNING 1),
+events AS (
+    INSERT INTO order_events (id, type, order_id, data, trace_parent)
+    SELECT 'evt_' || md5('order.paid' || order_id), 'order.paid', order_id, '{}'::jsonb, NULL::text
+    FROM unnest(:o_ids::bigint[]) AS z(order_id)
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id, type)
+SELECT id, type FROM events;
 
 INSERT INTO email_outbox (id, order_id, kind, dedup_key, to_addr, subject, body, trace_parent)
 SELECT gen_random_uuid(), order_id, 'confirmation', 'order:' || order_id || ':' || 'confirmation',
@@ -188,12 +214,6 @@ SELECT gen_random_uuid(), order_id, 'confirmation', 'order:' || order_id || ':' 
        NULL::text
 FROM unnest(ARRAY(SELECT generate_series(:first::bigint, :last::bigint)), :o_ids::bigint[]) AS z(e, order_id)
 ON CONFLICT (dedup_key) DO NOTHING;
-
-INSERT INTO order_events (id, type, order_id, data, trace_parent)
-SELECT 'evt_' || md5('order.paid' || order_id), 'order.paid', order_id, '{}'::jsonb, NULL::text
-FROM unnest(:o_ids::bigint[]) AS z(order_id)
-ON CONFLICT (id) DO NOTHING
-RETURNING id, type;
 
 UPDATE processed_webhooks p SET outcome = f.outcome, detail = f.detail, processed_at = now()
 FROM (SELECT 'razorpay'::text AS source, 'evt_pgb_' || :tag::text || '_' || e AS event_id,

@@ -167,6 +167,48 @@ async fn an_unlinked_event_parked_by_one_group_is_applied_by_the_group_that_link
     );
 }
 
+/// The orders' lock takes out the events parked for the group's payments;
+/// one whose payment the group does not link goes back, still as old as it
+/// was (its wait for the link ends when it would have).
+#[tokio::test]
+async fn a_parked_event_its_group_does_not_link_stays_parked_as_old_as_it_was() {
+    let env = TestEnv::new().await;
+    shop::product(&env.pool, "ip_k", 10).await;
+    shop::order(&env.pool, "ip_9", 50_000, "INR", &[("ip_k", 1)]).await;
+    let first = refunded(&env, "", "pay_ip_lone", "evt_ip_lone_1", 10_000);
+    commit_group(&env.pool, &Ledger::default(), &[first])
+        .await
+        .expect("parked");
+    sqlx::query("UPDATE parked_events SET parked_at = now() - interval '50 minutes'")
+        .execute(&env.pool)
+        .await
+        .expect("age the parked event");
+    // A group that locks an order (ip_9) and names the lone payment again,
+    // still without its order.
+    let group = [
+        refunded(&env, "", "pay_ip_lone", "evt_ip_lone_2", 5_000),
+        captured(&env, "ip_9", "pay_ip9", "evt_ip9"),
+    ];
+    let processed = commit_group(&env.pool, &Ledger::default(), &group)
+        .await
+        .expect("committed");
+    assert_eq!(outcomes(&processed), ["parked", "applied"]);
+    let waiting: Vec<(String, bool)> = sqlx::query_as(
+        "SELECT event_id, parked_at < now() - interval '49 minutes' FROM parked_events
+         WHERE payment_id = 'pay_ip_lone' ORDER BY event_id",
+    )
+    .fetch_all(&env.pool)
+    .await
+    .expect("parked events");
+    assert_eq!(
+        waiting,
+        [
+            ("evt_ip_lone_1".to_owned(), true),
+            ("evt_ip_lone_2".to_owned(), false)
+        ]
+    );
+}
+
 #[tokio::test]
 async fn statements_per_group_do_not_grow_with_its_size() {
     let env = TestEnv::new().await;
@@ -607,7 +649,8 @@ async fn an_order_locked_while_a_cancellation_commits_is_seen_cancelled() {
         let refs = ["race_cancel".to_owned()];
         let locked = oncehook_ledger::store::books::lock_orders(&mut tx, &refs, &[], &[])
             .await
-            .expect("lock");
+            .expect("lock")
+            .orders;
         tx.rollback().await.expect("rollback");
         locked
     });

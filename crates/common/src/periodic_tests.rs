@@ -141,6 +141,30 @@ async fn a_wake_up_cuts_the_pause_short() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_gathering_wake_up_lets_more_work_land_before_its_pass() {
+    let shutdown = Shutdown::new();
+    let wake = Arc::new(Notify::new());
+    let (times, task) = spawn(
+        Periodic::every("test", Duration::from_secs(10))
+            .woken_by(wake.clone())
+            .gathering(Duration::from_secs(2)),
+        &shutdown,
+        |_| Ok(Next::Pause),
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    wake.notify_one();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // A second wake-up inside the window rides in the same pass.
+    wake.notify_one();
+    tokio::time::sleep(Duration::from_secs(14)).await;
+    shutdown.trigger();
+    task.await.expect("task");
+    // Woken at 3, run at 5; the second wake-up (stored by the Notify while
+    // the pass waited) runs one more pass 2 s after it ran; then the interval.
+    assert_eq!(secs(&times), [0, 5, 7, 17]);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_failed_pass_is_retried_after_the_regular_pause() {
     let shutdown = Shutdown::new();
     let (times, task) = spawn(

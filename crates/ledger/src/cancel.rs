@@ -44,7 +44,7 @@ pub(crate) async fn cancel(
 ) -> Result<Cancelled, sqlx::Error> {
     let refs = [order_ref.to_owned()];
     books::lock_keys(conn, &[], &refs).await?;
-    let locked = books::lock_orders(conn, &refs, &[], &[]).await?;
+    let locked = books::lock_orders(conn, &refs, &[], &[]).await?.orders;
     let Some(mut order) = locked
         .into_iter()
         .map(|l| l.order)

@@ -33,7 +33,7 @@ pub(crate) async fn catch_up(
         return Ok(0);
     }
     books::lock_keys(conn, &[], &refs).await?;
-    let locked = books::lock_orders(conn, &refs, &[], &[]).await?;
+    let locked = books::lock_orders(conn, &refs, &[], &[]).await?.orders;
     let plan = Plan {
         orders: locked
             .into_iter()

@@ -35,9 +35,9 @@ pub(crate) async fn deliveries_in(
     books::lock_keys(conn, &payments, &refs).await?;
     let named = sorted(events.iter().filter_map(plan::gateway_ref));
     let locked = books::lock_orders(conn, &refs, &named, &payments).await?;
-    let plan = Plan::new(&events, locked);
+    let plan = Plan::new(&events, locked.orders);
     let linked: Vec<&PaymentKey> = plan.links.iter().map(|l| &l.payment).collect();
-    let (adopted, unreadable) = parking::adopt(conn, &linked).await?;
+    let (adopted, unlinked) = parking::adopt(locked.taken, &linked);
 
     let recording = Recording::new(&events, &plan, &adopted);
     let written = books::record(conn, &recording.facts).await?;
@@ -51,7 +51,7 @@ pub(crate) async fn deliveries_in(
             _ => None,
         })
         .collect();
-    parked.extend(unreadable);
+    parked.extend(unlinked);
     let intake = Intake {
         touched: recording.touched(&plan, &fresh),
         traces: traces_by_order(deliveries, &plan),

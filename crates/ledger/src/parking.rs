@@ -23,7 +23,6 @@ use oncehook_common::store::Pooled;
 use oncehook_common::store::dedup;
 use oncehook_common::{Envelope, Topology};
 use oncehook_gateways::NormalizedEvent;
-use sqlx::PgConnection;
 
 use super::facts::{Fact, fact_of};
 use oncehook_pipeline::Delivery;
@@ -177,20 +176,23 @@ pub struct Adopted {
     pub payment: PaymentKey,
 }
 
-/// Takes back the events parked for these newly linked payments. One that
-/// can no longer be read is left parked (for the sweeper, then the DLQ),
-/// never lost: it comes back in the second list, to park again.
-pub async fn adopt(
-    conn: &mut PgConnection,
-    payments: &[&PaymentKey],
-) -> Result<(Vec<Adopted>, Vec<Parked>), sqlx::Error> {
-    let (providers, ids): (Vec<String>, Vec<String>) = payments
-        .iter()
-        .map(|p| (p.provider.clone(), p.payment_id.clone()))
-        .unzip();
+/// Sorts the events taken out of `parked_events` for the group's payments
+/// (`locks::lock_orders`): those whose payment the group now links are
+/// adopted; the others, and any that can no longer be read (for the
+/// sweeper, then the DLQ), are parked again, never lost: the second list,
+/// each with its first `parked_at`.
+pub fn adopt(taken: Vec<Parked>, linked: &[&PaymentKey]) -> (Vec<Adopted>, Vec<Parked>) {
     let mut adopted = Vec::new();
-    let mut unreadable = Vec::new();
-    for parked in parking::take_many(conn, &providers, &ids).await? {
+    let mut again = Vec::new();
+    for parked in taken {
+        let payment = PaymentKey {
+            provider: parked.provider.clone(),
+            payment_id: parked.payment_id.clone(),
+        };
+        if !linked.contains(&&payment) {
+            again.push(parked);
+            continue;
+        }
         let read = read_back(&parked).and_then(|delivery| match fact_of(&delivery.event) {
             Ok(Some(fact)) => Ok((delivery.event, fact)),
             Ok(None) => Err("it records no fact".to_owned()),
@@ -198,21 +200,18 @@ pub async fn adopt(
         });
         match read {
             Ok((event, fact)) => adopted.push(Adopted {
-                payment: PaymentKey {
-                    provider: parked.provider.clone(),
-                    payment_id: parked.payment_id.clone(),
-                },
+                payment,
                 parked,
                 event,
                 fact,
             }),
             Err(error) => {
                 tracing::error!(event_id = %parked.key.event_id, source = %parked.key.source, %error, "a parked event can no longer be read; left parked");
-                unreadable.push(parked);
+                again.push(parked);
             }
         }
     }
-    Ok((adopted, unreadable))
+    (adopted, again)
 }
 
 /// The one reader of a parked row: the delivery it parked, as it came (its
@@ -242,5 +241,6 @@ pub fn parked(delivery: &Delivery, order_ref: Option<String>) -> Parked {
         envelope: delivery.envelope.to_bytes(),
         replays: delivery.replays,
         trace_parent: delivery.trace_parent.clone(),
+        parked_at: None,
     }
 }

@@ -1,8 +1,9 @@
 //! Recomputing orders: the facts of every order a group touched are read
 //! in one query, each order's state is computed by the pure
-//! [`super::state::compute`], and what changed is written back — the
-//! payments' flags in one statement, the stock of the orders first paid
-//! (`stock`), the orders' states in one statement — with each newly paid
+//! [`super::state::compute`], and what changed is handed to the tail to
+//! write in one statement (`store::orders::write`) — the payments' flags,
+//! the stock of the orders first paid (`stock`), the orders' states — with
+//! each newly paid
 //! order's confirmation email returned for the outbox, with the order
 //! events the new states owe (`order_events`), each a function of the
 //! order's facts whatever the order they came in.
@@ -10,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use crate::store::books::{self, FactRow, FlagChange, OrderRow, PaymentKey};
-use crate::store::orders::{self, OrderUpdate};
+use crate::store::orders::{OrderUpdate, Writes};
 use sqlx::PgConnection;
 
 use crate::store::order_events::NewOrderEvent;
@@ -29,6 +30,9 @@ pub struct Recomputed {
     pub confirmations: Vec<Email>,
     /// The order events the states owe (some perhaps written before).
     pub events: Vec<NewOrderEvent>,
+    /// The flags, stock and orders to write (`orders::write`, with the
+    /// order events, by the tail).
+    pub writes: Writes,
 }
 
 /// Recomputes `touched` (in the order the group first touched them);
@@ -42,7 +46,7 @@ pub async fn recompute(
 ) -> Result<Recomputed, sqlx::Error> {
     let mut done = Recomputed::default();
     if touched.is_empty() {
-        orders::write_orders(conn, &only_noted(noted, &done.states)).await?;
+        done.writes.orders = only_noted(noted, &done.states);
         return Ok(done);
     }
     let ids: Vec<i64> = touched.iter().map(|o| o.id).collect();
@@ -72,7 +76,7 @@ pub async fn recompute(
         .copied()
         .filter(|o| o.stock_applied && !is_paid(o))
         .collect();
-    let moved = stock::take(conn, &paid, &returned, &probed).await?;
+    let stock::Moves { moved, taken } = stock::take(&paid, &returned, &probed);
     let mut updates: Vec<OrderUpdate> = touched
         .iter()
         .filter_map(|order| {
@@ -96,8 +100,12 @@ pub async fn recompute(
         })
         .collect();
     updates.extend(only_noted(noted, &done.states));
-    books::set_flags(conn, &flags).await?;
-    orders::write_orders(conn, &updates).await?;
+    done.writes = Writes {
+        flags,
+        stock: taken,
+        orders: updates,
+        events: Vec::new(),
+    };
     done.events = owed_events(touched, &done.states, &moved);
     done.confirmations = paid
         .iter()

@@ -24,6 +24,12 @@ use uuid::Uuid;
 
 /// How often the relay looks for rows when no commit woke it.
 const POLL: Duration = Duration::from_millis(500);
+/// After a commit wakes the relay, how long it lets more commits land
+/// before its pass: a pass costs four statements (begin, lock, mark,
+/// commit) however many rows it takes, so at one pass per commit the relay
+/// sent more statements per event than half the worker's transaction
+/// (docs/scaling.md); an email waits this much longer.
+const GATHER: Duration = Duration::from_millis(10);
 /// How often the outbox gauges are set.
 const GAUGES: Duration = Duration::from_secs(5);
 
@@ -97,7 +103,9 @@ pub async fn run(
             routing_key: topology.email_routing_key(),
         },
     };
-    let cadence = Periodic::every("outbox relay", POLL).woken_by(wakeup);
+    let cadence = Periodic::every("outbox relay", POLL)
+        .woken_by(wakeup)
+        .gathering(GATHER);
     relay.run(cadence, &stop).await;
 }
 

@@ -1,7 +1,7 @@
 //! The ledger's one tail, whatever road a fact took: recompute every order
 //! a new fact touched from all its facts (status, refunds, stock, flags),
-//! then write the emails, order events and refund intents that owes, and
-//! park what waits.
+//! write it with the order events that owes in one statement, then the
+//! emails and refund intents, and park what waits.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -12,7 +12,8 @@ use crate::plan::Plan;
 use crate::recompute::recompute;
 use crate::record::{self, Recording};
 use crate::store::books::OrderRow;
-use crate::store::order_events::{self as events_store, NewOrderEvent};
+use crate::store::order_events::NewOrderEvent;
+use crate::store::orders;
 use crate::store::parking as parking_store;
 use crate::{emails, order_events, refund_intents, state};
 
@@ -44,6 +45,11 @@ pub(crate) async fn follow_through(
     } = intake;
     let noted = recording.orders_of_new_facts(fresh);
     let recomputed = recompute(conn, &touched, &noted).await?;
+    let mut writes = recomputed.writes;
+    writes.events = order_events_owed(recomputed.events, plan, recording, fresh, &traces);
+    for (_, kind) in orders::write(conn, &writes).await? {
+        metrics::counter!("oncehook_order_events_written_total", "type" => kind).increment(1);
+    }
     write_emails(
         conn,
         recomputed.confirmations,
@@ -53,7 +59,6 @@ pub(crate) async fn follow_through(
         &traces,
     )
     .await?;
-    write_order_events(conn, recomputed.events, plan, recording, fresh, &traces).await?;
     refund_intents::write(conn, &touched, &recomputed.states, &traces).await?;
     parking_store::park_many(conn, &parked).await?;
     Ok(recomputed.states)
@@ -87,16 +92,16 @@ async fn write_emails(
     Ok(())
 }
 
-/// Writes the order events the recomputed states owe, one per new refund
-/// fact and one per new failed attempt (those already written are skipped).
-async fn write_order_events(
-    conn: &mut PgConnection,
+/// The order events the recomputed states owe, one per new refund fact and
+/// one per new failed attempt (those already written are skipped when
+/// written), each in its order's trace.
+fn order_events_owed(
     mut events: Vec<NewOrderEvent>,
     plan: &Plan,
     recording: &Recording,
     fresh: &record::Fresh,
     traces: &BTreeMap<i64, String>,
-) -> Result<(), sqlx::Error> {
+) -> Vec<NewOrderEvent> {
     let order = |id: &i64| plan.orders.get(id);
     events.extend(
         recording
@@ -111,10 +116,7 @@ async fn write_order_events(
     for e in &mut events {
         e.trace_parent = traces.get(&e.order_id).cloned();
     }
-    for (_, kind) in events_store::write_many(conn, &events).await? {
-        metrics::counter!("oncehook_order_events_written_total", "type" => kind).increment(1);
-    }
-    Ok(())
+    events
 }
 
 /// The distinct items, sorted (the order locks are taken in).

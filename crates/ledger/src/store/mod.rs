@@ -19,6 +19,7 @@ use sqlx::PgConnection;
 
 pub mod books;
 pub mod gateway_refs;
+pub mod locks;
 pub mod order_events;
 pub mod orders;
 pub mod parking;

@@ -1,5 +1,5 @@
 //! `order_events`: what the ledger tells the shop, written in the ledger's
-//! transaction (`write_many`, idempotent on the event's id, which is derived
+//! transaction (with the orders' write, `orders::write`, idempotent on the event's id, which is derived
 //! from the causing fact), published to `P.order-events` by the notifier's
 //! relay (`lock_unpublished`, `mark_published`) and paged by
 //! `GET /v1/events` (`page`) in commit order with a stable cursor.
@@ -16,34 +16,6 @@ pub struct NewOrderEvent {
     pub order_id: i64,
     pub data: Value,
     pub trace_parent: Option<String>,
-}
-
-/// Writes the events in one statement; an id already written is skipped.
-/// Returns the events written, each as `(id, type)`.
-pub async fn write_many(
-    conn: &mut PgConnection,
-    events: &[NewOrderEvent],
-) -> Result<Vec<(String, String)>, sqlx::Error> {
-    if events.is_empty() {
-        return Ok(Vec::new());
-    }
-    let rows = sqlx::query!(
-        "INSERT INTO order_events (id, type, order_id, data, trace_parent)
-         SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::jsonb[], $5::text[])
-         ON CONFLICT (id) DO NOTHING
-         RETURNING id, type",
-        &events.iter().map(|e| e.id.clone()).collect::<Vec<_>>(),
-        &events.iter().map(|e| e.kind.to_owned()).collect::<Vec<_>>(),
-        &events.iter().map(|e| e.order_id).collect::<Vec<_>>(),
-        &events.iter().map(|e| e.data.clone()).collect::<Vec<_>>(),
-        &events
-            .iter()
-            .map(|e| e.trace_parent.clone())
-            .collect::<Vec<Option<String>>>() as &[Option<String>],
-    )
-    .fetch_all(conn)
-    .await?;
-    Ok(rows.into_iter().map(|r| (r.id, r.r#type)).collect())
 }
 
 /// An event as stored, with its order's reference.

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use sqlx::PgConnection;
+use time::OffsetDateTime;
 
 use oncehook_common::store::dedup::DeliveryKey;
 
@@ -24,6 +25,10 @@ pub struct Parked {
     pub replays: i64,
     /// The delivery's `traceparent`, when traced.
     pub trace_parent: Option<String>,
+    /// When it was first parked (`None`: now). A row taken out and parked
+    /// again keeps it, so its wait still ends `ONCEHOOK_UNLINKED_TTL` after
+    /// it first came.
+    pub parked_at: Option<OffsetDateTime>,
 }
 
 /// A `parked_events` row as read.
@@ -38,6 +43,7 @@ struct Row {
     envelope: Vec<u8>,
     replays: i64,
     trace_parent: Option<String>,
+    parked_at: OffsetDateTime,
 }
 
 impl From<Row> for Parked {
@@ -55,6 +61,7 @@ impl From<Row> for Parked {
             envelope: r.envelope,
             replays: r.replays,
             trace_parent: r.trace_parent,
+            parked_at: Some(r.parked_at),
         }
     }
 }
@@ -67,8 +74,11 @@ pub async fn park_many(conn: &mut PgConnection, parked: &[Parked]) -> Result<(),
     }
     let text = |f: fn(&Parked) -> &str| parked.iter().map(|p| f(p).to_owned()).collect::<Vec<_>>();
     sqlx::query!(
-        "INSERT INTO parked_events (source, event_id, body_sha256, provider, payment_id, order_ref, routing_key, envelope, replays, trace_parent)
-         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bytea[], $9::int8[], $10::text[])
+        "INSERT INTO parked_events (source, event_id, body_sha256, provider, payment_id, order_ref, routing_key, envelope, replays, trace_parent, parked_at)
+         SELECT t.source, t.event_id, t.body_sha256, t.provider, t.payment_id, t.order_ref, t.routing_key, t.envelope, t.replays, t.trace_parent,
+                COALESCE(t.parked_at, now())
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bytea[], $9::int8[], $10::text[], $11::timestamptz[])
+              AS t(source, event_id, body_sha256, provider, payment_id, order_ref, routing_key, envelope, replays, trace_parent, parked_at)
          ON CONFLICT DO NOTHING",
         &text(|p| &p.key.source),
         &text(|p| &p.key.event_id),
@@ -83,36 +93,11 @@ pub async fn park_many(conn: &mut PgConnection, parked: &[Parked]) -> Result<(),
             .iter()
             .map(|p| p.trace_parent.clone())
             .collect::<Vec<_>>() as &[Option<String>],
+        &parked.iter().map(|p| p.parked_at).collect::<Vec<_>>() as &[Option<OffsetDateTime>],
     )
     .execute(conn)
     .await?;
     Ok(())
-}
-
-/// Removes and returns the events parked for these payments
-/// (`(provider, payment_id)` pairs; hold their advisory locks).
-pub async fn take_many(
-    conn: &mut PgConnection,
-    providers: &[String],
-    payment_ids: &[String],
-) -> Result<Vec<Parked>, sqlx::Error> {
-    if providers.is_empty() {
-        return Ok(Vec::new());
-    }
-    let rows = sqlx::query_as!(
-        Row,
-        "DELETE FROM parked_events p USING unnest($1::text[], $2::text[]) AS t(provider, payment_id)
-         WHERE p.provider = t.provider AND p.payment_id = t.payment_id AND p.order_ref IS NULL
-         RETURNING p.source, p.event_id, p.body_sha256, p.provider, p.payment_id, p.order_ref, p.routing_key, p.envelope, p.replays, p.trace_parent",
-        providers,
-        payment_ids
-    )
-    .fetch_all(conn)
-    .await?;
-    let mut parked: Vec<Parked> = rows.into_iter().map(Parked::from).collect();
-    // One order however Postgres returns them.
-    parked.sort_by(|a, b| a.key.event_id.cmp(&b.key.event_id));
-    Ok(parked)
 }
 
 /// Removes and returns the events waiting for an order known by
@@ -130,7 +115,7 @@ pub async fn take_for_order(
         "DELETE FROM parked_events p
          WHERE p.order_ref = $1
             OR (p.provider, p.order_ref) IN (SELECT * FROM unnest($2::text[], $3::text[]))
-         RETURNING p.source, p.event_id, p.body_sha256, p.provider, p.payment_id, p.order_ref, p.routing_key, p.envelope, p.replays, p.trace_parent",
+         RETURNING p.source, p.event_id, p.body_sha256, p.provider, p.payment_id, p.order_ref, p.routing_key, p.envelope, p.replays, p.trace_parent, p.parked_at",
         order_ref,
         gateways,
         gateway_refs
@@ -151,7 +136,7 @@ pub async fn lock_expired(
 ) -> Result<Vec<Parked>, sqlx::Error> {
     let rows = sqlx::query_as!(
         Row,
-        "SELECT source, event_id, body_sha256, provider, payment_id, order_ref, routing_key, envelope, replays, trace_parent
+        "SELECT source, event_id, body_sha256, provider, payment_id, order_ref, routing_key, envelope, replays, trace_parent, parked_at
          FROM parked_events
          WHERE parked_at < now() - make_interval(secs => $1)
          ORDER BY parked_at
