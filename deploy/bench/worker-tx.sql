@@ -5,10 +5,10 @@
 -- insert-first claim, the advisory locks on payments and order references,
 -- the orders locked with their links, gateway references and products (and
 -- the events parked for the group's payments taken out), the link, payment
--- and refund facts in one statement, the orders' facts read, the one write
--- of each order (state, version, updated_at) with the captures' flags, the
--- stock taken and the order events, the confirmations into the outbox, the
--- outcomes; then the commit. The
+-- and refund facts in one statement with every fact of the orders read back,
+-- the one write of each order (state, version, updated_at) with the
+-- captures' flags, the stock taken and the order events, the confirmations
+-- into the outbox, the outcomes; then the commit. The
 -- transaction runs on generic plans, as the worker's does on a direct
 -- connection (its BEGIN sets plan_cache_mode = force_generic_plan for the
 -- transaction; pgbench sends the SET as a statement of its own), and the
@@ -150,7 +150,7 @@ attempt AS (
            'evt_pgb_' || :tag::text || '_' || e
     FROM g ORDER BY e
     ON CONFLICT (provider, payment_id, status) DO NOTHING
-    RETURNING provider, payment_id, status),
+    RETURNING provider, payment_id, status, order_id, amount_minor, currency, flag),
 refund AS (
     INSERT INTO refunds (provider, refund_id, payment_id, order_id, amount_minor, currency, event_id, cumulative)
     SELECT t.provider, t.refund_id, t.payment_id, t.order_id, t.amount_minor, t.currency, t.event_id, t.cumulative
@@ -158,12 +158,17 @@ refund AS (
                 '{}'::text[], '{}'::boolean[])
          AS t(provider, refund_id, payment_id, order_id, amount_minor, currency, event_id, cumulative)
     ON CONFLICT (provider, refund_id) DO NOTHING
-    RETURNING provider, refund_id)
-SELECT 'link' AS fact, provider, payment_id AS id, NULL::text AS status FROM link
-UNION ALL SELECT 'attempt', provider, payment_id, status FROM attempt
-UNION ALL SELECT 'refund', provider, refund_id, NULL FROM refund;
-
-SELECT order_id, capture, provider, payment_id, amount_minor, currency, flag, cumulative
+    RETURNING provider, refund_id, payment_id, order_id, amount_minor, currency, cumulative)
+SELECT 'link' AS fact, provider, payment_id AS id, NULL::text AS status, NULL::bigint AS order_id,
+       NULL::text AS payment_id, NULL::bigint AS amount_minor, NULL::text AS currency, NULL::text AS flag,
+       NULL::boolean AS cumulative
+FROM link
+UNION ALL SELECT 'attempt', provider, payment_id, status, order_id, payment_id, amount_minor, currency, flag, false
+FROM attempt
+UNION ALL SELECT 'refund', provider, refund_id, NULL, order_id, payment_id, amount_minor, currency, NULL, cumulative
+FROM refund
+UNION ALL SELECT 'fact', provider, NULL, CASE WHEN capture THEN 'captured' END, order_id, payment_id,
+                 amount_minor, currency, flag, cumulative
 FROM order_facts WHERE order_id = ANY(:o_ids::bigint[]);
 
 WITH flags AS (

@@ -62,6 +62,8 @@ pub(crate) async fn cancel(
         ..Plan::default()
     };
     let recording = Recording::default();
+    let ids: Vec<i64> = plan.orders.keys().copied().collect();
+    let (_, facts) = books::record(conn, &recording.facts, &ids).await?;
     let intake = Intake {
         touched: plan.orders.values().collect(),
         traces: trace_parent
@@ -72,6 +74,7 @@ pub(crate) async fn cancel(
         recording: &recording,
         fresh: &Fresh::default(),
         parked: Vec::new(),
+        facts,
     };
     follow_through(conn, intake).await?;
     tracing::info!(%order_ref, cancelled_by = by, "order cancelled");

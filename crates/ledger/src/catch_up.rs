@@ -43,6 +43,8 @@ pub(crate) async fn catch_up(
         ..Plan::default()
     };
     let recording = Recording::default();
+    let ids: Vec<i64> = plan.orders.keys().copied().collect();
+    let (_, facts) = books::record(conn, &recording.facts, &ids).await?;
     let intake = Intake {
         touched: plan.orders.values().collect(),
         traces: BTreeMap::new(),
@@ -50,6 +52,7 @@ pub(crate) async fn catch_up(
         recording: &recording,
         fresh: &Fresh::default(),
         parked: Vec::new(),
+        facts,
     };
     follow_through(conn, intake).await?;
     Ok(plan.orders.len())

@@ -40,7 +40,8 @@ pub(crate) async fn deliveries_in(
     let (adopted, unlinked) = parking::adopt(locked.taken, &linked);
 
     let recording = Recording::new(&events, &plan, &adopted);
-    let written = books::record(conn, &recording.facts).await?;
+    let ids: Vec<i64> = plan.orders.keys().copied().collect();
+    let (written, facts) = books::record(conn, &recording.facts, &ids).await?;
     let fresh = recording.fresh(&written);
     let mut parked: Vec<_> = deliveries
         .iter()
@@ -59,6 +60,7 @@ pub(crate) async fn deliveries_in(
         recording: &recording,
         fresh: &fresh,
         parked,
+        facts,
     };
     let states = follow_through(conn, intake).await?;
     Ok(outcome::tell(&events, &plan, &adopted, &fresh, &states))

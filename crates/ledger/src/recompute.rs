@@ -1,5 +1,6 @@
-//! Recomputing orders: the facts of every order a group touched are read
-//! in one query, each order's state is computed by the pure
+//! Recomputing orders, pure: from the facts of every order a group
+//! touched (read with the group's facts, `store::books::record`), each
+//! order's state is computed by the pure
 //! [`super::state::compute`], and what changed is handed to the tail to
 //! write in one statement (`store::orders::write`) — the payments' flags,
 //! the stock of the orders first paid (`stock`), the orders' states — with
@@ -10,9 +11,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::store::books::{self, FactRow, FlagChange, OrderRow, PaymentKey};
+use crate::store::books::{FactRow, FlagChange, OrderRow, PaymentKey};
 use crate::store::orders::{OrderUpdate, Writes};
-use sqlx::PgConnection;
 
 use crate::store::order_events::NewOrderEvent;
 
@@ -39,19 +39,14 @@ pub struct Recomputed {
 /// `noted` are the other orders a new fact was recorded for (a failed
 /// attempt): their state stays, their version grows with the others', in
 /// the same statement.
-pub async fn recompute(
-    conn: &mut PgConnection,
-    touched: &[&OrderRow],
-    noted: &[i64],
-) -> Result<Recomputed, sqlx::Error> {
+pub fn recompute(touched: &[&OrderRow], noted: &[i64], read: Vec<FactRow>) -> Recomputed {
     let mut done = Recomputed::default();
     if touched.is_empty() {
         done.writes.orders = only_noted(noted, &done.states);
-        return Ok(done);
+        return done;
     }
-    let ids: Vec<i64> = touched.iter().map(|o| o.id).collect();
     let mut facts: BTreeMap<i64, Vec<FactRow>> = BTreeMap::new();
-    for row in books::facts(conn, &ids).await? {
+    for row in read {
         facts.entry(row.order_id).or_default().push(row);
     }
     let mut flags = Vec::new();
@@ -111,7 +106,7 @@ pub async fn recompute(
         .iter()
         .map(|order| Email::confirmation(order, moved.get(&order.id).map_or(&[], Vec::as_slice)))
         .collect();
-    Ok(done)
+    done
 }
 
 /// The orders of `noted` that were not recomputed: only their version and

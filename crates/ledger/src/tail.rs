@@ -11,7 +11,7 @@ use sqlx::PgConnection;
 use crate::plan::Plan;
 use crate::recompute::recompute;
 use crate::record::{self, Recording};
-use crate::store::books::OrderRow;
+use crate::store::books::{FactRow, OrderRow};
 use crate::store::order_events::NewOrderEvent;
 use crate::store::orders;
 use crate::store::parking as parking_store;
@@ -27,6 +27,9 @@ pub(crate) struct Intake<'p> {
     pub(crate) recording: &'p Recording,
     pub(crate) fresh: &'p record::Fresh,
     pub(crate) parked: Vec<parking_store::Parked>,
+    /// Every fact of the orders the road locked, read with its own
+    /// (`store::books::record`).
+    pub(crate) facts: Vec<FactRow>,
 }
 
 /// The one tail: recompute, emails, order events, refund intents, parking. The touched
@@ -42,9 +45,10 @@ pub(crate) async fn follow_through(
         recording,
         fresh,
         parked,
+        facts,
     } = intake;
     let noted = recording.orders_of_new_facts(fresh);
-    let recomputed = recompute(conn, &touched, &noted).await?;
+    let recomputed = recompute(&touched, &noted, facts);
     let mut writes = recomputed.writes;
     writes.events = order_events_owed(recomputed.events, plan, recording, fresh, &traces);
     for (_, kind) in orders::write(conn, &writes).await? {

@@ -64,13 +64,38 @@ pub struct Written {
     pub refunds: Vec<(String, String)>,
 }
 
-/// Records every link, attempt and refund of a batch in one statement;
-/// a fact already recorded is left as it is.
-pub async fn record(conn: &mut PgConnection, facts: &NewFacts) -> Result<Written, sqlx::Error> {
+/// One row of [`record`]: a fact written now (`link`, `attempt`,
+/// `refund`, with its key in `provider` and `id`), or (`fact`) one
+/// recorded before for an order read with them; the others columns are
+/// those of a [`FactRow`] where the row is one.
+struct RecordRow {
+    fact: String,
+    provider: String,
+    id: Option<String>,
+    status: Option<String>,
+    order_id: Option<i64>,
+    payment_id: Option<String>,
+    amount_minor: Option<i64>,
+    currency: Option<String>,
+    flag: Option<String>,
+    cumulative: Option<bool>,
+}
+
+/// Records every link, attempt and refund of a batch in one statement (a
+/// fact already recorded is left as it is) and reads, in the same
+/// statement, every fact of the orders `read_for`: those recorded before
+/// and those written now, which the statement's own snapshot does not see
+/// (one round trip where the read took another).
+pub async fn record(
+    conn: &mut PgConnection,
+    facts: &NewFacts,
+    read_for: &[i64],
+) -> Result<(Written, Vec<FactRow>), sqlx::Error> {
     let l = &facts.links;
     let a = &facts.attempts;
     let r = &facts.refunds;
-    let rows = sqlx::query!(
+    let rows = sqlx::query_as!(
+        RecordRow,
         r#"WITH link AS (
                INSERT INTO payment_links (provider, payment_id, order_id, event_id)
                SELECT t.provider, t.payment_id, t.order_id, t.event_id
@@ -85,7 +110,7 @@ pub async fn record(conn: &mut PgConnection, facts: &NewFacts) -> Result<Written
                     WITH ORDINALITY AS t(provider, payment_id, order_id, status, amount_minor, currency, event_id, n)
                ORDER BY t.n
                ON CONFLICT (provider, payment_id, status) DO NOTHING
-               RETURNING provider, payment_id, status),
+               RETURNING provider, payment_id, status, order_id, amount_minor, currency, flag),
            refund AS (
                INSERT INTO refunds (provider, refund_id, payment_id, order_id, amount_minor, currency, event_id, cumulative)
                SELECT t.provider, t.refund_id, t.payment_id, t.order_id, t.amount_minor, t.currency, t.event_id, t.cumulative
@@ -95,10 +120,20 @@ pub async fn record(conn: &mut PgConnection, facts: &NewFacts) -> Result<Written
                                          event_id, cumulative, n)
                ORDER BY t.n
                ON CONFLICT (provider, refund_id) DO NOTHING
-               RETURNING provider, refund_id)
-           SELECT 'link' AS "fact!", provider AS "provider!", payment_id AS "id!", NULL::text AS "status?" FROM link
-           UNION ALL SELECT 'attempt', provider, payment_id, status FROM attempt
-           UNION ALL SELECT 'refund', provider, refund_id, NULL FROM refund"#,
+               RETURNING provider, refund_id, payment_id, order_id, amount_minor, currency, cumulative)
+           SELECT 'link' AS "fact!", provider AS "provider!", payment_id AS "id?", NULL::text AS "status?",
+                  NULL::bigint AS "order_id?", NULL::text AS "payment_id?", NULL::bigint AS "amount_minor?",
+                  NULL::text AS "currency?", NULL::text AS "flag?", NULL::boolean AS "cumulative?"
+           FROM link
+           UNION ALL SELECT 'attempt', provider, payment_id, status, order_id, payment_id, amount_minor,
+                            currency, flag, false
+           FROM attempt
+           UNION ALL SELECT 'refund', provider, refund_id, NULL, order_id, payment_id, amount_minor, currency,
+                            NULL, cumulative
+           FROM refund
+           UNION ALL SELECT 'fact', provider, NULL, CASE WHEN capture THEN 'captured' END, order_id, payment_id,
+                            amount_minor, currency, flag, cumulative
+           FROM order_facts WHERE order_id = ANY($20::bigint[])"#,
         &l.iter().map(|x| x.payment.provider.clone()).collect::<Vec<_>>(),
         &l.iter().map(|x| x.payment.payment_id.clone()).collect::<Vec<_>>(),
         &l.iter().map(|x| x.order_id).collect::<Vec<_>>(),
@@ -118,27 +153,53 @@ pub async fn record(conn: &mut PgConnection, facts: &NewFacts) -> Result<Written
         &r.iter().map(|x| x.currency.clone()).collect::<Vec<_>>() as &[Option<String>],
         &r.iter().map(|x| x.event_id.clone()).collect::<Vec<_>>(),
         &r.iter().map(|x| x.cumulative).collect::<Vec<_>>(),
+        read_for,
     )
     .fetch_all(conn)
     .await?;
+    Ok(recorded(rows, read_for))
+}
+
+/// What was written, and the facts of the orders read (those written now
+/// included, for the orders read).
+fn recorded(rows: Vec<RecordRow>, read_for: &[i64]) -> (Written, Vec<FactRow>) {
     let mut written = Written::default();
+    let mut facts = Vec::new();
     for row in rows {
-        match (row.fact.as_str(), row.status) {
-            ("link", _) => written.links.push(PaymentKey {
+        let key = || PaymentKey {
+            provider: row.provider.clone(),
+            payment_id: row.id.clone().unwrap_or_default(),
+        };
+        let read = row.order_id.is_some_and(|id| read_for.contains(&id));
+        match row.fact.as_str() {
+            "link" => written.links.push(key()),
+            "attempt" => written
+                .attempts
+                .push((key(), row.status.clone().unwrap_or_default())),
+            "refund" => written
+                .refunds
+                .push((row.provider.clone(), row.id.clone().unwrap_or_default())),
+            _ => {}
+        }
+        let is_fact = match row.fact.as_str() {
+            "attempt" => row.status.as_deref() == Some("captured"),
+            "refund" | "fact" => true,
+            _ => false,
+        };
+        if let (true, Some(order_id)) = (is_fact && read, row.order_id) {
+            facts.push(FactRow {
+                order_id,
+                capture: row.status.as_deref() == Some("captured"),
                 provider: row.provider,
-                payment_id: row.id,
-            }),
-            ("attempt", Some(status)) => written.attempts.push((
-                PaymentKey {
-                    provider: row.provider,
-                    payment_id: row.id,
-                },
-                status,
-            )),
-            _ => written.refunds.push((row.provider, row.id)),
+                payment_id: row.payment_id,
+                amount_minor: row.amount_minor,
+                currency: row.currency,
+                flag: row.flag,
+                cumulative: row.cumulative.unwrap_or(false),
+            });
         }
     }
-    Ok(written)
+    (written, facts)
 }
 
 /// One fact an order's state is computed from: a capture (`capture`) or a refund.
@@ -153,23 +214,6 @@ pub struct FactRow {
     /// The capture's current flag.
     pub flag: Option<String>,
     pub cumulative: bool,
-}
-
-/// Every capture and refund recorded for these orders.
-pub async fn facts(
-    conn: &mut PgConnection,
-    order_ids: &[i64],
-) -> Result<Vec<FactRow>, sqlx::Error> {
-    sqlx::query_as!(
-        FactRow,
-        r#"SELECT order_id AS "order_id!", capture AS "capture!", provider AS "provider!",
-                  payment_id AS "payment_id?", amount_minor AS "amount_minor?", currency AS "currency?",
-                  flag AS "flag?", cumulative AS "cumulative!"
-           FROM order_facts WHERE order_id = ANY($1::bigint[])"#,
-        order_ids
-    )
-    .fetch_all(conn)
-    .await
 }
 
 /// A captured payment's new flag.
