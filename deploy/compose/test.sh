@@ -8,7 +8,8 @@
 #     compose from Dockerfile.prebuilt (no Rust image needed). With a registry,
 #     ONCEHOOK_COMPOSE_DOCKERFILE=deploy/compose/Dockerfile builds in Docker.
 #  3. Postgres, RabbitMQ, PgBouncer and Mailpit: the stand-ins in standins/
-#     (built from Debian packages) unless ONCEHOOK_COMPOSE_IMAGES=official,
+#     (built from Debian packages; the PgBouncer one runs Debian 12's 1.18,
+#     printed here and in the report) unless ONCEHOOK_COMPOSE_IMAGES=official,
 #     which pulls the official images compose.yaml names by default.
 #  4. A fresh env file (random secrets, every host port compose.yaml
 #     publishes picked free) and an oncehook.toml (the shipped one plus an
@@ -69,6 +70,10 @@ else
     nice -n 10 docker build -q -f "deploy/compose/standins/Dockerfile.$s" \
       -t "oncehook-standin/$s:local" deploy/compose/standins >/dev/null
   done
+  # Which PgBouncer the stand-in really runs (Debian's package), not the
+  # release compose.yaml pins for the official image.
+  PGBOUNCER_STANDIN_VERSION="$(docker run --rm --entrypoint pgbouncer oncehook-standin/pgbouncer:local --version | head -n 1)"
+  say "the PgBouncer stand-in runs $PGBOUNCER_STANDIN_VERSION (compose.yaml's default image: edoburu/pgbouncer, 1.25.2)"
   images=(
     POSTGRES_IMAGE=oncehook-standin/postgres:local
     RABBITMQ_IMAGE=oncehook-standin/rabbitmq:local
@@ -161,4 +166,7 @@ filter="${ONCEHOOK_COMPOSE_TESTS:-}"
 ONCEHOOK_COMPOSE_ENV="$ENV_FILE" ONCEHOOK_COMPOSE_CMD="$COMPOSE" \
   timeout 3600 nice -n 10 "${CARGO:-cargo}" test --release -p oncehook-e2e --test compose -- \
   --ignored --nocapture --test-threads=1 $filter
+if [ -n "${PGBOUNCER_STANDIN_VERSION:-}" ]; then
+  printf '\nPgBouncer: the stand-in, %s (Debian package).\n' "$PGBOUNCER_STANDIN_VERSION" >> target/compose-report.md
+fi
 say "passed; figures in target/compose-report.md"

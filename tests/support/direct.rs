@@ -7,8 +7,11 @@
 //! the processes' descriptors). The test's own connections (its pool, the
 //! helpers' connections) and PgBouncer's server connections are expected;
 //! one opened by a binary of the project is not (but for `oncehookctl
-//! migrate`, which must go straight): the environment fails the test when
-//! it is dropped, naming the binary, its log and the database.
+//! migrate`, which must go straight, and the binaries the deploy files
+//! connect straight, [`STRAIGHT_TO_POSTGRES`](crate::env::STRAIGHT_TO_POSTGRES),
+//! unless the test put them behind the pooler too): the environment fails
+//! the test when it is dropped, naming the binary, its log and the
+//! database.
 //!
 //! Every service binary keeps its pool's connections open while it runs,
 //! so a binary pointed straight at Postgres is seen within one look; a
@@ -24,8 +27,19 @@ use std::time::Duration;
 
 use sqlx::{Connection, PgConnection};
 
-/// The processes a test spawned: `(pid, what to call it)`.
-pub type Spawned = Arc<Mutex<Vec<(u32, String)>>>;
+/// The processes a test spawned.
+pub type Spawned = Arc<Mutex<Vec<SpawnedProc>>>;
+
+/// One process a test spawned.
+#[derive(Debug, Clone)]
+pub struct SpawnedProc {
+    pub pid: u32,
+    /// What to call it (the binary and its log).
+    pub name: String,
+    /// Started straight to Postgres on purpose, as the deploy files run it
+    /// ([`STRAIGHT_TO_POSTGRES`](crate::env::STRAIGHT_TO_POSTGRES)).
+    pub straight: bool,
+}
 
 /// Watches the test's databases for backends a project binary opened
 /// without PgBouncer; stopped by [`DirectWatch::stop`].
@@ -49,6 +63,13 @@ pub struct Watched {
     /// PgBouncer's process: its connections are the pooled ones.
     pub pooler_pid: u32,
     pub spawned: Spawned,
+    /// The binaries that may reach Postgres straight (as the deploy files
+    /// run them) when a test started them some other way than
+    /// [`TestEnv::spawn`](crate::TestEnv::spawn) (which says so per process)…
+    pub straight: &'static [&'static str],
+    /// …unless the test put them behind the pooler too
+    /// ([`TestEnv::pool_worker_too`](crate::TestEnv::pool_worker_too)).
+    pub pool_straight: Arc<AtomicBool>,
 }
 
 impl DirectWatch {
@@ -193,27 +214,32 @@ fn judge(w: &Watched, client_port: u16) -> Option<Option<String>> {
         return Some(None);
     }
     let spawned = w.spawned.lock().map(|s| s.clone()).unwrap_or_default();
-    for (pid, name) in &spawned {
-        if socket_inodes(&pid.to_string()).contains(&inode) {
-            return Some(project_binary(&pid.to_string()).map(|_| format!("{name} (pid {pid})")));
+    for p in &spawned {
+        if socket_inodes(&p.pid.to_string()).contains(&inode) {
+            let flagged = project_binary(&p.pid.to_string()).filter(|_| !p.straight);
+            return Some(flagged.map(|_| format!("{} (pid {})", p.name, p.pid)));
         }
     }
     // Not one the test started itself: any process holding it.
+    let straight_ok = !w.pool_straight.load(Ordering::SeqCst);
     let procs = std::fs::read_dir("/proc").ok()?;
     for entry in procs.flatten() {
         let pid = entry.file_name().to_string_lossy().into_owned();
         if !pid.bytes().all(|b| b.is_ascii_digit()) || !socket_inodes(&pid).contains(&inode) {
             continue;
         }
-        return Some(project_binary(&pid).map(|name| format!("{name} (pid {pid})")));
+        let flagged = project_binary(&pid)
+            .filter(|name| !(straight_ok && w.straight.contains(&name.as_str())));
+        return Some(flagged.map(|name| format!("{name} (pid {pid})")));
     }
     None
 }
 
 /// The name of process `pid` when it is one of the project's binaries that
-/// must not reach Postgres straight: any `oncehook*` program but
-/// `oncehookctl migrate`, which must (a migration holds a session-level
-/// lock), as `TestEnv` routes it.
+/// must not reach Postgres straight behind the pooler: any `oncehook*`
+/// program but `oncehookctl migrate`, which must (a migration holds a
+/// session-level lock), as `TestEnv` routes it. (The binaries the deploy
+/// files connect straight are let through by the caller.)
 fn project_binary(pid: &str) -> Option<String> {
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     let mut argv = cmdline

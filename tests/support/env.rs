@@ -70,9 +70,13 @@ pub struct TestEnv {
     spawned_pids: crate::direct::Spawned,
     /// PgBouncer in front of the database, when the run asks for one
     /// (`ONCEHOOK_TEST_POOLER=pgbouncer`): every binary that uses the
-    /// database goes through it (but for `oncehookctl migrate`); the
-    /// test's own pool and connections go straight to Postgres.
+    /// database goes through it but [`STRAIGHT_TO_POSTGRES`] (unless
+    /// [`TestEnv::pool_worker_too`]) and `oncehookctl migrate`; the test's
+    /// own pool and connections go straight to Postgres.
     pooler: Option<crate::pgbouncer::PgBouncer>,
+    /// [`TestEnv::pool_worker_too`]: [`STRAIGHT_TO_POSTGRES`] behind the
+    /// pooler as well (shared with the watch, which then flags them).
+    pool_straight: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// With a pooler: the watch that fails the test when one of its
     /// binaries connected straight to Postgres.
     watch: Option<DirectWatch>,
@@ -80,8 +84,8 @@ pub struct TestEnv {
 
 /// The binaries that use the database: behind PgBouncer in the pooler
 /// pass (`ONCEHOOK_TEST_POOLER=pgbouncer`), as the deploy files can run
-/// every one of them. `tests/tests/pooled_pass.rs` holds it to the
-/// workspace's binaries.
+/// every one of them, but [`STRAIGHT_TO_POSTGRES`].
+/// `tests/tests/pooled_pass.rs` holds it to the workspace's binaries.
 pub const DATABASE_BINARIES: [&str; 6] = [
     "oncehook-worker",
     "oncehook-mailer",
@@ -90,6 +94,20 @@ pub const DATABASE_BINARIES: [&str; 6] = [
     "oncehook-console",
     "oncehookctl",
 ];
+
+/// The binaries the deploy files connect straight to PostgreSQL even where
+/// PgBouncer runs, because the pooler costs them (deploy/README.md,
+/// "Database connections"): the worker, whose few connections are always
+/// in a transaction, keeps its statements prepared and its generic plans
+/// only on a connection of its own. The pooled pass runs them straight too,
+/// as shipped; [`TestEnv::pool_worker_too`] puts them behind the pooler (a
+/// configuration docs/configuration.md still supports). The API, the
+/// console and `oncehookctl` reach Postgres straight in the deploy files as
+/// well, with small pools of their own; the pooled pass keeps them behind
+/// PgBouncer, where docs/operations.md says they may run, since the first
+/// pass runs them straight already. `tests/tests/deploy_files.rs` holds the
+/// deploy files to this list.
+pub const STRAIGHT_TO_POSTGRES: [&str; 1] = ["oncehook-worker"];
 
 /// Every binary of the workspace: ingest (the one without a database) and
 /// [`DATABASE_BINARIES`]. `tests/tests/release.rs` holds it to the
@@ -114,8 +132,10 @@ impl TestEnv {
         TestEnv::build(crate::pgbouncer::wanted(), Some(version)).await
     }
 
-    /// A fresh environment whose service binaries always go through a
-    /// PgBouncer in transaction mode.
+    /// A fresh environment whose binaries that use the database always go
+    /// through a PgBouncer in transaction mode, as in the PgBouncer pass:
+    /// the worker straight to Postgres, as the deploy files run it, unless
+    /// [`TestEnv::pool_worker_too`].
     pub async fn through_pgbouncer() -> TestEnv {
         TestEnv::build(true, None).await
     }
@@ -166,6 +186,7 @@ impl TestEnv {
         std::fs::write(&config_path, config_toml()).expect("write test config");
         let pooler = pgbouncer.then(|| crate::pgbouncer::PgBouncer::start(&dir, &database_url));
         let spawned_pids = crate::direct::Spawned::default();
+        let pool_straight = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let watch = pooler.as_ref().map(|p| {
             DirectWatch::start(Watched {
                 admin_url: admin_url.clone(),
@@ -173,10 +194,13 @@ impl TestEnv {
                 server_port: postgres_host_port(&database_url).1,
                 pooler_pid: p.pid(),
                 spawned: spawned_pids.clone(),
+                straight: &STRAIGHT_TO_POSTGRES,
+                pool_straight: pool_straight.clone(),
             })
         });
         TestEnv {
             pooler,
+            pool_straight,
             watch,
             spawned_pids,
             prefix: format!("t_{id}"),
@@ -207,6 +231,43 @@ impl TestEnv {
     pub fn set_env(&mut self, key: &str, value: &str) {
         self.extra_env.retain(|(k, _)| k != key);
         self.extra_env.push((key.to_owned(), value.to_owned()));
+    }
+
+    /// Puts the worker (every binary of [`STRAIGHT_TO_POSTGRES`]) behind
+    /// this environment's PgBouncer too, for every binary started
+    /// afterwards: with `ONCEHOOK_DATABASE_POOLER=transaction` unless the
+    /// test sets that variable itself. Without a PgBouncer (a run without
+    /// `ONCEHOOK_TEST_POOLER=pgbouncer` and not
+    /// [`TestEnv::through_pgbouncer`]) it changes nothing. From then on the
+    /// watch fails the test when a worker reaches Postgres straight.
+    ///
+    /// For the bench's comparison with the configuration the deploy files
+    /// left behind, and for the tests that keep that configuration working
+    /// (tests/tests/pooler.rs). A spawn whose `extra` names
+    /// `ONCEHOOK_DATABASE_POOLER` puts that one binary behind the pooler
+    /// the same way, with the value given.
+    pub fn pool_worker_too(&mut self) {
+        self.pool_straight
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether `bin` (started now) reaches the database through this
+    /// environment's PgBouncer: `false` without one, for
+    /// [`STRAIGHT_TO_POSTGRES`] unless [`TestEnv::pool_worker_too`], and
+    /// for a binary that does not use the database.
+    pub fn pooled(&self, bin: &str) -> bool {
+        self.pooler.is_some() && DATABASE_BINARIES.contains(&bin) && !self.straight(bin, &[])
+    }
+
+    /// Whether `bin` goes straight to Postgres although a PgBouncer runs:
+    /// [`STRAIGHT_TO_POSTGRES`], unless [`TestEnv::pool_worker_too`] or the
+    /// spawn's `explicit` environment names `ONCEHOOK_DATABASE_POOLER`.
+    fn straight(&self, bin: &str, explicit: &[(&str, &str)]) -> bool {
+        STRAIGHT_TO_POSTGRES.contains(&bin)
+            && !self.pool_straight.load(std::sync::atomic::Ordering::SeqCst)
+            && !explicit
+                .iter()
+                .any(|(k, _)| *k == "ONCEHOOK_DATABASE_POOLER")
     }
 
     /// PgBouncer's counters for this test's database (`SHOW STATS` on its
@@ -244,10 +305,11 @@ impl TestEnv {
     }
 
     /// The environment of a binary that uses the database: [`TestEnv::envs`],
-    /// through PgBouncer in transaction mode, as the deploy files run it,
-    /// when the run asks for it. `oncehookctl migrate` always goes straight
-    /// to Postgres (a migration holds a session-level lock; the deploy
-    /// files' migrate job does the same).
+    /// through PgBouncer in transaction mode when the run asks for it, but
+    /// for [`STRAIGHT_TO_POSTGRES`] (as the deploy files run them; see
+    /// [`TestEnv::pool_worker_too`]). `oncehookctl migrate` always goes
+    /// straight to Postgres (a migration holds a session-level lock; the
+    /// deploy files' migrate job does the same).
     pub fn database_envs(&self, bin: &str, args: &[&str]) -> Vec<(String, String)> {
         let mut envs = self.envs();
         self.route(&mut envs, bin, args, &[]);
@@ -255,7 +317,9 @@ impl TestEnv {
     }
 
     /// Behind PgBouncer, points `bin` (a binary that uses the database,
-    /// but for `oncehookctl migrate`) at it: whatever database of the test's
+    /// but for `oncehookctl migrate` and, as the deploy files run them,
+    /// [`STRAIGHT_TO_POSTGRES`] unless [`TestEnv::pool_worker_too`] or
+    /// `explicit` names `ONCEHOOK_DATABASE_POOLER`) at it: whatever database of the test's
     /// Postgres server its `ONCEHOOK_DATABASE_URL` names — the test's,
     /// or one of a test's own ([`TestEnv::set_env`], a spawn's `extra`),
     /// as the same user with the same settings ([`PgBouncer::url_for`]) —
@@ -275,7 +339,7 @@ impl TestEnv {
             return;
         };
         let migrate = bin == "oncehookctl" && args.first() == Some(&"migrate");
-        if !DATABASE_BINARIES.contains(&bin) || migrate {
+        if !DATABASE_BINARIES.contains(&bin) || migrate || self.straight(bin, explicit) {
             return;
         }
         let Some(url) = envs
@@ -358,6 +422,7 @@ impl TestEnv {
             put(&mut envs, k, *v);
         }
         self.route(&mut envs, bin, args, extra);
+        let straight = self.straight(bin, extra);
         let mut metrics = None;
         if SERVICES.contains(&bin) {
             match envs.iter().find(|(k, _)| k == "ONCEHOOK_METRICS_ADDR") {
@@ -382,7 +447,11 @@ impl TestEnv {
         let mut proc = Proc::spawn_program(&program.display().to_string(), bin, log, &envs, args);
         proc.metrics = metrics;
         if let Ok(mut pids) = self.spawned_pids.lock() {
-            pids.push((proc.pid(), name));
+            pids.push(crate::direct::SpawnedProc {
+                pid: proc.pid(),
+                name,
+                straight,
+            });
         }
         proc
     }

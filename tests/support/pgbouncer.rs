@@ -1,11 +1,14 @@
 //! A real PgBouncer (Debian's package) in transaction mode in front of the
 //! test's Postgres, for running the pipeline's tests through a pooler:
 //! [`TestEnv`](crate::TestEnv) starts one per test when
-//! `ONCEHOOK_TEST_POOLER=pgbouncer` and points every binary that uses the
-//! database at it (with `ONCEHOOK_DATABASE_POOLER=transaction`), for any
-//! database of the server and any user ([`PgBouncer::url_for`]). The settings are the ones
-//! docs/operations.md asks for: `pool_mode = transaction`, and prepared
-//! statements dropped whenever a server connection changes hands.
+//! `ONCEHOOK_TEST_POOLER=pgbouncer` and points the binaries the deploy
+//! files put behind PgBouncer at it (with
+//! `ONCEHOOK_DATABASE_POOLER=transaction`), for any database of the server
+//! and any user ([`PgBouncer::url_for`]). Its settings that decide what a
+//! client may rely on are [`SHIPPED_SETTINGS`], the ones both deploy files
+//! set (`tests/tests/deploy_files.rs` compares them): `pool_mode =
+//! transaction`, and prepared statements dropped whenever a server
+//! connection changes hands.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -13,6 +16,38 @@ use std::time::{Duration, Instant};
 
 use crate::env::{postgres_host_port, postgres_url};
 use crate::process::Proc;
+
+/// The settings of `pgbouncer.ini` a client of the pooler depends on, as
+/// deploy/compose/compose.yaml (`POOL_MODE`, `SERVER_RESET_QUERY`, …) and
+/// deploy/k8s/pgbouncer.yaml set them: the harness runs exactly these, and
+/// `tests/tests/deploy_files.rs` fails when either deploy file differs.
+///
+/// `server_reset_query = DEALLOCATE ALL` with `server_reset_query_always =
+/// 1` is what makes sqlx safe here: with its statement cache off
+/// (`ONCEHOOK_DATABASE_POOLER=transaction`) sqlx still prepares each
+/// statement under a name, `sqlx_s_1`, `sqlx_s_2`, … counted from 1 on
+/// every client connection, and never closes it. Without the reset a server
+/// connection handed to another client still holds the first one's
+/// `sqlx_s_1`, and that client's first statement fails ("prepared statement
+/// \"sqlx_s_1\" already exists"); `tests/tests/pooler.rs` shows it.
+///
+/// `max_prepared_statements = 0`: PgBouncer 1.21+ can track prepared
+/// statements itself, on by default from 1.24 (200); the deploy files turn
+/// it off so the pinned 1.25 behaves as the 1.18 tested here, which has no
+/// such setting (and refuses the line: [`PgBouncer::start`] writes it only
+/// for a PgBouncer that knows it). Nothing here relies on it: the worker,
+/// the one client that would gain from statements kept prepared, connects
+/// straight to PostgreSQL.
+pub const SHIPPED_SETTINGS: [(&str, &str); 5] = [
+    ("pool_mode", "transaction"),
+    ("server_reset_query", "DEALLOCATE ALL"),
+    ("server_reset_query_always", "1"),
+    ("ignore_startup_parameters", "extra_float_digits"),
+    ("max_prepared_statements", "0"),
+];
+
+/// The first PgBouncer release with `max_prepared_statements`.
+const PREPARED_STATEMENTS_SINCE: (u32, u32) = (1, 21);
 
 /// The variable that routes the service binaries through PgBouncer.
 pub const POOLER_ENV: &str = "ONCEHOOK_TEST_POOLER";
@@ -33,6 +68,8 @@ pub struct PgBouncer {
     userlist: PathBuf,
     /// The `[databases]` section's `*` line: every database of the server.
     server: String,
+    /// The `[pgbouncer]` section's settings but the listener and the files.
+    settings: Vec<(String, String)>,
     /// Users added to the userlist and aliases added to `[databases]`.
     added: Mutex<Added>,
     proc: Proc,
@@ -47,10 +84,19 @@ struct Added {
 
 impl PgBouncer {
     /// Starts PgBouncer on a free port, forwarding every database to the
-    /// Postgres server of `database_url`; waits until it accepts
-    /// connections.
+    /// Postgres server of `database_url`, with the deploy files' settings
+    /// ([`SHIPPED_SETTINGS`]); waits until it accepts connections.
     pub fn start(dir: &Path, database_url: &str) -> PgBouncer {
+        PgBouncer::start_with(dir, database_url, &[])
+    }
+
+    /// [`PgBouncer::start`] with some `[pgbouncer]` settings replaced (or
+    /// added): `(name, value)`, an empty value writes `name =`. For a test
+    /// that shows what a setting is for (`tests/tests/pooler.rs` drops the
+    /// reset query).
+    pub fn start_with(dir: &Path, database_url: &str, changed: &[(&str, &str)]) -> PgBouncer {
         let (pg_host, pg_port) = postgres_host_port(database_url);
+        let settings = settings(changed);
         let dir = dir.join("pgbouncer");
         std::fs::create_dir_all(&dir).expect("create the pgbouncer folder");
         let port = crate::free_port();
@@ -58,7 +104,8 @@ impl PgBouncer {
         std::fs::write(&userlist, "\"postgres\" \"\"\n").expect("write userlist");
         let ini = dir.join("pgbouncer.ini");
         let server = format!("host={pg_host} port={pg_port}");
-        std::fs::write(&ini, ini_text(&server, &[], port, &userlist)).expect("write pgbouncer.ini");
+        std::fs::write(&ini, ini_text(&server, &[], port, &userlist, &settings))
+            .expect("write pgbouncer.ini");
         // PgBouncer refuses to run as root: drop to the postgres user, who
         // must be able to read the folder.
         let as_root = std::process::Command::new("id")
@@ -105,6 +152,7 @@ impl PgBouncer {
             ini,
             userlist,
             server,
+            settings,
             added: Mutex::new(Added::default()),
             proc,
         }
@@ -177,7 +225,13 @@ impl PgBouncer {
                     added.aliases.push((alias.clone(), line));
                     std::fs::write(
                         &self.ini,
-                        ini_text(&self.server, &added.aliases, self.port, &self.userlist),
+                        ini_text(
+                            &self.server,
+                            &added.aliases,
+                            self.port,
+                            &self.userlist,
+                            &self.settings,
+                        ),
                     )
                     .expect("write pgbouncer.ini");
                     target = alias;
@@ -260,12 +314,65 @@ impl PgBouncer {
     }
 }
 
+/// The `[pgbouncer]` settings: [`SHIPPED_SETTINGS`] (but a setting the
+/// installed PgBouncer does not know, which it would refuse), the harness's
+/// own sizes, then `changed` replacing or adding.
+fn settings(changed: &[(&str, &str)]) -> Vec<(String, String)> {
+    let knows_prepared = version() >= PREPARED_STATEMENTS_SINCE;
+    let mut out: Vec<(String, String)> = SHIPPED_SETTINGS
+        .iter()
+        .filter(|(name, _)| *name != "max_prepared_statements" || knows_prepared)
+        .chain(&[
+            ("admin_users", "postgres"),
+            ("max_client_conn", "200"),
+            ("default_pool_size", "10"),
+        ])
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    for (name, value) in changed {
+        match out.iter_mut().find(|(k, _)| k == name) {
+            Some(setting) => setting.1 = (*value).to_owned(),
+            None => out.push(((*name).to_owned(), (*value).to_owned())),
+        }
+    }
+    out
+}
+
+/// The installed PgBouncer's `(major, minor)`, from `pgbouncer --version`
+/// ("PgBouncer 1.18.0"); asked once.
+pub fn version() -> (u32, u32) {
+    static VERSION: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
+    *VERSION.get_or_init(|| {
+        let out = std::process::Command::new(pgbouncer_path())
+            .arg("--version")
+            .output()
+            .expect("run pgbouncer --version");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let number = text
+            .lines()
+            .find_map(|l| l.strip_prefix("PgBouncer "))
+            .unwrap_or_else(|| panic!("pgbouncer --version said {text:?}"));
+        let mut parts = number.trim().split('.').map(|p| p.parse().unwrap_or(0));
+        (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+    })
+}
+
 /// The configuration: every database of the server (`server`, the `*`
-/// line), plus the aliases [`PgBouncer::url_for`] added.
-fn ini_text(server: &str, aliases: &[(String, String)], port: u16, userlist: &Path) -> String {
+/// line), plus the aliases [`PgBouncer::url_for`] added, and `settings`.
+fn ini_text(
+    server: &str,
+    aliases: &[(String, String)],
+    port: u16,
+    userlist: &Path,
+    settings: &[(String, String)],
+) -> String {
     let mut databases = String::new();
     for (alias, line) in aliases {
         databases.push_str(&format!("{alias} = {line}\n"));
+    }
+    let mut pgbouncer = String::new();
+    for (name, value) in settings {
+        pgbouncer.push_str(&format!("{name} = {value}\n"));
     }
     format!(
         "[databases]\n\
@@ -277,13 +384,7 @@ fn ini_text(server: &str, aliases: &[(String, String)], port: u16, userlist: &Pa
          unix_socket_dir =\n\
          auth_type = trust\n\
          auth_file = {userlist}\n\
-         pool_mode = transaction\n\
-         server_reset_query = DEALLOCATE ALL\n\
-         server_reset_query_always = 1\n\
-         ignore_startup_parameters = extra_float_digits\n\
-         admin_users = postgres\n\
-         max_client_conn = 200\n\
-         default_pool_size = 10\n",
+         {pgbouncer}",
         userlist = userlist.display(),
     )
 }

@@ -9,7 +9,10 @@
 //! `chaos.rs`, which serialises the scenarios that restart services.)
 //!
 //! In the PgBouncer pass every worker and mailer here goes through the
-//! pooler, whichever database URL a test gives it (`TestEnv` routes it:
+//! pooler — the worker too, although the deploy files connect it straight
+//! to Postgres (`TestEnv::pool_worker_too`: behind the pooler is still a
+//! supported configuration, and its trouble differs there) — whichever
+//! database URL a test gives it (`TestEnv` routes it:
 //! the same database, as the same user; the lock timeout of
 //! `?options=-c lock_timeout=…` set by the pooler's database entry), and
 //! the test fails if one of them connects straight to Postgres. What
@@ -26,9 +29,11 @@ use sqlx::{Connection, PgConnection, Postgres, Transaction};
 
 const WAIT: Duration = Duration::from_secs(40);
 /// A fresh environment whose binaries all get the settings that make a
-/// requeueing worker dead-letter quickly (the queue is declared with them).
+/// requeueing worker dead-letter quickly (the queue is declared with them);
+/// in the PgBouncer pass the worker goes behind the pooler too.
 async fn tight_env() -> TestEnv {
     let mut env = TestEnv::new().await;
+    env.pool_worker_too();
     env.set_env("ONCEHOOK_DELIVERY_LIMIT", "2");
     env.set_env("ONCEHOOK_MAX_ATTEMPTS", "2");
     env

@@ -20,6 +20,17 @@
 //!   key means one thing to PyYAML (Compose v1: the first wins) and another
 //!   to a library where the last wins; compose.yaml must read the same
 //!   both ways.
+//! * Images: every image a YAML file or a Dockerfile under deploy/ names is
+//!   pinned (a tag other than `latest`, or a digest), and PgBouncer's is
+//!   1.25.2 or later (CVE-2026-6664, CVE-2026-6666).
+//! * PgBouncer's settings: the ones a client depends on (`pool_mode`,
+//!   `server_reset_query`, `server_reset_query_always`,
+//!   `ignore_startup_parameters`, `max_prepared_statements`) are the test
+//!   harness's (`pgbouncer::SHIPPED_SETTINGS`) in compose.yaml and in
+//!   deploy/k8s alike.
+//! * The connection budget: deploy/README.md's tables, recomputed from the
+//!   files (replicas, autoscalers' maximums, surges, pool sizes), fit
+//!   Postgres' `max_connections`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -536,7 +547,8 @@ fn documented_routes() -> BTreeMap<String, Route> {
     let section = readme
         .split("\n## Database connections")
         .nth(1)
-        .and_then(|rest| rest.split("\n## ").next())
+        // Up to the next heading: the budget's tables are not routes.
+        .and_then(|rest| rest.split("\n#").next())
         .expect("deploy/README.md has a \"## Database connections\" section");
     let mut out = BTreeMap::new();
     for row in section.lines().filter(|l| l.starts_with("| `")) {
@@ -566,6 +578,9 @@ fn url_host(url: &str) -> &str {
 struct Launch {
     /// Where (`compose.yaml services.worker`).
     at: String,
+    /// What runs it: the compose service's name, or the Kubernetes
+    /// object's `Kind/name`.
+    object: String,
     role: String,
     env: BTreeMap<String, String>,
 }
@@ -839,6 +854,7 @@ fn compose_launches(binaries: &BTreeSet<String>) -> (Vec<Launch>, BTreeSet<Strin
         if let Some(role) = role_of(&argv, binaries) {
             launches.push(Launch {
                 at: format!("compose.yaml services.{name}"),
+                object: name.clone(),
                 role,
                 env: environment(service.get("environment")),
             });
@@ -1006,6 +1022,11 @@ fn k8s_launches(binaries: &BTreeSet<String>) -> (Vec<Launch>, BTreeSet<String>) 
                     object["metadata"]["name"].as_str().unwrap_or("?"),
                     container["name"].as_str().unwrap_or("?")
                 ),
+                object: format!(
+                    "{}/{}",
+                    object["kind"].as_str().unwrap_or("?"),
+                    object["metadata"]["name"].as_str().unwrap_or("?")
+                ),
                 role,
                 env,
             });
@@ -1065,6 +1086,7 @@ fn the_variable_checks_see_what_is_wrong() {
     let pgbouncer = BTreeSet::from(["pgbouncer".to_owned()]);
     let launch = |role: &str, env: &[(&str, &str)]| Launch {
         at: "here".to_owned(),
+        object: "here".to_owned(),
         role: role.to_owned(),
         env: env
             .iter()
@@ -1111,4 +1133,748 @@ fn the_variable_checks_see_what_is_wrong() {
     let ingest = launch("oncehook-ingest", &[("ONCEHOOK_AMQP_URL", "amqp://r")]);
     let found = check(&ingest).join("\n");
     assert!(found.contains("ONCEHOOK_CONFIG"), "{found}");
+}
+
+// --- images: pinned, and a PgBouncer without the known holes -----------------
+
+/// The oldest PgBouncer without CVE-2026-6664 (a remote crash through a
+/// malformed SCRAM packet) and CVE-2026-6666 (a crash on a server error
+/// without SQLSTATE).
+const PGBOUNCER_AT_LEAST: (u32, u32, u32) = (1, 25, 2);
+
+/// Every file under `rel`, recursively, relative to the root.
+fn files_under(rel: &str, out: &mut Vec<String>) {
+    for name in files_in(rel) {
+        let path = format!("{rel}/{name}");
+        if root().join(&path).is_dir() {
+            files_under(&path, out);
+        } else {
+            out.push(path);
+        }
+    }
+}
+
+/// `${VAR:-default}` (and `${VAR-default}`) as Compose resolves it with the
+/// variable unset; a value without a default stays as it is.
+fn compose_default(value: &str) -> String {
+    let Some(inner) = value.strip_prefix("${").and_then(|v| v.strip_suffix('}')) else {
+        return value.to_owned();
+    };
+    match inner.split_once(":-").or_else(|| inner.split_once('-')) {
+        Some((_, default)) => default.to_owned(),
+        None => value.to_owned(),
+    }
+}
+
+/// Every `image:` value of a YAML value, with where it is.
+fn yaml_images(value: &Value, path: &str, out: &mut Vec<(String, String)>) {
+    match value {
+        Value::Mapping(map) => {
+            for (k, v) in map {
+                let key = scalar(k).unwrap_or_default();
+                let here = format!("{path}.{key}");
+                match (key.as_str(), v) {
+                    ("image", Value::String(image)) => out.push((here, image.clone())),
+                    _ => yaml_images(v, &here, out),
+                }
+            }
+        }
+        Value::Sequence(items) => {
+            for (i, v) in items.iter().enumerate() {
+                yaml_images(v, &format!("{path}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The images a Dockerfile's `FROM` lines name, `ARG` defaults substituted;
+/// `FROM` an earlier stage is not an image.
+fn dockerfile_images(text: &str) -> Vec<String> {
+    let mut args: BTreeMap<String, String> = BTreeMap::new();
+    let mut stages = BTreeSet::new();
+    let mut out = Vec::new();
+    for ins in instructions(text) {
+        let mut words = ins.split_whitespace();
+        match words.next().map(str::to_ascii_uppercase).as_deref() {
+            Some("ARG") => {
+                if let Some((name, value)) = words.next().and_then(|a| a.split_once('=')) {
+                    args.insert(name.to_owned(), value.trim_matches('"').to_owned());
+                }
+            }
+            Some("FROM") => {
+                let rest: Vec<&str> = words.filter(|w| !w.starts_with("--")).collect();
+                let Some(image) = rest.first() else { continue };
+                let mut image = (*image).to_owned();
+                for (name, value) in &args {
+                    image = image
+                        .replace(&format!("${{{name}}}"), value)
+                        .replace(&format!("${name}"), value);
+                }
+                if !stages.contains(&image) {
+                    out.push(image);
+                }
+                if let [_, as_word, stage] = rest.as_slice()
+                    && as_word.eq_ignore_ascii_case("as")
+                {
+                    stages.insert((*stage).to_owned());
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The kustomization's `images:` overrides: name → the reference they make.
+fn kustomize_images() -> BTreeMap<String, String> {
+    let k: Value =
+        serde_yaml::from_str(&read("deploy/k8s/kustomization.yaml")).expect("kustomization.yaml");
+    let mut out = BTreeMap::new();
+    for entry in k["images"].as_sequence().into_iter().flatten() {
+        let Some(name) = entry["name"].as_str() else {
+            continue;
+        };
+        let new_name = entry["newName"].as_str().unwrap_or(name);
+        let reference = match (entry.get("digest"), entry.get("newTag")) {
+            (Some(d), _) => format!("{new_name}@{}", scalar(d).unwrap_or_default()),
+            (None, Some(t)) => format!("{new_name}:{}", scalar(t).unwrap_or_default()),
+            (None, None) => new_name.to_owned(),
+        };
+        out.insert(name.to_owned(), reference);
+    }
+    out
+}
+
+/// Every image named under deploy/: `(where, reference)`, Compose's
+/// defaults and the kustomization's overrides applied.
+fn deploy_images() -> Vec<(String, String)> {
+    let overrides = kustomize_images();
+    let mut files = Vec::new();
+    files_under("deploy", &mut files);
+    let mut out = Vec::new();
+    for file in files {
+        let name = file.rsplit('/').next().unwrap_or(&file);
+        if file.ends_with(".yaml") || file.ends_with(".yml") {
+            let text = read(&file);
+            let mut found = Vec::new();
+            for (i, doc) in text.split("\n---").enumerate() {
+                let Ok(value) = serde_yaml::from_str::<Value>(doc) else {
+                    continue;
+                };
+                yaml_images(&value, &format!("{file}#{i}"), &mut found);
+            }
+            for (at, image) in found {
+                let image = compose_default(&image);
+                let image = if file.starts_with("deploy/k8s/") {
+                    overrides.get(&image).cloned().unwrap_or(image)
+                } else {
+                    image
+                };
+                out.push((at, image));
+            }
+        } else if name.starts_with("Dockerfile") && !name.ends_with(".dockerignore") {
+            for image in dockerfile_images(&read(&file)) {
+                out.push((file.clone(), image));
+            }
+        }
+    }
+    out
+}
+
+/// Why `image` is not pinned, if it is not: no tag and no digest, the tag
+/// `latest`, or a variable left unresolved.
+fn unpinned(image: &str) -> Option<String> {
+    if image.contains('$') {
+        return Some("a variable without a default".to_owned());
+    }
+    if image.contains("@sha256:") {
+        return None;
+    }
+    let last = image.rsplit('/').next().unwrap_or(image);
+    match last.split_once(':') {
+        None => Some("no tag".to_owned()),
+        Some((_, "latest")) => Some("the tag `latest`".to_owned()),
+        Some((_, "")) => Some("an empty tag".to_owned()),
+        Some(_) => None,
+    }
+}
+
+/// The PgBouncer version an image's tag names (`v1.25.2-p0`, `1.25.2`,
+/// `1.22.1-16`): the first `major.minor[.patch]` in it.
+fn tag_version(image: &str) -> Option<(u32, u32, u32)> {
+    let without_digest = image.split('@').next().unwrap_or(image);
+    let last = without_digest.rsplit('/').next().unwrap_or(without_digest);
+    let (_, tag) = last.split_once(':')?;
+    let start = tag.find(|c: char| c.is_ascii_digit())?;
+    let numbers: Vec<u32> = tag[start..]
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .next()?
+        .split('.')
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    match numbers.as_slice() {
+        [major, minor] => Some((*major, *minor, 0)),
+        [major, minor, patch, ..] => Some((*major, *minor, *patch)),
+        _ => None,
+    }
+}
+
+/// The problems of the images: unpinned, or a PgBouncer too old (or whose
+/// version its tag does not tell).
+fn image_problems(images: &[(String, String)]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (at, image) in images {
+        if let Some(why) = unpinned(image) {
+            problems.push(format!("{at}: {image} is not pinned ({why})"));
+            continue;
+        }
+        let name = image.split(['@', ':']).next().unwrap_or(image);
+        if !name
+            .rsplit('/')
+            .next()
+            .unwrap_or(name)
+            .contains("pgbouncer")
+        {
+            continue;
+        }
+        match tag_version(image) {
+            Some(v) if v >= PGBOUNCER_AT_LEAST => {}
+            Some((a, b, c)) => problems.push(format!(
+                "{at}: {image} runs PgBouncer {a}.{b}.{c}, before 1.25.2 (CVE-2026-6664, CVE-2026-6666)"
+            )),
+            None => problems.push(format!(
+                "{at}: {image}: its tag does not say which PgBouncer it runs (1.25.2 or later is needed)"
+            )),
+        }
+    }
+    problems
+}
+
+#[test]
+fn every_image_under_deploy_is_pinned_and_pgbouncer_has_no_known_hole() {
+    let images = deploy_images();
+    let names: Vec<&str> = images.iter().map(|(_, i)| i.as_str()).collect();
+    assert!(
+        names.iter().any(|i| i.contains("pgbouncer"))
+            && names.iter().filter(|i| i.contains("pgbouncer")).count() >= 2
+            && names.iter().any(|i| i.starts_with("debian:"))
+            && names
+                .iter()
+                .any(|i| i.ends_with("oncehook:0.6.0") || i.contains("/oncehook:")),
+        "the images under deploy/ were not all found: {images:#?}"
+    );
+    let problems = image_problems(&images);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_image_checks_see_an_unpinned_image_and_an_old_pgbouncer() {
+    let bad = [
+        "edoburu/pgbouncer:latest",
+        "edoburu/pgbouncer",
+        "edoburu/pgbouncer:v1.23.1-p3",
+        "edoburu/pgbouncer:v1.25.1-p0",
+        "ghcr.io/example/pgbouncer:1.22.1-16",
+        "axllent/mailpit",
+        "registry.example.com:5000/oncehook",
+        "${UNSET}",
+    ];
+    for image in bad {
+        let found = image_problems(&[("here".to_owned(), image.to_owned())]);
+        assert_eq!(found.len(), 1, "{image}: {found:?}");
+    }
+    let good = [
+        "edoburu/pgbouncer:v1.25.2-p0",
+        "edoburu/pgbouncer:v1.26.0-p1@sha256:0123",
+        "postgres:16",
+        "registry.example.com:5000/oncehook:0.6.0",
+        "debian:bookworm-slim",
+        "x@sha256:abcd",
+    ];
+    for image in good {
+        let found = image_problems(&[("here".to_owned(), image.to_owned())]);
+        assert!(found.is_empty(), "{image}: {found:?}");
+    }
+    assert_eq!(
+        compose_default("${A:-edoburu/pgbouncer}"),
+        "edoburu/pgbouncer"
+    );
+    assert_eq!(
+        dockerfile_images(
+            "ARG R=bookworm\nFROM rust:1.94-${R} AS builder\nFROM builder\nFROM debian:${R}-slim\n"
+        ),
+        vec![
+            "rust:1.94-bookworm".to_owned(),
+            "debian:bookworm-slim".to_owned()
+        ]
+    );
+}
+
+// --- PgBouncer's settings: the tests' own ------------------------------------
+
+/// The `[pgbouncer]` section of a `pgbouncer.ini`.
+fn ini_section(text: &str, section: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut inside = false;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            inside = line == format!("[{section}]");
+            continue;
+        }
+        if !inside || line.starts_with(';') || line.starts_with('#') {
+            continue;
+        }
+        if let Some((k, v)) = line.split_once('=') {
+            out.insert(k.trim().to_owned(), v.trim().to_owned());
+        }
+    }
+    out
+}
+
+/// deploy/k8s's `pgbouncer.ini` (the ConfigMap that carries one).
+fn k8s_pgbouncer_ini() -> String {
+    k8s_objects()
+        .into_iter()
+        .filter(|(_, o)| o["kind"].as_str() == Some("ConfigMap"))
+        .find_map(|(_, o)| data_of(&o).get("pgbouncer.ini").cloned())
+        .expect("a ConfigMap with pgbouncer.ini in deploy/k8s")
+}
+
+/// compose.yaml's PgBouncer service: its environment.
+fn compose_pgbouncer_env() -> BTreeMap<String, String> {
+    let file = merged(&compose_file(), true);
+    let services = file["services"].as_mapping().expect("services");
+    let (_, service) = services
+        .iter()
+        .find(|(_, s)| compose_default(s["image"].as_str().unwrap_or("")).contains("pgbouncer"))
+        .expect("a PgBouncer service in compose.yaml");
+    environment(service.get("environment"))
+}
+
+/// The settings a client of the pooler depends on — `pool_mode`,
+/// `server_reset_query`, `server_reset_query_always`,
+/// `ignore_startup_parameters` and `max_prepared_statements` — are the test
+/// harness's (`oncehook_e2e::pgbouncer::SHIPPED_SETTINGS`, which every
+/// PgBouncer of the tests runs) in compose.yaml (the image's variables,
+/// `POOL_MODE`, …), in deploy/k8s/pgbouncer.yaml's `pgbouncer.ini`, and the
+/// compose stand-in's entrypoint writes each of them. The tested
+/// configuration is the shipped one.
+#[test]
+fn pgbouncer_runs_the_tests_settings_in_compose_and_kubernetes() {
+    use oncehook_e2e::pgbouncer::SHIPPED_SETTINGS;
+    let compared: Vec<&str> = SHIPPED_SETTINGS.iter().map(|(k, _)| *k).collect();
+    for needed in [
+        "pool_mode",
+        "server_reset_query",
+        "server_reset_query_always",
+        "ignore_startup_parameters",
+        "max_prepared_statements",
+    ] {
+        assert!(
+            compared.contains(&needed),
+            "SHIPPED_SETTINGS lacks {needed}"
+        );
+    }
+    let compose = compose_pgbouncer_env();
+    let k8s = ini_section(&k8s_pgbouncer_ini(), "pgbouncer");
+    let standin = read("deploy/compose/standins/pgbouncer-entrypoint.sh");
+    let mut problems = Vec::new();
+    for (name, tested) in SHIPPED_SETTINGS {
+        let var = name.to_ascii_uppercase();
+        match compose.get(&var) {
+            Some(v) if v == tested => {}
+            other => problems.push(format!(
+                "compose.yaml pgbouncer: {var} is {other:?}; the tests run {name} = {tested}"
+            )),
+        }
+        match k8s.get(name) {
+            Some(v) if v == tested => {}
+            other => problems.push(format!(
+                "deploy/k8s/pgbouncer.yaml: {name} is {other:?}; the tests run {name} = {tested}"
+            )),
+        }
+        if !standin.contains(&format!("${{{var}")) {
+            problems.push(format!(
+                "deploy/compose/standins/pgbouncer-entrypoint.sh does not read {var}"
+            ));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "PgBouncer's settings ({}) differ from the tests':\n{}",
+        compared.join(", "),
+        problems.join("\n")
+    );
+    eprintln!(
+        "compared in compose.yaml, deploy/k8s/pgbouncer.yaml and the tests' PgBouncer: {}",
+        compared.join(", ")
+    );
+}
+
+// --- the connection budget ---------------------------------------------------
+
+/// A line of deploy/README.md's budget tables, by how its first cell starts.
+const BUDGET_LINES: &[(&str, &str)] = &[
+    ("workers", "workers"),
+    ("API", "api"),
+    ("console", "console"),
+    ("PgBouncer", "pgbouncer"),
+    ("the migration job", "migration"),
+    ("operators", "operators"),
+    ("`superuser_reserved_connections`", "superuser"),
+    ("total", "total"),
+    ("Postgres `max_connections`", "max_connections"),
+];
+
+/// The budget table of deploy/README.md whose header starts with `header`
+/// ("Kubernetes, at the most"): each line's key and the number of its last
+/// cell.
+fn documented_budget(header: &str) -> BTreeMap<String, u64> {
+    let readme = read("deploy/README.md");
+    let table = readme
+        .split(&format!("| {header}"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("deploy/README.md has no budget table \"{header}\""));
+    let mut out = BTreeMap::new();
+    for row in table.lines().skip(2).take_while(|l| l.starts_with('|')) {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let first = cells.get(1).copied().unwrap_or("");
+        let number = cells
+            .iter()
+            .rev()
+            .find(|c| !c.is_empty())
+            .and_then(|c| c.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("deploy/README.md: {row}: no number in its last cell"));
+        let key = BUDGET_LINES
+            .iter()
+            .find(|(start, _)| first.starts_with(start))
+            .map(|(_, key)| *key)
+            .unwrap_or_else(|| panic!("deploy/README.md: {row}: not a line of the budget"));
+        out.insert(key.to_owned(), number);
+    }
+    out
+}
+
+/// What is wrong with a budget: a line the files give another figure than
+/// the README, a total that is not the sum of its lines, a total above
+/// `max_connections`.
+fn budget_problems(
+    what: &str,
+    computed: &BTreeMap<String, u64>,
+    documented: &BTreeMap<String, u64>,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (key, value) in computed {
+        match documented.get(key) {
+            Some(d) if d == value => {}
+            other => problems.push(format!(
+                "{what}: deploy/README.md's line \"{key}\" says {other:?}, the files give {value}"
+            )),
+        }
+    }
+    let reserves = ["operators", "superuser"];
+    for key in reserves.iter().chain(&["total", "max_connections"]) {
+        if !documented.contains_key(*key) {
+            problems.push(format!("{what}: deploy/README.md has no line \"{key}\""));
+        }
+    }
+    let sum: u64 = computed.values().sum::<u64>()
+        + reserves
+            .iter()
+            .filter_map(|k| documented.get(*k))
+            .sum::<u64>();
+    let total = documented.get("total").copied().unwrap_or(0);
+    if total != sum {
+        problems.push(format!(
+            "{what}: deploy/README.md's total is {total}, its lines (as the files give them) add up to {sum}"
+        ));
+    }
+    let max = documented.get("max_connections").copied().unwrap_or(0);
+    if sum > max {
+        problems.push(format!(
+            "{what}: {sum} connections straight to Postgres at the most, above its max_connections ({max}): lower the replicas (KEDA's maxReplicaCount) or the pools, or raise max_connections"
+        ));
+    }
+    problems
+}
+
+/// How many connections `oncehookctl migrate` opens (crates/ops/src/migrate.rs).
+fn migrate_pool() -> u64 {
+    let source = read("crates/ops/src/migrate.rs");
+    source
+        .split("Pooled::connect(&settings.database, ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.trim().parse().ok())
+        .expect("crates/ops/src/migrate.rs: Pooled::connect(&settings.database, N, …)")
+}
+
+/// A Deployment's pods at the most: its autoscaler's maximum (or its
+/// replicas), plus what a rolling update adds (`maxSurge`, 25% by default;
+/// none for `Recreate`).
+fn peak_pods(deployment: &Value, autoscaler_max: Option<u64>) -> u64 {
+    let most =
+        autoscaler_max.unwrap_or_else(|| deployment["spec"]["replicas"].as_u64().unwrap_or(1));
+    let strategy = &deployment["spec"]["strategy"];
+    if strategy["type"].as_str() == Some("Recreate") {
+        return most;
+    }
+    let surge = match strategy["rollingUpdate"].get("maxSurge") {
+        Some(Value::Number(n)) => n.as_u64().unwrap_or(0),
+        Some(Value::String(p)) if p.ends_with('%') => {
+            let pct: u64 = p.trim_end_matches('%').parse().unwrap_or(25);
+            (most * pct).div_ceil(100)
+        }
+        _ => (most * 25).div_ceil(100),
+    };
+    most + surge
+}
+
+/// The budget line a binary going straight to Postgres counts in.
+fn budget_line_of(role: &str) -> Option<&'static str> {
+    match role {
+        "oncehook-worker" => Some("workers"),
+        "oncehook-api" => Some("api"),
+        "oncehook-console" => Some("console"),
+        "oncehookctl migrate" => Some("migration"),
+        _ => None,
+    }
+}
+
+fn pool_size_of(launch: &Launch, problems: &mut Vec<String>) -> u64 {
+    match launch
+        .env
+        .get("ONCEHOOK_DATABASE_MAX_CONNECTIONS")
+        .and_then(|v| v.parse().ok())
+    {
+        Some(n) => n,
+        None => {
+            problems.push(format!(
+                "{}: {} goes straight to Postgres without ONCEHOOK_DATABASE_MAX_CONNECTIONS: the budget cannot count it",
+                launch.at, launch.role
+            ));
+            0
+        }
+    }
+}
+
+#[test]
+fn the_kubernetes_connection_budget_fits_max_connections() {
+    let binaries: BTreeSet<String> = workspace_binaries().into_keys().collect();
+    let (launches, pgbouncer_hosts) = k8s_launches(&binaries);
+    let objects = k8s_objects();
+    let mut autoscaled: BTreeMap<String, u64> = BTreeMap::new();
+    for (_, o) in &objects {
+        let target = o["spec"]["scaleTargetRef"]["name"].as_str();
+        let max = match o["kind"].as_str() {
+            Some("ScaledObject") => o["spec"]["maxReplicaCount"].as_u64(),
+            Some("HorizontalPodAutoscaler") => o["spec"]["maxReplicas"].as_u64(),
+            _ => None,
+        };
+        if let (Some(target), Some(max)) = (target, max) {
+            autoscaled.insert(format!("Deployment/{target}"), max);
+        }
+    }
+    let deployment = |object: &str| {
+        objects
+            .iter()
+            .find(|(_, o)| {
+                format!(
+                    "{}/{}",
+                    o["kind"].as_str().unwrap_or(""),
+                    o["metadata"]["name"].as_str().unwrap_or("")
+                ) == object
+            })
+            .map(|(_, o)| o.clone())
+    };
+    let mut computed: BTreeMap<String, u64> = BTreeMap::new();
+    let mut problems = Vec::new();
+    for launch in &launches {
+        let Some(url) = launch.env.get("ONCEHOOK_DATABASE_URL") else {
+            continue;
+        };
+        if pgbouncer_hosts.contains(url_host(url)) {
+            continue;
+        }
+        let Some(line) = budget_line_of(&launch.role) else {
+            problems.push(format!(
+                "{}: {} goes straight to Postgres and has no line in deploy/README.md's budget",
+                launch.at, launch.role
+            ));
+            continue;
+        };
+        let connections = if launch.object.starts_with("Job/") {
+            migrate_pool()
+        } else {
+            let object = deployment(&launch.object).expect("the launch's object");
+            peak_pods(&object, autoscaled.get(&launch.object).copied())
+                * pool_size_of(launch, &mut problems)
+        };
+        // Two migration Jobs never run at once: the larger one counts.
+        let entry = computed.entry(line.to_owned()).or_default();
+        *entry = if launch.object.starts_with("Job/") {
+            (*entry).max(connections)
+        } else {
+            *entry + connections
+        };
+    }
+    let ini = ini_section(&k8s_pgbouncer_ini(), "pgbouncer");
+    let pool: u64 = ini
+        .get("default_pool_size")
+        .and_then(|v| v.parse().ok())
+        .expect("default_pool_size in deploy/k8s's pgbouncer.ini");
+    assert!(
+        !ini.contains_key("reserve_pool_size") && !ini.contains_key("min_pool_size"),
+        "count PgBouncer's reserve pool in the budget too"
+    );
+    let pgbouncers: Vec<Value> = objects
+        .iter()
+        .filter(|(_, o)| o["kind"].as_str() == Some("Deployment"))
+        .filter(|(_, o)| {
+            o["spec"]["template"]["spec"]["containers"]
+                .as_sequence()
+                .into_iter()
+                .flatten()
+                .any(|c| c["image"].as_str().unwrap_or("").contains("pgbouncer"))
+        })
+        .map(|(_, o)| o.clone())
+        .collect();
+    assert!(
+        !pgbouncers.is_empty(),
+        "no PgBouncer Deployment in deploy/k8s"
+    );
+    computed.insert(
+        "pgbouncer".to_owned(),
+        pgbouncers.iter().map(|d| peak_pods(d, None) * pool).sum(),
+    );
+    for line in ["workers", "api", "console", "migration"] {
+        if !computed.contains_key(line) {
+            problems.push(format!(
+                "deploy/k8s: nothing counted for the line \"{line}\""
+            ));
+        }
+    }
+    let documented = documented_budget("Kubernetes, at the most");
+    problems.extend(budget_problems("deploy/k8s", &computed, &documented));
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    eprintln!("deploy/k8s: {computed:?} + reserves, of {documented:?}");
+}
+
+#[test]
+fn the_compose_connection_budget_fits_max_connections() {
+    let binaries: BTreeSet<String> = workspace_binaries().into_keys().collect();
+    let (launches, pgbouncer_services) = compose_launches(&binaries);
+    let file = merged(&compose_file(), true);
+    let services = &file["services"];
+    let replicas = |service: &str| {
+        services[service]["deploy"]["replicas"]
+            .as_u64()
+            .unwrap_or(1)
+    };
+    let mut computed: BTreeMap<String, u64> = BTreeMap::new();
+    let mut problems = Vec::new();
+    for launch in &launches {
+        let Some(url) = launch.env.get("ONCEHOOK_DATABASE_URL") else {
+            continue;
+        };
+        // The ctl service (profile "tools") is the operators' reserve.
+        if pgbouncer_services.contains(url_host(url)) || launch.role == "oncehookctl" {
+            continue;
+        }
+        let Some(line) = budget_line_of(&launch.role) else {
+            problems.push(format!(
+                "{}: {} goes straight to Postgres and has no line in deploy/README.md's budget",
+                launch.at, launch.role
+            ));
+            continue;
+        };
+        let connections = if launch.role == "oncehookctl migrate" {
+            migrate_pool()
+        } else {
+            replicas(&launch.object) * pool_size_of(launch, &mut problems)
+        };
+        *computed.entry(line.to_owned()).or_default() += connections;
+    }
+    let pool: u64 = pgbouncer_services
+        .iter()
+        .map(|s| {
+            let env = environment(services[s.as_str()].get("environment"));
+            replicas(s)
+                * env
+                    .get("DEFAULT_POOL_SIZE")
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .expect("DEFAULT_POOL_SIZE in compose.yaml's PgBouncer")
+        })
+        .sum();
+    computed.insert("pgbouncer".to_owned(), pool);
+    let documented = documented_budget("Compose, at the most");
+    problems.extend(budget_problems("compose.yaml", &computed, &documented));
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    eprintln!("compose.yaml: {computed:?} + reserves, of {documented:?}");
+}
+
+#[test]
+fn the_budget_check_sees_a_maximum_that_does_not_fit() {
+    let documented: BTreeMap<String, u64> = [
+        ("workers", 126),
+        ("pgbouncer", 30),
+        ("operators", 5),
+        ("superuser", 3),
+        ("total", 164),
+        ("max_connections", 200),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    let fits: BTreeMap<String, u64> = [("workers", 126), ("pgbouncer", 30)]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+    assert!(budget_problems("here", &fits, &documented).is_empty());
+    // KEDA's maximum raised to 30 (31 pods × 6) with nothing else changed.
+    let mut raised = fits.clone();
+    raised.insert("workers".to_owned(), 186);
+    let found = budget_problems("here", &raised, &documented).join("\n");
+    assert!(
+        found.contains("\"workers\" says Some(126), the files give 186")
+            && found.contains("above its max_connections (200)"),
+        "{found}"
+    );
+    let worker: Value =
+        serde_yaml::from_str("spec: {replicas: 3, strategy: {rollingUpdate: {maxSurge: 1}}}")
+            .expect("yaml");
+    assert_eq!(peak_pods(&worker, Some(20)), 21);
+    let api: Value = serde_yaml::from_str("spec: {replicas: 2}").expect("yaml");
+    assert_eq!(peak_pods(&api, None), 3);
+    let console: Value =
+        serde_yaml::from_str("spec: {replicas: 1, strategy: {type: Recreate}}").expect("yaml");
+    assert_eq!(peak_pods(&console, None), 1);
+}
+
+/// The test harness runs each binary the way deploy/README.md (to which the
+/// tests above hold both deploy files) routes it: the binaries it leaves
+/// straight to Postgres behind PgBouncer (`env::STRAIGHT_TO_POSTGRES`, the
+/// worker) are routed straight there, and none the files put behind
+/// PgBouncer is among them.
+#[test]
+fn the_harness_routes_the_worker_as_the_deploy_files_do() {
+    use oncehook_e2e::env::STRAIGHT_TO_POSTGRES;
+    let routes = documented_routes();
+    assert!(STRAIGHT_TO_POSTGRES.contains(&"oncehook-worker"));
+    for bin in STRAIGHT_TO_POSTGRES {
+        assert_eq!(
+            routes.get(bin),
+            Some(&Route::Postgres),
+            "tests/support/env.rs runs {bin} straight to Postgres; deploy/README.md does not"
+        );
+    }
+    for (bin, route) in &routes {
+        if *route == Route::PgBouncer {
+            assert!(
+                !STRAIGHT_TO_POSTGRES.contains(&bin.as_str()),
+                "deploy/README.md routes {bin} through PgBouncer; the harness runs it straight"
+            );
+        }
+    }
 }

@@ -144,8 +144,14 @@ async fn a_worker_keeps_to_its_database_connection_budget() {
     let deadline = std::time::Instant::now() + WAIT;
     loop {
         // Behind PgBouncer the worker's connections are its clients there
-        // (the server connections, shared, keep the last client's name).
-        let open = match env.pooler_clients_named("oncehook_budget") {
+        // (the server connections, shared, keep the last client's name);
+        // in the PgBouncer pass the worker goes straight to Postgres, as
+        // the deploy files run it.
+        let pooled = env
+            .pooled("oncehook-worker")
+            .then(|| env.pooler_clients_named("oncehook_budget"))
+            .flatten();
+        let open = match pooled {
             Some(clients) => clients as i64,
             None => sqlx::query_scalar(
                 "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'oncehook_budget'",

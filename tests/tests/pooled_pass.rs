@@ -6,29 +6,32 @@
 //! [`TestEnv`] points each binary that uses the database at PgBouncer
 //! (any database of the test's server a test names, too) and watches the
 //! databases' backends: a binary found connected straight to Postgres
-//! fails its test (tests/support/direct.rs). The last tests here hold that
-//! watch to what it promises.
+//! fails its test (tests/support/direct.rs). The worker is the exception:
+//! the deploy files connect it straight to Postgres
+//! (`env::STRAIGHT_TO_POSTGRES`), so the pass runs it straight too, and
+//! behind the pooler only where a file asks for it
+//! (`TestEnv::pool_worker_too`: database trouble behind the pooler). The
+//! last tests here hold the watch and that routing to what they promise.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use std::time::Duration;
 
-use oncehook_e2e::env::DATABASE_BINARIES;
+use oncehook_e2e::env::{DATABASE_BINARIES, STRAIGHT_TO_POSTGRES};
 use oncehook_e2e::{TestEnv, eventually};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// How a test file starts each binary that uses the database: a file that
-/// contains one of these starts it. A binary missing here fails
-/// [`every_database_binary_runs_in_the_pooled_pass`], naming what to add.
+/// How a test file starts each binary that uses the database behind the
+/// pooler: a file that contains one of these does. A binary missing here
+/// fails [`every_database_binary_runs_in_the_pooled_pass`], naming what to
+/// add. The worker goes straight to Postgres in the pass (as the deploy
+/// files run it) unless a file puts it behind the pooler.
 const STARTED_BY: &[(&str, &[&str])] = &[
-    (
-        "oncehook-worker",
-        &["\"oncehook-worker\"", "start_worker(", ".pipeline("],
-    ),
+    ("oncehook-worker", &["pool_worker_too("]),
     (
         "oncehook-mailer",
         &["\"oncehook-mailer\"", "start_mailer(", ".pipeline("],
@@ -89,13 +92,19 @@ fn pooled_files() -> Vec<String> {
 }
 
 #[test]
-fn the_test_support_routes_every_database_binary_through_the_pooler() {
+fn the_test_support_knows_every_database_binary() {
     let support: BTreeSet<String> = DATABASE_BINARIES.iter().map(|b| (*b).to_owned()).collect();
     assert_eq!(
         support,
         database_binaries(),
         "tests/support/env.rs DATABASE_BINARIES must list exactly the binaries that use the database"
     );
+    for bin in STRAIGHT_TO_POSTGRES {
+        assert!(
+            support.contains(bin),
+            "STRAIGHT_TO_POSTGRES names {bin}, which does not use the database"
+        );
+    }
 }
 
 #[test]
@@ -169,7 +178,8 @@ fn the_pooled_pass_keeps_the_files_the_deployments_depend_on() {
     }
 }
 
-/// A worker started with the test database's own URL (as a test that
+/// With the worker put behind the pooler (`TestEnv::pool_worker_too`), a
+/// worker started with the test database's own URL (as a test that
 /// builds its command by hand would) is found connected straight to
 /// Postgres, named with its pid; one started by the environment is not,
 /// nor are the test's own connections. Runs behind a PgBouncer of its own
@@ -177,6 +187,8 @@ fn the_pooled_pass_keeps_the_files_the_deployments_depend_on() {
 #[tokio::test]
 async fn a_binary_connected_straight_to_postgres_is_found() {
     let mut env = TestEnv::through_pgbouncer().await;
+    // The worker behind the pooler: then one connected straight is wrong.
+    env.pool_worker_too();
     let pooled = env.start_worker().await;
     let mut direct = std::process::Command::new(oncehook_e2e::process::bin("oncehook-worker"))
         .env_clear()
@@ -216,6 +228,70 @@ async fn a_binary_connected_straight_to_postgres_is_found() {
         pooled.pid()
     );
     assert!(!found.is_empty());
+}
+
+/// As the deploy files run it, the worker goes straight to Postgres behind
+/// PgBouncer too, and the watch lets it (while the mailer is routed to
+/// the pooler); `TestEnv::pool_worker_too` puts it behind the pooler, with
+/// `ONCEHOOK_DATABASE_POOLER=transaction`.
+#[tokio::test]
+async fn the_worker_goes_straight_to_postgres_as_the_deploy_files_run_it() {
+    let mut env = TestEnv::through_pgbouncer().await;
+    let var = |envs: &[(String, String)], key: &str| {
+        envs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
+    };
+    let worker = env.database_envs("oncehook-worker", &[]);
+    assert_eq!(
+        var(&worker, "ONCEHOOK_DATABASE_URL").as_deref(),
+        Some(env.database_url.as_str())
+    );
+    assert_eq!(var(&worker, "ONCEHOOK_DATABASE_POOLER"), None);
+    let mailer = env.database_envs("oncehook-mailer", &[]);
+    assert_ne!(
+        var(&mailer, "ONCEHOOK_DATABASE_URL").as_deref(),
+        Some(env.database_url.as_str())
+    );
+    assert!(!env.pooled("oncehook-worker") && env.pooled("oncehook-mailer"));
+
+    // Named, to find its connections.
+    let named = format!("{}?application_name=oncehook_straight", env.database_url);
+    let mut worker = env
+        .start_consumer(
+            "oncehook-worker",
+            &[("ONCEHOOK_DATABASE_URL", named.as_str())],
+        )
+        .await;
+    let looks = env.direct_watch_looks().unwrap_or(0);
+    eventually(
+        "the watch looked at the straight worker's connections",
+        Duration::from_secs(10),
+        || async { (env.direct_watch_looks().unwrap_or(0) > looks + 3).then_some(()) },
+    )
+    .await;
+    let connected: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'oncehook_straight'",
+    )
+    .fetch_one(&env.pool)
+    .await
+    .expect("pg_stat_activity");
+    assert!(
+        connected >= 1,
+        "the worker holds connections of its own to Postgres"
+    );
+    assert_eq!(env.direct_connections(), Some(Vec::new()));
+    worker.kill();
+
+    env.pool_worker_too();
+    assert!(env.pooled("oncehook-worker"));
+    let worker = env.database_envs("oncehook-worker", &[]);
+    assert_ne!(
+        var(&worker, "ONCEHOOK_DATABASE_URL").as_deref(),
+        Some(env.database_url.as_str())
+    );
+    assert_eq!(
+        var(&worker, "ONCEHOOK_DATABASE_POOLER").as_deref(),
+        Some("transaction")
+    );
 }
 
 /// Behind PgBouncer a binary pointed at a database of the test's own, as

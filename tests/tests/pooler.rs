@@ -2,16 +2,21 @@
 //! package): with `ONCEHOOK_DATABASE_POOLER=transaction` the worker and the
 //! mailer keep every promise through it, and PgBouncer's own counters show
 //! the traffic went through it. Without the setting the same PgBouncer
-//! breaks them, which is why the setting exists; and a statement run on its
+//! breaks them, which is why the setting exists; a statement run on its
 //! own needs a transaction there, which is why the store gives it one
-//! behind this pooler. (`make test` also runs all of
-//! tests/tests/pipeline_*.rs through PgBouncer.)
+//! behind this pooler; and without `server_reset_query = DEALLOCATE ALL`
+//! two clients' statement names collide, which is why both deploy files
+//! set it. (`make test` also runs all of tests/tests/pipeline_*.rs through
+//! PgBouncer, with the worker straight to Postgres as the deploy files run
+//! it; the worker behind the pooler, still a supported configuration, is
+//! run here, `TestEnv::pool_worker_too`.)
 
 use std::time::Duration;
 
 use oncehook_e2e::pgbouncer::PgBouncer;
 use oncehook_e2e::{PipelineSpec, Shop, TestEnv, eventually, shop};
 use oncehook_gateways::Gateway;
+use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -19,6 +24,9 @@ const WAIT: Duration = Duration::from_secs(30);
 #[tokio::test]
 async fn the_pipeline_runs_through_pgbouncer_in_transaction_mode() {
     let mut env = TestEnv::through_pgbouncer().await;
+    // The worker too: the deploy files connect it straight to Postgres,
+    // and behind the pooler it must keep every promise all the same.
+    env.pool_worker_too();
     let orders: Vec<String> = (0..12).map(|i| format!("order_pool_{i}")).collect();
     let refs: Vec<&str> = orders.iter().map(String::as_str).collect();
     Shop::mugs(100, &refs).seed(&env.pool).await;
@@ -60,7 +68,8 @@ async fn without_the_pooler_setting_pgbouncer_breaks_prepared_statements() {
     // The worker told it talks to Postgres directly: statements are cached
     // per connection, and PgBouncer drops them between transactions, so
     // the second use of any statement fails (the relay's outbox query, one
-    // of the first to run twice).
+    // of the first to run twice). Naming ONCEHOOK_DATABASE_POOLER in the
+    // spawn puts the worker behind the pooler, with that value.
     let worker = env.spawn(
         "oncehook-worker",
         &[("ONCEHOOK_DATABASE_POOLER", "none")],
@@ -124,4 +133,73 @@ async fn behind_pgbouncer_a_statement_of_its_own_needs_a_transaction() {
     tx.commit().await.expect("commit");
     assert_eq!(inside, 7);
     pool.close().await;
+}
+
+/// Why both deploy files (and the harness, `pgbouncer::SHIPPED_SETTINGS`)
+/// set `server_reset_query = DEALLOCATE ALL` with
+/// `server_reset_query_always = 1`: with its cache off, as
+/// `ONCEHOOK_DATABASE_POOLER=transaction` sets it, sqlx still prepares
+/// every statement under a name counted from 1 on each client connection
+/// (`sqlx_s_1`, …) and never closes it. Two such clients taking turns on
+/// one server connection work with the shipped settings; with the reset
+/// dropped, the second one's first statement meets the first one's
+/// `sqlx_s_1` on that server connection and fails.
+#[tokio::test]
+async fn without_the_reset_query_two_clients_statement_names_collide() {
+    let env = TestEnv::new().await;
+    // One server connection, so the two clients share it.
+    let one = ("default_pool_size", "1");
+    let shipped = PgBouncer::start_with(&env.dir.join("shipped"), &env.database_url, &[one]);
+    two_clients_take_turns(&shipped, &env.db_name)
+        .await
+        .expect("with DEALLOCATE ALL on every hand-over, both clients' statements work");
+
+    let no_reset = PgBouncer::start_with(
+        &env.dir.join("no-reset"),
+        &env.database_url,
+        &[
+            one,
+            ("server_reset_query", ""),
+            ("server_reset_query_always", "0"),
+        ],
+    );
+    let err = two_clients_take_turns(&no_reset, &env.db_name)
+        .await
+        .expect_err("without the reset the second client meets the first one's statement");
+    assert!(
+        err.contains("prepared statement \"sqlx_s_1\"")
+            && (err.contains("already exists") || err.contains("does not exist")),
+        "the statement names collide: {err}"
+    );
+}
+
+/// Two clients of `pgbouncer` set up as `ONCEHOOK_DATABASE_POOLER=transaction`
+/// sets sqlx up (no statement cache), each running three transactions of
+/// one parameterised statement, taking turns.
+async fn two_clients_take_turns(pgbouncer: &PgBouncer, db: &str) -> Result<(), String> {
+    let options: PgConnectOptions = pgbouncer.url(db).parse().expect("a PgBouncer URL");
+    let options = options.statement_cache_capacity(0);
+    let mut clients = Vec::new();
+    for _ in 0..2 {
+        let conn = sqlx::PgConnection::connect_with(&options)
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        clients.push(conn);
+    }
+    for round in 0..3 {
+        for (i, conn) in clients.iter_mut().enumerate() {
+            let mut tx = conn.begin().await.map_err(|e| format!("begin: {e}"))?;
+            let got = sqlx::query_scalar::<_, i32>("SELECT $1::int4")
+                .bind(round)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(|e| format!("client {i}, round {round}: {e}"))?;
+            tx.commit().await.map_err(|e| format!("commit: {e}"))?;
+            assert_eq!(got, round);
+        }
+    }
+    for conn in clients {
+        let _ = conn.close().await;
+    }
+    Ok(())
 }

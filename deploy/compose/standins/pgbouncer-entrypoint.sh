@@ -1,6 +1,6 @@
 #!/bin/bash
 # Writes pgbouncer.ini and userlist.txt from the environment, then runs
-# PgBouncer as the postgres user.
+# PgBouncer as the postgres user. Says which PgBouncer it runs.
 set -euo pipefail
 
 if [ "$(id -u)" = 0 ]; then
@@ -22,6 +22,17 @@ if [ "$(id -u)" = 0 ]; then
     echo "server_reset_query = ${SERVER_RESET_QUERY:-DISCARD ALL}"
     echo "server_reset_query_always = ${SERVER_RESET_QUERY_ALWAYS:-0}"
     echo "ignore_startup_parameters = ${IGNORE_STARTUP_PARAMETERS:-}"
+    # PgBouncer 1.21+ only (1.18 refuses the line); 0 is what 1.18 does.
+    if [ -n "${MAX_PREPARED_STATEMENTS:-}" ]; then
+      if pgbouncer --version | head -n 1 | grep -Eq 'PgBouncer 1\.([0-9]|1[0-9]|20)\.'; then
+        if [ "$MAX_PREPARED_STATEMENTS" != 0 ]; then
+          echo "MAX_PREPARED_STATEMENTS=$MAX_PREPARED_STATEMENTS: $(pgbouncer --version | head -n 1) cannot track prepared statements" >&2
+          exit 1
+        fi
+      else
+        echo "max_prepared_statements = $MAX_PREPARED_STATEMENTS"
+      fi
+    fi
     echo "admin_users = $DB_USER"
     echo "logfile ="
   } > /etc/pgbouncer/pgbouncer.ini
@@ -30,6 +41,7 @@ if [ "$(id -u)" = 0 ]; then
   printf '"%s" "%s"\n' "$DB_USER" "$DB_PASSWORD" > /etc/pgbouncer/userlist.txt
   chown postgres:postgres /etc/pgbouncer/pgbouncer.ini /etc/pgbouncer/userlist.txt
   chmod 600 /etc/pgbouncer/pgbouncer.ini /etc/pgbouncer/userlist.txt
+  echo "oncehook stand-in: $(pgbouncer --version | head -n 1) (Debian's package)" >&2
   exec setpriv --reuid=postgres --regid=postgres --init-groups "$0" "$@"
 fi
 exec "$@"

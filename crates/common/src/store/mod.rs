@@ -173,6 +173,18 @@ pub const BEGIN_GENERIC: &str = "BEGIN; SET LOCAL plan_cache_mode = force_generi
 /// How to reach the database `db` names: behind a transaction-mode pooler
 /// no prepared statement is cached (a server connection is ours only inside
 /// a transaction, and the pooler drops its statements when it hands it on).
+///
+/// A cache of 0 does not make sqlx send unnamed statements: it still
+/// prepares each one under a name counted from 1 on every connection
+/// (`sqlx_s_1`, `sqlx_s_2`, …) and never closes it. Behind PgBouncer that
+/// is safe only because the pooler drops them whenever it hands a server
+/// connection to another client (`server_reset_query = DEALLOCATE ALL`
+/// with `server_reset_query_always = 1`, as both deploy files and the
+/// tests' PgBouncer set it); without the reset the next client's first
+/// statement meets the last one's `sqlx_s_1` ("already exists").
+/// `tests/tests/pooler.rs` fails if the reset is dropped, and
+/// `tests/tests/deploy_files.rs` holds the deploy files to the tests'
+/// settings.
 fn connect_options(db: &DatabaseConfig) -> Result<PgConnectOptions, sqlx::Error> {
     let options: PgConnectOptions = db.url.expose().parse()?;
     Ok(match db.pooler {
