@@ -7,8 +7,8 @@
 -- the events parked for the group's payments taken out), the link, payment
 -- and refund facts in one statement with every fact of the orders read back,
 -- the one write of each order (state, version, updated_at) with the
--- captures' flags, the stock taken and the order events, the confirmations
--- into the outbox, the outcomes; then the commit. The
+-- captures' flags, the stock taken and the order events, the outcomes with
+-- the confirmations into the outbox; then the commit. The
 -- transaction runs on generic plans, as the worker's does on a direct
 -- connection (its BEGIN sets plan_cache_mode = force_generic_plan for the
 -- transaction; pgbench sends the SET as a statement of its own), and the
@@ -208,24 +208,28 @@ events AS (
     RETURNING id, type)
 SELECT id, type FROM events;
 
-INSERT INTO email_outbox (id, order_id, kind, dedup_key, to_addr, subject, body, trace_parent)
-SELECT gen_random_uuid(), order_id, 'confirmation', 'order:' || order_id || ':' || 'confirmation',
-       'bench_' || (:base + 1 + e % :norders) || '@example.com',
-       'Order bench_' || (:base + 1 + e % :norders) || ' confirmed',
-       'Thank you for your order bench_' || (:base + 1 + e % :norders) || '.' || chr(10) || chr(10)
-       || 'We received your payment of 100.00 INR.' || chr(10) || chr(10)
-       || 'Items:' || chr(10) || '  1 x SKU-000' || chr(10) || chr(10)
-       || 'We will let you know when it ships.' || chr(10),
-       NULL::text
-FROM unnest(ARRAY(SELECT generate_series(:first::bigint, :last::bigint)), :o_ids::bigint[]) AS z(e, order_id)
-ON CONFLICT (dedup_key) DO NOTHING;
-
-UPDATE processed_webhooks p SET outcome = f.outcome, detail = f.detail, processed_at = now()
-FROM (SELECT 'razorpay'::text AS source, 'evt_pgb_' || :tag::text || '_' || e AS event_id,
-             md5(:tag::text || '_' || e) AS body_sha256, 'applied'::text AS outcome,
-             'captured payment pay_pgb_' || e || ' recorded; order bench_' || (:base + 1 + e % :norders)
-             || ' is paid (refunded 0.00 INR)' AS detail
-      FROM unnest(ARRAY(SELECT generate_series(:first::bigint, :last::bigint))) AS e) AS f
-WHERE p.source = f.source AND p.event_id = f.event_id AND p.body_sha256 = f.body_sha256;
+WITH finished AS (
+    UPDATE processed_webhooks p SET outcome = f.outcome, detail = f.detail, processed_at = now()
+    FROM (SELECT 'razorpay'::text AS source, 'evt_pgb_' || :tag::text || '_' || e AS event_id,
+                 md5(:tag::text || '_' || e) AS body_sha256, 'applied'::text AS outcome,
+                 'captured payment pay_pgb_' || e || ' recorded; order bench_' || (:base + 1 + e % :norders)
+                 || ' is paid (refunded 0.00 INR)' AS detail
+          FROM unnest(ARRAY(SELECT generate_series(:first::bigint, :last::bigint))) AS e) AS f
+    WHERE p.source = f.source AND p.event_id = f.event_id AND p.body_sha256 = f.body_sha256
+    RETURNING 1),
+mail AS (
+    INSERT INTO email_outbox (id, order_id, kind, dedup_key, to_addr, subject, body, trace_parent)
+    SELECT gen_random_uuid(), order_id, 'confirmation', 'order:' || order_id || ':' || 'confirmation',
+           'bench_' || (:base + 1 + e % :norders) || '@example.com',
+           'Order bench_' || (:base + 1 + e % :norders) || ' confirmed',
+           'Thank you for your order bench_' || (:base + 1 + e % :norders) || '.' || chr(10) || chr(10)
+           || 'We received your payment of 100.00 INR.' || chr(10) || chr(10)
+           || 'Items:' || chr(10) || '  1 x SKU-000' || chr(10) || chr(10)
+           || 'We will let you know when it ships.' || chr(10),
+           NULL::text
+    FROM unnest(ARRAY(SELECT generate_series(:first::bigint, :last::bigint)), :o_ids::bigint[]) AS z(e, order_id)
+    ON CONFLICT (dedup_key) DO NOTHING
+    RETURNING 1)
+SELECT count(*) AS emails FROM mail;
 
 COMMIT;

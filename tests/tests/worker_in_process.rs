@@ -348,6 +348,7 @@ impl Effect for Tally {
                 .map(|_| Applied::new(Outcome::Applied, "tallied"))
                 .collect(),
             completed_earlier: Vec::<(DeliveryKey, Applied)>::new(),
+            emails: Vec::new(),
         })
     }
 }

@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 
+use oncehook_pipeline::Effects;
 use sqlx::PgConnection;
 
 use crate::input::Cancel;
@@ -76,7 +77,13 @@ pub(crate) async fn cancel(
         parked: Vec::new(),
         facts,
     };
-    follow_through(conn, intake).await?;
+    let followed = follow_through(conn, intake).await?;
+    Effects {
+        emails: followed.emails,
+        ..Effects::default()
+    }
+    .record(conn, std::iter::empty())
+    .await?;
     tracing::info!(%order_ref, cancelled_by = by, "order cancelled");
     Ok(Cancelled::Now)
 }

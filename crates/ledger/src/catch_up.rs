@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 
+use oncehook_pipeline::Effects;
 use sqlx::PgConnection;
 
 use crate::input::CatchUp;
@@ -54,6 +55,12 @@ pub(crate) async fn catch_up(
         parked: Vec::new(),
         facts,
     };
-    follow_through(conn, intake).await?;
+    let followed = follow_through(conn, intake).await?;
+    Effects {
+        emails: followed.emails,
+        ..Effects::default()
+    }
+    .record(conn, std::iter::empty())
+    .await?;
     Ok(plan.orders.len())
 }

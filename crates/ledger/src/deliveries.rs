@@ -62,8 +62,10 @@ pub(crate) async fn deliveries_in(
         parked,
         facts,
     };
-    let states = follow_through(conn, intake).await?;
-    Ok(outcome::tell(&events, &plan, &adopted, &fresh, &states))
+    let followed = follow_through(conn, intake).await?;
+    let mut effects = outcome::tell(&events, &plan, &adopted, &fresh, &followed.states);
+    effects.emails = followed.emails;
+    Ok(effects)
 }
 
 /// The `traceparent` of the first delivery placed on each order: the

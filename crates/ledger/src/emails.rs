@@ -81,7 +81,6 @@ impl Email {
         }
     }
 
-    /// The outbox row to write.
     /// The email, joining the trace of the delivery that caused it.
     pub fn traced(mut self, trace_parent: Option<&str>) -> Self {
         self.trace_parent = trace_parent.map(str::to_owned);
@@ -92,15 +91,16 @@ impl Email {
         self.order_id
     }
 
-    pub fn row(&self) -> NewEmail<'_> {
+    /// The outbox row to write.
+    pub fn row(self) -> NewEmail {
         NewEmail {
             order_id: self.order_id,
-            kind: self.kind,
-            dedup_key: &self.dedup_key,
-            to: &self.to,
-            subject: &self.subject,
-            body: &self.body,
-            trace_parent: self.trace_parent.as_deref(),
+            kind: self.kind.to_owned(),
+            dedup_key: self.dedup_key,
+            to: self.to,
+            subject: self.subject,
+            body: self.body,
+            trace_parent: self.trace_parent,
         }
     }
 }

@@ -1,11 +1,12 @@
 //! The ledger's one tail, whatever road a fact took: recompute every order
 //! a new fact touched from all its facts (status, refunds, stock, flags),
 //! write it with the order events that owes in one statement, then the
-//! emails and refund intents, and park what waits.
+//! refund intents, park what waits, and hand the road the emails owed
+//! (written with its outcomes).
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use oncehook_common::store::outbox;
+use oncehook_common::store::outbox::NewEmail;
 use sqlx::PgConnection;
 
 use crate::plan::Plan;
@@ -32,12 +33,21 @@ pub(crate) struct Intake<'p> {
     pub(crate) facts: Vec<FactRow>,
 }
 
-/// The one tail: recompute, emails, order events, refund intents, parking. The touched
-/// orders' new states.
+/// What the tail leaves its road: the touched orders' new states, and the
+/// emails they owe, which the road queues with its outcomes
+/// ([`oncehook_pipeline::Effects::emails`], written in the transaction's
+/// last statement).
+pub(crate) struct Followed {
+    pub(crate) states: BTreeMap<i64, state::OrderState>,
+    pub(crate) emails: Vec<NewEmail>,
+}
+
+/// The one tail: recompute, order events, refund intents, parking, and
+/// the emails owed.
 pub(crate) async fn follow_through(
     conn: &mut PgConnection,
     intake: Intake<'_>,
-) -> Result<BTreeMap<i64, state::OrderState>, sqlx::Error> {
+) -> Result<Followed, sqlx::Error> {
     let Intake {
         touched,
         traces,
@@ -54,46 +64,36 @@ pub(crate) async fn follow_through(
     for (_, kind) in orders::write(conn, &writes).await? {
         metrics::counter!("oncehook_order_events_written_total", "type" => kind).increment(1);
     }
-    write_emails(
-        conn,
-        recomputed.confirmations,
-        plan,
-        recording,
-        fresh,
-        &traces,
-    )
-    .await?;
+    let emails = emails_owed(recomputed.confirmations, plan, recording, fresh, &traces);
     refund_intents::write(conn, &touched, &recomputed.states, &traces).await?;
     parking_store::park_many(conn, &parked).await?;
-    Ok(recomputed.states)
+    Ok(Followed {
+        states: recomputed.states,
+        emails,
+    })
 }
 
-/// Writes the confirmations and one email per new refund fact.
-async fn write_emails(
-    conn: &mut PgConnection,
+/// The confirmations and one email per new refund fact, each in its
+/// order's trace.
+fn emails_owed(
     mut emails: Vec<emails::Email>,
     plan: &Plan,
     recording: &Recording,
     fresh: &record::Fresh,
     traces: &BTreeMap<i64, String>,
-) -> Result<(), sqlx::Error> {
+) -> Vec<NewEmail> {
     emails.extend(recording.new_refunds(fresh).filter_map(|r| {
         plan.orders
             .get(&r.order_id)
             .map(|o| emails::Email::refund(o, r))
     }));
-    let emails: Vec<emails::Email> = emails
+    emails
         .into_iter()
         .map(|e| {
             let tp = traces.get(&e.order_id()).map(String::as_str);
-            e.traced(tp)
+            e.traced(tp).row()
         })
-        .collect();
-    let rows: Vec<_> = emails.iter().map(emails::Email::row).collect();
-    if !rows.is_empty() {
-        outbox::write_many(conn, &rows).await?;
-    }
-    Ok(())
+        .collect()
 }
 
 /// The order events the recomputed states owe, one per new refund fact and

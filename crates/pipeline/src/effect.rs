@@ -13,6 +13,7 @@ use oncehook_common::background::Supervised;
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::Pooled;
 use oncehook_common::store::dedup::{self as dedup_store, DeliveryKey, Finish};
+use oncehook_common::store::outbox::NewEmail;
 use oncehook_common::{Topology, WorkerSettings};
 use sqlx::PgConnection;
 
@@ -67,12 +68,16 @@ pub struct Effects {
     /// Deliveries of earlier transactions the effect kept (parked) and has
     /// now completed: their recorded outcome becomes this.
     pub completed_earlier: Vec<(DeliveryKey, Applied)>,
+    /// The emails the effect queued: written with the outcomes, in the
+    /// transaction's last statement.
+    pub emails: Vec<NewEmail>,
 }
 
 impl Effects {
-    /// Records every outcome in `processed_webhooks`, one statement: those
-    /// of `applied` (the deliveries `keys` names, in the order handed to
-    /// [`Effect::apply`]) and of the earlier deliveries now completed.
+    /// Records every outcome in `processed_webhooks` and writes the queued
+    /// emails, one statement: the outcomes of `applied` (the deliveries
+    /// `keys` names, in the order handed to [`Effect::apply`]) and of the
+    /// earlier deliveries now completed.
     pub async fn record<'a>(
         &'a self,
         conn: &mut PgConnection,
@@ -91,10 +96,8 @@ impl Effects {
                 detail: &applied.detail,
             })
             .collect();
-        if finished.is_empty() {
-            return Ok(());
-        }
-        dedup_store::finish_many(conn, &finished).await
+        dedup_store::finish_many(conn, &finished, &self.emails).await?;
+        Ok(())
     }
 }
 

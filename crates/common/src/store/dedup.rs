@@ -22,6 +22,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 use sqlx::PgConnection;
+
+use super::outbox::NewEmail;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -176,24 +178,53 @@ pub struct Finish<'a> {
     pub detail: &'a str,
 }
 
-/// Records the outcomes of several claimed deliveries (same transaction)
-/// in one statement.
-pub async fn finish_many(conn: &mut PgConnection, done: &[Finish<'_>]) -> Result<(), sqlx::Error> {
+/// The last statement of an effect's transaction: records the outcomes of
+/// its claimed deliveries and writes the emails the effect queued
+/// (`email_outbox`, skipping a `dedup_key` written before) — one round
+/// trip where it took two. Returns how many emails were written.
+pub async fn finish_many(
+    conn: &mut PgConnection,
+    done: &[Finish<'_>],
+    emails: &[NewEmail],
+) -> Result<i64, sqlx::Error> {
+    if done.is_empty() && emails.is_empty() {
+        return Ok(0);
+    }
     let col = |f: fn(&Finish<'_>) -> String| done.iter().map(f).collect::<Vec<_>>();
-    sqlx::query!(
-        "UPDATE processed_webhooks p SET outcome = f.outcome, detail = f.detail, processed_at = now()
-         FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
-              AS f(source, event_id, body_sha256, outcome, detail)
-         WHERE p.source = f.source AND p.event_id = f.event_id AND p.body_sha256 = f.body_sha256",
+    let mail = |f: fn(&NewEmail) -> String| emails.iter().map(f).collect::<Vec<_>>();
+    sqlx::query_scalar!(
+        r#"WITH finished AS (
+               UPDATE processed_webhooks p SET outcome = f.outcome, detail = f.detail, processed_at = now()
+               FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
+                    AS f(source, event_id, body_sha256, outcome, detail)
+               WHERE p.source = f.source AND p.event_id = f.event_id AND p.body_sha256 = f.body_sha256
+               RETURNING 1),
+           mail AS (
+               INSERT INTO email_outbox (id, order_id, kind, dedup_key, to_addr, subject, body, trace_parent)
+               SELECT * FROM unnest($6::uuid[], $7::bigint[], $8::text[], $9::text[], $10::text[], $11::text[],
+                                    $12::text[], $13::text[])
+               ON CONFLICT (dedup_key) DO NOTHING
+               RETURNING 1)
+           SELECT count(*) AS "emails!" FROM mail"#,
         &col(|f| f.key.source.clone()),
         &col(|f| f.key.event_id.clone()),
         &col(|f| f.key.body_sha256.clone()),
         &col(|f| f.outcome.to_owned()),
         &col(|f| f.detail.to_owned()),
+        &emails.iter().map(|_| Uuid::new_v4()).collect::<Vec<_>>(),
+        &emails.iter().map(|e| e.order_id).collect::<Vec<_>>(),
+        &mail(|e| e.kind.clone()),
+        &mail(|e| e.dedup_key.clone()),
+        &mail(|e| e.to.clone()),
+        &mail(|e| e.subject.clone()),
+        &mail(|e| e.body.clone()),
+        &emails
+            .iter()
+            .map(|e| e.trace_parent.clone())
+            .collect::<Vec<_>>() as &[Option<String>],
     )
-    .execute(conn)
-    .await?;
-    Ok(())
+    .fetch_one(conn)
+    .await
 }
 
 /// Removes a delivery's record, so a replay of it is processed, not absorbed.

@@ -17,73 +17,19 @@ use uuid::Uuid;
 
 use super::Pooled;
 
-/// An email to write.
-#[derive(Debug, Clone, Copy)]
-pub struct NewEmail<'a> {
+/// An email to write, in the transaction of the effect that causes it,
+/// with the deliveries' outcomes (`dedup::finish_many`): a second write
+/// with the same `dedup_key` is a no-op.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewEmail {
     pub order_id: i64,
-    pub kind: &'a str,
-    pub dedup_key: &'a str,
-    pub to: &'a str,
-    pub subject: &'a str,
-    pub body: &'a str,
+    pub kind: String,
+    pub dedup_key: String,
+    pub to: String,
+    pub subject: String,
+    pub body: String,
     /// The `traceparent` of the delivery that caused it, if traced.
-    pub trace_parent: Option<&'a str>,
-}
-
-/// Writes an email; a second write with the same `dedup_key` is a no-op
-/// (`false`).
-pub async fn write(conn: &mut PgConnection, e: NewEmail<'_>) -> Result<bool, sqlx::Error> {
-    let row = sqlx::query_scalar!(
-        "INSERT INTO email_outbox (id, order_id, kind, dedup_key, to_addr, subject, body)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)
-         ON CONFLICT (dedup_key) DO NOTHING
-         RETURNING id",
-        Uuid::new_v4(),
-        e.order_id,
-        e.kind,
-        e.dedup_key,
-        e.to,
-        e.subject,
-        e.body
-    )
-    .fetch_optional(conn)
-    .await?;
-    Ok(row.is_some())
-}
-
-/// Writes several emails in one statement (a batch's confirmations); rows
-/// whose `dedup_key` exists are skipped. Returns how many were written.
-pub async fn write_many(
-    conn: &mut PgConnection,
-    emails: &[NewEmail<'_>],
-) -> Result<u64, sqlx::Error> {
-    let ids: Vec<Uuid> = emails.iter().map(|_| Uuid::new_v4()).collect();
-    let order_ids: Vec<i64> = emails.iter().map(|e| e.order_id).collect();
-    let text = |f: for<'e> fn(&'e NewEmail<'_>) -> &'e str| {
-        emails
-            .iter()
-            .map(|e| f(e).to_owned())
-            .collect::<Vec<String>>()
-    };
-    let done = sqlx::query!(
-        "INSERT INTO email_outbox (id, order_id, kind, dedup_key, to_addr, subject, body, trace_parent)
-         SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
-         ON CONFLICT (dedup_key) DO NOTHING",
-        &ids,
-        &order_ids,
-        &text(|e| e.kind),
-        &text(|e| e.dedup_key),
-        &text(|e| e.to),
-        &text(|e| e.subject),
-        &text(|e| e.body),
-        &emails
-            .iter()
-            .map(|e| e.trace_parent.map(str::to_owned))
-            .collect::<Vec<Option<String>>>() as &[Option<String>],
-    )
-    .execute(conn)
-    .await?;
-    Ok(done.rows_affected())
+    pub trace_parent: Option<String>,
 }
 
 /// The relay: locks up to `limit` unpublished rows, oldest first, skipping
