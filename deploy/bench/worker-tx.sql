@@ -2,10 +2,11 @@
 -- payments, as pgbench runs it. Each statement is the worker's own (the same
 -- SQL, set-based over the group's events the way the worker binds its
 -- arrays), in the worker's order, with the worker's round trips: the
--- insert-first claim, the advisory locks on payments and order references,
--- the orders locked with their links, gateway references and products (and
--- the events parked for the group's payments taken out), the link, payment
--- and refund facts in one statement with every fact of the orders read back,
+-- insert-first claim with the advisory locks on payments and order
+-- references of the fresh claims, the orders locked with their links,
+-- gateway references and products (and the events parked for the group's
+-- payments taken out), the link, payment and refund facts in one statement
+-- with every fact of the orders read back,
 -- the one write of each order (state, version, updated_at) with the
 -- captures' flags, the stock taken and the order events, the outcomes with
 -- the confirmations into the outbox; then the commit. The
@@ -53,30 +54,35 @@
 BEGIN;
 SET LOCAL plan_cache_mode = force_generic_plan;
 
-INSERT INTO processed_webhooks
-    (source, event_id, body_sha256, provider, event_type, order_ref, receipt_id, outcome, received_at, payment_id, origin, trace_id)
-SELECT 'razorpay', 'evt_pgb_' || :tag::text || '_' || e, md5(:tag::text || '_' || e), 'razorpay', 'payment.captured',
-       'bench_' || (:base + 1 + e % :norders), gen_random_uuid(), 'applied', now(),
-       'pay_pgb_' || :tag::text || '_' || e, 'webhook', NULL
-FROM unnest(ARRAY(SELECT generate_series(:first::bigint, :last::bigint))) AS e
-ORDER BY e
-ON CONFLICT (source, body_sha256) WHERE body_sha256 <> '' DO UPDATE
-    SET deliveries = processed_webhooks.deliveries
-            + (processed_webhooks.event_id = EXCLUDED.event_id)::int,
-        body_redeliveries = processed_webhooks.body_redeliveries
-            + (processed_webhooks.event_id <> EXCLUDED.event_id)::int,
-        last_seen_at = now()
-RETURNING source, event_id, body_sha256, (xmax = 0) AS inserted;
-
-WITH keys AS MATERIALIZED (
-    SELECT 0 AS kind, hashtextextended('order:' || ('bench_' || (:base + 1 + e % :norders)), 7) AS k
+WITH claimed AS (
+    INSERT INTO processed_webhooks
+        (source, event_id, body_sha256, provider, event_type, order_ref, receipt_id, outcome, received_at, payment_id, origin, trace_id)
+    SELECT 'razorpay', 'evt_pgb_' || :tag::text || '_' || e, md5(:tag::text || '_' || e), 'razorpay', 'payment.captured',
+           'bench_' || (:base + 1 + e % :norders), gen_random_uuid(), 'applied', now(),
+           'pay_pgb_' || :tag::text || '_' || e, 'webhook', NULL
     FROM unnest(ARRAY(SELECT generate_series(:first::bigint, :last::bigint))) AS e
-    UNION
-    SELECT 1, hashtextextended('razorpay' || ':' || ('pay_pgb_' || :tag::text || '_' || e), 7)
-    FROM unnest(ARRAY(SELECT generate_series(:first::bigint, :last::bigint))) AS e),
+    ORDER BY e
+    ON CONFLICT (source, body_sha256) WHERE body_sha256 <> '' DO UPDATE
+        SET deliveries = processed_webhooks.deliveries
+                + (processed_webhooks.event_id = EXCLUDED.event_id)::int,
+            body_redeliveries = processed_webhooks.body_redeliveries
+                + (processed_webhooks.event_id <> EXCLUDED.event_id)::int,
+            last_seen_at = now()
+    RETURNING source, event_id, body_sha256, (xmax = 0) AS inserted),
+keys AS MATERIALIZED (
+    SELECT DISTINCT l.kind, hashtextextended(l.name, 7) AS k
+    FROM (SELECT 'razorpay'::text AS source, md5(:tag::text || '_' || e) AS body_sha256, 0::int2 AS kind,
+                 'order:' || ('bench_' || (:base + 1 + e % :norders)) AS name
+          FROM unnest(ARRAY(SELECT generate_series(:first::bigint, :last::bigint))) AS e
+          UNION ALL
+          SELECT 'razorpay', md5(:tag::text || '_' || e), 1::int2,
+                 'razorpay' || ':' || ('pay_pgb_' || :tag::text || '_' || e)
+          FROM unnest(ARRAY(SELECT generate_series(:first::bigint, :last::bigint))) AS e) AS l
+    JOIN claimed c ON c.source = l.source AND c.body_sha256 = l.body_sha256 AND c.inserted),
 locked AS MATERIALIZED (
     SELECT pg_advisory_xact_lock(s.k) FROM (SELECT kind, k FROM keys ORDER BY kind, k) s)
-SELECT count(*) AS locked FROM locked;
+SELECT c.source, c.event_id, c.body_sha256, c.inserted, (SELECT count(*) FROM locked) AS locked
+FROM claimed c;
 
 WITH batch AS (
     SELECT 'razorpay'::text AS provider, 'pay_pgb_' || :tag::text || '_' || e AS payment_id

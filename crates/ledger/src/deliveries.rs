@@ -16,10 +16,30 @@ use crate::store::books::{self, PaymentKey};
 use crate::tail::{Intake, follow_through, sorted};
 use crate::{outcome, parking};
 
+/// Whether a road's advisory locks are taken already.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Keys {
+    /// The pipeline took them with the deliveries' claim (`Effect::locks`).
+    Held,
+    /// The road takes them here (`books::lock_keys`).
+    Take,
+}
+
+/// The advisory locks a delivery's event takes (`books::lock_names`);
+/// none for an event that cannot be read (it fails in [`deliveries_in`]).
+pub(crate) fn keys_of(delivery: &Delivery) -> Vec<oncehook_common::store::advisory::LockName> {
+    let Ok(event) = Event::read(&delivery.event) else {
+        return Vec::new();
+    };
+    let refs: Vec<String> = event.order_ref().map(str::to_owned).into_iter().collect();
+    books::lock_names(event.payment.as_slice(), &refs)
+}
+
 /// New deliveries: lock, place, record, then the tail; each one's outcome.
 pub(crate) async fn deliveries_in(
     conn: &mut PgConnection,
     deliveries: &[&Delivery],
+    keys: Keys,
 ) -> Result<Effects, EffectError> {
     let events: Vec<Event<'_>> = deliveries
         .iter()
@@ -32,7 +52,9 @@ pub(crate) async fn deliveries_in(
             .iter()
             .filter_map(|e| e.order_ref().map(str::to_owned)),
     );
-    books::lock_keys(conn, &payments, &refs).await?;
+    if keys == Keys::Take {
+        books::lock_keys(conn, &payments, &refs).await?;
+    }
     let named = sorted(events.iter().filter_map(plan::gateway_ref));
     let locked = books::lock_orders(conn, &refs, &named, &payments).await?;
     let plan = Plan::new(&events, locked.orders);

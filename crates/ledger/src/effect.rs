@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use oncehook_common::background::{Supervised, supervise};
+use oncehook_common::store::advisory::LockName;
 use oncehook_pipeline::{Applied, Delivery, Effect, EffectError, Effects, Session};
 
 use crate::input::Deliveries;
@@ -55,6 +56,10 @@ impl Effect for Ledger {
             rollout::run_sweep(pool.clone(), stop.clone())
         });
         vec![relay, sweeper, gauges, intents]
+    }
+
+    fn locks(&self, delivery: &Delivery) -> Vec<LockName> {
+        crate::deliveries::keys_of(delivery)
     }
 
     fn committed(&self, _applied: &Applied) {

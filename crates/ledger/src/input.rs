@@ -9,8 +9,10 @@ use oncehook_pipeline::Delivery;
 use crate::store::books::GatewayRef;
 use crate::store::shop::ShopOrder;
 
-/// New deliveries: the pipeline's group. The answer is each one's outcome,
-/// for the pipeline to record.
+/// New deliveries: the pipeline's group, claimed with the advisory locks
+/// the ledger names for them (`Effect::locks`), which the road therefore
+/// does not take again. The answer is each one's outcome, for the pipeline
+/// to record.
 #[derive(Debug, Clone, Copy)]
 pub struct Deliveries<'a>(pub &'a [&'a Delivery]);
 

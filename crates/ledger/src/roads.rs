@@ -42,7 +42,7 @@ impl Input for Known<'_> {}
 impl sealed::Road for Deliveries<'_> {
     type Answer = Effects;
     async fn take(self, conn: &mut PgConnection) -> Result<Effects, EffectError> {
-        deliveries::deliveries_in(conn, self.0).await
+        deliveries::deliveries_in(conn, self.0, deliveries::Keys::Held).await
     }
 }
 

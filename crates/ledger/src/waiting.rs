@@ -15,7 +15,7 @@ use crate::store::parking::{self as parking_store, Parked};
 use sqlx::PgConnection;
 
 use super::parking::read_back;
-use crate::deliveries::deliveries_in;
+use crate::deliveries::{Keys, deliveries_in};
 use oncehook_pipeline::{Delivery, EffectError};
 
 /// Takes the advisory locks of an order's references, before it is inserted.
@@ -50,7 +50,7 @@ pub(crate) async fn apply_waiting(
     }
     let (deliveries, mut unreadable) = read(parked);
     let list: Vec<&Delivery> = deliveries.iter().map(|(d, _)| d).collect();
-    let applied = match deliveries_in(conn, &list).await {
+    let applied = match deliveries_in(conn, &list, Keys::Take).await {
         Ok(effects) => {
             effects.record(conn, list.iter().map(|d| &d.key)).await?;
             for (delivery, outcome) in list.iter().zip(&effects.applied) {

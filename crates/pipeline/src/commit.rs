@@ -1,9 +1,11 @@
 //! The one transaction path: a group of deliveries (a lone delivery is a
 //! group of one) in one transaction — claim all (insert-first: a copy
 //! under the same event id, or of the same signed body under another, is a
-//! duplicate and only counted, copies inside the group too), apply the effect to the fresh ones, record
-//! every outcome, commit. The statements do not grow with the group: one
-//! claim, the effect's own (set-based), one outcome update. This is the
+//! duplicate and only counted, copies inside the group too) with the
+//! effect's advisory locks for the fresh ones, apply the effect to the
+//! fresh ones, record every outcome with the emails it queued, commit. The
+//! statements do not grow with the group: one claim, the effect's own
+//! (set-based), one outcome update. This is the
 //! only place in the worker where a delivery's transaction commits.
 //!
 //! Any error rolls everything back, the claims too (so a replay after the
@@ -16,6 +18,7 @@ use std::time::Instant;
 use oncehook_common::dead_letter::DeadLetterKind;
 use oncehook_common::otel;
 use oncehook_common::store::Pooled;
+use oncehook_common::store::advisory::LockName;
 use oncehook_common::store::dedup as dedup_store;
 use sqlx::PgConnection;
 use tracing::Instrument as _;
@@ -59,7 +62,8 @@ async fn transaction<E: Effect>(
     deliveries: &[&Delivery],
 ) -> Result<Vec<Processed>, ProcessError> {
     let mut tx = pool.begin_generic().await?;
-    let duplicates = claim(&mut tx, deliveries).await?;
+    let locks: Vec<Vec<LockName>> = deliveries.iter().map(|d| effect.locks(d)).collect();
+    let duplicates = claim(&mut tx, deliveries, &locks).await?;
     let fresh: Vec<&Delivery> = deliveries
         .iter()
         .zip(&duplicates)
@@ -98,14 +102,17 @@ async fn transaction<E: Effect>(
         .collect())
 }
 
-/// Claims every delivery: `Some` for a duplicate, `None` for a fresh
-/// claim, in the deliveries' order. One statement cannot claim one signed
+/// Claims every delivery and takes the effect's advisory locks of the
+/// fresh ones (`locks`, one list per delivery), in the same statement:
+/// `Some` for a duplicate, `None` for a fresh claim, in the deliveries'
+/// order. One statement cannot claim one signed
 /// body twice, so copies inside the group are claimed in a round after
 /// their first (where they meet it as a duplicate): one statement for a
 /// group without copies, one more per extra copy of a body.
 async fn claim(
     tx: &mut PgConnection,
     deliveries: &[&Delivery],
+    locks: &[Vec<LockName>],
 ) -> Result<Vec<Option<Processed>>, sqlx::Error> {
     let mut results: Vec<Option<Option<Processed>>> = vec![None; deliveries.len()];
     let mut left: Vec<usize> = (0..deliveries.len()).collect();
@@ -114,7 +121,10 @@ async fn claim(
         let (round, later): (Vec<usize>, Vec<usize>) = left
             .iter()
             .partition(|&&i| bodies.insert(deliveries[i].key.signed_body()));
-        let claims: Vec<_> = round.iter().map(|&i| deliveries[i].claim()).collect();
+        let claims: Vec<_> = round
+            .iter()
+            .map(|&i| deliveries[i].claim(&locks[i]))
+            .collect();
         for (i, claimed) in round
             .iter()
             .zip(dedup_store::claim_many(tx, &claims).await?)

@@ -8,6 +8,7 @@
 use oncehook_common::Envelope;
 use oncehook_common::dead_letter::DeadLetterKind;
 use oncehook_common::envelope::{EnvelopeError, EventError};
+use oncehook_common::store::advisory::LockName;
 use oncehook_common::store::dedup::{Claim, DeliveryKey};
 use oncehook_gateways::NormalizedEvent;
 use sha2::{Digest, Sha256};
@@ -30,8 +31,9 @@ pub struct Delivery {
 }
 
 impl Delivery {
-    /// The delivery's claim row (what `processed_webhooks` records about it).
-    pub fn claim(&self) -> Claim<'_> {
+    /// The delivery's claim row (what `processed_webhooks` records about
+    /// it), with the advisory locks its effect takes if it is fresh.
+    pub fn claim<'a>(&'a self, locks: &'a [LockName]) -> Claim<'a> {
         let event = &self.event;
         Claim {
             key: &self.key,
@@ -46,6 +48,7 @@ impl Delivery {
                 .trace_parent
                 .as_deref()
                 .and_then(oncehook_common::otel::trace_id_of),
+            locks,
         }
     }
 }

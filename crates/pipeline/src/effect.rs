@@ -12,6 +12,7 @@ use lapin::Channel;
 use oncehook_common::background::Supervised;
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::Pooled;
+use oncehook_common::store::advisory::LockName;
 use oncehook_common::store::dedup::{self as dedup_store, DeliveryKey, Finish};
 use oncehook_common::store::outbox::NewEmail;
 use oncehook_common::{Topology, WorkerSettings};
@@ -131,6 +132,13 @@ pub trait Effect: Send + Sync + 'static {
         conn: &'a mut PgConnection,
         deliveries: &'a [&'a Delivery],
     ) -> impl Future<Output = Result<Effects, EffectError>> + Send + 'a;
+
+    /// The advisory locks applying `delivery` takes (`advisory::LockName`):
+    /// the pipeline takes those of the fresh deliveries with their claim,
+    /// in the claim's statement, before [`Effect::apply`]. None by default.
+    fn locks(&self, _delivery: &Delivery) -> Vec<LockName> {
+        Vec::new()
+    }
 
     /// The effect's own background tasks for one broker session (they may
     /// publish over its confirm channel), each started with

@@ -23,6 +23,7 @@ use std::time::Duration;
 use serde::Serialize;
 use sqlx::PgConnection;
 
+use super::advisory::LockName;
 use super::outbox::NewEmail;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -84,6 +85,9 @@ pub struct Claim<'a> {
     pub origin: &'a str,
     /// The delivery's trace id (32 hex digits), when traced.
     pub trace_id: Option<&'a str>,
+    /// The advisory locks its effect takes if the claim is fresh (taken by
+    /// the claim's own statement, after every insert of the group).
+    pub locks: &'a [LockName],
 }
 
 /// Whether a claim failed only because a copy of the same delivery (same
@@ -109,7 +113,10 @@ const PRIMARY_KEY: &str = "processed_webhooks_pkey";
 /// each claim found, in the order of `claims`. The signed bodies
 /// ([`DeliveryKey::signed_body`]) must be distinct; they are inserted in
 /// that order, so concurrent batches wait for each other's claims in one
-/// order.
+/// order. The same statement then takes the advisory locks of the fresh
+/// claims ([`Claim::locks`], by kind then key, as `advisory::lock`): the
+/// locks' sort reads every claim first, so no lock is taken before the
+/// last insert — one round trip where the effect's locks took another.
 pub async fn claim_many(
     conn: &mut PgConnection,
     claims: &[Claim<'_>],
@@ -120,8 +127,13 @@ pub async fn claim_many(
     });
     let col = |f: fn(&Claim<'_>) -> String| sorted.iter().map(|c| f(c)).collect::<Vec<_>>();
     let opt = |f: fn(&Claim<'_>) -> Option<String>| sorted.iter().map(|c| f(c)).collect::<Vec<_>>();
+    let locks: Vec<(&Claim<'_>, &LockName)> = sorted
+        .iter()
+        .flat_map(|c| c.locks.iter().map(move |l| (*c, l)))
+        .collect();
     let rows = sqlx::query!(
-        r#"INSERT INTO processed_webhooks
+        r#"WITH claimed AS (
+           INSERT INTO processed_webhooks
                (source, event_id, body_sha256, provider, event_type, order_ref, receipt_id, outcome, received_at, payment_id, origin, trace_id)
            SELECT c.source, c.event_id, c.body_sha256, c.provider, c.event_type, c.order_ref, c.receipt_id,
                   'applied', c.received_at, c.payment_id, c.origin, c.trace_id
@@ -135,7 +147,16 @@ pub async fn claim_many(
                    body_redeliveries = processed_webhooks.body_redeliveries
                        + (processed_webhooks.event_id <> EXCLUDED.event_id)::int,
                    last_seen_at = now()
-           RETURNING source, event_id, body_sha256, (xmax = 0) AS "inserted!""#,
+           RETURNING source, event_id, body_sha256, (xmax = 0) AS inserted),
+           keys AS MATERIALIZED (
+               SELECT DISTINCT l.kind, hashtextextended(l.name, 7) AS k
+               FROM unnest($12::text[], $13::text[], $14::int2[], $15::text[]) AS l(source, body_sha256, kind, name)
+               JOIN claimed c ON c.source = l.source AND c.body_sha256 = l.body_sha256 AND c.inserted),
+           locked AS MATERIALIZED (
+               SELECT pg_advisory_xact_lock(s.k) FROM (SELECT kind, k FROM keys ORDER BY kind, k) s)
+           SELECT c.source AS "source!", c.event_id AS "event_id!", c.body_sha256 AS "body_sha256!",
+                  c.inserted AS "inserted!", (SELECT count(*) FROM locked) AS "locked!"
+           FROM claimed c"#,
         &col(|c| c.key.source.clone()),
         &col(|c| c.key.event_id.clone()),
         &col(|c| c.key.body_sha256.clone()),
@@ -147,6 +168,10 @@ pub async fn claim_many(
         &opt(|c| c.payment_id.map(str::to_owned)) as &[Option<String>],
         &col(|c| c.origin.to_owned()),
         &opt(|c| c.trace_id.map(str::to_owned)) as &[Option<String>],
+        &locks.iter().map(|(c, _)| c.key.source.clone()).collect::<Vec<_>>(),
+        &locks.iter().map(|(c, _)| c.key.body_sha256.clone()).collect::<Vec<_>>(),
+        &locks.iter().map(|(_, l)| l.kind).collect::<Vec<_>>(),
+        &locks.iter().map(|(_, l)| l.name.clone()).collect::<Vec<_>>(),
     )
     .fetch_all(conn)
     .await?;

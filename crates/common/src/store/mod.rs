@@ -36,6 +36,7 @@ use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use crate::config::{DatabaseConfig, Pooler};
 use crate::retry::RetryPolicy;
 
+pub mod advisory;
 pub mod dedup;
 pub mod notify;
 pub mod outbox;

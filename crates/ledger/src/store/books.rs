@@ -8,7 +8,7 @@
 //! events (`orders`) and their emails, park what stays unlinked.
 
 pub use super::locks::{
-    GatewayRef, Item, Locked, LockedOrder, OrderRow, PaymentKey, lock_keys, lock_orders,
+    GatewayRef, Item, Locked, LockedOrder, OrderRow, PaymentKey, lock_keys, lock_names, lock_orders,
 };
 use sqlx::PgConnection;
 

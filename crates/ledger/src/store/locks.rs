@@ -1,7 +1,7 @@
 //! The locks every road of the ledger takes before it reads or writes the
 //! books, in the one global order (docs/ledger.md, "One lock order"): the
 //! order references' advisory locks, then the payments', each by key
-//! ([`lock_keys`]); then, in one statement ([`lock_orders`]), the orders by
+//! ([`lock_names`], taken with the worker's claim or by [`lock_keys`]); then, in one statement ([`lock_orders`]), the orders by
 //! id and their products by sku, with the events parked for the group's
 //! payments taken out on the way.
 //!
@@ -17,6 +17,7 @@ use time::OffsetDateTime;
 
 use super::parking::Parked;
 pub use super::shop::GatewayRef;
+use oncehook_common::store::advisory::{self, LockName};
 use oncehook_common::store::dedup::DeliveryKey;
 
 /// An order row, locked for the transaction, with its items and their
@@ -54,38 +55,34 @@ pub struct PaymentKey {
     pub payment_id: String,
 }
 
-/// Takes the advisory locks of every payment and every order reference
-/// (the shop's or a gateway's) a group names: a park and a link of one
-/// payment, and a park for an order and that order's creation, never miss
-/// each other (`parking`). The references' first, then the payments', each
-/// in key order: the roads of an order created after its webhooks
-/// (`waiting`) hold its references' locks before they can know the
-/// payments that waited for it, so every road takes them in that order.
+/// The advisory locks of every payment and every order reference (the
+/// shop's or a gateway's) a group names: a park and a link of one payment,
+/// and a park for an order and that order's creation, never miss each
+/// other (`parking`). The references' first (kind 0), then the payments'
+/// (kind 1), each in key order: the roads of an order created after its
+/// webhooks (`waiting`) hold its references' locks before they can know
+/// the payments that waited for it, so every road takes them in that
+/// order. The worker's deliveries take them with their claim
+/// (`Effect::locks`); the other roads with [`lock_keys`].
+pub fn lock_names(payments: &[PaymentKey], order_refs: &[String]) -> Vec<LockName> {
+    let refs = order_refs.iter().map(|r| LockName {
+        kind: 0,
+        name: format!("order:{r}"),
+    });
+    let paid = payments.iter().map(|p| LockName {
+        kind: 1,
+        name: format!("{}:{}", p.provider, p.payment_id),
+    });
+    refs.chain(paid).collect()
+}
+
+/// Takes the advisory locks of [`lock_names`].
 pub async fn lock_keys(
     conn: &mut PgConnection,
     payments: &[PaymentKey],
     order_refs: &[String],
 ) -> Result<(), sqlx::Error> {
-    if payments.is_empty() && order_refs.is_empty() {
-        return Ok(());
-    }
-    let (providers, ids) = columns(payments);
-    sqlx::query_scalar!(
-        r#"WITH keys AS MATERIALIZED (
-               SELECT 0 AS kind, hashtextextended('order:' || r, 7) AS k FROM unnest($3::text[]) AS t(r)
-               UNION
-               SELECT 1, hashtextextended(p || ':' || i, 7)
-               FROM unnest($1::text[], $2::text[]) AS t(p, i)),
-           locked AS MATERIALIZED (
-               SELECT pg_advisory_xact_lock(s.k) FROM (SELECT kind, k FROM keys ORDER BY kind, k) s)
-           SELECT count(*) AS "locked!" FROM locked"#,
-        &providers,
-        &ids,
-        order_refs
-    )
-    .fetch_one(conn)
-    .await?;
-    Ok(())
+    advisory::lock(conn, &lock_names(payments, order_refs)).await
 }
 
 /// An order locked by a batch, with the batch's payments already linked to
