@@ -29,7 +29,7 @@ const POLL: Duration = Duration::from_millis(500);
 /// commit) however many rows it takes, so at one pass per commit the relay
 /// sent more statements per event than half the worker's transaction
 /// (docs/scaling.md); an email waits this much longer.
-const GATHER: Duration = Duration::from_millis(10);
+const GATHER: Duration = Duration::from_millis(20);
 /// How often the outbox gauges are set.
 const GAUGES: Duration = Duration::from_secs(5);
 
