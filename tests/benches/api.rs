@@ -14,6 +14,10 @@
 //!   each transaction a new order under a new key, in a database of its own
 //!   with the same products.
 //! * CPU per order by process group around both windows ([`crate::cpu`]).
+//! * Routes: the API straight to PostgreSQL and through PgBouncer in
+//!   transaction mode ([`crate::routes`]), in `ONCEHOOK_BENCH_ROUNDS`
+//!   rounds, the two in alternating order, each in a fresh database; the
+//!   goal on PostgreSQL's CPU per order is the deployed route's.
 //!
 //! Every answer must be 201, and the database must hold exactly as many
 //! orders as there were 201s (warm-up included): a mismatch is reported and
@@ -32,9 +36,11 @@ use oncehook_e2e::api::{Api, FULL_KEY};
 use serde_json::json;
 
 use crate::cpu::{self, Budget, CpuMeter, CpuUse, Who};
+use crate::load::{self, RunLoad};
+use crate::routes::{self, Route, Subject};
 use crate::{
-    Knobs, Row, SKUS, Stats, WARMUP, closed_loop, http_client, run_pgbench, seed_shop, versus,
-    workspace,
+    Knobs, Row, SKUS, Stats, WARMUP, closed_loop, http_client, median_run, run_pgbench, seed_shop,
+    versus, workspace,
 };
 
 /// Rows, notes and CPU budgets of this phase, and what went wrong.
@@ -101,14 +107,56 @@ struct ApiRun {
     /// Orders the database holds afterwards (`None`: not readable).
     in_database: Option<i64>,
     /// The statement that took PostgreSQL the most time, with its ms per
-    /// order.
-    slowest: Option<String>,
+    /// order, and the statements and planning per order.
+    statements: crate::pgstat::Summary,
+    route: Route,
+    round: usize,
+    /// Transactions PgBouncer passed on (pooled runs).
+    passed: Option<u64>,
+    load: RunLoad,
+}
+
+impl ApiRun {
+    fn label(&self) -> String {
+        format!("API POST /v1/orders{}", self.route.suffix())
+    }
+
+    /// Orders within the metered window.
+    fn orders(&self) -> f64 {
+        self.stats.rate() * self.cpu.window.as_secs_f64()
+    }
+
+    fn postgres_ms(&self) -> Option<f64> {
+        let pg = self.cpu.of(Who::Postgres)?;
+        (self.orders() > 0.0).then(|| pg.as_secs_f64() * 1_000.0 / self.orders())
+    }
+
+    fn figures(&self) -> routes::Figures {
+        routes::Figures {
+            rate: self.stats.rate(),
+            ops: self.orders(),
+            cpu: self.cpu.clone(),
+            statements: self.statements.statements,
+            planning_ms: self.statements.planning_ms,
+            passed: self.passed,
+            load: self.load.clone(),
+        }
+    }
 }
 
 pub async fn phase(knobs: &Knobs) -> ApiPhase {
-    let api = api_run(knobs).await;
-    let ceiling = ceiling_run(knobs).await;
-    report(knobs, &api, &ceiling)
+    let mut runs = Vec::new();
+    for round in 1..=knobs.rounds {
+        for route in Route::in_round(round) {
+            let label = format!("API POST /v1/orders{}, round {round}", route.suffix());
+            let (run, load) = load::settled(&label, || api_run(knobs, route, round)).await;
+            let run = ApiRun { load, ..run };
+            routes::record(Subject::Api, route, round, run.figures());
+            runs.push(run);
+        }
+    }
+    let (ceiling, load) = load::settled("ceiling D", || ceiling_run(knobs)).await;
+    report(knobs, &runs, &ceiling, &load)
 }
 
 /// The bench's order `n`: one item, every other order a second one, as the
@@ -170,23 +218,25 @@ async fn post_order(http: &reqwest::Client, url: &str, n: usize, tally: &Tally) 
     }
 }
 
-async fn api_run(knobs: &Knobs) -> ApiRun {
+async fn api_run(knobs: &Knobs, route: Route, round: usize) -> ApiRun {
     let mut env = TestEnv::new().await;
     let c = knobs.concurrency;
     let pool_size = c.max(2).to_string();
+    let pooler = (route == Route::Pooled).then(|| routes::Pooler::start(&env));
+    let via = routes::Via::new(pooler.as_ref());
     let api = Api::start(
         &mut env,
-        &[("ONCEHOOK_DATABASE_MAX_CONNECTIONS", pool_size.as_str())],
+        &via.vars(&[("ONCEHOOK_DATABASE_MAX_CONNECTIONS", pool_size.as_str())]),
     )
     .await;
     for s in 0..SKUS {
         api.product(&format!("SKU-{s:03}"), 100_000_000).await;
     }
     crate::analyze_filled(&env.pool).await;
-    eprintln!("bench: shop API POST /v1/orders, c={c}");
+    eprintln!("bench: shop API POST /v1/orders{}, c={c}", route.suffix());
     let pgstat = crate::pgstat::Probe::start(&env.pool).await;
     let tally = Arc::new(Tally::default());
-    let meter = CpuMeter::new().with(Who::Api, [api.proc.pid()]);
+    let meter = via.meter(CpuMeter::new().with(Who::Api, [api.proc.pid()]));
     let per_task = max_orders().div_ceil(c);
     let (stats, cpu) = {
         let http = http_client(c);
@@ -198,6 +248,7 @@ async fn api_run(knobs: &Knobs) -> ApiRun {
         });
         cpu::during(&meter, WARMUP, knobs.duration(), load).await
     };
+    let passed = via.passed();
     let in_database = sqlx::query_scalar::<_, i64>("SELECT count(*) FROM orders")
         .fetch_one(&env.pool)
         .await
@@ -207,11 +258,15 @@ async fn api_run(knobs: &Knobs) -> ApiRun {
     if proc.wait_exit(Duration::from_secs(15)).is_none() {
         proc.kill();
     }
+    via.settle();
     let created = tally.created.load(Ordering::Relaxed);
-    let slowest = pgstat
+    let statements = pgstat
         .finish(
             &env.pool,
-            &format!("the shop API POST /v1/orders, c={c} (warm-up included)"),
+            &format!(
+                "the shop API POST /v1/orders{}, c={c}, round {round} (warm-up included)",
+                route.suffix()
+            ),
             created as f64,
             "order",
         )
@@ -222,7 +277,11 @@ async fn api_run(knobs: &Knobs) -> ApiRun {
         created,
         others: tally.others(),
         in_database,
-        slowest,
+        statements,
+        route,
+        round,
+        passed,
+        load: RunLoad::default(),
     }
 }
 
@@ -248,55 +307,20 @@ async fn ceiling_run(knobs: &Knobs) -> crate::PgbenchOutcome {
     run
 }
 
-fn report(knobs: &Knobs, api: &ApiRun, ceiling: &crate::PgbenchOutcome) -> ApiPhase {
+fn report(
+    knobs: &Knobs,
+    runs: &[ApiRun],
+    ceiling: &crate::PgbenchOutcome,
+    ceiling_load: &RunLoad,
+) -> ApiPhase {
     let c = knobs.concurrency;
     let d_label = format!("D  pgbench API order transaction, {c} clients");
-    let api_label = format!("API POST /v1/orders, c={c}");
-    let rows = vec![
-        Row::new(
-            d_label.clone(),
-            "tps",
-            &ceiling.stats,
-            "(ceiling)".to_owned(),
-        ),
-        Row::new(
-            api_label.clone(),
-            "orders/s",
-            &api.stats,
-            versus("D", &api.stats, &ceiling.stats),
-        ),
-    ];
-    let mut notes = vec![format!(
-        "shop API: {} answers 201 (warm-up included), {} orders in the database, {} other \
-         answers; the API's pool had {} connections (its default is 8), pgbench {c} clients",
-        api.created,
-        api.in_database
-            .map_or("not readable".to_owned(), |n| n.to_string()),
-        api.others.values().sum::<u64>(),
-        c.max(2)
+    let mut rows = vec![Row::new(
+        d_label.clone(),
+        "tps",
+        &ceiling.stats,
+        "(ceiling)".to_owned(),
     )];
-    if ceiling.failed > 0 {
-        notes.push(format!("D: {} failed transactions", ceiling.failed));
-    }
-    let failures = failures(api);
-    notes.extend(failures.iter().map(|f| format!("shop API: {f}")));
-    let orders = api.stats.rate() * api.cpu.window.as_secs_f64();
-    if let Some(pg) = api.cpu.of(Who::Postgres).filter(|_| orders > 0.0) {
-        let ms = pg.as_secs_f64() * 1_000.0 / orders;
-        let slowest = api
-            .slowest
-            .as_ref()
-            .filter(|_| ms > 1.5)
-            .map_or(String::new(), |s| {
-                format!("; the statement taking the most time: {s}")
-            });
-        crate::machine::goal(
-            "shop API POST /v1/orders: PostgreSQL CPU ≤ 1.5 ms per order",
-            format!("{ms:.2} ms{slowest}"),
-            ms <= 1.5,
-        );
-    }
-    let api_budget = Budget::of_rate(api_label, "order", api.stats.rate(), api.cpu.clone());
     let d_budget = Budget {
         label: d_label,
         unit: "tx",
@@ -304,15 +328,82 @@ fn report(knobs: &Knobs, api: &ApiRun, ceiling: &crate::PgbenchOutcome) -> ApiPh
         rate: ceiling.stats.rate(),
         cpu: ceiling.cpu.clone(),
     };
-    let cpu = cpu::Report {
-        notes: vec![cpu::limit_line(
-            "shop API vs D",
-            &api_budget,
+    let mut cpu = cpu::Report::default();
+    cpu.budgets.push(d_budget.clone());
+    let mut notes = Vec::new();
+    if ceiling.failed > 0 {
+        notes.push(format!("D: {} failed transactions", ceiling.failed));
+    }
+    let mut failures = Vec::new();
+    for run in runs {
+        notes.push(format!(
+            "{}, round {}: {} answers 201 (warm-up included), {} orders in the database, {} other \
+             answers; the API's pool had {} connections (its default is 8), pgbench {c} clients",
+            run.label(),
+            run.round,
+            run.created,
+            run.in_database
+                .map_or("not readable".to_owned(), |n| n.to_string()),
+            run.others.values().sum::<u64>(),
+            c.max(2)
+        ));
+        let wrong = self::failures(run);
+        notes.extend(wrong.iter().map(|f| format!("{}: {f}", run.label())));
+        failures.extend(wrong);
+    }
+    let shipped = routes::deployed("oncehook-api").unwrap_or(Route::Direct);
+    for route in [Route::Direct, Route::Pooled] {
+        let of_route: Vec<&ApiRun> = runs.iter().filter(|r| r.route == route).collect();
+        let Some(mid) = median_run(&of_route, |r| r.stats.rate()) else {
+            continue;
+        };
+        let label = format!("{}, c={c}", mid.label());
+        rows.push(Row::new(
+            label.clone(),
+            "orders/s",
+            &mid.stats,
+            format!(
+                "{} (the median of {} round{})",
+                versus("D", &mid.stats, &ceiling.stats),
+                of_route.len(),
+                if of_route.len() == 1 { "" } else { "s" }
+            ),
+        ));
+        let budget = Budget::of_rate(label, "order", mid.stats.rate(), mid.cpu.clone());
+        cpu.notes.push(cpu::limit_line(
+            &format!("shop API{} vs D", route.suffix()),
+            &budget,
             &d_budget,
             Who::Postgres,
-        )],
-        budgets: vec![d_budget, api_budget],
-    };
+        ));
+        cpu.budgets.push(budget);
+        if route != shipped {
+            continue;
+        }
+        let pg: Vec<f64> = of_route.iter().filter_map(|r| r.postgres_ms()).collect();
+        if !pg.is_empty() {
+            let ms = crate::median(&pg);
+            let slowest = mid
+                .statements
+                .slowest
+                .as_ref()
+                .filter(|_| ms > 1.5)
+                .map_or(String::new(), |s| {
+                    format!("; the statement taking the most time: {s}")
+                });
+            let mut loads: Vec<&RunLoad> = of_route.iter().map(|r| &r.load).collect();
+            loads.push(ceiling_load);
+            crate::machine::goal_on(
+                &format!(
+                    "shop API POST /v1/orders as deployed ({}): PostgreSQL CPU ≤ 1.5 ms per order",
+                    route.name()
+                ),
+                format!("{}{slowest}", crate::spread_of(&pg, "ms")),
+                ms <= 1.5,
+                &loads,
+            );
+        }
+    }
     ApiPhase {
         rows,
         notes,

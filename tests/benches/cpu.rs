@@ -17,7 +17,9 @@
 //!   meanwhile (added to their parent's `cutime`/`cstime`); the whole
 //!   server, so other load on it counts too;
 //! * RabbitMQ: the node that listens on the system broker's AMQP port (the
-//!   local cluster's nodes listen on other ports and are not counted).
+//!   local cluster's nodes listen on other ports and are not counted);
+//! * PgBouncer: the pooler a run goes through, by pid (only in the runs
+//!   through it).
 //!
 //! Divided by the operations of the window this is a CPU budget per
 //! operation. With the cores available it bounds the rate the machine can
@@ -47,17 +49,20 @@ pub enum Who {
     Pgbench,
     Postgres,
     Rabbitmq,
+    /// The PgBouncer a run goes through (`routes::Pooler`).
+    Pgbouncer,
 }
 
 impl Who {
     /// Report order (one column each).
-    const ALL: [Who; 7] = [
+    const ALL: [Who; 8] = [
         Who::Bench,
         Who::Ingest,
         Who::Worker,
         Who::Api,
         Who::Pgbench,
         Who::Postgres,
+        Who::Pgbouncer,
         Who::Rabbitmq,
     ];
 
@@ -70,6 +75,7 @@ impl Who {
             Who::Pgbench => "pgbench",
             Who::Postgres => "postgres",
             Who::Rabbitmq => "rabbitmq",
+            Who::Pgbouncer => "pgbouncer",
         }
     }
 }
@@ -299,7 +305,8 @@ impl CpuMeter {
         }
     }
 
-    /// Adds a group: the processes `pids` (ingest, workers, the API), or for
+    /// Adds a group: the processes `pids` (ingest, workers, the API,
+    /// PgBouncer), or for
     /// [`Who::Pgbench`] the bench's children reaped meanwhile.
     pub fn with(mut self, who: Who, pids: impl IntoIterator<Item = u32>) -> Self {
         self.groups.push((who, pids.into_iter().collect()));
@@ -315,7 +322,7 @@ impl CpuMeter {
                 let t = process_ticks(broker_pid(amqp_port(oncehook_e2e::broker::AMQP_URL))?)?;
                 Some(t.own + t.reaped)
             }
-            Who::Ingest | Who::Worker | Who::Api => {
+            Who::Ingest | Who::Worker | Who::Api | Who::Pgbouncer => {
                 let all: Vec<ProcTicks> = pids.iter().filter_map(|p| process_ticks(*p)).collect();
                 (!all.is_empty()).then(|| all.iter().map(|t| t.own + t.reaped).sum())
             }

@@ -30,6 +30,9 @@ pub async fn phase(knobs: &Knobs) -> (Vec<Row>, Vec<String>) {
     batches.dedup();
     for batch in batches {
         let s = statements(knobs, batch).await;
+        if s.events > 0 {
+            crate::routes::proxy_count(batch, s.statements as f64 / s.events as f64);
+        }
         let per = |n: u64, d: u64| {
             if d == 0 {
                 "–".to_owned()

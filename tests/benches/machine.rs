@@ -183,14 +183,19 @@ fn builds() -> Vec<String> {
 /// [`NOT_REPORTED`] on a busy machine).
 static GOALS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
 
-/// Records a goal's verdict: `what` measured `value` against `goal`,
-/// met when `met`.
-pub fn goal(what: &str, value: String, met: bool) {
+/// Records a goal's verdict: `what` measured `value`, met when `met`;
+/// withheld, with the reason, when one of the runs it rests on (their
+/// `loads`) was still busy after its repeat ([`crate::load`]).
+pub fn goal_on(what: &str, value: String, met: bool, loads: &[&crate::load::RunLoad]) {
+    let verdict = crate::load::withheld(loads).unwrap_or_else(|| {
+        if met {
+            "met".to_owned()
+        } else {
+            "not met".to_owned()
+        }
+    });
     if let Ok(mut goals) = GOALS.lock() {
-        goals.push(format!(
-            "{what}: {value} — {}",
-            if met { "met" } else { "not met" }
-        ));
+        goals.push(format!("{what}: {value} — {verdict}"));
     }
 }
 

@@ -75,16 +75,12 @@ impl Probe {
     }
 
     /// Records the phase's section: `title`, `events` done (the unit of
-    /// every "per event" figure, named `unit`). Returns the statement that
-    /// took the most time, with its ms per `unit`, for a goal's verdict to
-    /// name (`None` without pg_stat_statements).
-    pub async fn finish(
-        self,
-        pool: &PgPool,
-        title: &str,
-        events: f64,
-        unit: &str,
-    ) -> Option<String> {
+    /// every "per event" figure, named `unit`). Returns what the report's
+    /// other tables take from it: the statement that took the most time,
+    /// with its ms per `unit`, for a goal's verdict to name, and the
+    /// top-level statements and planning time per `unit` (all `None`
+    /// without pg_stat_statements).
+    pub async fn finish(self, pool: &PgPool, title: &str, events: f64, unit: &str) -> Summary {
         // Backends flush their table counters when they exit, or idle up to
         // ten seconds later; the phase's processes have just stopped.
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -93,11 +89,20 @@ impl Probe {
         let per = |v: f64| {
             if events > 0.0 { v / events } else { 0.0 }
         };
-        let mut slowest = None;
+        let mut summary = Summary::default();
         match &self.statements {
             Ok(()) => match top(pool).await {
-                Ok((rows, (planning, executing))) if !rows.is_empty() => {
-                    slowest = rows.first().map(|s| {
+                Ok((
+                    rows,
+                    Totals {
+                        planning,
+                        executing,
+                        calls,
+                    },
+                )) if !rows.is_empty() => {
+                    summary.statements = Some(per(calls));
+                    summary.planning_ms = Some(per(planning));
+                    summary.slowest = rows.first().map(|s| {
                         format!(
                             "`{}` ({:.3} ms per {unit}, {:.3} of it planning)",
                             shorten(&s.query),
@@ -119,11 +124,14 @@ impl Probe {
                         })
                         .collect();
                     out.push_str(&format!(
-                        "All statements: {:.3} ms planning and {:.3} ms executing per {unit} \
+                        "All statements: {:.2} top-level statements (each counted: BEGIN, a SET LOCAL sent \
+                         with it, COMMIT; PostgreSQL leaves a pooler's DEALLOCATE ALL out), \
+                         {:.3} ms planning and {:.3} ms executing per {unit} \
                          (planning is counted when the server sets \
                          `pg_stat_statements.track_planning`, as `deploy/local/services.sh` does).\n\n\
                          Top statements by planning and execution time (pg_stat_statements), \
                          per {unit}:\n\n",
+                        per(calls),
                         per(planning),
                         per(executing)
                     ));
@@ -165,13 +173,33 @@ impl Probe {
             |i| i > 0,
         ));
         if MUTED.load(Ordering::SeqCst) {
-            return slowest;
+            return summary;
         }
         if let Ok(mut sections) = SECTIONS.lock() {
             sections.push(out);
         }
-        slowest
+        summary
     }
+}
+
+/// What one phase's statement report gives the other tables.
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    /// The statement that took the most time, with its ms per unit.
+    pub slowest: Option<String>,
+    /// Top-level statements per unit (`calls`; BEGIN, COMMIT, … each one,
+    /// the bench's own left out).
+    pub statements: Option<f64>,
+    /// Milliseconds planning per unit (`total_plan_time`).
+    pub planning_ms: Option<f64>,
+}
+
+/// All top-level statements of a phase together.
+struct Totals {
+    planning: f64,
+    executing: f64,
+    /// Executions (`calls`).
+    calls: f64,
 }
 
 /// Makes every connection of `pool` flush its pending table counters
@@ -223,9 +251,9 @@ struct Statement {
 }
 
 /// The statements that took most planning and execution time in this
-/// database, and the milliseconds planning and executing of all of them
-/// (the bench's own left out).
-async fn top(pool: &PgPool) -> Result<(Vec<Statement>, (f64, f64)), sqlx::Error> {
+/// database, and the milliseconds planning and executing and the calls of
+/// all top-level ones (the bench's own left out).
+async fn top(pool: &PgPool) -> Result<(Vec<Statement>, Totals), sqlx::Error> {
     let statements = sqlx::query_as(
         "SELECT /* oncehook bench */ calls, total_plan_time AS plan_ms,
                 total_exec_time AS exec_ms, rows, toplevel, query
@@ -239,9 +267,9 @@ async fn top(pool: &PgPool) -> Result<(Vec<Statement>, (f64, f64)), sqlx::Error>
     .bind(TOP)
     .fetch_all(pool)
     .await?;
-    let totals: (f64, f64) = sqlx::query_as(
+    let (planning, executing, calls): (f64, f64, f64) = sqlx::query_as(
         "SELECT /* oncehook bench */ COALESCE(sum(total_plan_time), 0)::float8,
-                COALESCE(sum(total_exec_time), 0)::float8
+                COALESCE(sum(total_exec_time), 0)::float8, COALESCE(sum(calls), 0)::float8
          FROM pg_stat_statements
          WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
            AND query NOT LIKE '%' || $1 || '%'
@@ -251,6 +279,11 @@ async fn top(pool: &PgPool) -> Result<(Vec<Statement>, (f64, f64)), sqlx::Error>
     .bind(BENCH_TAG)
     .fetch_one(pool)
     .await?;
+    let totals = Totals {
+        planning,
+        executing,
+        calls,
+    };
     Ok((statements, totals))
 }
 

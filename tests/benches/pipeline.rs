@@ -37,11 +37,19 @@
 //!   machine's cores allow, and the ratio to the ceiling that CPU allows
 //!   here and on a machine with cores per service.
 //!
-//! * Rounds: C (and C′), worker ×1 at batch 1 and worker ×1 at the batch run
-//!   interleaved `ONCEHOOK_BENCH_ROUNDS` times; each worker's ratio is the
-//!   median of its rounds' ratios to the C of the same round, with the
-//!   spread. The runs with two workers (against C with their clients) and
-//!   the traced worker run once.
+//! * Rounds (`rounds`): C (and C′), worker ×1 at batch 1 and worker ×1 at
+//!   the batch run interleaved `ONCEHOOK_BENCH_ROUNDS` times; each worker's
+//!   ratio is the median of its rounds' ratios to the C of the same round,
+//!   with the spread. The runs with two workers (against C with their
+//!   clients) and the traced worker run once.
+//! * Direct and as deployed (`routes`): the worker at batch 1 (and every
+//!   batch the deploy files put behind PgBouncer), the shop API, the
+//!   notifier and the mailer also run through PgBouncer in transaction
+//!   mode, in the same rounds as their direct runs; the report's first
+//!   table puts each next to the route deploy/README.md gives it.
+//! * Load (`load`): every measured run records the cores other processes
+//!   used during it; a run above 0.2 cores is repeated once, and the goals
+//!   that rest on a run still above it give no verdict, with the reason.
 //! * Where PostgreSQL's time goes (`pgstat`): per pgbench run, worker run
 //!   and the API phase, the top statements per event from
 //!   `pg_stat_statements` and the rows written per event by table; per
@@ -51,7 +59,8 @@
 //!   running) the report says so and gives no goal verdicts.
 //! * Growth (`growth`): one worker's PostgreSQL CPU per event with the
 //!   growing tables preloaded to 10,000 and to `ONCEHOOK_BENCH_GROWTH_ROWS`
-//!   rows, against the goal of at most 1.20× more.
+//!   rows, the two sizes interleaved in rounds, against the goal of at
+//!   most 1.20× more.
 //!
 //! Every environment is a fresh [`TestEnv`] (own database, own AMQP prefix),
 //! cleaned up afterwards. Timings never fail anything: a bench reports.
@@ -75,7 +84,9 @@
 //! `ONCEHOOK_BENCH_TRACE_ROUNDS` (3: with `traces`, the alternating rounds of ingest
 //! untraced and traced whose ratios and medians end the report; a round that dropped
 //! spans does not count), `ONCEHOOK_BENCH_ROUNDS` (3: rounds of C and worker ×1),
-//! `ONCEHOOK_BENCH_GROWTH_ROWS` (1,000,000: the big size of the growth phase).
+//! `ONCEHOOK_BENCH_GROWTH_ROWS` (1,000,000: the big size of the growth phase),
+//! `ONCEHOOK_BENCH_BUSY_REPEATS` (1: how often a run during which other
+//! processes used more than 0.2 cores is repeated).
 //! Binaries come from `ONCEHOOK_BIN_DIR` (`make bench`: release).
 
 use std::future::Future;
@@ -98,13 +109,17 @@ mod console;
 mod cpu;
 mod growth;
 mod inside;
+mod load;
 mod machine;
 mod notify;
 mod pgstat;
+mod rounds;
+mod routes;
 mod speed;
 mod table;
 
 use cpu::{Budget, CpuMeter, CpuUse, Who};
+use rounds::worker_label;
 
 /// Products in the bench catalogue; every order has one or two of them.
 const SKUS: i64 = 50;
@@ -375,6 +390,8 @@ struct HttpPhase {
     /// CPU over the measured windows of ingest and of B.
     ingest_cpu: CpuUse,
     broker_cpu: CpuUse,
+    /// What other processes did meanwhile.
+    load: load::RunLoad,
 }
 
 /// Ingest under the same load as in [`http_phase`], exporting its spans
@@ -389,6 +406,8 @@ struct TracesPhase {
     /// Spans the sink received and spans ingest dropped (its
     /// `oncehook_telemetry_spans_dropped_total`; `None`: not readable).
     spans: (u64, Option<u64>),
+    /// What other processes did meanwhile.
+    load: load::RunLoad,
 }
 
 impl TracesPhase {
@@ -446,6 +465,7 @@ async fn traced_rounds(knobs: &Knobs) -> String {
         .clamp(1, 20);
     let (mut rates, mut cpus) = (Vec::new(), Vec::new());
     let mut spans = Vec::new();
+    let mut loads = Vec::new();
     for round in 0..rounds {
         let order = if round % 2 == 0 {
             [false, true]
@@ -460,6 +480,7 @@ async fn traced_rounds(knobs: &Knobs) -> String {
         let [(_, plain), (_, traced)] = &runs[..] else {
             unreachable!("two runs a round")
         };
+        loads.extend([plain.load.clone(), traced.load.clone()]);
         let counts = traced.dropped_none();
         spans.push(format!(
             "round {}: {}{}",
@@ -498,7 +519,7 @@ async fn traced_rounds(knobs: &Knobs) -> String {
             v[mid]
         }
     };
-    machine::goal(
+    machine::goal_on(
         "tracing overhead (ingest traced ≥ 0.95× untraced, median of the rounds that dropped no span)",
         format!(
             "{:.2}× over {} of {rounds} rounds",
@@ -506,6 +527,7 @@ async fn traced_rounds(knobs: &Knobs) -> String {
             rates.len()
         ),
         median(&rates) >= 0.95,
+        &loads.iter().collect::<Vec<_>>(),
     );
     format!(
         "traces exported, ingest in {rounds} alternating rounds ({} counted: a round that dropped spans does not count): throughput {} (median {:.2}×, goal ≥ 0.95×); CPU per request {} (median {:.2}×); {}",
@@ -531,8 +553,19 @@ async fn traces_phase(knobs: &Knobs) -> TracesPhase {
 }
 
 /// One metered ingest run under the closed-loop load, its spans exported
-/// to a sink when `traced`.
+/// to a sink when `traced`; once more when other processes were busy
+/// meanwhile ([`load`]).
 async fn ingest_run(knobs: &Knobs, traced: bool) -> TracesPhase {
+    let label = if traced {
+        "ingest with traces exported"
+    } else {
+        "ingest"
+    };
+    let (run, load) = load::settled(label, || ingest_run_once(knobs, traced)).await;
+    TracesPhase { load, ..run }
+}
+
+async fn ingest_run_once(knobs: &Knobs, traced: bool) -> TracesPhase {
     // A sink: the collector's decoding is its own machine's work, not the pipeline's.
     let receiver = oncehook_e2e::otlp::OtlpReceiver::start_sink().await;
     let mut env = TestEnv::new().await;
@@ -594,10 +627,18 @@ async fn ingest_run(knobs: &Knobs, traced: bool) -> TracesPhase {
         ingest_cpu,
         exports: receiver.received(),
         spans,
+        load: load::RunLoad::default(),
     }
 }
 
+/// Ceiling A, ingest and ceiling B ([`http_phase_once`]); once more when
+/// other processes were busy meanwhile ([`load`]).
 async fn http_phase(knobs: &Knobs) -> HttpPhase {
+    let (phase, load) = load::settled("A, ingest and B", || http_phase_once(knobs)).await;
+    HttpPhase { load, ..phase }
+}
+
+async fn http_phase_once(knobs: &Knobs) -> HttpPhase {
     let mut env = TestEnv::new().await;
     let (ingest_proc, base) = env.start_ingest().await;
     let http = http_client(knobs.concurrency);
@@ -669,6 +710,7 @@ async fn http_phase(knobs: &Knobs) -> HttpPhase {
         envelope_bytes,
         ingest_cpu,
         broker_cpu,
+        load: load::RunLoad::default(),
     }
 }
 
@@ -803,21 +845,25 @@ struct WorkerRun {
     /// worker's metrics were not readable).
     spans_dropped: Option<u64>,
     /// The statement that took PostgreSQL the most time in the run, with
-    /// its ms per event (`pg_stat_statements`).
+    /// its ms per event, and the top-level statements and ms planning per
+    /// event (`pg_stat_statements`).
     slowest: Option<String>,
+    statements: Option<f64>,
+    planning_ms: Option<f64>,
+    /// Straight to PostgreSQL or through PgBouncer, and the transactions
+    /// PgBouncer passed on (`None` for a direct run).
+    route: routes::Route,
+    passed: Option<u64>,
+    /// What other processes did meanwhile.
+    load: load::RunLoad,
 }
 
 impl WorkerRun {
-    /// "worker ×1 batch 8", with the round when there are several.
+    /// "worker ×1 batch 8", with the route and the round when there are
+    /// several.
     fn label(&self, rounds: usize) -> String {
-        let mut label = format!("worker ×{} batch {}", self.workers, self.batch);
-        if self.traced {
-            label.push_str(", traced");
-        }
-        if rounds > 1 && self.round > 0 {
-            label.push_str(&format!(", round {}", self.round));
-        }
-        label
+        let round = if rounds > 1 { self.round } else { 0 };
+        worker_label(self.workers, self.batch, self.route, self.traced, round)
     }
 
     /// PostgreSQL's CPU seconds per wall second over the run (the whole
@@ -905,10 +951,14 @@ struct WorkerBench {
     probe: sqlx::PgPool,
     receiver: oncehook_e2e::otlp::OtlpReceiver,
     knobs: Knobs,
-    /// Runs so far (each takes the next `events` orders).
+    /// Runs so far (each takes the next `events` orders), and runs whose
+    /// orders are seeded.
     done: usize,
+    seeded: usize,
     /// What the runs' PostgreSQL sections open with ("growth, …: ").
     context: String,
+    /// The PgBouncer of the pooled runs, started with the first.
+    pooler: Option<routes::Pooler>,
 }
 
 impl WorkerBench {
@@ -928,21 +978,42 @@ impl WorkerBench {
             receiver,
             knobs: knobs.clone(),
             done: 0,
+            seeded: runs,
             context: String::new(),
+            pooler: None,
         }
     }
 
-    /// Loads `events` captured events through ingest while no worker runs,
-    /// then times `workers` workers at `batch` draining them.
-    async fn run(&mut self, workers: usize, batch: usize, traced: bool, round: usize) -> WorkerRun {
+    async fn run_once(
+        &mut self,
+        route: routes::Route,
+        workers: usize,
+        batch: usize,
+        traced: bool,
+        round: usize,
+        attempt: usize,
+    ) -> WorkerRun {
         let knobs = self.knobs.clone();
         let k = knobs.events;
         let first = self.done * k + 1;
+        if self.done >= self.seeded {
+            // A repeated run takes orders nobody counted on.
+            seed_shop(&self.env, false, first as i64, (first + k - 1) as i64).await;
+            self.seeded += 1;
+        }
         self.done += 1;
+        if route == routes::Route::Pooled && self.pooler.is_none() {
+            self.pooler = Some(routes::Pooler::start(&self.env));
+        }
         eprintln!("bench: loading {k} captured events through ingest (no worker running)");
         let tag = format!(
-            "w{workers}b{batch}{}r{round}",
-            if traced { "t" } else { "" }
+            "w{workers}b{batch}{}{}r{round}a{attempt}",
+            if traced { "t" } else { "" },
+            if route == routes::Route::Pooled {
+                "p"
+            } else {
+                ""
+            }
         );
         preload(&self.env, &self.base, first, k, knobs.concurrency, &tag).await;
         let queue = format!("{}.events", self.env.prefix);
@@ -970,6 +1041,11 @@ impl WorkerBench {
             self.env.db_name.clone(),
             done_before + k as i64,
         ));
+        let via = routes::Via::new(match route {
+            routes::Route::Pooled => self.pooler.as_ref(),
+            routes::Route::Direct => None,
+        });
+        let watch = load::Watch::start();
         for _ in 0..workers {
             let addr = format!("127.0.0.1:{}", free_port());
             let mut vars = vec![
@@ -984,15 +1060,30 @@ impl WorkerBench {
                     self.receiver.endpoint.as_str(),
                 ));
             }
-            procs.push(self.env.spawn("oncehook-worker", &vars, &[]));
+            procs.push(self.env.spawn("oncehook-worker", &via.vars(&vars), &[]));
             metrics.push(format!("http://{addr}/metrics"));
         }
-        let meter = CpuMeter::new()
-            .with(Who::Worker, procs.iter().map(Proc::pid))
-            .with(Who::Ingest, [self.ingest.pid()]);
+        let meter = via.meter(
+            CpuMeter::new()
+                .with(Who::Worker, procs.iter().map(Proc::pid))
+                .with(Who::Ingest, [self.ingest.pid()]),
+        );
         let cpu_before = meter.read();
         let stats = drain_rate(probe, done_before, done_before + k as i64).await;
         let mut cpu = meter.since(&cpu_before);
+        let label = format!(
+            "{}{}",
+            self.context,
+            worker_label(
+                workers,
+                batch,
+                route,
+                traced,
+                if knobs.rounds > 1 { round } else { 0 }
+            )
+        );
+        let load = watch.finish(&label, attempt);
+        let passed = via.passed();
         let backends = backend_cpu_since(probe, &self.env.db_name, backends_before).await;
         let (backends_cpu, polling) = backends.unzip();
         if let Some(polling) = polling {
@@ -1040,6 +1131,7 @@ impl WorkerBench {
             }
         }
         stop_all(procs);
+        via.settle();
         let run = WorkerRun {
             workers,
             batch,
@@ -1054,16 +1146,21 @@ impl WorkerBench {
             waits,
             spans_dropped,
             slowest: None,
+            statements: None,
+            planning_ms: None,
+            route,
+            passed,
+            load,
         };
-        let slowest = pgstat
-            .finish(
-                &self.env.pool,
-                &format!("{}{}", self.context, run.label(knobs.rounds)),
-                k as f64,
-                "event",
-            )
+        let summary = pgstat
+            .finish(&self.env.pool, &label, k as f64, "event")
             .await;
-        WorkerRun { slowest, ..run }
+        WorkerRun {
+            slowest: summary.slowest,
+            statements: summary.statements,
+            planning_ms: summary.planning_ms,
+            ..run
+        }
     }
 
     fn stop(mut self) {
@@ -1299,6 +1396,8 @@ struct PgbenchRun {
     /// The round it belongs to (0 outside the rounds).
     round: usize,
     run: PgbenchOutcome,
+    /// What other processes did meanwhile.
+    load: load::RunLoad,
 }
 
 impl PgbenchRun {
@@ -1340,8 +1439,10 @@ fn group_script() -> Option<PathBuf> {
 struct PgbenchBench {
     env: TestEnv,
     knobs: Knobs,
-    /// Runs so far (each takes the next [`PGBENCH_ORDERS`] orders).
+    /// Runs so far (each takes the next [`PGBENCH_ORDERS`] orders), and
+    /// runs whose orders are seeded.
     done: i64,
+    seeded: i64,
 }
 
 impl PgbenchBench {
@@ -1352,14 +1453,17 @@ impl PgbenchBench {
             env,
             knobs: knobs.clone(),
             done: 0,
+            seeded: runs as i64,
         }
     }
 
-    /// C (`batch` 1: `deploy/bench/worker-tx.sql`) or C′ (`batch` > 1:
-    /// [`group_script`] with `-D batch=N`) with as many clients as
-    /// `workers` workers process deliveries concurrently. `None` for C′
-    /// without its script.
-    async fn run(&mut self, workers: usize, batch: usize, round: usize) -> Option<PgbenchRun> {
+    async fn run_once(
+        &mut self,
+        workers: usize,
+        batch: usize,
+        round: usize,
+        attempt: usize,
+    ) -> Option<PgbenchRun> {
         let script = if batch > 1 {
             group_script()?
         } else {
@@ -1367,6 +1471,12 @@ impl PgbenchBench {
         };
         let clients = workers * self.knobs.in_flight();
         let index = self.done;
+        if index >= self.seeded {
+            // A repeated run takes orders nobody counted on.
+            let first = index * PGBENCH_ORDERS + 1;
+            seed_shop(&self.env, false, first, first + PGBENCH_ORDERS - 1).await;
+            self.seeded += 1;
+        }
         self.done += 1;
         if batch > 1 {
             eprintln!("bench: C′ pgbench set-based group of {batch}, {clients} clients");
@@ -1386,6 +1496,7 @@ impl PgbenchBench {
         }
         analyze_filled(&self.env.pool).await;
         let pgstat = pgstat::Probe::start(&self.env.pool).await;
+        let watch = load::Watch::start();
         let run = run_pgbench(
             &self.env,
             &script,
@@ -1395,13 +1506,15 @@ impl PgbenchBench {
             &format!("pgbench_{index}"),
         )
         .await;
-        let run = PgbenchRun {
+        let mut run = PgbenchRun {
             workers,
             clients,
             batch,
             round,
             run,
+            load: load::RunLoad::default(),
         };
+        run.load = watch.finish(&run.label(self.knobs.rounds), attempt);
         // A ceiling's section names its own slowest statement.
         pgstat
             .finish(
@@ -1413,50 +1526,6 @@ impl PgbenchBench {
             .await;
         Some(run)
     }
-}
-
-/// Ceilings and workers, interleaved: `rounds` times C (and C′ when its
-/// script is there), worker ×1 at batch 1, worker ×1 at the configured
-/// batch; then, once, C with two workers' clients, two workers at each
-/// batch, and one worker exporting its traces.
-async fn rounds_phase(knobs: &Knobs) -> (Vec<PgbenchRun>, Vec<WorkerRun>) {
-    let batches = batches(knobs);
-    let group = knobs.batch > 1 && group_script().is_some();
-    let outside = worker_rounds(knobs);
-    let mut workers = WorkerBench::on(
-        TestEnv::new().await,
-        knobs,
-        knobs.rounds * batches.len() + outside.len() + 1,
-    )
-    .await;
-    let mut pgbench = PgbenchBench::new(knobs, knobs.rounds * (1 + usize::from(group)) + 2).await;
-    // One run of each, not reported, so that the measured runs start from
-    // tables that hold rows and have statistics, as a running
-    // installation's do (see `analyze_filled`): on a table that was empty
-    // when a statement was first planned, its generic plan scans the whole
-    // table until the next ANALYZE.
-    eprintln!("bench: warm-up (not reported): C and worker ×1");
-    pgstat::mute(true);
-    drop(pgbench.run(1, 1, 0).await);
-    drop(workers.run(1, knobs.batch.max(1), false, 0).await);
-    pgstat::mute(false);
-    let (mut pg, mut runs) = (Vec::new(), Vec::new());
-    for round in 1..=knobs.rounds {
-        eprintln!("bench: round {round} of {}", knobs.rounds);
-        pg.extend(pgbench.run(1, 1, round).await);
-        if group {
-            pg.extend(pgbench.run(1, knobs.batch, round).await);
-        }
-        for batch in &batches {
-            runs.push(workers.run(1, *batch, false, round).await);
-        }
-    }
-    pg.extend(pgbench.run(2, 1, 0).await);
-    for (w, batch, traced) in outside {
-        runs.push(workers.run(w, batch, traced, 0).await);
-    }
-    workers.stop();
-    (pg, runs)
 }
 
 /// What one pgbench run measured.
@@ -1673,6 +1742,11 @@ fn print_and_write(rows: &[Row], notes: &[String], cpu_report: &cpu::Report, kno
         })
         .collect();
     let numeric = |i: usize| (1..5).contains(&i);
+    // The first table, direct and as deployed (its goals recorded before
+    // the goals are read).
+    let (first_text, first_md) = routes::table().unwrap_or_default();
+    println!();
+    print!("{first_text}");
     println!();
     print!("{}", table::text(&header, &cells, numeric));
     println!();
@@ -1683,9 +1757,10 @@ fn print_and_write(rows: &[Row], notes: &[String], cpu_report: &cpu::Report, kno
     print!("{}", cpu_report.text());
     let preface = machine::preface();
     let goals = machine::goals();
+    let runs_load = load::summary();
     let sections = pgstat::take_sections();
     println!();
-    print!("{preface}{goals}");
+    print!("{preface}{goals}{runs_load}");
     if !sections.is_empty() {
         println!(
             "\n{} PostgreSQL sections (statements and rows per event) in target/bench-report.md",
@@ -1697,7 +1772,7 @@ fn print_and_write(rows: &[Row], notes: &[String], cpu_report: &cpu::Report, kno
     md.push_str("# oncehook bench\n\n");
     md.push_str(&preface);
     md.push_str(&format!(
-        "\n{} CPU(s); binaries: {}; window {} s per measurement, concurrency {}, {} events per worker run, prefetch {}; {} round{} of C{} and worker ×1 interleaved where they run (the other phases once).\n\n",
+        "\n{} CPU(s); binaries: {}; window {} s per measurement, concurrency {}, {} events per worker run, prefetch {}; {} round{} of C{} and worker ×1 interleaved where they run, and of the worker, the API, the notifier and the mailer straight to PostgreSQL and through PgBouncer, and of the growth phase's two sizes (the other phases once).\n\n",
         cpu::cores(),
         binaries_profile(),
         knobs.secs,
@@ -1708,12 +1783,17 @@ fn print_and_write(rows: &[Row], notes: &[String], cpu_report: &cpu::Report, kno
         if knobs.rounds == 1 { "" } else { "s" },
         if group_script().is_some() { ", C′" } else { "" }
     ));
+    md.push_str(&first_md);
+    if !first_md.is_empty() {
+        md.push_str("\n## Every measurement\n\n");
+    }
     md.push_str(&table::markdown(&header, &cells, numeric));
     md.push('\n');
     for n in notes {
         md.push_str(&format!("- {n}\n"));
     }
     md.push_str(&goals);
+    md.push_str(&runs_load);
     md.push_str(&cpu_report.markdown());
     if !sections.is_empty() {
         md.push_str("\n## Where PostgreSQL's time goes, per phase\n");
@@ -2034,7 +2114,7 @@ async fn main() {
     let http = http_phase(&knobs).await;
     let traced = traces_phase(&knobs).await;
     let cluster = cluster_phase(&knobs, &http).await;
-    let (pgbench, workers) = rounds_phase(&knobs).await;
+    let (pgbench, workers, pooled_workers) = rounds::phase(&knobs).await;
 
     let c = knobs.concurrency;
     let mut rows = vec![
@@ -2065,7 +2145,7 @@ async fn main() {
         ),
     ];
     rows.push(traced_row(&traced, &http, c));
-    machine::goal(
+    machine::goal_on(
         "traced ingest ≥ 0.95× untraced, with 0 spans dropped",
         format!(
             "{}; {}",
@@ -2073,11 +2153,13 @@ async fn main() {
             traced.spans_line()
         ),
         traced.ingest.rate() >= 0.95 * http.ingest.rate() && traced.spans.1 == Some(0),
+        &[&traced.load, &http.load],
     );
-    machine::goal(
+    machine::goal_on(
         "ingest ≥ 0.65× B (two shared cores)",
         ratio(http.ingest.rate(), http.broker.rate()),
         http.ingest.rate() >= 0.65 * http.broker.rate(),
+        &[&http.load],
     );
     let server_side = |what: &str, fixed: Option<[Duration; 3]>, vs: String| Row {
         measurement: format!("  ingest, server side: {what}"),
@@ -2143,7 +2225,7 @@ async fn main() {
             "C′ not available: no script here takes -D batch (the worker's group applied set-based)".to_owned(),
         );
     }
-    for run in &workers {
+    for run in workers.iter().chain(&pooled_workers) {
         let label = run.label(knobs.rounds);
         notes.push(format!(
             "PostgreSQL CPU, {label}: its backends {}; whole server {}",
@@ -2201,7 +2283,8 @@ async fn main() {
                 .collect();
             median(&rates)
         };
-        machine::goal(
+        let loads: Vec<&load::RunLoad> = workers.iter().map(|r| &r.load).collect();
+        machine::goal_on(
             &format!("batch {batch} at least as fast as batch 1 in every worker row"),
             format!(
                 "one worker {}, two {}",
@@ -2209,6 +2292,7 @@ async fn main() {
                 ratio(rate(2, batch), rate(2, 1))
             ),
             rate(1, batch) >= rate(1, 1) && rate(2, batch) >= rate(2, 1),
+            &loads,
         );
         notes.push(format!(
             "group commit (batch {batch} vs 1): {} events/s with one worker, {} with two",
@@ -2257,11 +2341,16 @@ async fn main() {
     }
     let (median_pg, median_workers) = median_runs(&pgbench, &workers);
     let mut cpu = cpu_report(&http, &median_workers, &median_pg, c);
+    // The worker through PgBouncer: its budget beside the direct ones'.
+    let (_, median_pooled) = median_runs(&[], &pooled_workers);
+    cpu.budgets
+        .extend(median_pooled.iter().map(WorkerRun::budget));
     let extra = speed::phases(&knobs).await;
     rows.extend(extra.rows);
     notes.extend(extra.notes);
     cpu.extend(extra.cpu);
-    let (inside_rows, inside_notes) = inside::phase(&knobs).await;
+    let (inside_rows, inside_notes) =
+        load::recorded("the worker's inside", inside::phase(&knobs)).await;
     rows.extend(inside_rows);
     notes.extend(inside_notes);
     let mut api = api::phase(&knobs).await;
@@ -2276,7 +2365,7 @@ async fn main() {
     let (notify_rows, notify_notes) = notify::phase(&knobs, worker_rate).await;
     rows.extend(notify_rows);
     notes.extend(notify_notes);
-    let (console_rows, console_notes) = console::phase().await;
+    let (console_rows, console_notes) = load::recorded("the console", console::phase()).await;
     rows.extend(console_rows);
     notes.extend(console_notes);
     let (growth_rows, growth_notes) = growth::phase(&knobs).await;
@@ -2474,6 +2563,9 @@ fn rounds_report(
             vs.push_str("; C′ not available");
         }
         vs.push_str(&format!("; {}", mid.pressure()));
+        // The verdicts rest on these runs and on the ceilings of their rounds.
+        let mut loads: Vec<&load::RunLoad> = runs.iter().map(|r| &r.load).collect();
+        loads.extend(c_runs.iter().chain(&g_runs).map(|r| &r.load));
         rows.push(Row::new(
             format!(
                 "worker ×1 (prefetch {}, {} committers, batch {batch}), {} events, {of_rounds}",
@@ -2488,39 +2580,43 @@ fn rounds_report(
         if !vs_c.is_empty() {
             // One transaction per event approaches C; groups must beat it.
             let least = if batch == 1 { 0.6 } else { 1.5 };
-            machine::goal(
+            machine::goal_on(
                 &format!("worker ×1 batch {batch} ≥ {least}× C ({of_rounds})"),
                 spread(&vs_c),
                 median(&vs_c) >= least,
+                &loads,
             );
         }
         if !vs_g.is_empty() {
-            machine::goal(
+            machine::goal_on(
                 &format!("worker ×1 batch {batch} ≥ 0.7× the set-based C′ ({of_rounds})"),
                 spread(&vs_g),
                 median(&vs_g) >= 0.7,
+                &loads,
             );
         }
         let pg_ms: Vec<f64> = runs.iter().filter_map(WorkerRun::postgres_ms).collect();
         if !pg_ms.is_empty() {
             let most = if batch == 1 { 1.2 } else { 0.5 };
             let met = median(&pg_ms) <= most;
-            machine::goal(
+            machine::goal_on(
                 &format!(
                     "PostgreSQL CPU per event, worker ×1 batch {batch}, whole server ≤ {most} ms ({of_rounds})"
                 ),
                 format!("{}{}", spread_of(&pg_ms, "ms"), mid.stopped_by(met)),
                 met,
+                &loads,
             );
         }
         let in_tx: Vec<f64> = runs.iter().filter_map(|r| r.waits.in_transaction).collect();
         if batch > 1 && !in_tx.is_empty() {
-            machine::goal(
+            machine::goal_on(
                 &format!(
                     "worker ×1 batch {batch}: ≥ 8 transactions in flight on average ({of_rounds})"
                 ),
                 spread_of(&in_tx, ""),
                 median(&in_tx) >= 8.0,
+                &loads,
             );
         }
         for r in &runs {

@@ -30,12 +30,16 @@ pub async fn phases(knobs: &Knobs) -> Extra {
     let mut peaks = memory::Peaks::default();
     let mut rows = Vec::new();
     let mut notes = Vec::new();
-    let probe = ingest::ingest_probe(knobs, &mut peaks).await;
+    let probe = crate::load::recorded(
+        "ingest's probes (B, B′, B″, the queue arguments, actix workers)",
+        ingest::ingest_probe(knobs, &mut peaks),
+    )
+    .await;
     ingest::report(&probe, knobs, &mut rows, &mut notes);
     let cpu = ingest::cpu_report(&probe, knobs);
     let mail = mailer::mailer_phase(knobs, &mut peaks).await;
     mailer::report(&mail, &mut rows, &mut notes);
-    let naive_runs = naive::naive_phase(knobs).await;
+    let naive_runs = crate::load::recorded("the naive handler", naive::naive_phase(knobs)).await;
     let ours = naive::Oncehook {
         ack: probe
             .runs
@@ -43,6 +47,8 @@ pub async fn phases(knobs: &Knobs) -> Extra {
             .find(|r| r.workers == "2")
             .map(|r| &r.stats),
         applied: mail.runs.first().map(|r| r.worker.rate()),
+        // The first run of each answer: straight to PostgreSQL where both
+        // routes ran.
         mailed: mail
             .runs
             .iter()
