@@ -79,38 +79,63 @@ static RUNS: Mutex<Vec<RunLoad>> = Mutex::new(Vec::new());
 /// The other processes at a run's start.
 pub struct Watch {
     at: Instant,
-    before: BTreeMap<u32, Proc>,
+    before: Snapshot,
+}
+
+/// The processes that are not the bench's own at one moment.
+pub struct Snapshot(BTreeMap<u32, Proc>);
+
+/// The processes that are not the bench's own now; PostgreSQL and RabbitMQ
+/// count as its own when `servers` (while it measures), as others before
+/// it does ([`crate::machine::survey`]).
+pub fn snapshot(servers: bool) -> Snapshot {
+    Snapshot(others(servers))
+}
+
+/// The cores the processes of `after` used since `before`, `secs` apart,
+/// in all and by command (the heaviest first, at most `top`).
+pub fn cores_between(
+    before: &Snapshot,
+    after: &Snapshot,
+    secs: f64,
+    top: usize,
+) -> Option<(f64, Vec<(String, f64)>)> {
+    let hz = cpu::clock_ticks().filter(|_| !after.0.is_empty())?;
+    let secs = secs.max(0.001);
+    let mut by_command: BTreeMap<String, f64> = BTreeMap::new();
+    for (pid, used) in used(&before.0, &after.0) {
+        let comm = after.0.get(&pid).map_or("?", |p| p.comm.as_str());
+        *by_command.entry(comm.to_owned()).or_default() += used as f64 / hz / secs;
+    }
+    let mut heaviest: Vec<(String, f64)> = by_command.into_iter().collect();
+    heaviest.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let all = heaviest.iter().map(|(_, c)| c).sum();
+    heaviest.retain(|(_, c)| *c >= 0.01);
+    heaviest.truncate(top);
+    Some((all, heaviest))
 }
 
 impl Watch {
     pub fn start() -> Watch {
         Watch {
             at: Instant::now(),
-            before: others(),
+            before: snapshot(true),
         }
     }
 
     /// The load since [`Watch::start`], recorded for the report under
     /// `label`; `attempt` 1 is the repeat of a run that was busy.
     pub fn finish(&self, label: &str, attempt: usize) -> RunLoad {
-        let after = others();
-        let secs = self.at.elapsed().as_secs_f64().max(0.001);
+        let after = snapshot(true);
         let mut load = RunLoad {
             label: label.to_owned(),
             repeat: attempt > 0,
             ..RunLoad::default()
         };
-        if let Some(hz) = cpu::clock_ticks().filter(|_| !after.is_empty()) {
-            let mut by_command: BTreeMap<String, f64> = BTreeMap::new();
-            for (pid, used) in used(&self.before, &after) {
-                let comm = after.get(&pid).map_or("?", |p| p.comm.as_str());
-                *by_command.entry(comm.to_owned()).or_default() += used as f64 / hz / secs;
-            }
-            let mut top: Vec<(String, f64)> = by_command.into_iter().collect();
-            top.sort_by(|a, b| b.1.total_cmp(&a.1));
-            load.others = Some(top.iter().map(|(_, c)| c).sum());
-            top.retain(|(_, c)| *c >= 0.01);
-            top.truncate(5);
+        if let Some((all, top)) =
+            cores_between(&self.before, &after, self.at.elapsed().as_secs_f64(), 5)
+        {
+            load.others = Some(all);
             load.top = top;
         }
         if let Ok(mut runs) = RUNS.lock() {
@@ -313,8 +338,9 @@ struct Proc {
     started: u64,
 }
 
-/// The processes that are not the bench's own.
-fn others() -> BTreeMap<u32, Proc> {
+/// The processes that are not the bench's own (PostgreSQL's and RabbitMQ's
+/// its own when `servers`).
+fn others(servers: bool) -> BTreeMap<u32, Proc> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return BTreeMap::new();
     };
@@ -341,7 +367,8 @@ fn others() -> BTreeMap<u32, Proc> {
                 return false;
             };
             let comm = p.comm.as_str();
-            if comm == "postgres" || comm == "beam.smp" || BROKER_HELPERS.contains(&comm) {
+            let server = comm == "postgres" || comm == "beam.smp" || BROKER_HELPERS.contains(&comm);
+            if servers && server {
                 return true;
             }
             if p.ppid == 0 || at == 1 {

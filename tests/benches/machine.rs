@@ -46,26 +46,14 @@ pub async fn survey() -> Load {
     if let Some(load) = SURVEYED.get() {
         return load.clone();
     }
-    let before = processes();
+    let before = crate::load::snapshot(false);
     let machine_before = machine_ticks();
     tokio::time::sleep(SURVEY).await;
-    let after = processes();
+    let after = crate::load::snapshot(false);
     let machine_after = machine_ticks();
     let secs = SURVEY.as_secs_f64();
     let ticks = cpu::clock_ticks().unwrap_or(100.0);
-    let ours = lineage();
-    let mut by_command: BTreeMap<String, f64> = BTreeMap::new();
-    for (pid, (comm, t)) in &after {
-        if ours.contains(pid) {
-            continue;
-        }
-        let used = t.saturating_sub(before.get(pid).map_or(0, |(_, b)| *b));
-        *by_command.entry(comm.clone()).or_default() += used as f64 / ticks / secs;
-    }
-    let others = by_command.values().sum();
-    let mut top: Vec<(String, f64)> = by_command.into_iter().filter(|(_, c)| *c > 0.0).collect();
-    top.sort_by(|a, b| b.1.total_cmp(&a.1));
-    top.truncate(6);
+    let (others, top) = crate::load::cores_between(&before, &after, secs, 6).unwrap_or_default();
     let machine = match (machine_before, machine_after) {
         (Some(b), Some(a)) => Some(a.saturating_sub(b) as f64 / ticks / secs),
         _ => None,
