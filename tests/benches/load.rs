@@ -82,14 +82,14 @@ pub struct Watch {
     before: Snapshot,
 }
 
-/// The processes that are not the bench's own at one moment.
+/// Every process at one moment, the bench's own marked.
 pub struct Snapshot(BTreeMap<u32, Proc>);
 
-/// The processes that are not the bench's own now; PostgreSQL and RabbitMQ
-/// count as its own when `servers` (while it measures), as others before
-/// it does ([`crate::machine::survey`]).
+/// Every process now, the bench's own marked; PostgreSQL and RabbitMQ count
+/// as its own when `servers` (while it measures), as others before it does
+/// ([`crate::machine::survey`]).
 pub fn snapshot(servers: bool) -> Snapshot {
-    Snapshot(others(servers))
+    Snapshot(processes(servers))
 }
 
 /// The cores the processes of `after` used since `before`, `secs` apart,
@@ -145,46 +145,49 @@ impl Watch {
     }
 }
 
-/// Ticks each process alive at the end used between the two snapshots:
-/// its own (all of them when it started meanwhile), and those of its
-/// children that exited meanwhile, less what those had used before the
+/// Ticks each other process alive at the end used between the two
+/// snapshots: its own (all of them when it started meanwhile), and those of
+/// its children that exited meanwhile, less what those had used before the
 /// start (a child's whole lifetime lands in its parent's reaped ticks when
 /// it exits: a compiler that ran for a minute and exits during a short run
-/// did not use a minute of it). An orphan is reaped by another process
-/// than its parent at the start, so the reaped parts together are held to
-/// what all reaped processes can have used meanwhile: every reaped tick
-/// less every tick the processes gone meanwhile had at the start.
+/// did not use a minute of it). Init's reaped ticks are left out: the
+/// orphans it reaps are anybody's, the bench's own included (a server's
+/// backends when it restarts). An orphan may be reaped by a subreaper, not
+/// its parent at the start, so the reaped parts together are held to what
+/// the reaped can have used meanwhile: every reaped tick less every tick
+/// the other processes' children gone meanwhile had at the start.
 fn used(before: &BTreeMap<u32, Proc>, after: &BTreeMap<u32, Proc>) -> Vec<(u32, u64)> {
     // The same process: the same pid started at the same moment (a kernel
     // worker renames itself, a process that execs takes a new name).
     let same = |pid: &u32, p: &Proc| before.get(pid).filter(|b| b.started == p.started);
     let gone = |c: &u32, child: &Proc| after.get(c).is_none_or(|a| a.started != child.started);
     let mut parts: Vec<(u32, u64, u64)> = Vec::new();
-    let (mut reaped_all, mut had) = (0u64, 0u64);
-    for (pid, p) in after {
-        let Some(b) = same(pid, p) else {
-            reaped_all += p.reaped;
-            parts.push((*pid, p.own, p.reaped));
-            continue;
+    let mut reaped_all = 0u64;
+    for (pid, p) in after.iter().filter(|(_, p)| !p.ours) {
+        let (own, reaped) = match same(pid, p) {
+            None => (p.own, p.reaped),
+            Some(b) => (
+                p.own.saturating_sub(b.own),
+                p.reaped.saturating_sub(b.reaped),
+            ),
         };
+        let reaped = if *pid == 1 { 0 } else { reaped };
+        reaped_all += reaped;
         let children: u64 = before
             .iter()
             .filter(|(c, child)| child.ppid == *pid && gone(c, child))
             .map(|(_, child)| child.own + child.reaped)
             .sum();
-        let reaped = p.reaped.saturating_sub(b.reaped);
-        reaped_all += reaped;
-        parts.push((
-            *pid,
-            p.own.saturating_sub(b.own),
-            reaped.saturating_sub(children),
-        ));
+        parts.push((*pid, own, reaped.saturating_sub(children)));
     }
-    for (c, child) in before {
-        if gone(c, child) {
-            had += child.own + child.reaped;
-        }
-    }
+    // Gone meanwhile and reaped by another process than init: its parent
+    // at the start was one (or its orphan's reaper, a subreaper, is).
+    let had: u64 = before
+        .iter()
+        .filter(|(c, p)| gone(c, p))
+        .filter(|(_, p)| p.ppid > 1 && before.get(&p.ppid).is_none_or(|q| !q.ours))
+        .map(|(_, p)| p.own + p.reaped)
+        .sum();
     let bound = reaped_all.saturating_sub(had);
     let claimed: u64 = parts.iter().map(|(_, _, r)| r).sum();
     parts
@@ -336,11 +339,14 @@ struct Proc {
     reaped: u64,
     /// When it started, in ticks after boot.
     started: u64,
+    /// The bench's own (see [`processes`]).
+    ours: bool,
 }
 
-/// The processes that are not the bench's own (PostgreSQL's and RabbitMQ's
-/// its own when `servers`).
-fn others(servers: bool) -> BTreeMap<u32, Proc> {
+/// Every process, marked when it is the bench's own: this process, its
+/// ancestors and descendants, and PostgreSQL's and RabbitMQ's when
+/// `servers`.
+fn processes(servers: bool) -> BTreeMap<u32, Proc> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return BTreeMap::new();
     };
@@ -379,8 +385,10 @@ fn others(servers: bool) -> BTreeMap<u32, Proc> {
         false
     };
     all.iter()
-        .filter(|(pid, _)| !ours(**pid))
-        .map(|(pid, p)| (*pid, p.clone()))
+        .map(|(pid, p)| {
+            let ours = ours(*pid);
+            (*pid, Proc { ours, ..p.clone() })
+        })
         .collect()
 }
 
@@ -417,5 +425,6 @@ fn parse(stat: &str) -> Option<Proc> {
         own: tick(11)? + tick(12)?,
         reaped: tick(13)? + tick(14)?,
         started: tick(19)?,
+        ours: false,
     })
 }

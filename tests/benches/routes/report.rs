@@ -155,6 +155,12 @@ pub fn table() -> Option<(String, String)> {
     if rows.is_empty() {
         return None;
     }
+    if oncehook_e2e::pgbouncer::wanted() {
+        notes.push(format!(
+            "{} is set: the test harness puts binaries behind a PgBouncer of its own, the direct runs included; these rows compare nothing until it is unset",
+            oncehook_e2e::pgbouncer::POOLER_ENV
+        ));
+    }
     let header = [
         "",
         "direct",
