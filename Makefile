@@ -35,10 +35,12 @@ run: services build
 ## against the shop API and the Kubernetes manifests' schema check. (`make compose-test` is not part of it: see deploy/compose/README.md.)
 test: services tools
 	$(CARGO) build --workspace --bins
-	$(CARGO) test --workspace
+	# Test binaries several at a time, the ones that restart shared services alone
+	# (deploy/local/test-binaries.sh); as `cargo test --workspace` would run them.
+	CARGO=$(CARGO) bash deploy/local/test-binaries.sh all
 	@echo "make test: the PgBouncer pass (transaction mode) over: $(POOLED_FILES)"
-	ONCEHOOK_TEST_POOLER=pgbouncer $(CARGO) test --workspace $(POOLED_TESTS)
-	ONCEHOOK_TEST_WORKER_BATCH_SIZE=1 $(CARGO) test --workspace $(PIPELINE_TESTS)
+	ONCEHOOK_TEST_POOLER=pgbouncer CARGO=$(CARGO) bash deploy/local/test-binaries.sh pooled $(POOLED_TESTS)
+	ONCEHOOK_TEST_WORKER_BATCH_SIZE=1 CARGO=$(CARGO) bash deploy/local/test-binaries.sh batch-1 $(PIPELINE_TESTS)
 	$(MAKE) bench-smoke
 	$(MAKE) alerts-test
 	$(MAKE) api-schema-test
