@@ -176,6 +176,9 @@ demo: build
 SQLX_DB := oncehook_sqlx_prepare
 sqlx-prepare: services
 	psql -h 127.0.0.1 -U postgres -qc 'DROP DATABASE IF EXISTS $(SQLX_DB)' -c 'CREATE DATABASE $(SQLX_DB)'
+	# The binaries' role, which the migrations grant to (oncehookctl migrate makes it).
+	psql -h 127.0.0.1 -U postgres -tAc "SELECT 1 FROM pg_roles WHERE rolname = 'oncehook_service'" | grep -q 1 \
+		|| psql -h 127.0.0.1 -U postgres -qc 'CREATE ROLE oncehook_service LOGIN'
 	# The migrations straight from their files, both steps (a binary would
 	# embed the old set), plus sqlx's bookkeeping table, which store::schema reads.
 	for f in migrations/*.sql migrations/contract/*.sql; do psql -h 127.0.0.1 -U postgres -d $(SQLX_DB) -q -v ON_ERROR_STOP=1 -f "$$f" || exit 1; done

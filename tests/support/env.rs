@@ -164,6 +164,14 @@ impl TestEnv {
             .connect(&database_url)
             .await
             .expect("connect to the test database");
+        // The binaries' role first: the migrations grant it its privileges.
+        let owner = oncehook_common::store::Pooled::new(
+            pool.clone(),
+            oncehook_common::config::Pooler::None,
+        );
+        oncehook_common::store::scope::ensure_service_role(&owner)
+            .await
+            .expect("create the binaries' database role");
         // Both steps: the tests run the schema a finished release runs on.
         match schema {
             None => {
@@ -312,8 +320,36 @@ impl TestEnv {
     /// deploy files' migrate job does the same).
     pub fn database_envs(&self, bin: &str, args: &[&str]) -> Vec<(String, String)> {
         let mut envs = self.envs();
+        self.as_service(&mut envs, bin, args);
         self.route(&mut envs, bin, args, &[]);
         envs
+    }
+
+    /// The test database as the binaries' role sees it
+    /// ([`SERVICE_ROLE`](oncehook_common::store::scope::SERVICE_ROLE): no
+    /// table of its own, row-level security applies).
+    pub fn service_url(&self) -> String {
+        service_url(&self.database_url)
+    }
+
+    /// Points `bin` (a binary of this build that uses the database) at the
+    /// test database as the binaries' role, as the deploy files run them;
+    /// `oncehookctl migrate` stays the tables' owner. A URL a test set
+    /// itself (another database, a user of its own) is left alone, and so
+    /// is an older release's binary ([`TestEnv::spawn_from`]): during a
+    /// roll the previous release keeps connecting as the owner.
+    fn as_service(&self, envs: &mut Vec<(String, String)>, bin: &str, args: &[&str]) {
+        let migrate = bin == "oncehookctl" && args.first() == Some(&"migrate");
+        if !DATABASE_BINARIES.contains(&bin) || migrate {
+            return;
+        }
+        let url = envs
+            .iter()
+            .find(|(k, _)| k == "ONCEHOOK_DATABASE_URL")
+            .map(|(_, v)| v.clone());
+        if url.as_deref() == Some(self.database_url.as_str()) {
+            put(envs, "ONCEHOOK_DATABASE_URL", self.service_url());
+        }
     }
 
     /// Behind PgBouncer, points `bin` (a binary that uses the database,
@@ -420,6 +456,9 @@ impl TestEnv {
         let mut envs = self.envs();
         for (k, v) in extra {
             put(&mut envs, k, *v);
+        }
+        if dir == crate::process::bin_dir() {
+            self.as_service(&mut envs, bin, args);
         }
         self.route(&mut envs, bin, args, extra);
         let straight = self.straight(bin, extra);
@@ -916,6 +955,17 @@ pub fn postgres_url(base: &str, server: Option<(&str, u16)>, db: &str) -> String
         None => host_port.to_owned(),
     };
     format!("{scheme}://{user}{host_port}/{db}")
+}
+
+/// `url` (`postgres://user@host:port/db…`) with the binaries' role as its
+/// user (no password: the tests' Postgres trusts loopback).
+pub fn service_url(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("postgres", url));
+    let host_and_path = rest.split_once('@').map_or(rest, |(_, h)| h);
+    format!(
+        "{scheme}://{}@{host_and_path}",
+        oncehook_common::store::scope::SERVICE_ROLE
+    )
 }
 
 /// `host` and `port` of a `postgres://user@host:port/db` URL (5432 when absent).

@@ -117,7 +117,7 @@ fn the_gateways_crate_does_no_io() {
 /// ledger's tables in the ledger's, the API's own in the API's, the
 /// reconciler's in its own; the orders the gateway-API callers ask about
 /// in theirs; the operators' own audit and their tool's reads of the API's audit in `ops`';
-/// the plumbing every binary shares in `common`'s.
+/// the plumbing every binary shares in `common`'s; the tenants in `tenants`'.
 const STORES: &[&str] = &[
     "crates/common/src/store/",
     "crates/ledger/src/store/",
@@ -125,6 +125,7 @@ const STORES: &[&str] = &[
     "crates/reconcile/src/store.rs",
     "crates/gateway_api/src/store.rs",
     "crates/ops/src/store/",
+    "crates/tenants/src/store/",
 ];
 
 /// The tables `common` writes: plumbing that several binaries share, each

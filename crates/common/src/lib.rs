@@ -43,6 +43,7 @@ pub mod shutdown;
 #[cfg(feature = "db")]
 pub mod store;
 pub mod telemetry;
+pub mod tenant;
 pub mod topology;
 
 pub use config::{

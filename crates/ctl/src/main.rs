@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 use oncehook_common::Config;
 use oncehook_ops::{
     api_key, demo, dlq, migrate, notify, output, password, reconcile, refunds, retention, send,
-    stats, trace,
+    stats, tenants, trace,
 };
 
 #[derive(Parser)]
@@ -76,6 +76,11 @@ enum Command {
     },
     /// Queue depths, consumers, dead letters, outbox backlog, outcomes per gateway.
     Stats(stats::StatsArgs),
+    /// The shops this deployment serves: create, list, show, disable, enable.
+    Tenants {
+        #[command(subcommand)]
+        command: tenants::TenantsCommand,
+    },
     /// Hash a console password (read from stdin) into a `[[console.user]]` entry.
     ConsoleUser(password::ConsoleUserArgs),
     /// A new random key for the shop's API, printed once, and its `[[api.key]]` entry.
@@ -123,6 +128,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Notify { command } => out.finish(&notify::run(&settings, command).await?),
         Command::Refunds { command } => out.finish(&refunds::run(&settings, command).await?),
         Command::Stats(args) => out.finish(&stats::run(&settings, args).await?),
+        Command::Tenants { command } => out.finish(&tenants::run(&settings, command).await?),
         Command::ConsoleUser(_) | Command::ApiKey(_) => ExitCode::SUCCESS,
     })
 }

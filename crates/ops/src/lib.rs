@@ -19,5 +19,6 @@ pub mod retention;
 pub mod send;
 pub mod stats;
 pub mod store;
+pub mod tenants;
 pub mod timefmt;
 pub mod trace;

@@ -19,6 +19,8 @@
 //!   notifier owes each of the shop's endpoints.
 //! - [`schema`]: `_sqlx_migrations` and `schema_rollouts`, which
 //!   migrations are applied and the rollout window.
+//! - [`scope`]: whose rows a transaction sees (the tenants' row-level
+//!   security, docs/tenants.md) and the role the binaries connect as.
 //! - [`ping`]: whether the database answers at all.
 //!
 //! A function that runs one statement on its own (not inside a caller's
@@ -42,6 +44,7 @@ pub mod notify;
 pub mod outbox;
 pub mod retention;
 pub mod schema;
+pub mod scope;
 
 /// The database as the binaries see it: a pool and the [`Pooler`] between
 /// it and Postgres. The pool itself never leaves the store (the field is
@@ -113,9 +116,29 @@ impl Pooled {
     }
 
     /// A transaction: every statement in it runs on one server connection,
-    /// whatever the pooler.
+    /// whatever the pooler, in the platform's scope ([`scope`]).
     pub async fn begin(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-        self.pool.begin().await
+        match self.pooler {
+            Pooler::None => self.pool.begin().await,
+            Pooler::Transaction => self.pool.begin_with(scope::BEGIN_PLATFORM).await,
+        }
+    }
+
+    /// A transaction in `scope` (docs/tenants.md, "Isolation"): a
+    /// tenant's transaction sees and writes that tenant's rows only,
+    /// whatever its statements say.
+    pub async fn begin_in(
+        &self,
+        scope: &scope::Scope,
+    ) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+        match scope {
+            scope::Scope::Platform => self.begin().await,
+            scope => {
+                self.pool
+                    .begin_with(sqlx::AssertSqlSafe(scope.begin_statement()))
+                    .await
+            }
+        }
     }
 
     /// A transaction whose statements run on generic plans
@@ -133,7 +156,7 @@ impl Pooled {
     pub async fn begin_generic(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
         match self.pooler {
             Pooler::None => self.pool.begin_with(BEGIN_GENERIC).await,
-            Pooler::Transaction => self.pool.begin().await,
+            Pooler::Transaction => self.pool.begin_with(scope::BEGIN_PLATFORM).await,
         }
     }
 
@@ -162,7 +185,9 @@ impl Pooled {
     pub async fn single(&self) -> Result<Single, sqlx::Error> {
         Ok(match self.pooler {
             Pooler::None => Single::Direct(self.pool.acquire().await?),
-            Pooler::Transaction => Single::InTransaction(self.pool.begin().await?),
+            Pooler::Transaction => {
+                Single::InTransaction(self.pool.begin_with(scope::BEGIN_PLATFORM).await?)
+            }
         })
     }
 }
@@ -186,10 +211,15 @@ pub const BEGIN_GENERIC: &str = "BEGIN; SET LOCAL plan_cache_mode = force_generi
 /// `tests/tests/pooler.rs` fails if the reset is dropped, and
 /// `tests/tests/deploy_files.rs` holds the deploy files to the tests'
 /// settings.
+///
+/// Straight to Postgres every connection opens in the platform's scope
+/// (a session setting, [`scope`]); behind a transaction-mode pooler, where
+/// a session setting would pass to whichever client gets the connection
+/// next (and PgBouncer refuses startup options), each transaction sets it.
 fn connect_options(db: &DatabaseConfig) -> Result<PgConnectOptions, sqlx::Error> {
     let options: PgConnectOptions = db.url.expose().parse()?;
     Ok(match db.pooler {
-        Pooler::None => options,
+        Pooler::None => options.options([(scope::SETTING, scope::PLATFORM)]),
         Pooler::Transaction => options.statement_cache_capacity(0),
     })
 }

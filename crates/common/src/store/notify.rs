@@ -63,7 +63,7 @@ pub async fn endpoints(conn: &mut PgConnection) -> Result<Vec<EndpointState>, sq
 
 /// Disables `name` (a 410 Gone): its pending rows fail with `reason`.
 pub async fn disable(db: &Pooled, name: &str, reason: &str) -> Result<u64, sqlx::Error> {
-    let mut tx = db.pool.begin().await?;
+    let mut tx = db.begin().await?;
     sqlx::query!(
         "INSERT INTO notify_endpoints (name, disabled_at, disabled_reason) VALUES ($1, now(), $2)
          ON CONFLICT (name) DO UPDATE SET disabled_at = now(), disabled_reason = $2",
@@ -162,7 +162,7 @@ pub async fn lease_due(
     limit: i64,
     lease: Duration,
 ) -> Result<Vec<Due>, sqlx::Error> {
-    let mut tx = db.pool.begin().await?;
+    let mut tx = db.begin().await?;
     let rows = sqlx::query_as!(
         Due,
         // A materialized CTE: a subquery in UPDATE … FROM may be scanned

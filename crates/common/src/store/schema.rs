@@ -128,6 +128,8 @@ pub async fn migrate(db: &super::Pooled) -> Result<Expanded, MigrateError> {
 
 /// [`migrate`]'s work, under the lock.
 async fn expand(db: &super::Pooled) -> Result<Expanded, MigrateError> {
+    // The role the migrations grant to (a cluster's object, made first).
+    super::scope::ensure_service_role(db).await?;
     let before = applied_migrations(db).await?;
     let fresh = before.is_empty();
     if !fresh {

@@ -1,0 +1,117 @@
+//! `oncehookctl tenants`: the shops one deployment serves (docs/tenants.md)
+//! — `create` (an id and a name), `list`, `show`, `disable` and `enable`.
+//! All through `oncehook_tenants::store::tenants`, in the platform's scope.
+
+use std::fmt;
+
+use anyhow::Context;
+use clap::Subcommand;
+use oncehook_common::Config;
+use oncehook_common::store::Pooled;
+use oncehook_tenants::store::tenants as store;
+use oncehook_tenants::{Status, Tenant, TenantId};
+use serde::Serialize;
+
+use crate::output::{Report, table};
+use crate::timefmt::short_time;
+
+#[derive(Subcommand)]
+pub enum TenantsCommand {
+    /// A new tenant: its id (in webhook paths and keys) and its name.
+    Create {
+        /// 1 to 63 lowercase letters, digits, `-` or `_` (e.g. `acme-shop`).
+        #[arg(value_parser = parse_id)]
+        id: TenantId,
+        /// What operators see (e.g. "Acme Shop").
+        #[arg(long)]
+        name: String,
+    },
+    /// Every tenant: id, name, status, since when.
+    List,
+    /// One tenant.
+    Show {
+        #[arg(value_parser = parse_id)]
+        id: TenantId,
+    },
+    /// Stop serving a tenant: its sources refuse webhooks, its keys are refused; its rows stay.
+    Disable {
+        #[arg(value_parser = parse_id)]
+        id: TenantId,
+    },
+    /// Serve a disabled tenant again.
+    Enable {
+        #[arg(value_parser = parse_id)]
+        id: TenantId,
+    },
+}
+
+fn parse_id(s: &str) -> Result<TenantId, String> {
+    TenantId::parse(s).map_err(|e| e.to_string())
+}
+
+/// What a `tenants` verb prints.
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum TenantsReport {
+    One { tenant: Tenant, done: &'static str },
+    List { tenants: Vec<Tenant> },
+}
+
+impl Report for TenantsReport {}
+
+impl fmt::Display for TenantsReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let row = |t: &Tenant| {
+            vec![
+                t.id.clone(),
+                t.name.clone(),
+                t.status.as_str().to_owned(),
+                short_time(t.created_at),
+                t.disabled_at.map(short_time).unwrap_or_default(),
+            ]
+        };
+        let headers = ["TENANT", "NAME", "STATUS", "CREATED", "DISABLED"];
+        match self {
+            TenantsReport::One { tenant, done } => {
+                if !done.is_empty() {
+                    writeln!(f, "tenant {} {done}", tenant.id)?;
+                }
+                write!(f, "{}", table(&headers, &[row(tenant)]))
+            }
+            TenantsReport::List { tenants } => {
+                let rows: Vec<Vec<String>> = tenants.iter().map(row).collect();
+                write!(f, "{}", table(&headers, &rows))
+            }
+        }
+    }
+}
+
+pub async fn run(settings: &Config, command: TenantsCommand) -> anyhow::Result<TenantsReport> {
+    let pool = Pooled::connect(&settings.database, 2, 3)
+        .await
+        .context("connecting to the database")?;
+    let report = verb(&pool, command).await;
+    pool.close().await;
+    report
+}
+
+async fn verb(db: &Pooled, command: TenantsCommand) -> anyhow::Result<TenantsReport> {
+    let one = |tenant, done| TenantsReport::One { tenant, done };
+    Ok(match command {
+        TenantsCommand::Create { id, name } => one(store::create(db, &id, &name).await?, "created"),
+        TenantsCommand::List => TenantsReport::List {
+            tenants: store::list(db).await?,
+        },
+        TenantsCommand::Show { id } => match store::get(db, &id).await? {
+            Some(tenant) => one(tenant, ""),
+            None => anyhow::bail!("no tenant {id} (`oncehookctl tenants list` shows them)"),
+        },
+        TenantsCommand::Disable { id } => one(
+            store::set_status(db, &id, Status::Disabled).await?,
+            "disabled",
+        ),
+        TenantsCommand::Enable { id } => {
+            one(store::set_status(db, &id, Status::Active).await?, "enabled")
+        }
+    })
+}

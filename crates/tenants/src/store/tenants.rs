@@ -1,0 +1,168 @@
+//! `tenants`: one row per shop the deployment serves. `default` is made by
+//! the migration that brought tenants (every earlier row is its). Rows are
+//! never deleted: a tenant that leaves is disabled, and its books stay.
+//! Each statement runs in the platform's scope (the platform admin's
+//! view); in a tenant's scope the table shows that tenant's row only.
+
+use oncehook_common::store::Pooled;
+use oncehook_common::tenant::TenantId;
+use serde::Serialize;
+use time::OffsetDateTime;
+
+/// Whether a tenant's webhooks, keys and operators are served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Active,
+    /// Its sources refuse webhooks and its keys are refused
+    /// (docs/tenants.md, "Disabling a tenant"); its rows are kept.
+    Disabled,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Active => "active",
+            Status::Disabled => "disabled",
+        }
+    }
+
+    fn from_db(s: &str) -> Status {
+        if s == "disabled" {
+            Status::Disabled
+        } else {
+            Status::Active
+        }
+    }
+}
+
+/// A tenant as its row holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Tenant {
+    pub id: String,
+    pub name: String,
+    pub status: Status,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub disabled_at: Option<OffsetDateTime>,
+}
+
+/// Why a tenant could not be created or changed.
+#[derive(Debug, thiserror::Error)]
+pub enum TenantError {
+    #[error("tenant {0} already exists")]
+    Exists(TenantId),
+    #[error("no tenant {0}")]
+    NotFound(TenantId),
+    #[error("a tenant's name must be 1 to 200 characters without control characters")]
+    BadName,
+    #[error("the default tenant cannot be disabled: it holds what no tenant was named for")]
+    DefaultStays,
+    #[error("reading or writing tenant {tenant}: {source}")]
+    Database {
+        tenant: String,
+        #[source]
+        source: sqlx::Error,
+    },
+}
+
+fn db_error(tenant: &TenantId) -> impl FnOnce(sqlx::Error) -> TenantError + '_ {
+    move |source| TenantError::Database {
+        tenant: tenant.to_string(),
+        source,
+    }
+}
+
+struct Row {
+    id: String,
+    name: String,
+    status: String,
+    created_at: OffsetDateTime,
+    disabled_at: Option<OffsetDateTime>,
+}
+
+impl From<Row> for Tenant {
+    fn from(r: Row) -> Tenant {
+        Tenant {
+            id: r.id,
+            name: r.name,
+            status: Status::from_db(&r.status),
+            created_at: r.created_at,
+            disabled_at: r.disabled_at,
+        }
+    }
+}
+
+/// Creates tenant `id` named `name`; refuses an id already taken.
+pub async fn create(db: &Pooled, id: &TenantId, name: &str) -> Result<Tenant, TenantError> {
+    let name = name.trim();
+    if name.is_empty() || name.chars().count() > 200 || name.chars().any(char::is_control) {
+        return Err(TenantError::BadName);
+    }
+    let mut tx = db.begin().await.map_err(db_error(id))?;
+    let row = sqlx::query_as!(
+        Row,
+        "INSERT INTO tenants (id, name) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING
+         RETURNING id, name, status, created_at, disabled_at",
+        id.as_str(),
+        name
+    )
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(db_error(id))?;
+    tx.commit().await.map_err(db_error(id))?;
+    row.map(Tenant::from)
+        .ok_or_else(|| TenantError::Exists(id.clone()))
+}
+
+/// Every tenant, by id.
+pub async fn list(db: &Pooled) -> Result<Vec<Tenant>, sqlx::Error> {
+    let mut conn = db.single().await?;
+    let rows = sqlx::query_as!(
+        Row,
+        "SELECT id, name, status, created_at, disabled_at FROM tenants ORDER BY id"
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    conn.finish().await?;
+    Ok(rows.into_iter().map(Tenant::from).collect())
+}
+
+/// Tenant `id`, if there is one.
+pub async fn get(db: &Pooled, id: &TenantId) -> Result<Option<Tenant>, sqlx::Error> {
+    let mut conn = db.single().await?;
+    let row = sqlx::query_as!(
+        Row,
+        "SELECT id, name, status, created_at, disabled_at FROM tenants WHERE id = $1",
+        id.as_str()
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    conn.finish().await?;
+    Ok(row.map(Tenant::from))
+}
+
+/// Disables or enables tenant `id`; the time it was disabled is kept
+/// while it stays disabled.
+pub async fn set_status(db: &Pooled, id: &TenantId, status: Status) -> Result<Tenant, TenantError> {
+    if id.is_default() && status == Status::Disabled {
+        return Err(TenantError::DefaultStays);
+    }
+    let mut tx = db.begin().await.map_err(db_error(id))?;
+    let row = sqlx::query_as!(
+        Row,
+        "UPDATE tenants SET status = $2,
+             disabled_at = CASE WHEN $2 = 'disabled' THEN coalesce(disabled_at, now()) END
+         WHERE id = $1
+         RETURNING id, name, status, created_at, disabled_at",
+        id.as_str(),
+        status.as_str()
+    )
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(db_error(id))?;
+    tx.commit().await.map_err(db_error(id))?;
+    row.map(Tenant::from)
+        .ok_or_else(|| TenantError::NotFound(id.clone()))
+}
