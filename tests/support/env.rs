@@ -40,6 +40,17 @@ impl Secrets {
     }
 }
 
+/// The schema a test database starts with.
+#[derive(Debug, Clone, Copy)]
+enum Schema {
+    /// Both steps of every migration: a finished release's.
+    Finished,
+    /// Both steps up to a version.
+    BothTo(i64),
+    /// The expand step up to a version.
+    ExpandTo(i64),
+}
+
 const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
 /// The URL of the server's administrative database: `ONCEHOOK_TEST_ADMIN_URL`,
@@ -122,14 +133,21 @@ impl TestEnv {
     /// A fresh environment; the service binaries go through PgBouncer when
     /// the run asks for it (`ONCEHOOK_TEST_POOLER=pgbouncer`).
     pub async fn new() -> TestEnv {
-        TestEnv::build(crate::pgbouncer::wanted(), None).await
+        TestEnv::build(crate::pgbouncer::wanted(), Schema::Finished).await
+    }
+
+    /// A fresh environment whose database has both steps' migrations up to
+    /// `version` (a release that finished its roll, e.g. 0.6.0's last):
+    /// the schema that release ran on once its contract step was applied.
+    pub async fn at_finished_release(version: i64) -> TestEnv {
+        TestEnv::build(crate::pgbouncer::wanted(), Schema::BothTo(version)).await
     }
 
     /// A fresh environment whose database has the expand migrations up to
     /// `version` only: the schema an older release ran on
     /// (tests/tests/rollout.rs rolls a release over it).
     pub async fn at_schema(version: i64) -> TestEnv {
-        TestEnv::build(crate::pgbouncer::wanted(), Some(version)).await
+        TestEnv::build(crate::pgbouncer::wanted(), Schema::ExpandTo(version)).await
     }
 
     /// A fresh environment whose binaries that use the database always go
@@ -137,10 +155,10 @@ impl TestEnv {
     /// the worker straight to Postgres, as the deploy files run it, unless
     /// [`TestEnv::pool_worker_too`].
     pub async fn through_pgbouncer() -> TestEnv {
-        TestEnv::build(true, None).await
+        TestEnv::build(true, Schema::Finished).await
     }
 
-    async fn build(pgbouncer: bool, schema: Option<i64>) -> TestEnv {
+    async fn build(pgbouncer: bool, schema: Schema) -> TestEnv {
         let id = uuid::Uuid::new_v4().simple().to_string()[..10].to_owned();
         let db_name = format!("oncehook_t_{id}");
         let admin_url = admin_url();
@@ -174,12 +192,17 @@ impl TestEnv {
             .expect("create the binaries' database role");
         // Both steps: the tests run the schema a finished release runs on.
         match schema {
-            None => {
+            Schema::Finished => {
                 oncehook_common::store::schema::both_steps()
                     .run(&pool)
                     .await
             }
-            Some(version) => {
+            Schema::BothTo(version) => {
+                oncehook_common::store::schema::both_steps()
+                    .run_to(version, &pool)
+                    .await
+            }
+            Schema::ExpandTo(version) => {
                 oncehook_common::store::schema::MIGRATOR
                     .run_to(version, &pool)
                     .await

@@ -242,14 +242,15 @@ async fn the_worker_goes_straight_to_postgres_as_the_deploy_files_run_it() {
     };
     let worker = env.database_envs("oncehook-worker", &[]);
     assert_eq!(
-        var(&worker, "ONCEHOOK_DATABASE_URL").as_deref(),
-        Some(env.database_url.as_str())
+        var(&worker, "ONCEHOOK_DATABASE_URL"),
+        Some(env.service_url()),
+        "straight to Postgres, as the binaries' role"
     );
     assert_eq!(var(&worker, "ONCEHOOK_DATABASE_POOLER"), None);
     let mailer = env.database_envs("oncehook-mailer", &[]);
     assert_ne!(
-        var(&mailer, "ONCEHOOK_DATABASE_URL").as_deref(),
-        Some(env.database_url.as_str())
+        var(&mailer, "ONCEHOOK_DATABASE_URL"),
+        Some(env.service_url())
     );
     assert!(!env.pooled("oncehook-worker") && env.pooled("oncehook-mailer"));
 
@@ -285,8 +286,8 @@ async fn the_worker_goes_straight_to_postgres_as_the_deploy_files_run_it() {
     assert!(env.pooled("oncehook-worker"));
     let worker = env.database_envs("oncehook-worker", &[]);
     assert_ne!(
-        var(&worker, "ONCEHOOK_DATABASE_URL").as_deref(),
-        Some(env.database_url.as_str())
+        var(&worker, "ONCEHOOK_DATABASE_URL"),
+        Some(env.service_url())
     );
     assert_eq!(
         var(&worker, "ONCEHOOK_DATABASE_POOLER").as_deref(),

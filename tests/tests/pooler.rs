@@ -61,15 +61,17 @@ async fn the_pipeline_runs_through_pgbouncer_in_transaction_mode() {
 }
 
 #[tokio::test]
-async fn without_the_pooler_setting_pgbouncer_breaks_prepared_statements() {
+async fn without_the_pooler_setting_a_worker_behind_pgbouncer_says_what_to_set() {
     let mut env = TestEnv::through_pgbouncer().await;
     Shop::mugs(100, &["order_nopool"]).seed(&env.pool).await;
     let (_ingest, url) = env.start_ingest().await;
-    // The worker told it talks to Postgres directly: statements are cached
-    // per connection, and PgBouncer drops them between transactions, so
-    // the second use of any statement fails (the relay's outbox query, one
-    // of the first to run twice). Naming ONCEHOOK_DATABASE_POOLER in the
-    // spawn puts the worker behind the pooler, with that value.
+    // The worker told it talks to Postgres directly opens each connection
+    // in the platform's scope with a startup option, which PgBouncer
+    // refuses: it never gets to run a statement (had it, the cached
+    // statements PgBouncer drops between transactions would fail their
+    // second use). It says so, and what to set. Naming
+    // ONCEHOOK_DATABASE_POOLER in the spawn puts the worker behind the
+    // pooler, with that value.
     let worker = env.spawn(
         "oncehook-worker",
         &[("ONCEHOOK_DATABASE_POOLER", "none")],
@@ -80,13 +82,13 @@ async fn without_the_pooler_setting_pgbouncer_breaks_prepared_statements() {
     let (status, body) = env.post(&url, "razorpay", &d).await;
     assert_eq!(status, 200, "{body}");
     eventually(
-        "the worker reports the missing prepared statement",
+        "the worker reports the refused connection and what to set",
         WAIT,
         || async {
-            worker
-                .log_text()
-                .contains("prepared statement")
-                .then_some(())
+            let log = worker.log_text();
+            (log.contains("unsupported startup parameter")
+                && log.contains("set ONCEHOOK_DATABASE_POOLER=transaction"))
+            .then_some(())
         },
     )
     .await;

@@ -7,6 +7,8 @@ use crate::store::{self, NewApiAudit};
 use actix_web::HttpResponse;
 use sqlx::PgConnection;
 
+use oncehook_common::store::scope::Scope;
+
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::State;
@@ -17,6 +19,8 @@ pub struct Write {
     pub action: &'static str,
     pub order_ref: Option<String>,
     pub sku: Option<String>,
+    /// The caller's tenant's scope: the write and its audit run in it.
+    pub scope: Scope,
 }
 
 impl Write {
@@ -26,6 +30,7 @@ impl Write {
             action,
             order_ref: None,
             sku: Some(truncate(sku)),
+            scope: caller.scope(),
         }
     }
 
@@ -35,6 +40,7 @@ impl Write {
             action,
             order_ref: Some(truncate(order_ref)),
             sku: None,
+            scope: caller.scope(),
         }
     }
 
@@ -75,7 +81,7 @@ pub async fn on_failure(
         None => e.code.to_owned(),
     };
     let recorded = async {
-        let mut conn = state.pool.single().await?;
+        let mut conn = state.pool.single_in(&write.scope).await?;
         store::record_audit(&mut conn, &write.entry(false, &result)).await?;
         conn.finish().await
     }

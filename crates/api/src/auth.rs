@@ -20,11 +20,23 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::error::ApiError;
+use oncehook_common::store::scope::Scope;
+use oncehook_common::tenant::TenantId;
 
 /// The authenticated caller.
 #[derive(Debug, Clone)]
 pub struct Caller {
     pub name: String,
+    /// The key's tenant: every statement the request runs is in its scope
+    /// (docs/tenants.md), so the key reaches no other tenant's rows.
+    pub tenant: TenantId,
+}
+
+impl Caller {
+    /// The scope of the request's transactions.
+    pub fn scope(&self) -> Scope {
+        Scope::tenant(self.tenant.clone())
+    }
 }
 
 /// Configured keys and the failure throttle.
@@ -92,6 +104,7 @@ impl Auth {
         }
         Ok(Caller {
             name: key.name.clone(),
+            tenant: key.tenant.clone(),
         })
     }
 

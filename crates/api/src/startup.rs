@@ -46,7 +46,7 @@ impl Application {
                 "no [[api.key]] configured: every request gets 401 (`oncehookctl api-key NAME --scope …` prints an entry)"
             );
         }
-        let pool = Pooled::open(&settings.database, settings.database.pool_size(8))?;
+        let pool = Pooled::open_tenant_facing(&settings.database, settings.database.pool_size(8))?;
         let ready = Readiness::default();
         let (db, readiness, stop) = (pool.clone(), ready.clone(), shutdown.clone());
         let watch = supervise("database readiness", &shutdown, move || {

@@ -72,22 +72,40 @@ pub fn is_connection_problem(err: &sqlx::Error) -> bool {
 /// `false` if shutdown came first.
 pub async fn wait_for_database(db: &Pooled, shutdown: &crate::shutdown::Shutdown) -> bool {
     let mut hold = Hold::new(db, shutdown);
-    let mut warned = false;
+    let mut warned: Option<String> = None;
     loop {
-        if crate::store::ping(db).await.is_ok() {
-            if warned {
-                tracing::info!("database reachable again; resuming");
+        let err = match crate::store::ping(db).await {
+            Ok(()) => {
+                if warned.is_some() {
+                    tracing::info!("database reachable again; resuming");
+                }
+                return true;
             }
-            return true;
-        }
-        if !warned {
-            tracing::warn!("database unreachable; consumption paused");
-            warned = true;
+            Err(err) => err.to_string(),
+        };
+        // Said once, and again when the reason changes.
+        if warned.as_deref() != Some(err.as_str()) {
+            match pooler_hint(&err, db.pooler()) {
+                Some(hint) => {
+                    tracing::error!(error = %err, hint, "database unreachable; consumption paused")
+                }
+                None => tracing::warn!(error = %err, "database unreachable; consumption paused"),
+            }
+            warned = Some(err);
         }
         if !hold.sleep().await {
             return false;
         }
     }
+}
+
+/// What to change when `err` says a transaction-mode pooler sits in front
+/// of a binary configured for none: PgBouncer refuses the startup option
+/// that opens a connection in the platform's scope.
+fn pooler_hint(err: &str, pooler: crate::config::Pooler) -> Option<&'static str> {
+    (pooler == crate::config::Pooler::None && err.contains("unsupported startup parameter")).then_some(
+        "a pooler refused the connection's startup options: behind PgBouncer in transaction mode set ONCEHOOK_DATABASE_POOLER=transaction",
+    )
 }
 
 /// How the applied migrations compare with the binary's [`MIGRATOR`].

@@ -30,6 +30,8 @@ use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable};
 use oncehook_gateways::{Gateway, Headers, NormalizedEvent, ParseError, UnknownGateway};
 use serde::{Deserialize, Serialize};
+
+use crate::tenant::TenantId;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -135,6 +137,15 @@ pub struct Envelope {
     /// How the event came; absent (a webhook) in ingest's envelopes.
     #[serde(default, skip_serializing_if = "Origin::is_webhook")]
     pub origin: Origin,
+    /// The tenant of the source it came through (docs/tenants.md): the
+    /// worker applies it in that tenant's scope. Absent on the wire for
+    /// the default tenant, so a single shop's envelopes are as before and
+    /// an older ingest's are the default tenant's.
+    #[serde(
+        default = "TenantId::default_tenant",
+        skip_serializing_if = "TenantId::is_default"
+    )]
+    pub tenant: TenantId,
 }
 
 /// Reads `event` leniently: a value this build cannot decode is `None`, so
@@ -192,8 +203,15 @@ impl Envelope {
             body_b64: Envelope::encode_body(body),
             event: None,
             origin: Origin::Webhook,
+            tenant: TenantId::default_tenant(),
         }
         .with_event(parsed)
+    }
+
+    /// The envelope of a delivery for `tenant`'s source.
+    pub fn for_tenant(mut self, tenant: &TenantId) -> Self {
+        self.tenant = tenant.clone();
+        self
     }
 
     /// A payment state the reconciler read from `source`'s API just now:
@@ -217,6 +235,7 @@ impl Envelope {
             body_b64: Envelope::encode_body(&body),
             event: None,
             origin: Origin::Reconciliation,
+            tenant: TenantId::default_tenant(),
         }
         .with_event(Some(event))
     }
@@ -358,6 +377,7 @@ mod tests {
             body_b64: Envelope::encode_body(raw),
             event: None,
             origin: Origin::Webhook,
+            tenant: TenantId::default_tenant(),
         }
     }
 

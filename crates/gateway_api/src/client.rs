@@ -33,6 +33,8 @@ pub struct ApiSource {
     /// Without a trailing `/`.
     pub base_url: String,
     pub credentials: ApiCredentials,
+    /// The tenant whose orders the source's facts belong to.
+    pub tenant: oncehook_common::tenant::TenantId,
 }
 
 impl ApiSource {
@@ -56,6 +58,7 @@ impl ApiSource {
             api: source.gateway.api()?,
             base_url: table.base_url.clone(),
             credentials: table.credentials.clone(),
+            tenant: source.tenant.clone(),
         })
     }
 }
@@ -67,6 +70,7 @@ impl std::fmt::Debug for ApiSource {
             .field("gateway", &self.gateway)
             .field("base_url", &self.base_url)
             .field("credentials", &self.credentials)
+            .field("tenant", &self.tenant)
             .finish_non_exhaustive()
     }
 }

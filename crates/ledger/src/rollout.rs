@@ -14,6 +14,8 @@ use oncehook_common::contended;
 use oncehook_common::periodic::{Next, Periodic};
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::Pooled;
+use oncehook_common::store::scope::Scope;
+use oncehook_common::tenant::TenantId;
 use sqlx::PgConnection;
 use time::OffsetDateTime;
 
@@ -99,7 +101,11 @@ async fn page(
     selection: Selection,
     after: &str,
 ) -> Result<Option<(Vec<String>, usize, i64)>, EffectError> {
-    let mut tx = db.begin().await?;
+    // What an older release wrote is the default tenant's (it knows no
+    // other): the catch-up works in that tenant's scope, so a page's
+    // references name its orders only and what it mints is its.
+    let scope = Scope::tenant(TenantId::default_tenant());
+    let mut tx = db.begin_in(&scope).await?;
     let refs = selection.page(&mut tx, after).await?;
     if refs.is_empty() {
         tx.commit().await?;

@@ -8,6 +8,10 @@
 //! (set-based), one outcome update. This is the
 //! only place in the worker where a delivery's transaction commits.
 //!
+//! The transaction runs in the scope of the deliveries' tenant (a group
+//! holds one tenant's deliveries): PostgreSQL keeps its statements to that
+//! tenant's rows (docs/tenants.md).
+//!
 //! Any error rolls everything back, the claims too (so a replay after the
 //! cause is fixed is processed, not absorbed); `group` then redoes each
 //! delivery of a failed group alone, through this same function.
@@ -20,6 +24,8 @@ use oncehook_common::otel;
 use oncehook_common::store::Pooled;
 use oncehook_common::store::advisory::LockName;
 use oncehook_common::store::dedup as dedup_store;
+use oncehook_common::store::scope::Scope;
+use oncehook_common::tenant::TenantId;
 use sqlx::PgConnection;
 use tracing::Instrument as _;
 
@@ -61,7 +67,13 @@ async fn transaction<E: Effect>(
     effect: &E,
     deliveries: &[&Delivery],
 ) -> Result<Vec<Processed>, ProcessError> {
-    let mut tx = pool.begin_generic().await?;
+    // Every delivery of a group is one tenant's (`group`): the transaction
+    // sees and writes that tenant's rows only.
+    let tenant = deliveries
+        .first()
+        .map(|d| d.envelope.tenant.clone())
+        .unwrap_or_else(TenantId::default_tenant);
+    let mut tx = pool.begin_generic_in(&Scope::tenant(tenant)).await?;
     let locks: Vec<Vec<LockName>> = deliveries.iter().map(|d| effect.locks(d)).collect();
     let duplicates = claim(&mut tx, deliveries, &locks).await?;
     let fresh: Vec<&Delivery> = deliveries

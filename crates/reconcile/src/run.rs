@@ -433,7 +433,7 @@ impl Settle<'_> {
                     None => self.publisher.insert(Publisher::connect(&r.broker).await?),
                 };
                 publisher
-                    .publish(&Envelope::reconciled(&source.name, event))
+                    .publish(&Envelope::reconciled(&source.name, event).for_tenant(&source.tenant))
                     .await?;
                 fact.published = true;
                 self.published += 1;

@@ -101,7 +101,7 @@ pub async fn send(
     } = &mut outcome
     {
         recheck = proved.is_empty().then_some(check_every);
-        if let Err(err) = facts.publish(&source.name, std::mem::take(proved)).await {
+        if let Err(err) = facts.publish(source, std::mem::take(proved)).await {
             // The gateway refunded; the books have not heard. The intent
             // stays `sending` under its lease, and the next attempt finds
             // the refund (its key, or the lookup before a retry) and
@@ -186,10 +186,11 @@ impl<'a> FactPublisher<'a> {
         }
     }
 
-    /// Publishes `facts` from `source`, each confirmed by the broker.
+    /// Publishes `facts` from `source` (for its tenant), each confirmed by
+    /// the broker.
     async fn publish(
         &mut self,
-        source: &str,
+        source: &ApiSource,
         facts: Vec<oncehook_gateways::NormalizedEvent>,
     ) -> Result<(), RefundError> {
         if facts.is_empty() {
@@ -203,7 +204,9 @@ impl<'a> FactPublisher<'a> {
         };
         let mut result = Ok(());
         for fact in facts {
-            result = publisher.publish(&Envelope::reconciled(source, fact)).await;
+            result = publisher
+                .publish(&Envelope::reconciled(&source.name, fact).for_tenant(&source.tenant))
+                .await;
             if result.is_err() {
                 break;
             }

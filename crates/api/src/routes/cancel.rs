@@ -69,7 +69,7 @@ async fn cancel_once(
     order_ref: &str,
     cancel: Cancel<'_>,
 ) -> Result<Order, ApiError> {
-    let mut tx = state.pool.begin().await?;
+    let mut tx = state.pool.begin_in(&write.scope).await?;
     let result = match Ledger::default().apply(&mut tx, cancel).await? {
         Cancelled::Unknown => return Err(ApiError::not_found("order")),
         Cancelled::Now => "cancelled",

@@ -24,7 +24,7 @@ const MAX_TYPES: usize = 16;
         (status = "4XX", description = "refused", body = ErrorBody),
         (status = 503, description = "database unavailable", body = ErrorBody)))]
 pub async fn list(
-    _auth: Authed<auth::EventsRead>,
+    auth: Authed<auth::EventsRead>,
     state: web::Data<State>,
     query: web::Query<EventsQuery>,
 ) -> Result<HttpResponse, ApiError> {
@@ -37,7 +37,7 @@ pub async fn list(
         ),
     };
     let types = types(query.kind.as_deref())?;
-    let mut conn = state.pool.single().await?;
+    let mut conn = state.pool.single_in(&auth.caller.scope()).await?;
     // One more than asked: whether more follow.
     let mut rows = order_events::page(&mut conn, after, &types, i64::from(limit) + 1).await?;
     let has_more = rows.len() > limit as usize;

@@ -109,7 +109,7 @@ async fn create_once(
     digest: &str,
     order: &ShopOrder,
 ) -> Result<Answer, ApiError> {
-    let mut tx = state.pool.begin().await?;
+    let mut tx = state.pool.begin_in(&caller.scope()).await?;
     let key_use = store::take_idempotency_key(&mut tx, &caller.name, key, digest).await?;
     if let Some((status, body)) = answered_before(key_use, digest)? {
         return Ok(Answer {

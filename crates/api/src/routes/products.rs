@@ -43,7 +43,7 @@ pub async fn put(
     let done = async {
         validate::sku("sku", &sku)?;
         let stock = validate::product(&body)?;
-        let mut tx = state.pool.begin().await?;
+        let mut tx = state.pool.begin_in(&caller.scope()).await?;
         let row = shop::put_product(&mut tx, &sku, body.name.trim(), stock).await?;
         let result = if row.created { "created" } else { "renamed" };
         audit::ok(&mut tx, &write, result).await?;
@@ -79,7 +79,7 @@ pub async fn stock(
     let done = async {
         validate::sku("sku", &sku)?;
         validate::delta(&body)?;
-        let mut tx = state.pool.begin().await?;
+        let mut tx = state.pool.begin_in(&caller.scope()).await?;
         let reason = body.reason.as_deref().unwrap_or("");
         let row = match shop::adjust_stock(&mut tx, &sku, body.delta, reason, &caller.name).await {
             Ok(Some(row)) => row,
@@ -114,12 +114,12 @@ pub async fn stock(
         (status = "4XX", description = "refused", body = ErrorBody),
         (status = 503, description = "database unavailable", body = ErrorBody)))]
 pub async fn get(
-    _auth: Authed<auth::ProductsRead>,
+    auth: Authed<auth::ProductsRead>,
     state: web::Data<State>,
     sku: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     validate::sku("sku", &sku)?;
-    let mut conn = state.pool.single().await?;
+    let mut conn = state.pool.single_in(&auth.caller.scope()).await?;
     let found = shop::product(&mut conn, &sku).await?;
     conn.finish().await?;
     match found {

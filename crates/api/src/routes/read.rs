@@ -27,12 +27,12 @@ use oncehook_ledger::view;
         (status = "4XX", description = "refused or not found", body = ErrorBody),
         (status = 503, description = "database unavailable", body = ErrorBody)))]
 pub async fn get(
-    _auth: Authed<auth::OrdersRead>,
+    auth: Authed<auth::OrdersRead>,
     state: web::Data<State>,
     order_ref: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     validate::order_ref("order_ref", &order_ref)?;
-    let mut conn = state.pool.single().await?;
+    let mut conn = state.pool.single_in(&auth.caller.scope()).await?;
     let order = view::order(&mut conn, &order_ref).await?;
     conn.finish().await?;
     match order {
@@ -50,7 +50,7 @@ pub async fn get(
         (status = "4XX", description = "refused", body = ErrorBody),
         (status = 503, description = "database unavailable", body = ErrorBody)))]
 pub async fn list(
-    _auth: Authed<auth::OrdersRead>,
+    auth: Authed<auth::OrdersRead>,
     state: web::Data<State>,
     query: web::Query<ListQuery>,
 ) -> Result<HttpResponse, ApiError> {
@@ -84,7 +84,7 @@ pub async fn list(
             .with_field("cursor")
         })?),
     };
-    let mut conn = state.pool.single().await?;
+    let mut conn = state.pool.single_in(&auth.caller.scope()).await?;
     let mut rows = shop::list_orders(
         &mut conn,
         status,

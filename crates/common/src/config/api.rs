@@ -14,6 +14,7 @@ use super::ConfigError;
 use super::error::invalid;
 use super::keys::Key;
 use super::values::{Addr, HumanDuration, Within};
+use crate::tenant::TenantId;
 
 pub const ENV_API_ADDR: &str = "ONCEHOOK_API_ADDR";
 pub const ENV_API_BODY_LIMIT_BYTES: &str = "ONCEHOOK_API_BODY_LIMIT_BYTES";
@@ -99,6 +100,9 @@ pub struct ApiKey {
     /// SHA-256 of the key.
     pub hash: [u8; 32],
     pub scopes: Vec<ApiScope>,
+    /// The tenant whose orders, products and events the key reaches, and
+    /// no other's (docs/tenants.md); unset in the file: the default tenant.
+    pub tenant: TenantId,
 }
 
 impl std::fmt::Debug for ApiKey {
@@ -106,6 +110,7 @@ impl std::fmt::Debug for ApiKey {
         f.debug_struct("ApiKey")
             .field("name", &self.name)
             .field("scopes", &self.scopes)
+            .field("tenant", &self.tenant)
             .finish_non_exhaustive()
     }
 }
@@ -143,6 +148,8 @@ pub(super) struct KeyEntry {
     name: String,
     hash: String,
     scopes: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tenant: Option<String>,
 }
 
 impl Default for ApiSection {
@@ -224,7 +231,17 @@ impl KeyEntry {
         if scopes.is_empty() {
             return Err(key_error(&name, "an API key needs at least one scope"));
         }
-        Ok(ApiKey { name, hash, scopes })
+        let tenant = match &self.tenant {
+            None => TenantId::default_tenant(),
+            Some(raw) => TenantId::parse(raw.trim())
+                .map_err(|e| key_error(&name, &format!("tenant: {e}")))?,
+        };
+        Ok(ApiKey {
+            name,
+            hash,
+            scopes,
+            tenant,
+        })
     }
 }
 

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
 use super::source_api::{FileSourceApi, SourceApi};
+use crate::tenant::TenantId;
 
 pub const DEFAULT_TOLERANCE_SECS: u64 = 300;
 /// A wider replay window would let a captured delivery be replayed for that long.
@@ -28,6 +29,9 @@ pub(super) struct FileSource {
     pub merchant_key: Option<String>,
     /// `[source.api]`: the gateway's API, for reconciliation.
     pub api: Option<FileSourceApi>,
+    /// The tenant the source's events belong to (docs/tenants.md); unset:
+    /// the default tenant.
+    pub tenant: Option<String>,
 }
 
 impl std::fmt::Debug for FileSource {
@@ -57,6 +61,8 @@ pub struct SourceConfig {
     /// `[source.api]`: how to ask the gateway's API (reconciliation);
     /// `None`: this source is never asked.
     pub api: Option<SourceApi>,
+    /// The tenant its events, orders and books belong to.
+    pub tenant: TenantId,
 }
 
 impl SourceConfig {
@@ -78,6 +84,7 @@ impl std::fmt::Debug for SourceConfig {
             .field("tolerance_secs", &self.tolerance_secs)
             .field("merchant_key", &self.merchant_key)
             .field("api", &self.api)
+            .field("tenant", &self.tenant)
             .finish()
     }
 }
@@ -178,6 +185,10 @@ fn resolve(s: FileSource, env: &HashMap<String, String>) -> Result<SourceConfig,
             Some(table.resolve(gateway, webhook, env).map_err(err)?)
         }
     };
+    let tenant = match &s.tenant {
+        None => TenantId::default_tenant(),
+        Some(raw) => TenantId::parse(raw.trim()).map_err(|e| err(format!("tenant: {e}")))?,
+    };
     Ok(SourceConfig {
         name: s.name.clone(),
         gateway,
@@ -185,6 +196,7 @@ fn resolve(s: FileSource, env: &HashMap<String, String>) -> Result<SourceConfig,
         tolerance_secs,
         merchant_key,
         api,
+        tenant,
     })
 }
 

@@ -59,6 +59,11 @@ pub mod scope;
 pub struct Pooled {
     pool: PgPool,
     pooler: Pooler,
+    /// Straight to Postgres, whether each connection opens in the
+    /// platform's scope ([`Pooled::open`]) or in none
+    /// ([`Pooled::open_tenant_facing`]: every statement sees nothing unless
+    /// its transaction names a scope).
+    platform_session: bool,
 }
 
 impl Pooled {
@@ -67,7 +72,40 @@ impl Pooled {
     /// [`Pooled::connect`] do it from the configuration): behind a
     /// transaction-mode pooler, with no statement cache.
     pub fn new(pool: PgPool, pooler: Pooler) -> Pooled {
-        Pooled { pool, pooler }
+        Pooled {
+            pool,
+            pooler,
+            platform_session: true,
+        }
+    }
+
+    /// [`Pooled::open`] for a binary that serves tenants (the shop's API):
+    /// no connection opens in a scope, so a statement whose transaction
+    /// names none sees no tenant's row — a forgotten scope fails closed.
+    /// [`Pooled::begin`] and [`Pooled::single`] still work in the
+    /// platform's scope, naming it with each `BEGIN`.
+    pub fn open_tenant_facing(
+        db: &DatabaseConfig,
+        max_connections: u32,
+    ) -> Result<Pooled, sqlx::Error> {
+        let options: PgConnectOptions = db.url.expose().parse()?;
+        let options = match db.pooler {
+            Pooler::None => options,
+            Pooler::Transaction => options.statement_cache_capacity(0),
+        };
+        Ok(Pooled {
+            pool: PgPoolOptions::new()
+                .max_connections(max_connections)
+                .acquire_timeout(Duration::from_secs(5))
+                .connect_lazy_with(options),
+            pooler: db.pooler,
+            platform_session: false,
+        })
+    }
+
+    /// Whether a transaction in the platform's scope must name it.
+    fn names_platform(&self) -> bool {
+        self.pooler == Pooler::Transaction || !self.platform_session
     }
 
     /// A long-running binary's database, opened lazily (no connection until
@@ -118,9 +156,10 @@ impl Pooled {
     /// A transaction: every statement in it runs on one server connection,
     /// whatever the pooler, in the platform's scope ([`scope`]).
     pub async fn begin(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-        match self.pooler {
-            Pooler::None => self.pool.begin().await,
-            Pooler::Transaction => self.pool.begin_with(scope::BEGIN_PLATFORM).await,
+        if self.names_platform() {
+            self.pool.begin_with(scope::BEGIN_PLATFORM).await
+        } else {
+            self.pool.begin().await
         }
     }
 
@@ -154,9 +193,33 @@ impl Pooled {
     /// statement is cached and each one is planned anyway: a plain
     /// transaction.
     pub async fn begin_generic(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-        match self.pooler {
-            Pooler::None => self.pool.begin_with(BEGIN_GENERIC).await,
-            Pooler::Transaction => self.pool.begin_with(scope::BEGIN_PLATFORM).await,
+        self.begin_generic_in(&scope::Scope::Platform).await
+    }
+
+    /// [`Pooled::begin_generic`] in `scope` (the worker's transaction, in
+    /// its deliveries' tenant's scope): still one message before the first
+    /// statement.
+    pub async fn begin_generic_in(
+        &self,
+        scope: &scope::Scope,
+    ) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+        match (self.pooler, scope) {
+            (Pooler::Transaction, scope) => {
+                self.pool
+                    .begin_with(sqlx::AssertSqlSafe(scope.begin_statement()))
+                    .await
+            }
+            (Pooler::None, scope::Scope::Platform) if self.platform_session => {
+                self.pool.begin_with(BEGIN_GENERIC).await
+            }
+            (Pooler::None, scope) => {
+                let statement = format!(
+                    "{BEGIN_GENERIC}; SET LOCAL {} = '{}'",
+                    scope::SETTING,
+                    scope.setting()
+                );
+                self.pool.begin_with(sqlx::AssertSqlSafe(statement)).await
+            }
         }
     }
 
@@ -183,12 +246,20 @@ impl Pooled {
     /// in one exchange: there a transaction would only add a BEGIN and a
     /// COMMIT round trip.
     pub async fn single(&self) -> Result<Single, sqlx::Error> {
-        Ok(match self.pooler {
-            Pooler::None => Single::Direct(self.pool.acquire().await?),
-            Pooler::Transaction => {
-                Single::InTransaction(self.pool.begin_with(scope::BEGIN_PLATFORM).await?)
-            }
+        Ok(if self.names_platform() {
+            Single::InTransaction(self.pool.begin_with(scope::BEGIN_PLATFORM).await?)
+        } else {
+            Single::Direct(self.pool.acquire().await?)
         })
+    }
+
+    /// [`Pooled::single`] in `scope`: a tenant's statements run in a
+    /// transaction of their own, which sets the scope.
+    pub async fn single_in(&self, scope: &scope::Scope) -> Result<Single, sqlx::Error> {
+        match scope {
+            scope::Scope::Platform => self.single().await,
+            scope => Ok(Single::InTransaction(self.begin_in(scope).await?)),
+        }
     }
 }
 

@@ -22,7 +22,7 @@ pub async fn ensure_endpoints(db: &Pooled, names: &[String]) -> Result<(), sqlx:
     let mut conn = db.single().await?;
     sqlx::query!(
         "INSERT INTO notify_endpoints (name) SELECT * FROM unnest($1::text[])
-         ON CONFLICT (name) DO NOTHING",
+         ON CONFLICT (tenant_id, name) DO NOTHING",
         names
     )
     .execute(&mut *conn)
@@ -66,7 +66,7 @@ pub async fn disable(db: &Pooled, name: &str, reason: &str) -> Result<u64, sqlx:
     let mut tx = db.begin().await?;
     sqlx::query!(
         "INSERT INTO notify_endpoints (name, disabled_at, disabled_reason) VALUES ($1, now(), $2)
-         ON CONFLICT (name) DO UPDATE SET disabled_at = now(), disabled_reason = $2",
+         ON CONFLICT (tenant_id, name) DO UPDATE SET disabled_at = now(), disabled_reason = $2",
         name,
         reason
     )

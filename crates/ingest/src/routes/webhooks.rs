@@ -155,7 +155,8 @@ async fn handle(
         &body,
         received_at,
         verification.signed_at,
-    );
+    )
+    .for_tenant(&source.tenant);
     let span = tracing::Span::current();
     span.record("oncehook.gateway", source.gateway.as_str());
     span.record("oncehook.receipt_id", envelope.receipt_id.to_string());

@@ -109,7 +109,7 @@ pub async fn record(
                FROM unnest($5::text[], $6::text[], $7::bigint[], $8::text[], $9::bigint[], $10::text[], $11::text[])
                     WITH ORDINALITY AS t(provider, payment_id, order_id, status, amount_minor, currency, event_id, n)
                ORDER BY t.n
-               ON CONFLICT (provider, payment_id, status) DO NOTHING
+               ON CONFLICT (tenant_id, provider, payment_id, status) DO NOTHING
                RETURNING provider, payment_id, status, order_id, amount_minor, currency, flag),
            refund AS (
                INSERT INTO refunds (provider, refund_id, payment_id, order_id, amount_minor, currency, event_id, cumulative)
@@ -119,7 +119,7 @@ pub async fn record(
                     WITH ORDINALITY AS t(provider, refund_id, payment_id, order_id, amount_minor, currency,
                                          event_id, cumulative, n)
                ORDER BY t.n
-               ON CONFLICT (provider, refund_id) DO NOTHING
+               ON CONFLICT (tenant_id, provider, refund_id) DO NOTHING
                RETURNING provider, refund_id, payment_id, order_id, amount_minor, currency, cumulative)
            SELECT 'link' AS "fact!", provider AS "provider!", payment_id AS "id?", NULL::text AS "status?",
                   NULL::bigint AS "order_id?", NULL::text AS "payment_id?", NULL::bigint AS "amount_minor?",

@@ -48,7 +48,7 @@ pub async fn insert_order(
 ) -> Result<Option<i64>, sqlx::Error> {
     sqlx::query_scalar!(
         "INSERT INTO orders (order_ref, customer_email, amount_minor, currency) VALUES ($1, $2, $3, $4)
-         ON CONFLICT (order_ref) DO NOTHING RETURNING id",
+         ON CONFLICT (tenant_id, order_ref) DO NOTHING RETURNING id",
         o.order_ref,
         o.customer_email,
         o.amount_minor,

@@ -29,7 +29,7 @@ pub async fn put_product(
     sqlx::query_as!(
         ProductRow,
         r#"INSERT INTO products (sku, name, stock) VALUES ($1, $2, $3)
-           ON CONFLICT (sku) DO UPDATE SET name = EXCLUDED.name
+           ON CONFLICT (tenant_id, sku) DO UPDATE SET name = EXCLUDED.name
            RETURNING sku, name, stock, (xmax = 0) AS "created!""#,
         sku,
         name,
@@ -149,7 +149,7 @@ pub enum Created {
 pub async fn create_order(conn: &mut PgConnection, o: &ShopOrder) -> Result<Created, sqlx::Error> {
     let Some(id) = sqlx::query_scalar!(
         "INSERT INTO orders (order_ref, customer_email, amount_minor, currency, metadata)
-         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (order_ref) DO NOTHING RETURNING id",
+         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant_id, order_ref) DO NOTHING RETURNING id",
         o.order_ref,
         o.customer_email,
         o.amount_minor,

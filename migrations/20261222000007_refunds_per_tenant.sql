@@ -1,0 +1,12 @@
+-- no-transaction
+-- Tenants (20261222000001_tenants.sql): a refund's (gateway, id) is unique per tenant,
+-- so two shops may both have it. This index replaces the unique key on the
+-- same columns without the tenant, which the previous release's
+-- `ON CONFLICT` still names; the contract step drops that one
+-- (migrations/contract/20261222000101_keys_per_tenant.sql).
+--
+-- Built CONCURRENTLY (outside a transaction, hence the first line), so the
+-- running release's writes go on while it builds. Should the build fail, it
+-- leaves an INVALID index that IF NOT EXISTS would keep: `DROP INDEX
+-- CONCURRENTLY refunds_tenant_refund;` and migrate again (docs/migrations.md).
+CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS refunds_tenant_refund ON refunds (tenant_id, provider, refund_id);

@@ -1,0 +1,12 @@
+-- no-transaction
+-- Tenants (20261222000001_tenants.sql): a refund intent's payment is unique per tenant,
+-- so two shops may both have it. This index replaces the unique key on the
+-- same columns without the tenant, which the previous release's
+-- `ON CONFLICT` still names; the contract step drops that one
+-- (migrations/contract/20261222000101_keys_per_tenant.sql).
+--
+-- Built CONCURRENTLY (outside a transaction, hence the first line), so the
+-- running release's writes go on while it builds. Should the build fail, it
+-- leaves an INVALID index that IF NOT EXISTS would keep: `DROP INDEX
+-- CONCURRENTLY refund_intents_tenant_payment;` and migrate again (docs/migrations.md).
+CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS refund_intents_tenant_payment ON refund_intents (tenant_id, provider, payment_id);
