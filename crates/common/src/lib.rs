@@ -7,7 +7,8 @@
 //! handlers return a verdict, the loop settles it), the one `RetryPolicy`
 //! every backoff reads, the one helper every periodic task runs on
 //! (`periodic`), the one `Retry-After` parser (`retry_after`), telemetry (logs and metrics), the
-//! release and commit a binary was built as (`build`), graceful shutdown and —
+//! release and commit a binary was built as (`build`), secrets sealed at rest
+//! under a key ring (`sealed`), graceful shutdown and —
 //! with the `db` feature — the Postgres pool, migrations, the consumers'
 //! session (`consume::session`), the one outbox relay (`relay`) and the
 //! `store` (the SQL of each table).
@@ -38,6 +39,7 @@ pub mod refund;
 pub mod relay;
 pub mod retry;
 pub mod retry_after;
+pub mod sealed;
 pub mod secret;
 pub mod shutdown;
 #[cfg(feature = "db")]

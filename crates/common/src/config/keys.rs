@@ -7,7 +7,8 @@
 //! the loader refuses by name.
 
 use super::{
-    api, broker, console, database, ingest, mail, notify, reconcile, refunds, telemetry, worker,
+    api, broker, console, database, ingest, mail, notify, reconcile, refunds, secrets, telemetry,
+    worker,
 };
 
 /// The file named by this variable is read under the environment.
@@ -97,6 +98,7 @@ pub(super) fn all() -> impl Iterator<Item = &'static Key> {
         reconcile::KEYS,
         refunds::KEYS,
         notify::KEYS,
+        secrets::KEYS,
     ]
     .into_iter()
     .flatten()

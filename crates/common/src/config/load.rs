@@ -29,6 +29,7 @@ use super::mail::MailSection;
 use super::notify::NotifySection;
 use super::reconcile::ReconcileSection;
 use super::refunds::RefundsSection;
+use super::secrets::SecretsSection;
 use super::sources::FileSource;
 use super::telemetry::TelemetrySection;
 use super::worker::WorkerSection;
@@ -48,6 +49,7 @@ pub(super) struct Sections {
     pub reconcile: ReconcileSection,
     pub notify: NotifySection,
     pub refunds: RefundsSection,
+    pub secrets: SecretsSection,
     /// `[[source]]` stays a top-level table (the documented layout).
     pub source: Vec<FileSource>,
 }

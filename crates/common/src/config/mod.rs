@@ -1,7 +1,8 @@
 //! Configuration, in sections per concern, one file each: `[broker]`
 //! (`broker.rs`), `[database]`, `[telemetry]`, `[ingest]` with the
 //! top-level `[[source]]`s (`sources.rs`), `[worker]`, `[mail]` (its SMTP
-//! checks in `smtp.rs`), `[console]` and `[api]`. A section's file holds all there
+//! checks in `smtp.rs`), `[console]`, `[api]` and `[secrets]` (the key ring
+//! of secrets at rest). A section's file holds all there
 //! is to one of its settings: the public typed struct the binaries read, the
 //! section as written with its defaults, its environment variables and its
 //! checks.
@@ -32,7 +33,7 @@ mod mail;
 mod notify;
 mod reconcile;
 mod refunds;
-
+mod secrets;
 mod smtp;
 mod source_api;
 mod sources;
@@ -71,6 +72,7 @@ pub use refunds::{
     Ceilings, ENV_REFUNDS_INTERVAL, ENV_REFUNDS_LEASE, ENV_REFUNDS_MAX_DAILY_MINOR,
     ENV_REFUNDS_MAX_REFUND_MINOR, ENV_REFUNDS_MODE, RefundMode, RefundPolicy, RefundsConfig,
 };
+pub use secrets::{ENV_SECRET_KEYS, SecretsConfig};
 pub use smtp::{SmtpConfig, SmtpCredentials, SmtpTls};
 pub use source_api::SourceApi;
 pub use sources::{DEFAULT_TOLERANCE_SECS, MAX_TOLERANCE_SECS, SourceConfig};
@@ -98,6 +100,7 @@ pub struct Config {
     pub reconcile: ReconcileConfig,
     pub notify: NotifyConfig,
     pub refunds: RefundsConfig,
+    pub secrets: SecretsConfig,
 }
 
 impl Config {
@@ -141,6 +144,7 @@ impl Config {
             reconcile,
             notify: sections.notify.validate(env)?,
             refunds,
+            secrets: sections.secrets.into(),
         })
     }
 
