@@ -16,7 +16,9 @@ use sqlx::PgPool;
 
 /// The last migration of release 0.4.0.
 const RELEASE_0_4_0: i64 = 20261215000001;
-const RELEASE_0_6_0: i64 = 20261221000001;
+/// The last migration before tenants (this release's own): the test of
+/// 0.5.0's texts starts from the schema up to it, both steps.
+const BEFORE_TENANTS: i64 = 20261221000001;
 
 /// How long the worker's refund-intent sweep may take (it runs every 5 s).
 const SWEEP: Duration = Duration::from_secs(20);
@@ -334,9 +336,10 @@ fn expand_versions_after(version: i64) -> Vec<i64> {
 /// rewrote (its recorded checksums are those of the old text) migrates.
 #[tokio::test]
 async fn a_database_that_ran_release_0_5_0_is_recognised() {
-    // From 0.6.0's finished schema (later releases' migrations are not
-    // undone here: they are applied afresh below).
-    let env = TestEnv::at_finished_release(RELEASE_0_6_0).await;
+    // From the schema before tenants, both steps (what this release made
+    // before them is undone below, the tenants' is never there): then
+    // every migration after 0.5.0's is applied afresh.
+    let env = TestEnv::at_finished_release(BEFORE_TENANTS).await;
     // The checksums of the texts 0.5.0 applied, as 0.5.0 recorded them:
     // written out here on purpose, not read from store::schema's list, so
     // a wrong entry there fails this test.

@@ -9,9 +9,17 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use oncehook_common::store::scope::SERVICE_ROLE;
+use oncehook_e2e::Secrets;
+use oncehook_e2e::api::{Api, FULL_KEY, order_body};
 use oncehook_e2e::ops::{ctl_json, ctl_ok};
 use oncehook_e2e::{TestEnv, eventually};
+use oncehook_gateways::Gateway;
+use sha2::{Digest, Sha256};
 use sqlx::{Connection, PgConnection, Row};
+
+/// The two shops' API keys.
+const ACME_KEY: &str = "ohk_test_acme_0123456789abcdefghijklmnopqrstuvw";
+const GLOBEX_KEY: &str = "ohk_test_globex_0123456789abcdefghijklmnopqrstu";
 
 /// The tables that belong to no tenant: the schema's bookkeeping.
 const PLATFORM_TABLES: &[&str] = &["_sqlx_migrations", "schema_rollouts"];
@@ -331,4 +339,154 @@ async fn oncehookctl_creates_lists_disables_and_enables_tenants() {
         text.contains("Acme Shop") && text.contains("active"),
         "{text}"
     );
+}
+
+/// Two shops on one deployment, each with its own Razorpay source and API
+/// key, both selling `MUG` and both taking an order `order_1042` paid by a
+/// payment with the same id: separate books, stock and emails, and neither
+/// key reaches the other's orders or products.
+#[tokio::test]
+async fn two_tenants_with_the_same_order_ref_and_gateway_keep_separate_books() {
+    let mut env = TestEnv::new().await;
+    for (id, name) in [("acme", "Acme"), ("globex", "Globex")] {
+        ctl_ok(&env, &["tenants", "create", id, "--name", name]).await;
+    }
+    let key_entry = |name: &str, key: &str, tenant: &str| {
+        let hash = hex::encode(Sha256::digest(key.as_bytes()));
+        format!(
+            "[[api.key]]\nname = \"{name}\"\nhash = \"{hash}\"\ntenant = \"{tenant}\"\n\
+             scopes = [\"orders:write\", \"orders:read\", \"products:write\", \"events:read\"]\n"
+        )
+    };
+    env.append_config(&format!(
+        "[[source]]\nname = \"acme-razorpay\"\ngateway = \"razorpay\"\nsecrets = [\"{s}\"]\ntenant = \"acme\"\n\n\
+         [[source]]\nname = \"globex-razorpay\"\ngateway = \"razorpay\"\nsecrets = [\"{s}\"]\ntenant = \"globex\"\n\n{}\n{}",
+        key_entry("acme-shop", ACME_KEY, "acme"),
+        key_entry("globex-shop", GLOBEX_KEY, "globex"),
+        s = Secrets::RAZORPAY,
+    ));
+    let (_ingest, url) = env.start_ingest().await;
+    let _worker = env.start_worker().await;
+    let _mailer = env.start_mailer().await;
+    let api = Api::start(&mut env, &[]).await;
+
+    for (key, stock, email) in [
+        (ACME_KEY, 10, "buyer@acme.example"),
+        (GLOBEX_KEY, 20, "buyer@globex.example"),
+    ] {
+        let put = api
+            .call(
+                "PUT",
+                "/v1/products/MUG",
+                Some(key),
+                Some(&format!(r#"{{"name": "Mug", "stock": {stock}}}"#)),
+                &[],
+            )
+            .await;
+        assert_eq!(put.status, 201, "{put:?}");
+        let body = order_body("order_1042", "MUG", 1).replace("buyer@shop.example", email);
+        let created = api
+            .call(
+                "POST",
+                "/v1/orders",
+                Some(key),
+                Some(&body),
+                &[("Idempotency-Key", "k-1")],
+            )
+            .await;
+        assert_eq!(created.status, 201, "{created:?}");
+    }
+    // Each source's capture, the same payment id at both.
+    for (source, event) in [
+        ("acme-razorpay", "evt_acme"),
+        ("globex-razorpay", "evt_globex"),
+    ] {
+        let spec = env.spec("order_1042", "pay_1042", event, 25_000);
+        let d = env.sign(Gateway::Razorpay, "payment.captured", &spec);
+        env.post_ok(&url, source, &d).await;
+    }
+    for (key, stock, email) in [
+        (ACME_KEY, 9, "buyer@acme.example"),
+        (GLOBEX_KEY, 19, "buyer@globex.example"),
+    ] {
+        let order = eventually("the order paid", Duration::from_secs(30), || async {
+            let a = api.get("/v1/orders/order_1042", key).await;
+            (a.json["status"] == "paid").then_some(a.json)
+        })
+        .await;
+        assert_eq!(order["customer_email"], email, "{order}");
+        let listed = api.get("/v1/orders", key).await;
+        let refs: Vec<&str> = listed.json["data"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|o| o["order_ref"].as_str()).collect())
+            .unwrap_or_default();
+        assert_eq!(refs, vec!["order_1042"], "{key}: {listed:?}");
+        let product = api.get("/v1/products/MUG", key).await;
+        assert_eq!(product.json["stock"], stock, "{product:?}");
+    }
+    // The books, as the owner sees them: one order, payment and email each.
+    let rows: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT o.tenant_id, o.status, p.tenant_id FROM orders o
+         JOIN payments p ON p.order_id = o.id WHERE o.order_ref = 'order_1042' ORDER BY 1",
+    )
+    .fetch_all(&env.pool)
+    .await
+    .expect("the books");
+    assert_eq!(
+        rows,
+        vec![
+            ("acme".into(), "paid".into(), "acme".into()),
+            ("globex".into(), "paid".into(), "globex".into())
+        ]
+    );
+    eventually("both emails sent", Duration::from_secs(30), || async {
+        (env.mail_files().len() == 2).then_some(())
+    })
+    .await;
+    let mails: Vec<String> = env
+        .mail_files()
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap_or_default())
+        .collect();
+    for email in ["buyer@acme.example", "buyer@globex.example"] {
+        assert_eq!(
+            mails.iter().filter(|m| m.contains(email)).count(),
+            1,
+            "{email}"
+        );
+    }
+
+    // An order only globex has: acme's key finds nothing to read or cancel,
+    // and a product acme puts under globex's sku is acme's own.
+    let body = order_body("globex_only", "MUG", 1);
+    let created = api
+        .call(
+            "POST",
+            "/v1/orders",
+            Some(GLOBEX_KEY),
+            Some(&body),
+            &[("Idempotency-Key", "k-2")],
+        )
+        .await;
+    assert_eq!(created.status, 201, "{created:?}");
+    assert_eq!(
+        api.get("/v1/orders/globex_only", ACME_KEY).await.status,
+        404
+    );
+    let cancel = api
+        .call(
+            "POST",
+            "/v1/orders/globex_only/cancel",
+            Some(ACME_KEY),
+            Some("{}"),
+            &[],
+        )
+        .await;
+    assert_eq!(cancel.status, 404, "{cancel:?}");
+    assert_eq!(
+        api.get("/v1/orders/globex_only", GLOBEX_KEY).await.json["status"],
+        "pending"
+    );
+    // The default tenant's key (the API's own test keys) sees neither.
+    assert_eq!(api.get("/v1/orders/order_1042", FULL_KEY).await.status, 404);
 }
