@@ -195,6 +195,7 @@ mod tests {
                 name: "shop".into(),
                 hash,
                 scopes: vec![ApiScope::OrdersRead],
+                tenant: TenantId::default_tenant(),
             }],
             5,
         );
