@@ -36,6 +36,8 @@
 \set whole 250 * (:qty1 + :two)
 
 BEGIN;
+-- The key's tenant's scope, as the API opens each transaction (docs/tenants.md).
+SET LOCAL oncehook.tenants = 'default';
 
 INSERT INTO api_idempotency (key_name, idempotency_key, request_sha256)
 VALUES ('full', 'pgb-' || :n::text, md5(:n::text) || md5('body' || :n::text))
@@ -58,7 +60,7 @@ SELECT count(*) AS locked FROM locked;
 INSERT INTO orders (order_ref, customer_email, amount_minor, currency, metadata)
 VALUES ('pgb_' || :n::text, 'buyer@shop.example', :amount::bigint, 'INR',
         jsonb_build_object('cart', 'c-' || :n::text))
-ON CONFLICT (order_ref) DO NOTHING RETURNING id \gset o_
+ON CONFLICT (tenant_id, order_ref) DO NOTHING RETURNING id \gset o_
 
 INSERT INTO order_items (order_id, sku, qty, unit_minor)
 SELECT :o_id::bigint, * FROM unnest(

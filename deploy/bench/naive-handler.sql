@@ -19,7 +19,7 @@ SELECT id, customer_email, status FROM orders WHERE order_ref = $1 FOR UPDATE;
 -- name: record_payment
 INSERT INTO payments (provider, payment_id, order_id, status, amount_minor, currency, event_id)
 VALUES ($1, $2, $3, 'captured', $4, $5, $6)
-ON CONFLICT (provider, payment_id, status) DO NOTHING;
+ON CONFLICT (tenant_id, provider, payment_id, status) DO NOTHING;
 
 -- name: take_stock
 UPDATE products p SET stock = p.stock - i.qty

@@ -12,7 +12,8 @@
 -- the confirmations into the outbox; then the commit. The
 -- transaction runs on generic plans, as the worker's does on a direct
 -- connection (its BEGIN sets plan_cache_mode = force_generic_plan for the
--- transaction; pgbench sends the SET as a statement of its own), and the
+-- transaction, and the tenant's scope, docs/tenants.md; pgbench sends the
+-- SETs as a statement of their own), and the
 -- group's event numbers come in as an array (unnest), as the worker binds
 -- its arrays, so each statement is planned once per connection. Only the Rust
 -- around it is missing: what the worker computes between two statements is
@@ -52,7 +53,7 @@
 \set last :first + :batch - 1
 
 BEGIN;
-SET LOCAL plan_cache_mode = force_generic_plan;
+SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL oncehook.tenants = 'default';
 
 WITH claimed AS (
     INSERT INTO processed_webhooks
@@ -155,7 +156,7 @@ attempt AS (
     SELECT 'razorpay', 'pay_pgb_' || :tag::text || '_' || e, order_id, 'captured', 10000, 'INR',
            'evt_pgb_' || :tag::text || '_' || e
     FROM g ORDER BY e
-    ON CONFLICT (provider, payment_id, status) DO NOTHING
+    ON CONFLICT (tenant_id, provider, payment_id, status) DO NOTHING
     RETURNING provider, payment_id, status, order_id, amount_minor, currency, flag),
 refund AS (
     INSERT INTO refunds (provider, refund_id, payment_id, order_id, amount_minor, currency, event_id, cumulative)
@@ -163,7 +164,7 @@ refund AS (
     FROM unnest('{}'::text[], '{}'::text[], '{}'::text[], '{}'::bigint[], '{}'::bigint[], '{}'::text[],
                 '{}'::text[], '{}'::boolean[])
          AS t(provider, refund_id, payment_id, order_id, amount_minor, currency, event_id, cumulative)
-    ON CONFLICT (provider, refund_id) DO NOTHING
+    ON CONFLICT (tenant_id, provider, refund_id) DO NOTHING
     RETURNING provider, refund_id, payment_id, order_id, amount_minor, currency, cumulative)
 SELECT 'link' AS fact, provider, payment_id AS id, NULL::text AS status, NULL::bigint AS order_id,
        NULL::text AS payment_id, NULL::bigint AS amount_minor, NULL::text AS currency, NULL::text AS flag,

@@ -1568,7 +1568,7 @@ async fn run_pgbench(
     }
     cmd.arg("-l")
         .arg(format!("--log-prefix={}", log_prefix.display()))
-        .arg(&env.database_url)
+        .arg(env.service_url())
         .current_dir(&env.dir)
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true);

@@ -210,13 +210,13 @@ async fn ceiling_c_runs_the_statements_of_the_workers_transaction() {
     };
     assert_eq!(
         settings(worker),
-        vec![
+        vec![format!(
+            "{}; SET LOCAL oncehook.tenants = 'default'",
             oncehook_common::store::BEGIN_GENERIC
                 .trim_start_matches("BEGIN;")
                 .trim()
-                .to_owned()
-        ],
-        "the worker's transaction runs on generic plans: {worker:#?}"
+        )],
+        "the worker's transaction runs on generic plans, in its tenant's scope: {worker:#?}"
     );
     assert_eq!(
         settings(&ceiling),
@@ -296,7 +296,7 @@ async fn pgbench(env: &TestEnv, batch: usize, clients: usize, tag: &str) {
             format!("-Dtag={tag}"),
             "-Dk=0".to_owned(),
         ])
-        .arg(&env.database_url)
+        .arg(env.service_url())
         .stdin(std::process::Stdio::null())
         .output()
         .await

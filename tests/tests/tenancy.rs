@@ -11,6 +11,7 @@ use std::time::Duration;
 use oncehook_common::store::scope::SERVICE_ROLE;
 use oncehook_e2e::Secrets;
 use oncehook_e2e::api::{Api, FULL_KEY, order_body};
+use oncehook_e2e::console::{Console, OPERATOR, hash_line};
 use oncehook_e2e::ops::{ctl_json, ctl_ok};
 use oncehook_e2e::{TestEnv, eventually};
 use oncehook_gateways::Gateway;
@@ -489,4 +490,33 @@ async fn two_tenants_with_the_same_order_ref_and_gateway_keep_separate_books() {
     );
     // The default tenant's key (the API's own test keys) sees neither.
     assert_eq!(api.get("/v1/orders/order_1042", FULL_KEY).await.status, 404);
+
+    // The console: acme's operator sees acme's events and traces only, and
+    // none of the platform's pages; a platform operator sees both shops.
+    let mut acme_user = hash_line(&env, "ada", "operator", "acme-password-1").await;
+    acme_user.push_str("tenants = [\"acme\"]\n");
+    env.append_config(&acme_user);
+    let console = Console::start(&mut env, &[]).await;
+    let ada = console.login(("ada", "acme-password-1")).await;
+    let olga = console.login(OPERATOR).await;
+    let events = console.get("/events", Some(&ada)).await;
+    assert_eq!(events.status, 200);
+    assert!(
+        events.body.contains("evt_acme") && !events.body.contains("evt_globex"),
+        "{}",
+        events.body
+    );
+    let all = console.get("/events", Some(&olga)).await;
+    assert!(all.body.contains("evt_acme") && all.body.contains("evt_globex"));
+    let traced = console.get("/trace?q=globex_only", Some(&ada)).await;
+    assert!(traced.body.contains("No order"), "{}", traced.body);
+    let traced = console.get("/trace?q=globex_only", Some(&olga)).await;
+    assert!(!traced.body.contains("No order"), "{}", traced.body);
+    assert_eq!(console.get("/", Some(&ada)).await.status, 303);
+    assert_eq!(console.get("/letters", Some(&ada)).await.status, 403);
+    let csrf = console.get("/refunds", Some(&ada)).await.csrf();
+    let paused = console
+        .post("/refunds/pause", Some(&ada), &[("csrf", csrf.as_str())])
+        .await;
+    assert_eq!(paused.status, 403, "{}", paused.body);
 }

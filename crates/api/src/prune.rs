@@ -12,6 +12,7 @@ use crate::store;
 use oncehook_common::periodic::{Next, Periodic};
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::store::Pooled;
+use oncehook_common::store::scope::Scope;
 
 /// Keys deleted per transaction (short transactions, no long locks).
 const BATCH: i64 = 1_000;
@@ -47,7 +48,7 @@ pub async fn run(pool: Pooled, ttl: Duration, shutdown: Shutdown) {
 async fn prune_once(pool: &Pooled, ttl: Duration) -> Result<u64, sqlx::Error> {
     let mut total = 0;
     loop {
-        let mut tx = pool.begin().await?;
+        let mut tx = pool.begin_in(&Scope::Platform).await?;
         let deleted = store::prune_idempotency(&mut tx, ttl, BATCH).await?;
         tx.commit().await?;
         total += deleted;

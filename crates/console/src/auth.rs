@@ -22,6 +22,8 @@ use oncehook_ops::password;
 use oncehook_ops::store::audit::NewAuditEntry;
 use tokio::sync::OwnedSemaphorePermit;
 
+use oncehook_common::store::scope::Scope;
+
 use crate::form::Pairs;
 use crate::html::{self, Page};
 use crate::input;
@@ -33,6 +35,9 @@ use crate::throttle;
 pub struct Who {
     pub session: Session,
     pub role: ConsoleRole,
+    /// Whose rows the user's pages read and write: the account's tenants,
+    /// or every tenant's for a platform operator (docs/tenants.md).
+    pub scope: Scope,
     /// The session's CSRF token, for the forms of the page.
     pub csrf: String,
 }
@@ -40,6 +45,12 @@ pub struct Who {
 impl Who {
     pub fn may_act(&self) -> bool {
         self.role == ConsoleRole::Operator
+    }
+
+    /// Whether the user sees every tenant (the pages that are not kept to
+    /// a tenant yet — queues, dead letters, the stats — are theirs only).
+    pub fn is_platform(&self) -> bool {
+        self.scope == Scope::Platform
     }
 }
 
@@ -57,11 +68,17 @@ fn cookie(req: &HttpRequest) -> Option<String> {
 /// The request's live session and its user's current role.
 pub fn who(req: &HttpRequest, state: &State) -> Option<Who> {
     let session = state.sessions.check(&cookie(req)?)?;
-    let role = state.role_of(&session.user)?;
+    let user = state.user(&session.user)?;
+    let role = user.role;
+    let scope = match &user.tenants {
+        None => Scope::Platform,
+        Some(ids) => Scope::Tenants(ids.clone()),
+    };
     let csrf = state.sessions.csrf_token(&session);
     Some(Who {
         session,
         role,
+        scope,
         csrf,
     })
 }
@@ -71,6 +88,21 @@ pub fn who(req: &HttpRequest, state: &State) -> Option<Who> {
 pub fn page(req: &HttpRequest, state: &State) -> Result<Who, Box<HttpResponse>> {
     who(req, state).ok_or_else(|| Box::new(to_login(req)))
 }
+
+/// A page of the platform's (queues, dead letters, the stats: not kept to
+/// a tenant): the session of a platform operator, else a 403 saying so.
+pub fn platform_page(req: &HttpRequest, state: &State) -> Result<Who, Box<HttpResponse>> {
+    let who = page(req, state)?;
+    if who.is_platform() {
+        Ok(who)
+    } else {
+        Err(Box::new(forbidden(Some(&who), PLATFORM_ONLY)))
+    }
+}
+
+/// Why a tenant's operator gets a 403 on the platform's pages.
+pub const PLATFORM_ONLY: &str = "this page shows every tenant's queues and dead letters: a platform operator's \
+     (your account sees its tenants' events, traces, refunds and notifications)";
 
 fn to_login(req: &HttpRequest) -> HttpResponse {
     let next = req

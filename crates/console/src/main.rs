@@ -57,8 +57,8 @@ async fn main() -> anyhow::Result<()> {
     let traces = telemetry::init_logging(&settings.telemetry, "oncehook-console");
     let console = settings.console.clone();
     warn_about(&console);
-    let pool =
-        Pooled::open(&settings.database, settings.database.pool_size(4)).context("database URL")?;
+    let pool = Pooled::open_tenant_facing(&settings.database, settings.database.pool_size(4))
+        .context("database URL")?;
     let state = web::Data::new(shared_state(settings, &console, pool.clone())?);
     let server = HttpServer::new(move || {
         App::new()

@@ -9,6 +9,7 @@ use oncehook_ops::store::audit::{self, NewAuditEntry};
 use std::sync::Arc;
 
 use oncehook_common::store::Pooled;
+use oncehook_common::store::scope::Scope;
 use tokio::sync::Semaphore;
 
 use crate::dead_letters::DeadLetters;
@@ -39,7 +40,9 @@ impl State {
     /// it records has happened either way) and returned as `false`.
     pub async fn audit(&self, entry: &NewAuditEntry<'_>) -> bool {
         let recorded = async {
-            let mut conn = self.pool.single().await?;
+            // The platform's: the audit trail is the operators' own (a
+            // login has no tenant yet).
+            let mut conn = self.pool.single_in(&Scope::Platform).await?;
             let done = audit::record(&mut conn, entry).await?;
             conn.finish().await?;
             Ok::<_, sqlx::Error>(done)

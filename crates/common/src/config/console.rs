@@ -13,6 +13,7 @@ use super::error::invalid;
 use super::keys::Key;
 use super::values::{Addr, HumanDuration, SecretText};
 use super::{ConfigError, Secret};
+use crate::tenant::TenantId;
 
 pub const ENV_CONSOLE_ADDR: &str = "ONCEHOOK_CONSOLE_ADDR";
 pub const ENV_CONSOLE_SESSION_KEY: &str = "ONCEHOOK_CONSOLE_SESSION_KEY";
@@ -48,6 +49,9 @@ pub struct ConsoleUser {
     pub role: ConsoleRole,
     /// An argon2 PHC string (`oncehookctl console-user NAME` prints one).
     pub password_hash: Secret,
+    /// The tenants whose rows the account sees (docs/tenants.md); `None`:
+    /// a platform operator, who sees every tenant's.
+    pub tenants: Option<Vec<TenantId>>,
 }
 
 /// What a console account may do.
@@ -96,6 +100,8 @@ pub(super) struct UserEntry {
     name: String,
     role: String,
     password_hash: SecretText,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tenants: Option<Vec<String>>,
 }
 
 impl Default for ConsoleSection {
@@ -145,10 +151,26 @@ impl UserEntry {
                 "password_hash must be an argon2 hash (`oncehookctl console-user NAME` prints one)",
             ));
         }
+        let tenants = match self.tenants {
+            None => None,
+            Some(ids) if ids.is_empty() => {
+                return Err(user_error(
+                    &name,
+                    "tenants must name at least one tenant (leave it out for a platform operator)",
+                ));
+            }
+            Some(ids) => Some(
+                ids.iter()
+                    .map(|id| TenantId::parse(id.trim()))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| user_error(&name, &format!("tenants: {e}")))?,
+            ),
+        };
         Ok(ConsoleUser {
             name,
             role,
             password_hash: self.password_hash.0,
+            tenants,
         })
     }
 }

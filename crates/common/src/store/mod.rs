@@ -59,11 +59,11 @@ pub mod scope;
 pub struct Pooled {
     pool: PgPool,
     pooler: Pooler,
-    /// Straight to Postgres, whether each connection opens in the
-    /// platform's scope ([`Pooled::open`]) or in none
-    /// ([`Pooled::open_tenant_facing`]: every statement sees nothing unless
-    /// its transaction names a scope).
-    platform_session: bool,
+    /// Whether [`Pooled::begin`] and [`Pooled::single`] work in the
+    /// platform's scope ([`Pooled::open`]: straight to Postgres, each
+    /// connection opens in it) or in none ([`Pooled::open_tenant_facing`]:
+    /// a statement sees nothing unless its transaction names a scope).
+    platform_default: bool,
 }
 
 impl Pooled {
@@ -75,15 +75,16 @@ impl Pooled {
         Pooled {
             pool,
             pooler,
-            platform_session: true,
+            platform_default: true,
         }
     }
 
-    /// [`Pooled::open`] for a binary that serves tenants (the shop's API):
-    /// no connection opens in a scope, so a statement whose transaction
-    /// names none sees no tenant's row — a forgotten scope fails closed.
-    /// [`Pooled::begin`] and [`Pooled::single`] still work in the
-    /// platform's scope, naming it with each `BEGIN`.
+    /// [`Pooled::open`] for a binary that serves tenants (the shop's API,
+    /// the console): no connection opens in a scope, and [`Pooled::begin`]
+    /// and [`Pooled::single`] name none, so a statement whose transaction
+    /// names no scope sees no tenant's row — a forgotten scope fails
+    /// closed. Work for every tenant names the platform's
+    /// ([`Pooled::begin_in`] with [`scope::Scope::Platform`]).
     pub fn open_tenant_facing(
         db: &DatabaseConfig,
         max_connections: u32,
@@ -99,13 +100,23 @@ impl Pooled {
                 .acquire_timeout(Duration::from_secs(5))
                 .connect_lazy_with(options),
             pooler: db.pooler,
-            platform_session: false,
+            platform_default: false,
         })
     }
 
-    /// Whether a transaction in the platform's scope must name it.
-    fn names_platform(&self) -> bool {
-        self.pooler == Pooler::Transaction || !self.platform_session
+    /// Whether a connection opens in the platform's scope (then a
+    /// transaction in it need not name it).
+    fn opens_in_platform(&self) -> bool {
+        self.pooler == Pooler::None && self.platform_default
+    }
+
+    /// A transaction in the platform's scope.
+    async fn begin_platform(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+        if self.opens_in_platform() {
+            self.pool.begin().await
+        } else {
+            self.pool.begin_with(scope::BEGIN_PLATFORM).await
+        }
     }
 
     /// A long-running binary's database, opened lazily (no connection until
@@ -154,10 +165,11 @@ impl Pooled {
     }
 
     /// A transaction: every statement in it runs on one server connection,
-    /// whatever the pooler, in the platform's scope ([`scope`]).
+    /// whatever the pooler, in the platform's scope ([`scope`]) — in none
+    /// on a [`Pooled::open_tenant_facing`] pool.
     pub async fn begin(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-        if self.names_platform() {
-            self.pool.begin_with(scope::BEGIN_PLATFORM).await
+        if self.platform_default {
+            self.begin_platform().await
         } else {
             self.pool.begin().await
         }
@@ -171,7 +183,7 @@ impl Pooled {
         scope: &scope::Scope,
     ) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
         match scope {
-            scope::Scope::Platform => self.begin().await,
+            scope::Scope::Platform => self.begin_platform().await,
             scope => {
                 self.pool
                     .begin_with(sqlx::AssertSqlSafe(scope.begin_statement()))
@@ -209,7 +221,7 @@ impl Pooled {
                     .begin_with(sqlx::AssertSqlSafe(scope.begin_statement()))
                     .await
             }
-            (Pooler::None, scope::Scope::Platform) if self.platform_session => {
+            (Pooler::None, scope::Scope::Platform) if self.platform_default => {
                 self.pool.begin_with(BEGIN_GENERIC).await
             }
             (Pooler::None, scope) => {
@@ -246,18 +258,17 @@ impl Pooled {
     /// in one exchange: there a transaction would only add a BEGIN and a
     /// COMMIT round trip.
     pub async fn single(&self) -> Result<Single, sqlx::Error> {
-        Ok(if self.names_platform() {
-            Single::InTransaction(self.pool.begin_with(scope::BEGIN_PLATFORM).await?)
-        } else {
-            Single::Direct(self.pool.acquire().await?)
+        Ok(match self.pooler {
+            Pooler::None => Single::Direct(self.pool.acquire().await?),
+            Pooler::Transaction => Single::InTransaction(self.begin().await?),
         })
     }
 
-    /// [`Pooled::single`] in `scope`: a tenant's statements run in a
-    /// transaction of their own, which sets the scope.
+    /// [`Pooled::single`] in `scope`: the statements run in a transaction
+    /// of their own that sets the scope, unless the connection opens in it.
     pub async fn single_in(&self, scope: &scope::Scope) -> Result<Single, sqlx::Error> {
         match scope {
-            scope::Scope::Platform => self.single().await,
+            scope::Scope::Platform if self.opens_in_platform() => self.single().await,
             scope => Ok(Single::InTransaction(self.begin_in(scope).await?)),
         }
     }

@@ -20,7 +20,7 @@ pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
     };
     let page = page_number(&Pairs::parse(req.query_string().as_bytes()));
     let rows = async {
-        let mut conn = state.pool.single().await?;
+        let mut conn = state.pool.single_in(&who.scope).await?;
         let done = audit::recent(&mut conn, PAGE_SIZE + 1, (page - 1) * PAGE_SIZE).await?;
         conn.finish().await?;
         Ok::<_, sqlx::Error>(done)

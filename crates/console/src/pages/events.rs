@@ -106,7 +106,7 @@ pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
         after: query.after.as_ref(),
     };
     let rows = async {
-        let mut conn = state.pool.single().await?;
+        let mut conn = state.pool.single_in(&who.scope).await?;
         let done = dedup::recent(&mut conn, filter, PAGE_SIZE + 1).await?;
         conn.finish().await?;
         Ok::<_, sqlx::Error>(done)

@@ -39,6 +39,13 @@ pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
         Ok(w) => w,
         Err(r) => return *r,
     };
+    // The stats are every tenant's: a tenant's operator starts at the
+    // events instead.
+    if !who.is_platform() {
+        return HttpResponse::SeeOther()
+            .insert_header((actix_web::http::header::LOCATION, "/events"))
+            .finish();
+    }
     let q = Pairs::parse(req.query_string().as_bytes());
     let since_text = q.get("since").unwrap_or_else(|| "24h".to_owned());
     let since = match parse_duration(&since_text) {

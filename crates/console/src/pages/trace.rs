@@ -14,6 +14,7 @@ use super::page_query;
 use crate::html::{self, Page};
 use crate::input;
 use crate::state::State;
+use oncehook_common::store::scope::Scope;
 
 /// The longest order ref, payment id or event id looked for.
 const MAX_TERM: usize = 256;
@@ -39,7 +40,7 @@ pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
     let found = if q.is_empty() {
         Ok(None)
     } else {
-        find(&state, &q).await
+        find(&state, &who.scope, &q).await
     };
     let report = match found {
         Ok(r) => r,
@@ -64,8 +65,12 @@ pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
 
 /// The report for `q`, tried as an order ref, a payment id, then an event
 /// id of each gateway; with how it was found.
-async fn find(state: &State, q: &str) -> anyhow::Result<Option<(String, TraceReport)>> {
-    let mut conn = state.pool.single().await?;
+async fn find(
+    state: &State,
+    scope: &Scope,
+    q: &str,
+) -> anyhow::Result<Option<(String, TraceReport)>> {
+    let mut conn = state.pool.single_in(scope).await?;
     let found = find_in(&mut conn, q).await?;
     conn.finish().await?;
     Ok(found)

@@ -35,6 +35,9 @@ pub async fn preview(req: HttpRequest, state: web::Data<State>, body: web::Bytes
         Ok(w) => w,
         Err(r) => return *r,
     };
+    if !who.is_platform() {
+        return auth::forbidden(Some(&who), auth::PLATFORM_ONLY);
+    }
     let verb = match form.get("action").as_deref() {
         Some("purge") => Verb::Purge,
         _ => Verb::Replay,
@@ -182,6 +185,9 @@ async fn act(
         Ok(w) => w,
         Err(r) => return *r,
     };
+    if !who.is_platform() {
+        return auth::forbidden(Some(&who), auth::PLATFORM_ONLY);
+    }
     let Some(ids) = confirmed_ids(&form) else {
         return unconfirmed(&who);
     };

@@ -20,7 +20,7 @@ pub async fn detail(
     state: web::Data<State>,
     id: web::Path<String>,
 ) -> HttpResponse {
-    let who = match auth::page(&req, &state) {
+    let who = match auth::platform_page(&req, &state) {
         Ok(w) => w,
         Err(r) => return *r,
     };

@@ -23,7 +23,7 @@ const LIST_LIMIT: usize = 500;
 
 /// `GET /letters`
 pub async fn list(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
-    let who = match auth::page(&req, &state) {
+    let who = match auth::platform_page(&req, &state) {
         Ok(w) => w,
         Err(r) => return *r,
     };

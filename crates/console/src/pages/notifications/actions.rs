@@ -36,7 +36,7 @@ pub async fn replay(req: HttpRequest, state: web::Data<State>, body: web::Bytes)
     };
     let scope = query.scope_text();
     let done = async {
-        let mut conn = state.pool.single().await?;
+        let mut conn = state.pool.single_in(&who.scope).await?;
         let done = replay_in(&mut conn, &query).await?;
         conn.finish().await?;
         Ok::<_, sqlx::Error>(done)
@@ -155,7 +155,7 @@ pub async fn enable(req: HttpRequest, state: web::Data<State>, body: web::Bytes)
         Err(why) => return input::bad_request(&who, TITLE, PATH, &why),
     };
     let done = async {
-        let mut conn = state.pool.single().await?;
+        let mut conn = state.pool.single_in(&who.scope).await?;
         let done = store::enable(&mut conn, &name).await?;
         conn.finish().await?;
         Ok::<_, sqlx::Error>(done)

@@ -16,6 +16,7 @@ use crate::pages::events::{enc, select};
 use crate::pages::{one_page, page_query};
 use crate::said::{self, Said};
 use crate::state::State;
+use oncehook_common::store::scope::Scope;
 
 /// `GET /notifications`
 pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
@@ -33,8 +34,8 @@ struct Book {
     more: bool,
 }
 
-async fn read(state: &State, query: &Query) -> Result<Book, sqlx::Error> {
-    let mut conn = state.pool.single().await?;
+async fn read(state: &State, scope: &Scope, query: &Query) -> Result<Book, sqlx::Error> {
+    let mut conn = state.pool.single_in(scope).await?;
     let endpoints = store::endpoints(&mut conn).await?;
     let mut deliveries = store::list(&mut conn, &query.list_filter()).await?;
     conn.finish().await?;
@@ -53,7 +54,7 @@ pub(super) async fn answer(
     query: &Query,
     said: Option<Said>,
 ) -> HttpResponse {
-    let book = match read(state, query).await {
+    let book = match read(state, &who.scope, query).await {
         Ok(b) => b,
         Err(e) => return html::failure(who, TITLE, &anyhow::Error::new(e)),
     };

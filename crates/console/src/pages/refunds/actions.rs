@@ -18,6 +18,7 @@ use crate::form::Pairs;
 use crate::input::{self, Invalid};
 use crate::said::{Said, audited};
 use crate::state::State;
+use oncehook_common::store::scope::Scope;
 
 /// The audit trail's names of the actions.
 const APPROVE: &str = "refund approve";
@@ -83,7 +84,7 @@ async fn change(
     };
     let by = format!("{}@console", who.session.user);
     let done = async {
-        let mut conn = state.pool.single().await?;
+        let mut conn = state.pool.single_in(&who.scope).await?;
         let done = change_in(&mut conn, &id, change, &by).await?;
         conn.finish().await?;
         Ok::<_, sqlx::Error>(done)
@@ -205,10 +206,16 @@ async fn switch(
         Ok(w) => w,
         Err(r) => return *r,
     };
+    if !who.is_platform() {
+        return auth::forbidden(
+            Some(&who),
+            "the refunds' kill switch stops every tenant's refunder: a platform operator's",
+        );
+    }
     let action = if paused { PAUSE } else { RESUME };
     let by = format!("{}@console", who.session.user);
     let done = async {
-        let mut conn = state.pool.single().await?;
+        let mut conn = state.pool.single_in(&Scope::Platform).await?;
         store::set_paused(&mut conn, paused, &by).await?;
         conn.finish().await?;
         Ok::<_, sqlx::Error>(())

@@ -17,6 +17,7 @@ use crate::pages::events::{enc, select};
 use crate::pages::{one_page, page_query};
 use crate::said::{self, Said};
 use crate::state::State;
+use oncehook_common::store::scope::Scope;
 
 /// `GET /refunds`
 pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
@@ -36,8 +37,8 @@ struct Book {
 
 /// The intents `query` names: one intent or an order's (newest first,
 /// in its state if one is given), else a page of the newest.
-async fn read(state: &State, query: &Query) -> Result<Book, sqlx::Error> {
-    let mut conn = state.pool.single().await?;
+async fn read(state: &State, scope: &Scope, query: &Query) -> Result<Book, sqlx::Error> {
+    let mut conn = state.pool.single_in(scope).await?;
     let mut intents = match &query.term {
         Some(term) => {
             let mut found: Vec<Intent> = store::find(&mut conn, term)
@@ -67,7 +68,7 @@ pub(super) async fn answer(
     query: &Query,
     said: Option<Said>,
 ) -> HttpResponse {
-    let book = match read(state, query).await {
+    let book = match read(state, &who.scope, query).await {
         Ok(b) => b,
         Err(e) => return html::failure(who, TITLE, &anyhow::Error::new(e)),
     };
