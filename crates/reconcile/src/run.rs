@@ -41,6 +41,8 @@ use crate::limits::Budget;
 use crate::report::{CallReport, FactReport, Found, Report, SourceReport};
 use crate::source::ask_source;
 use crate::store::{self, FactKey};
+use oncehook_common::store::scope::Scope as TenantScope;
+use oncehook_common::tenant::TenantId;
 use oncehook_gateway_api::{ApiSource, CallError, Client};
 use oncehook_gateway_api::{PublishError, Publisher};
 
@@ -96,10 +98,12 @@ pub struct Reconciler {
 }
 
 impl Reconciler {
-    /// The sources of `config` that have a `[source.api]`.
+    /// The sources of `config` that have a `[source.api]`. It works in the
+    /// default tenant's scope: only its sources may have an API for now
+    /// (docs/tenants.md), so it asks about that tenant's orders alone.
     pub fn new(config: &Config, pool: Pooled) -> Result<Reconciler, RunError> {
         Ok(Reconciler {
-            pool,
+            pool: pool.scoped(TenantScope::tenant(TenantId::default_tenant())),
             sources: ApiSource::all(config),
             config: config.reconcile.clone(),
             broker: config.broker.clone(),

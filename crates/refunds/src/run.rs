@@ -25,6 +25,8 @@ use tracing::Instrument as _;
 use crate::RefundError;
 use crate::policy::{self, Decision, Reach};
 use crate::send::{self, Attempt, FactPublisher};
+use oncehook_common::store::scope::Scope;
+use oncehook_common::tenant::TenantId;
 
 /// The most intents decided, or sent, in one pass (the next pass goes on).
 const PER_PASS: i64 = 100;
@@ -40,9 +42,12 @@ pub struct Refunder {
 }
 
 impl Refunder {
+    /// The refunder of `config`'s sources with an API, in the default
+    /// tenant's scope: only its sources may have an API for now
+    /// (docs/tenants.md), so it sends that tenant's refunds alone.
     pub fn new(config: &Config, pool: Pooled) -> Result<Refunder, RefundError> {
         Ok(Refunder {
-            pool,
+            pool: pool.scoped(Scope::tenant(TenantId::default_tenant())),
             sources: ApiSource::all(config),
             config: config.refunds.clone(),
             broker: config.broker.clone(),

@@ -144,3 +144,21 @@ fn a_wrong_missing_or_clear_text_credential_refuses_to_start() {
     );
     assert!(text.contains("no API to reconcile with"), "{text}");
 }
+
+#[test]
+fn a_source_names_its_tenant_and_only_the_default_tenants_may_have_an_api() {
+    let plain = "[[source]]\nname = \"s\"\ngateway = \"razorpay\"\nsecrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\n";
+    let config = load(&format!("{plain}tenant = \"acme\"\n"), &[]).expect("config");
+    assert_eq!(config.source("s").expect("source").tenant.as_str(), "acme");
+    let config = load(plain, &[]).expect("config");
+    assert!(config.source("s").expect("source").tenant.is_default());
+    let bad = refused(&format!("{plain}tenant = \"Acme\"\n"), &[]);
+    assert!(bad.contains("not a tenant id"), "{bad}");
+    let with_api = source("razorpay", "key_id = \"k\"\nkey_secret = \"s\"\n")
+        .replace("[source.api]", "tenant = \"acme\"\n[source.api]");
+    let why = refused(&with_api, &[]);
+    assert!(
+        why.contains("default tenant's sources only") && why.contains("acme"),
+        "{why}"
+    );
+}

@@ -189,6 +189,12 @@ fn resolve(s: FileSource, env: &HashMap<String, String>) -> Result<SourceConfig,
         None => TenantId::default_tenant(),
         Some(raw) => TenantId::parse(raw.trim()).map_err(|e| err(format!("tenant: {e}")))?,
     };
+    if api.is_some() && !tenant.is_default() {
+        return Err(err(format!(
+            "[source.api] (reconciliation and refunds) is for the default tenant's sources only \
+             in this release, and this source is tenant {tenant}'s (docs/tenants.md)"
+        )));
+    }
     Ok(SourceConfig {
         name: s.name.clone(),
         gateway,

@@ -59,11 +59,14 @@ pub mod scope;
 pub struct Pooled {
     pool: PgPool,
     pooler: Pooler,
-    /// Whether [`Pooled::begin`] and [`Pooled::single`] work in the
-    /// platform's scope ([`Pooled::open`]: straight to Postgres, each
-    /// connection opens in it) or in none ([`Pooled::open_tenant_facing`]:
-    /// a statement sees nothing unless its transaction names a scope).
-    platform_default: bool,
+    /// Whether each connection opens in the platform's scope ([`Pooled::open`]
+    /// straight to Postgres: a startup option), so a platform transaction
+    /// need not name it.
+    session_platform: bool,
+    /// The scope of [`Pooled::begin`] and [`Pooled::single`]: the
+    /// platform's ([`Pooled::open`]), none ([`Pooled::open_tenant_facing`]:
+    /// a forgotten scope sees nothing), or one tenant's ([`Pooled::scoped`]).
+    default: scope::Scope,
 }
 
 impl Pooled {
@@ -75,7 +78,8 @@ impl Pooled {
         Pooled {
             pool,
             pooler,
-            platform_default: true,
+            session_platform: true,
+            default: scope::Scope::Platform,
         }
     }
 
@@ -100,23 +104,24 @@ impl Pooled {
                 .acquire_timeout(Duration::from_secs(5))
                 .connect_lazy_with(options),
             pooler: db.pooler,
-            platform_default: false,
+            session_platform: false,
+            default: scope::Scope::Tenants(Vec::new()),
         })
     }
 
-    /// Whether a connection opens in the platform's scope (then a
-    /// transaction in it need not name it).
-    fn opens_in_platform(&self) -> bool {
-        self.pooler == Pooler::None && self.platform_default
+    /// The same pool, its [`Pooled::begin`] and [`Pooled::single`] in
+    /// `scope` (the reconciler and the refunder: the default tenant's).
+    pub fn scoped(&self, scope: scope::Scope) -> Pooled {
+        Pooled {
+            default: scope,
+            ..self.clone()
+        }
     }
 
-    /// A transaction in the platform's scope.
-    async fn begin_platform(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-        if self.opens_in_platform() {
-            self.pool.begin().await
-        } else {
-            self.pool.begin_with(scope::BEGIN_PLATFORM).await
-        }
+    /// Whether a transaction in `scope` may leave it unnamed: the
+    /// platform's, on a connection that opens in it.
+    fn implied(&self, scope: &scope::Scope) -> bool {
+        *scope == scope::Scope::Platform && self.session_platform && self.pooler == Pooler::None
     }
 
     /// A long-running binary's database, opened lazily (no connection until
@@ -165,30 +170,26 @@ impl Pooled {
     }
 
     /// A transaction: every statement in it runs on one server connection,
-    /// whatever the pooler, in the platform's scope ([`scope`]) — in none
-    /// on a [`Pooled::open_tenant_facing`] pool.
+    /// whatever the pooler, in the pool's scope (the platform's, [`scope`];
+    /// none on a [`Pooled::open_tenant_facing`] pool).
     pub async fn begin(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-        if self.platform_default {
-            self.begin_platform().await
-        } else {
-            self.pool.begin().await
-        }
+        self.begin_in(&self.default.clone()).await
     }
 
     /// A transaction in `scope` (docs/tenants.md, "Isolation"): a
     /// tenant's transaction sees and writes that tenant's rows only,
-    /// whatever its statements say.
+    /// whatever its statements say. The scope goes with the `BEGIN`, in
+    /// one message.
     pub async fn begin_in(
         &self,
         scope: &scope::Scope,
     ) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-        match scope {
-            scope::Scope::Platform => self.begin_platform().await,
-            scope => {
-                self.pool
-                    .begin_with(sqlx::AssertSqlSafe(scope.begin_statement()))
-                    .await
-            }
+        if self.implied(scope) {
+            self.pool.begin().await
+        } else {
+            self.pool
+                .begin_with(sqlx::AssertSqlSafe(scope.begin_statement()))
+                .await
         }
     }
 
@@ -203,9 +204,9 @@ impl Pooled {
     /// planned once per connection and again only when the tables'
     /// statistics or schema change. Behind a transaction-mode pooler no
     /// statement is cached and each one is planned anyway: a plain
-    /// transaction.
+    /// transaction (in the pool's scope).
     pub async fn begin_generic(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-        self.begin_generic_in(&scope::Scope::Platform).await
+        self.begin_generic_in(&self.default.clone()).await
     }
 
     /// [`Pooled::begin_generic`] in `scope` (the worker's transaction, in
@@ -215,16 +216,10 @@ impl Pooled {
         &self,
         scope: &scope::Scope,
     ) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-        match (self.pooler, scope) {
-            (Pooler::Transaction, scope) => {
-                self.pool
-                    .begin_with(sqlx::AssertSqlSafe(scope.begin_statement()))
-                    .await
-            }
-            (Pooler::None, scope::Scope::Platform) if self.platform_default => {
-                self.pool.begin_with(BEGIN_GENERIC).await
-            }
-            (Pooler::None, scope) => {
+        match self.pooler {
+            Pooler::Transaction => self.begin_in(scope).await,
+            Pooler::None if self.implied(scope) => self.pool.begin_with(BEGIN_GENERIC).await,
+            Pooler::None => {
                 let statement = format!(
                     "{BEGIN_GENERIC}; SET LOCAL {} = '{}'",
                     scope::SETTING,
@@ -245,8 +240,9 @@ impl Pooled {
         &self.pool
     }
 
-    /// A connection for statements run on their own (reads, mostly); end
-    /// it with [`Single::finish`]. Behind a transaction-mode pooler the
+    /// A connection for statements run on their own (reads, mostly), in
+    /// the pool's scope; end it with [`Single::finish`]. Behind a
+    /// transaction-mode pooler the
     /// statements run in a transaction of their own: with no statement
     /// cached, sqlx runs a `query!` in two exchanges, each closed by a Sync
     /// (Parse and Describe, then Bind and Execute), and at the first one's
@@ -256,21 +252,18 @@ impl Pooled {
     /// `tests/tests/pooler.rs` shows it). Straight to Postgres, or behind a
     /// session-mode pooler, the statement is cached per connection and runs
     /// in one exchange: there a transaction would only add a BEGIN and a
-    /// COMMIT round trip.
+    /// COMMIT round trip — unless the scope must be set, which takes one.
     pub async fn single(&self) -> Result<Single, sqlx::Error> {
-        Ok(match self.pooler {
-            Pooler::None => Single::Direct(self.pool.acquire().await?),
-            Pooler::Transaction => Single::InTransaction(self.begin().await?),
-        })
+        self.single_in(&self.default.clone()).await
     }
 
-    /// [`Pooled::single`] in `scope`: the statements run in a transaction
-    /// of their own that sets the scope, unless the connection opens in it.
+    /// [`Pooled::single`] in `scope`.
     pub async fn single_in(&self, scope: &scope::Scope) -> Result<Single, sqlx::Error> {
-        match scope {
-            scope::Scope::Platform if self.opens_in_platform() => self.single().await,
-            scope => Ok(Single::InTransaction(self.begin_in(scope).await?)),
-        }
+        Ok(if self.implied(scope) {
+            Single::Direct(self.pool.acquire().await?)
+        } else {
+            Single::InTransaction(self.begin_in(scope).await?)
+        })
     }
 }
 
