@@ -519,4 +519,25 @@ async fn two_tenants_with_the_same_order_ref_and_gateway_keep_separate_books() {
         .post("/refunds/pause", Some(&ada), &[("csrf", csrf.as_str())])
         .await;
     assert_eq!(paused.status, 403, "{}", paused.body);
+
+    // A disabled tenant's keys are refused within a couple of seconds; the
+    // other shop's are not, and enabling it lets its keys in again.
+    ctl_ok(&env, &["tenants", "disable", "acme"]).await;
+    let refused = eventually("acme's key refused", Duration::from_secs(3), || async {
+        let a = api.get("/v1/orders/order_1042", ACME_KEY).await;
+        (a.status == 403).then_some(a)
+    })
+    .await;
+    assert_eq!(refused.code(), "tenant_disabled", "{refused:?}");
+    assert_eq!(
+        api.get("/v1/orders/order_1042", GLOBEX_KEY).await.status,
+        200
+    );
+    ctl_ok(&env, &["tenants", "enable", "acme"]).await;
+    eventually(
+        "acme's key let in again",
+        Duration::from_secs(3),
+        || async { (api.get("/v1/orders/order_1042", ACME_KEY).await.status == 200).then_some(()) },
+    )
+    .await;
 }

@@ -19,6 +19,7 @@ use oncehook_common::config::{ApiKey, ApiScope};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use crate::disabled::Disabled;
 use crate::error::ApiError;
 use oncehook_common::store::scope::Scope;
 use oncehook_common::tenant::TenantId;
@@ -43,10 +44,12 @@ impl Caller {
 pub struct Auth {
     keys: Vec<ApiKey>,
     throttle: Throttle,
+    /// The tenants whose keys are refused ([`crate::disabled`]).
+    disabled: Disabled,
 }
 
 impl Auth {
-    pub fn new(keys: Vec<ApiKey>, failures_per_minute: u32) -> Auth {
+    pub fn new(keys: Vec<ApiKey>, failures_per_minute: u32, disabled: Disabled) -> Auth {
         for key in &keys {
             metrics::counter!("oncehook_api_auth_failures_total", "key" => key.name.clone())
                 .absolute(0);
@@ -55,6 +58,7 @@ impl Auth {
         Auth {
             keys,
             throttle: Throttle::new(failures_per_minute, Duration::from_secs(60)),
+            disabled,
         }
     }
 
@@ -86,6 +90,15 @@ impl Auth {
                 "an API key is needed: Authorization: Bearer <key>",
             ));
         };
+        if self.disabled.contains(key.tenant.as_str()) {
+            metrics::counter!("oncehook_api_auth_failures_total", "key" => key.name.clone())
+                .increment(1);
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "tenant_disabled",
+                format!("tenant {} is disabled: its keys are refused", key.tenant),
+            ));
+        }
         if !scopes.iter().any(|s| key.scopes.contains(s)) {
             metrics::counter!("oncehook_api_auth_failures_total", "key" => key.name.clone())
                 .increment(1);
@@ -198,6 +211,7 @@ mod tests {
                 tenant: TenantId::default_tenant(),
             }],
             5,
+            Disabled::default(),
         );
         assert_eq!(
             auth.find("ohk_secret").map(|k| k.name.as_str()),

@@ -9,6 +9,7 @@
 
 pub mod audit;
 pub mod auth;
+pub mod disabled;
 pub mod error;
 pub mod model;
 pub mod openapi;

@@ -56,10 +56,15 @@ impl Application {
         let prune = supervise("idempotency key pruning", &shutdown, move || {
             crate::prune::run(db.clone(), ttl, stop.clone())
         });
-        let tasks = vec![watch, prune];
+        let disabled = crate::disabled::Disabled::default();
+        let (db, set, stop) = (pool.clone(), disabled.clone(), shutdown.clone());
+        let tenants = supervise("disabled tenants", &shutdown, move || {
+            crate::disabled::run(db.clone(), set.clone(), stop.clone())
+        });
+        let tasks = vec![watch, prune, tenants];
         let state = web::Data::new(State {
             pool,
-            auth: Auth::new(api.keys.clone(), api.auth_failures_per_minute),
+            auth: Auth::new(api.keys.clone(), api.auth_failures_per_minute, disabled),
             max_items: api.max_items,
             max_page_size: api.max_page_size,
         });

@@ -5,6 +5,7 @@
 //! view); in a tenant's scope the table shows that tenant's row only.
 
 use oncehook_common::store::Pooled;
+use oncehook_common::store::scope::Scope;
 use oncehook_common::tenant::TenantId;
 use serde::Serialize;
 use time::OffsetDateTime;
@@ -165,4 +166,14 @@ pub async fn set_status(db: &Pooled, id: &TenantId, status: Status) -> Result<Te
     tx.commit().await.map_err(db_error(id))?;
     row.map(Tenant::from)
         .ok_or_else(|| TenantError::NotFound(id.clone()))
+}
+
+/// The ids of the disabled tenants (the shop's API refuses their keys).
+pub async fn disabled(db: &Pooled) -> Result<Vec<String>, sqlx::Error> {
+    let mut conn = db.single_in(&Scope::Platform).await?;
+    let ids = sqlx::query_scalar!("SELECT id FROM tenants WHERE status = 'disabled' ORDER BY id")
+        .fetch_all(&mut *conn)
+        .await?;
+    conn.finish().await?;
+    Ok(ids)
 }
