@@ -13,6 +13,7 @@ use oncehook_e2e::Secrets;
 use oncehook_e2e::api::{Api, FULL_KEY, order_body};
 use oncehook_e2e::console::{Console, OPERATOR, hash_line};
 use oncehook_e2e::ops::{ctl_json, ctl_ok};
+use oncehook_e2e::receiver::{Receiver, SECRET};
 use oncehook_e2e::{TestEnv, eventually};
 use oncehook_gateways::Gateway;
 use sha2::{Digest, Sha256};
@@ -366,9 +367,22 @@ async fn two_tenants_with_the_same_order_ref_and_gateway_keep_separate_books() {
         key_entry("globex-shop", GLOBEX_KEY, "globex"),
         s = Secrets::RAZORPAY,
     ));
+    // Each shop's endpoint for its order events.
+    let acme_rx = Receiver::start(SECRET).await;
+    let globex_rx = Receiver::start(SECRET).await;
+    for (name, rx, tenant) in [
+        ("acme-hook", &acme_rx, "acme"),
+        ("globex-hook", &globex_rx, "globex"),
+    ] {
+        env.append_config(&format!(
+            "[[notify.endpoint]]\nname = \"{name}\"\nurl = \"{}\"\nsecret = \"{SECRET}\"\nevents = [\"order.*\"]\ntenant = \"{tenant}\"\n",
+            rx.url
+        ));
+    }
     let (_ingest, url) = env.start_ingest().await;
     let _worker = env.start_worker().await;
     let _mailer = env.start_mailer().await;
+    let _notifier = env.start_consumer("oncehook-notifier", &[]).await;
     let api = Api::start(&mut env, &[]).await;
 
     for (key, stock, email) in [
@@ -455,6 +469,24 @@ async fn two_tenants_with_the_same_order_ref_and_gateway_keep_separate_books() {
             1,
             "{email}"
         );
+    }
+
+    // Order events: each shop's endpoint gets its own order's, signed, and
+    // never the other's.
+    for (rx, email) in [
+        (&acme_rx, "buyer@acme.example"),
+        (&globex_rx, "buyer@globex.example"),
+    ] {
+        let paid = eventually("the shop's order.paid", Duration::from_secs(30), || async {
+            rx.received()
+                .into_iter()
+                .find(|r| r.event["type"] == "order.paid")
+        })
+        .await;
+        assert!(paid.verified, "{:?}", paid.event);
+        for r in rx.received() {
+            assert_eq!(r.event["order"]["customer_email"], email, "{}", r.event);
+        }
     }
 
     // An order only globex has: acme's key finds nothing to read or cancel,

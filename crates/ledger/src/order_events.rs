@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::state::{FLAG_AMOUNT_MISMATCH, OrderState};
+use oncehook_common::tenant::TenantId;
 
 pub const PAID: &str = "order.paid";
 pub const REFUNDED: &str = "order.refunded";
@@ -48,16 +49,23 @@ pub const TYPES: [&str; 7] = [
 const NAMESPACE: Uuid = Uuid::from_u128(0x6f6e_6365_686f_6f6b_2d6f_7264_6572_7376);
 
 /// The id of the event of type `kind` caused by `fact` (`paid`,
-/// `refund:razorpay:rfnd_1`, …) of the order `order_ref`.
-pub fn event_id(kind: &str, order_ref: &str, fact: &str) -> String {
+/// `refund:razorpay:rfnd_1`, …) of the order `order_ref` of `tenant`. An
+/// `order_ref` is unique within a tenant only, so another tenant's event
+/// names its tenant; the default tenant's keep the ids they always had.
+pub fn event_id(tenant: &str, kind: &str, order_ref: &str, fact: &str) -> String {
     // As a JSON array, so no part can run into the next.
-    let name = json!([kind, order_ref, fact]).to_string();
+    let name = if tenant == TenantId::DEFAULT {
+        json!([kind, order_ref, fact])
+    } else {
+        json!([kind, order_ref, fact, { "tenant": tenant }])
+    }
+    .to_string();
     format!("evt_{}", Uuid::new_v5(&NAMESPACE, name.as_bytes()).simple())
 }
 
 fn event(kind: &'static str, order: &OrderRow, fact: &str, data: Value) -> NewOrderEvent {
     NewOrderEvent {
-        id: event_id(kind, &order.order_ref, fact),
+        id: event_id(&order.tenant_id, kind, &order.order_ref, fact),
         kind,
         order_id: order.id,
         data,
@@ -140,15 +148,33 @@ mod tests {
 
     #[test]
     fn ids_depend_on_the_fact_alone() {
-        let a = event_id(PAID, "ord_1", "paid");
-        assert_eq!(a, event_id(PAID, "ord_1", "paid"));
+        let d = TenantId::DEFAULT;
+        let a = event_id(d, PAID, "ord_1", "paid");
+        assert_eq!(a, event_id(d, PAID, "ord_1", "paid"));
         assert!(a.starts_with("evt_") && a.len() == 36, "{a}");
-        assert_ne!(a, event_id(PAID, "ord_2", "paid"));
-        assert_ne!(a, event_id(CANCELLED, "ord_1", "paid"));
+        assert_ne!(a, event_id(d, PAID, "ord_2", "paid"));
+        assert_ne!(a, event_id(d, CANCELLED, "ord_1", "paid"));
         // No part runs into the next.
         assert_ne!(
-            event_id(REFUNDED, "a", "b\nc"),
-            event_id(REFUNDED, "a\nb", "c")
+            event_id(d, REFUNDED, "a", "b\nc"),
+            event_id(d, REFUNDED, "a\nb", "c")
         );
+    }
+
+    #[test]
+    fn the_default_tenants_ids_are_as_before_and_another_tenants_differ() {
+        // The ids told before tenants existed, for the same facts.
+        let before = format!(
+            "evt_{}",
+            Uuid::new_v5(
+                &NAMESPACE,
+                json!([PAID, "ord_1", "paid"]).to_string().as_bytes()
+            )
+            .simple()
+        );
+        assert_eq!(event_id(TenantId::DEFAULT, PAID, "ord_1", "paid"), before);
+        let acme = event_id("acme", PAID, "ord_1", "paid");
+        assert_ne!(acme, before);
+        assert_ne!(acme, event_id("globex", PAID, "ord_1", "paid"));
     }
 }

@@ -4,16 +4,23 @@
 //! `GET /v1/orders/{order_ref}` shows it now (`view::order`).
 
 use crate::store::order_events::OrderEventRow;
+use oncehook_common::store::scope;
 use sqlx::PgConnection;
 
 use crate::view::{self, OrderEvent};
 
-/// The event with its order's current snapshot; `None` if the order is gone.
+/// The event with its order's current snapshot; `None` if the order is
+/// gone. The order is read in the event's tenant's scope (an `order_ref`
+/// names an order within one tenant), then the caller's scope is back:
+/// `conn` must be inside a transaction.
 pub async fn render(
     conn: &mut PgConnection,
     row: &OrderEventRow,
 ) -> Result<Option<OrderEvent>, sqlx::Error> {
-    let Some(order) = view::order(conn, &row.order_ref).await? else {
+    let before = scope::switch(conn, &row.tenant_id).await?;
+    let order = view::order(conn, &row.order_ref).await;
+    scope::switch(conn, &before).await?;
+    let Some(order) = order? else {
         return Ok(None);
     };
     Ok(Some(OrderEvent {

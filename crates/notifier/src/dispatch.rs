@@ -200,12 +200,13 @@ async fn finish(
 
 /// The event's body with the order's current snapshot, and its trace.
 async fn render(n: &Notifier, id: &str) -> Result<Option<(Vec<u8>, Option<String>)>, sqlx::Error> {
-    let mut conn = n.db.single().await?;
+    // A transaction: the order is read in the event's tenant's scope.
+    let mut conn = n.db.begin().await?;
     let Some(row) = order_events::by_id(&mut conn, id).await? else {
         return Ok(None);
     };
     let body = render::render_bytes(&mut conn, &row).await?;
-    conn.finish().await?;
+    conn.commit().await?;
     Ok(body.map(|body| (body, row.trace_parent)))
 }
 

@@ -1,6 +1,7 @@
 //! The notifier's handler for its queue `P.notify` (on the common consume
 //! loop): an order event arrives from `P.order-events`, and one delivery
-//! row is made for every configured endpoint that takes its type — then
+//! row is made for every configured endpoint of its tenant that takes its
+//! type — then
 //! the message is acked and the endpoints' dispatchers are woken. Making
 //! the rows is idempotent, so a redelivered or doubly published event
 //! makes nothing twice. The HTTP deliveries themselves run from the rows
@@ -54,13 +55,13 @@ impl FanOut {
             }
         };
         let n = &self.0;
-        let endpoints: Vec<String> = n
+        let endpoints: Vec<(String, String)> = n
             .settings
             .notify
             .endpoints
             .iter()
             .filter(|e| e.wants(&head.kind))
-            .map(|e| e.name.clone())
+            .map(|e| (e.name.clone(), e.tenant.to_string()))
             .collect();
         let trace_parent = otel::current_traceparent();
         let made = db::Hold::new(&n.db, &n.shutdown)
@@ -73,7 +74,8 @@ impl FanOut {
             return Verdict::Retry;
         };
         tracing::debug!(event_id = %head.id, event_type = %head.kind, endpoints = endpoints.len(), made, "order event fanned out");
-        n.wake(&endpoints);
+        let names: Vec<String> = endpoints.into_iter().map(|(name, _)| name).collect();
+        n.wake(&names);
         Verdict::Ack
     }
 }

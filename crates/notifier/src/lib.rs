@@ -90,6 +90,15 @@ impl Notifier {
         endpoints.iter().map(|e| e.name.clone()).collect()
     }
 
+    /// Every configured endpoint as `(name, tenant)`.
+    pub fn endpoint_tenants(&self) -> Vec<(String, String)> {
+        let endpoints = &self.settings.notify.endpoints;
+        endpoints
+            .iter()
+            .map(|e| (e.name.clone(), e.tenant.to_string()))
+            .collect()
+    }
+
     /// Wakes the dispatchers of `endpoints`.
     pub fn wake(&self, endpoints: &[String]) {
         for (e, waker) in self.settings.notify.endpoints.iter().zip(&self.wakers) {
@@ -117,11 +126,11 @@ impl Notifier {
     /// Runs the dispatchers, the gauges and broker sessions (relay and
     /// fan-out) until shutdown; then waits for the attempts in flight.
     pub async fn run(self: Arc<Self>) {
-        let names = self.endpoint_names();
+        let endpoints = self.endpoint_tenants();
         if self
             .with_db(|db| {
-                let names = names.clone();
-                async move { oncehook_common::store::notify::ensure_endpoints(&db, &names).await }
+                let endpoints = endpoints.clone();
+                async move { oncehook_common::store::notify::ensure_endpoints(&db, &endpoints).await }
             })
             .await
             .is_none()

@@ -100,9 +100,10 @@ pub async fn run(settings: &Config, command: NotifyCommand) -> anyhow::Result<No
         .await
         .context("connecting to the database")?;
     let report = async {
-        let mut conn = pool.single().await?;
-        let report = verb(settings, &mut conn, command).await?;
-        conn.finish().await?;
+        // A transaction: `show` renders the event in its tenant's scope.
+        let mut tx = pool.begin().await?;
+        let report = verb(settings, &mut tx, command).await?;
+        tx.commit().await?;
         anyhow::Ok(report)
     }
     .await;

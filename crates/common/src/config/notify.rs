@@ -17,6 +17,7 @@ use super::keys::Key;
 use super::sources::{Expanded, expand};
 use super::values::{HumanDuration, Within};
 use crate::secret::Secret;
+use crate::tenant::TenantId;
 
 pub const ENV_NOTIFY_RETRY_SCHEDULE: &str = "ONCEHOOK_NOTIFY_RETRY_SCHEDULE";
 pub const ENV_NOTIFY_TIMEOUT: &str = "ONCEHOOK_NOTIFY_TIMEOUT";
@@ -42,6 +43,9 @@ pub struct NotifyEndpoint {
     pub secrets: Vec<Secret>,
     /// Globs over event types (`order.*`, `order.paid`).
     pub events: Vec<String>,
+    /// The tenant whose order events it takes, and no other's
+    /// (docs/tenants.md).
+    pub tenant: TenantId,
 }
 
 impl NotifyEndpoint {
@@ -181,6 +185,8 @@ struct FileEndpoint {
     secret: String,
     #[serde(default)]
     events: Vec<String>,
+    #[serde(default)]
+    tenant: Option<String>,
 }
 
 impl NotifySection {
@@ -282,11 +288,18 @@ fn resolve(e: FileEndpoint, env: &HashMap<String, String>) -> Result<NotifyEndpo
             "globs over event types, such as order.* or order.paid".to_owned(),
         ));
     }
+    let tenant = match &e.tenant {
+        None => TenantId::default_tenant(),
+        Some(raw) => {
+            TenantId::parse(raw.trim()).map_err(|err| ("tenant", raw.clone(), err.to_string()))?
+        }
+    };
     Ok(NotifyEndpoint {
         name,
         url,
         secrets,
         events,
+        tenant,
     })
 }
 

@@ -17,13 +17,19 @@ use super::Pooled;
 /// The last error written on rows of a disabled endpoint.
 pub const DISABLED_ERROR: &str = "endpoint disabled";
 
-/// Makes sure every configured endpoint has its row (disabled ones stay so).
-pub async fn ensure_endpoints(db: &Pooled, names: &[String]) -> Result<(), sqlx::Error> {
+/// Makes sure every configured endpoint (`(name, tenant)`) has its row,
+/// its tenant's (disabled ones stay so).
+pub async fn ensure_endpoints(
+    db: &Pooled,
+    endpoints: &[(String, String)],
+) -> Result<(), sqlx::Error> {
+    let (names, tenants): (Vec<String>, Vec<String>) = endpoints.iter().cloned().unzip();
     let mut conn = db.single().await?;
     sqlx::query!(
-        "INSERT INTO notify_endpoints (name) SELECT * FROM unnest($1::text[])
+        "INSERT INTO notify_endpoints (name, tenant_id) SELECT * FROM unnest($1::text[], $2::text[])
          ON CONFLICT (tenant_id, name) DO NOTHING",
-        names
+        &names,
+        &tenants
     )
     .execute(&mut *conn)
     .await?;
@@ -109,34 +115,38 @@ pub async fn is_disabled(db: &Pooled, name: &str) -> Result<bool, sqlx::Error> {
     Ok(disabled.unwrap_or(false))
 }
 
-/// Makes the rows for `event_id`, one per endpoint it is for; rows of a
-/// disabled endpoint are made failed. Existing rows are left alone.
-/// Returns how many rows are new and due. `trace_parent` is the fan-out's
-/// own span, the parent of every attempt the rows lead to.
+/// Makes the rows for `event_id`, one per endpoint (`(name, tenant)`) it
+/// is for — the endpoints of the event's own tenant only, each row that
+/// tenant's; rows of a disabled endpoint are made failed. Existing rows
+/// are left alone. Returns how many rows are new and due. `trace_parent`
+/// is the fan-out's own span, the parent of every attempt the rows lead to.
 pub async fn fan_out(
     db: &Pooled,
     event_id: &str,
-    endpoints: &[String],
+    endpoints: &[(String, String)],
     trace_parent: Option<&str>,
 ) -> Result<u64, sqlx::Error> {
     if endpoints.is_empty() {
         return Ok(0);
     }
+    let (names, tenants): (Vec<String>, Vec<String>) = endpoints.iter().cloned().unzip();
     let mut conn = db.single().await?;
     let done = sqlx::query!(
-        "INSERT INTO notify_deliveries (event_id, endpoint, status, last_error, trace_parent)
+        "INSERT INTO notify_deliveries (event_id, endpoint, status, last_error, trace_parent, tenant_id)
          SELECT $1, t.name,
                 CASE WHEN e.disabled_at IS NULL THEN 'pending' ELSE 'failed' END,
                 CASE WHEN e.disabled_at IS NULL THEN NULL
                      ELSE $3 || ': ' || COALESCE(e.disabled_reason, '') END,
-                $4
-         FROM unnest($2::text[]) AS t(name)
-         LEFT JOIN notify_endpoints e ON e.name = t.name
+                $4, oe.tenant_id
+         FROM unnest($2::text[], $5::text[]) AS t(name, tenant)
+         JOIN order_events oe ON oe.id = $1 AND oe.tenant_id = t.tenant
+         LEFT JOIN notify_endpoints e ON e.name = t.name AND e.tenant_id = t.tenant
          ON CONFLICT (event_id, endpoint) DO NOTHING",
         event_id,
-        endpoints,
+        &names,
         DISABLED_ERROR,
-        trace_parent
+        trace_parent,
+        &tenants
     )
     .execute(&mut *conn)
     .await?;

@@ -61,6 +61,22 @@ impl Scope {
     }
 }
 
+/// Switches the current transaction to scope `setting` (a [`Scope::setting`]
+/// value) and returns the one it replaced, to switch back: for work inside
+/// a platform transaction that reads one tenant's rows by their tenant's
+/// keys (rendering an order event by its order's reference). Outside a
+/// transaction the switch would end with the statement: callers hold one.
+pub async fn switch(conn: &mut sqlx::PgConnection, setting: &str) -> Result<String, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"WITH before AS MATERIALIZED (
+               SELECT coalesce(current_setting('oncehook.tenants', true), '') AS scope)
+           SELECT before.scope AS "scope!" FROM before, set_config('oncehook.tenants', $1, true)"#,
+        setting
+    )
+    .fetch_one(conn)
+    .await
+}
+
 /// The role the binaries connect as: it reads and writes every table the
 /// migrations grant it, owns none, and cannot bypass row-level security.
 pub const SERVICE_ROLE: &str = "oncehook_service";

@@ -35,6 +35,8 @@ pub struct OrderRow {
     pub stock_applied: bool,
     /// The shop cancelled it (`order_cancellations`).
     pub cancelled: bool,
+    /// Its tenant (its order events' ids name it: docs/tenants.md).
+    pub tenant_id: String,
     /// Its items, by sku, each with its product's stock when locked.
     pub items: Vec<Item>,
 }
@@ -166,7 +168,7 @@ pub async fn lock_orders(
                SELECT l.order_id FROM payment_links l
                JOIN batch b ON b.provider = l.provider AND b.payment_id = l.payment_id),
            locked AS MATERIALIZED (
-               SELECT o.id, o.order_ref, o.status, o.amount_minor, o.currency, o.customer_email,
+               SELECT o.id, o.order_ref, o.status, o.amount_minor, o.currency, o.customer_email, o.tenant_id,
                       o.paid_by, o.refunded_minor, o.stock_applied,
                       (o.status = 'cancelled'
                        OR EXISTS (SELECT 1 FROM order_cancellations c WHERE c.order_id = o.id)) AS cancelled
@@ -187,7 +189,7 @@ pub async fn lock_orders(
                   k.amount_minor AS "amount_minor!", k.currency AS "currency!",
                   k.customer_email AS "customer_email!", k.paid_by AS "paid_by?",
                   k.refunded_minor AS "refunded_minor!", k.stock_applied AS "stock_applied!",
-                  k.cancelled AS "cancelled!",
+                  k.cancelled AS "cancelled!", k.tenant_id AS "tenant_id!",
                   COALESCE((SELECT jsonb_agg(jsonb_build_object('sku', i.sku, 'qty', i.qty, 'stock', s.stock)
                                              ORDER BY i.sku)
                             FROM order_items i JOIN stock s ON s.sku = i.sku
@@ -228,6 +230,7 @@ struct LockRow {
     refunded_minor: i64,
     stock_applied: bool,
     cancelled: bool,
+    tenant_id: String,
     items: Json<Vec<Item>>,
     linked: Json<Vec<PaymentKey>>,
     known_as: Json<Vec<GatewayRef>>,
@@ -255,6 +258,7 @@ fn locked(rows: Vec<LockRow>) -> Result<Locked, sqlx::Error> {
                 refunded_minor: r.refunded_minor,
                 stock_applied: r.stock_applied,
                 cancelled: r.cancelled,
+                tenant_id: r.tenant_id,
                 items: r.items.0,
             },
             linked: r.linked.0,

@@ -31,6 +31,9 @@ pub struct OrderEventRow {
     pub created_at: OffsetDateTime,
     pub published_at: Option<OffsetDateTime>,
     pub trace_parent: Option<String>,
+    /// The tenant of the event's order: it is rendered in that tenant's
+    /// scope (`render`).
+    pub tenant_id: String,
 }
 
 /// The relay: locks up to `limit` unpublished events, oldest first,
@@ -42,7 +45,7 @@ pub async fn lock_unpublished(
     sqlx::query_as!(
         OrderEventRow,
         r#"SELECT e.id, e.seq, e.txid::text::bigint AS "txid!", e.type AS kind, o.order_ref,
-                  e.data, e.created_at, e.published_at, e.trace_parent
+                  e.data, e.created_at, e.published_at, e.trace_parent, e.tenant_id
            FROM order_events e JOIN orders o ON o.id = e.order_id
            WHERE e.published_at IS NULL
            ORDER BY e.seq LIMIT $1 FOR UPDATE OF e SKIP LOCKED"#,
@@ -71,7 +74,7 @@ pub async fn by_id(
     sqlx::query_as!(
         OrderEventRow,
         r#"SELECT e.id, e.seq, e.txid::text::bigint AS "txid!", e.type AS kind, o.order_ref,
-                  e.data, e.created_at, e.published_at, e.trace_parent
+                  e.data, e.created_at, e.published_at, e.trace_parent, e.tenant_id
            FROM order_events e JOIN orders o ON o.id = e.order_id
            WHERE e.id = $1"#,
         id
@@ -88,7 +91,7 @@ pub async fn of_order(
     sqlx::query_as!(
         OrderEventRow,
         r#"SELECT e.id, e.seq, e.txid::text::bigint AS "txid!", e.type AS kind, o.order_ref,
-                  e.data, e.created_at, e.published_at, e.trace_parent
+                  e.data, e.created_at, e.published_at, e.trace_parent, e.tenant_id
            FROM order_events e JOIN orders o ON o.id = e.order_id
            WHERE o.order_ref = $1 ORDER BY e.seq"#,
         order_ref
@@ -135,7 +138,7 @@ pub async fn page(
     sqlx::query_as!(
         OrderEventRow,
         r#"SELECT e.id, e.seq, e.txid::text::bigint AS "txid!", e.type AS kind, o.order_ref,
-                  e.data, e.created_at, e.published_at, e.trace_parent
+                  e.data, e.created_at, e.published_at, e.trace_parent, e.tenant_id
            FROM order_events e JOIN orders o ON o.id = e.order_id
            WHERE (e.txid, e.seq) > ($1::bigint::text::xid8, $2::bigint)
              AND e.txid < pg_snapshot_xmin(pg_current_snapshot())
