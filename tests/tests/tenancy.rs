@@ -5,7 +5,7 @@
 //! tenant's scope sees and writes its own rows only. Raw statements, as an
 //! attacker with the binaries' credentials would send them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use oncehook_common::store::scope::SERVICE_ROLE;
@@ -343,6 +343,144 @@ async fn oncehookctl_creates_lists_disables_and_enables_tenants() {
     );
 }
 
+/// Every API route tried with acme's key against what only globex has: an
+/// order, a product, their events. Reads and changes of globex's rows are
+/// 404 (or leave them out of a list); a write under globex's name makes
+/// acme's own row and leaves globex's as it was. Every route of the API's
+/// OpenAPI document must be in the table (a new route fails here until it
+/// is tried).
+async fn cross_tenant_attempts_on_every_route(api: &Api) {
+    let put = api
+        .call(
+            "PUT",
+            "/v1/products/G-ONLY",
+            Some(GLOBEX_KEY),
+            Some(r#"{"name": "Globex only", "stock": 7}"#),
+            &[],
+        )
+        .await;
+    assert_eq!(put.status, 201, "{put:?}");
+    let globex_order = order_body("globex_only", "G-ONLY", 1);
+    let created = api
+        .call(
+            "POST",
+            "/v1/orders",
+            Some(GLOBEX_KEY),
+            Some(&globex_order),
+            &[("Idempotency-Key", "k-2")],
+        )
+        .await;
+    assert_eq!(created.status, 201, "{created:?}");
+
+    // (method, route as the OpenAPI document names it, path, body, what acme gets)
+    let acme_order =
+        order_body("globex_only", "MUG", 1).replace("buyer@shop.example", "buyer@acme.example");
+    let attempts: Vec<(&str, &str, &str, Option<&str>, u16)> = vec![
+        (
+            "GET",
+            "/v1/orders/{order_ref}",
+            "/v1/orders/globex_only",
+            None,
+            404,
+        ),
+        (
+            "POST",
+            "/v1/orders/{order_ref}/cancel",
+            "/v1/orders/globex_only/cancel",
+            Some("{}"),
+            404,
+        ),
+        (
+            "GET",
+            "/v1/products/{sku}",
+            "/v1/products/G-ONLY",
+            None,
+            404,
+        ),
+        (
+            "POST",
+            "/v1/products/{sku}/stock",
+            "/v1/products/G-ONLY/stock",
+            Some(r#"{"delta": -5}"#),
+            404,
+        ),
+        ("GET", "/v1/orders", "/v1/orders", None, 200),
+        ("GET", "/v1/events", "/v1/events", None, 200),
+        // Writes under globex's names make acme's own rows.
+        (
+            "PUT",
+            "/v1/products/{sku}",
+            "/v1/products/G-ONLY",
+            Some(r#"{"name": "Acme's", "stock": 1}"#),
+            201,
+        ),
+        (
+            "POST",
+            "/v1/orders",
+            "/v1/orders",
+            Some(acme_order.as_str()),
+            201,
+        ),
+        // Not a tenant's: the document itself.
+        ("GET", "/v1/openapi.json", "/v1/openapi.json", None, 200),
+    ];
+    let doc = api.get("/v1/openapi.json", ACME_KEY).await;
+    let documented: BTreeSet<(String, String)> = doc.json["paths"]
+        .as_object()
+        .expect("paths")
+        .iter()
+        .flat_map(|(path, ops)| {
+            ops.as_object()
+                .into_iter()
+                .flat_map(|o| o.keys())
+                .map(move |m| (m.to_uppercase(), path.clone()))
+        })
+        .collect();
+    let tried: BTreeSet<(String, String)> = attempts
+        .iter()
+        .map(|(m, route, ..)| ((*m).to_owned(), (*route).to_owned()))
+        .collect();
+    let untried: Vec<_> = documented.difference(&tried).collect();
+    assert!(
+        untried.is_empty(),
+        "routes with no cross-tenant attempt: {untried:?}"
+    );
+    for (method, _, path, body, want) in &attempts {
+        let a = api
+            .call(
+                method,
+                path,
+                Some(ACME_KEY),
+                *body,
+                &[("Idempotency-Key", "k-acme")],
+            )
+            .await;
+        assert_eq!(a.status, *want, "{method} {path} with acme's key: {a:?}");
+        let text = a.json.to_string();
+        assert!(
+            !text.contains("buyer@shop.example")
+                && !text.contains("buyer@globex.example")
+                && !text.contains("Globex only"),
+            "{method} {path} with acme's key shows globex's: {text}"
+        );
+    }
+    // Globex's rows are as they were.
+    let product = api.get("/v1/products/G-ONLY", GLOBEX_KEY).await;
+    assert_eq!(
+        (
+            product.json["stock"].as_i64(),
+            product.json["name"].as_str()
+        ),
+        (Some(7), Some("Globex only"))
+    );
+    let order = api.get("/v1/orders/globex_only", GLOBEX_KEY).await;
+    assert_eq!(order.json["status"], "pending", "{order:?}");
+    assert_eq!(
+        order.json["customer_email"], "buyer@shop.example",
+        "{order:?}"
+    );
+}
+
 /// Two shops on one deployment, each with its own Razorpay source and API
 /// key, both selling `MUG` and both taking an order `order_1042` paid by a
 /// payment with the same id: separate books, stock and emails, and neither
@@ -489,37 +627,7 @@ async fn two_tenants_with_the_same_order_ref_and_gateway_keep_separate_books() {
         }
     }
 
-    // An order only globex has: acme's key finds nothing to read or cancel,
-    // and a product acme puts under globex's sku is acme's own.
-    let body = order_body("globex_only", "MUG", 1);
-    let created = api
-        .call(
-            "POST",
-            "/v1/orders",
-            Some(GLOBEX_KEY),
-            Some(&body),
-            &[("Idempotency-Key", "k-2")],
-        )
-        .await;
-    assert_eq!(created.status, 201, "{created:?}");
-    assert_eq!(
-        api.get("/v1/orders/globex_only", ACME_KEY).await.status,
-        404
-    );
-    let cancel = api
-        .call(
-            "POST",
-            "/v1/orders/globex_only/cancel",
-            Some(ACME_KEY),
-            Some("{}"),
-            &[],
-        )
-        .await;
-    assert_eq!(cancel.status, 404, "{cancel:?}");
-    assert_eq!(
-        api.get("/v1/orders/globex_only", GLOBEX_KEY).await.json["status"],
-        "pending"
-    );
+    cross_tenant_attempts_on_every_route(&api).await;
     // The default tenant's key (the API's own test keys) sees neither.
     assert_eq!(api.get("/v1/orders/order_1042", FULL_KEY).await.status, 404);
 
@@ -540,9 +648,9 @@ async fn two_tenants_with_the_same_order_ref_and_gateway_keep_separate_books() {
     );
     let all = console.get("/events", Some(&olga)).await;
     assert!(all.body.contains("evt_acme") && all.body.contains("evt_globex"));
-    let traced = console.get("/trace?q=globex_only", Some(&ada)).await;
+    let traced = console.get("/trace?q=evt_globex", Some(&ada)).await;
     assert!(traced.body.contains("No order"), "{}", traced.body);
-    let traced = console.get("/trace?q=globex_only", Some(&olga)).await;
+    let traced = console.get("/trace?q=evt_globex", Some(&olga)).await;
     assert!(!traced.body.contains("No order"), "{}", traced.body);
     assert_eq!(console.get("/", Some(&ada)).await.status, 303);
     assert_eq!(console.get("/letters", Some(&ada)).await.status, 403);
