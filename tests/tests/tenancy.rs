@@ -12,7 +12,7 @@ use oncehook_common::store::scope::SERVICE_ROLE;
 use oncehook_e2e::Secrets;
 use oncehook_e2e::api::{Api, FULL_KEY, order_body};
 use oncehook_e2e::console::{Console, OPERATOR, hash_line};
-use oncehook_e2e::ops::{ctl_json, ctl_ok};
+use oncehook_e2e::ops::{ctl_json, ctl_ok, dlq_list};
 use oncehook_e2e::receiver::{Receiver, SECRET};
 use oncehook_e2e::{TestEnv, eventually};
 use oncehook_gateways::Gateway;
@@ -577,6 +577,30 @@ async fn two_tenants_with_the_same_order_ref_and_gateway_keep_separate_books() {
         let product = api.get("/v1/products/MUG", key).await;
         assert_eq!(product.json["stock"], stock, "{product:?}");
     }
+    // A capture for an order neither shop has, at each shop: dead-lettered
+    // (unknown_order), and `dlq list --tenant` shows each shop's own.
+    for (source, event) in [
+        ("acme-razorpay", "evt_ghost_a"),
+        ("globex-razorpay", "evt_ghost_g"),
+    ] {
+        let spec = env.spec("ghost", "pay_ghost", event, 25_000);
+        let d = env.sign(Gateway::Razorpay, "payment.captured", &spec);
+        env.post_ok(&url, source, &d).await;
+    }
+    eventually("both dead letters", Duration::from_secs(30), || async {
+        (dlq_list(&env, &[]).await.len() == 2).then_some(())
+    })
+    .await;
+    for (tenant, source) in [("acme", "acme-razorpay"), ("globex", "globex-razorpay")] {
+        let letters = dlq_list(&env, &["--tenant", tenant]).await;
+        let sources: Vec<&str> = letters
+            .iter()
+            .filter_map(|l| l["source"].as_str())
+            .collect();
+        assert_eq!(sources, vec![source], "{letters:?}");
+    }
+    assert!(dlq_list(&env, &["--tenant", "default"]).await.is_empty());
+
     // The books, as the owner sees them: one order, payment and email each.
     let rows: Vec<(String, String, String)> = sqlx::query_as(
         "SELECT o.tenant_id, o.status, p.tenant_id FROM orders o

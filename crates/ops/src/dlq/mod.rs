@@ -69,6 +69,10 @@ pub struct Filter {
     /// Only dead letters that failed within this window (e.g. 30m, 2h, 7d).
     #[arg(long, value_parser = parse_duration)]
     pub since: Option<Duration>,
+    /// Only dead letters of events of this tenant (docs/tenants.md); a
+    /// letter that is no event (an email) belongs to no tenant.
+    #[arg(long)]
+    pub tenant: Option<String>,
 }
 
 impl Filter {
@@ -77,6 +81,7 @@ impl Filter {
             && self.source.is_none()
             && self.error_kind.is_none()
             && self.since.is_none()
+            && self.tenant.is_none()
     }
 
     pub fn matches(&self, letter: &Letter, now: OffsetDateTime) -> bool {
@@ -90,6 +95,12 @@ impl Filter {
                 .is_none_or(|want| letter.facts.source.as_deref() == Some(want.as_str()))
             && same(&self.error_kind, letter.facts.kind.as_str())
             && self.since.is_none_or(|window| within(letter, window, now))
+            && self.tenant.as_ref().is_none_or(|want| {
+                letter
+                    .envelope
+                    .as_ref()
+                    .is_some_and(|e| e.tenant.as_str() == want.as_str())
+            })
     }
 }
 
