@@ -48,7 +48,7 @@ impl Who {
     }
 
     /// Whether the user sees every tenant (the pages that are not kept to
-    /// a tenant yet — queues, dead letters, the stats — are theirs only).
+    /// a tenant — the stats, the refunds' kill switch — are theirs only).
     pub fn is_platform(&self) -> bool {
         self.scope == Scope::Platform
     }
@@ -88,21 +88,6 @@ pub fn who(req: &HttpRequest, state: &State) -> Option<Who> {
 pub fn page(req: &HttpRequest, state: &State) -> Result<Who, Box<HttpResponse>> {
     who(req, state).ok_or_else(|| Box::new(to_login(req)))
 }
-
-/// A page of the platform's (queues, dead letters, the stats: not kept to
-/// a tenant): the session of a platform operator, else a 403 saying so.
-pub fn platform_page(req: &HttpRequest, state: &State) -> Result<Who, Box<HttpResponse>> {
-    let who = page(req, state)?;
-    if who.is_platform() {
-        Ok(who)
-    } else {
-        Err(Box::new(forbidden(Some(&who), PLATFORM_ONLY)))
-    }
-}
-
-/// Why a tenant's operator gets a 403 on the platform's pages.
-pub const PLATFORM_ONLY: &str = "this page shows every tenant's queues and dead letters: a platform operator's \
-     (your account sees its tenants' events, traces, refunds and notifications)";
 
 fn to_login(req: &HttpRequest) -> HttpResponse {
     let next = req

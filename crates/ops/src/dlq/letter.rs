@@ -59,6 +59,14 @@ pub struct Letter {
     pub email: Option<EmailMessage>,
 }
 
+impl Letter {
+    /// The tenant of the event it holds (docs/tenants.md); `None` for a
+    /// letter that is no event (an email) or whose envelope is unreadable.
+    pub fn tenant(&self) -> Option<&str> {
+        self.envelope.as_ref().map(|e| e.tenant.as_str())
+    }
+}
+
 /// The summary fields of a dead letter (`dlq list --json`, one element).
 #[derive(Debug, Clone, Serialize)]
 pub struct LetterSummary {

@@ -69,10 +69,11 @@ pub struct Filter {
     /// Only dead letters that failed within this window (e.g. 30m, 2h, 7d).
     #[arg(long, value_parser = parse_duration)]
     pub since: Option<Duration>,
-    /// Only dead letters of events of this tenant (docs/tenants.md); a
-    /// letter that is no event (an email) belongs to no tenant.
-    #[arg(long)]
-    pub tenant: Option<String>,
+    /// Only dead letters of events of these tenants (`--tenant` once per
+    /// tenant; docs/tenants.md); a letter that is no event (an email)
+    /// belongs to no tenant.
+    #[arg(long = "tenant")]
+    pub tenants: Vec<String>,
 }
 
 impl Filter {
@@ -81,7 +82,7 @@ impl Filter {
             && self.source.is_none()
             && self.error_kind.is_none()
             && self.since.is_none()
-            && self.tenant.is_none()
+            && self.tenants.is_empty()
     }
 
     pub fn matches(&self, letter: &Letter, now: OffsetDateTime) -> bool {
@@ -95,12 +96,11 @@ impl Filter {
                 .is_none_or(|want| letter.facts.source.as_deref() == Some(want.as_str()))
             && same(&self.error_kind, letter.facts.kind.as_str())
             && self.since.is_none_or(|window| within(letter, window, now))
-            && self.tenant.as_ref().is_none_or(|want| {
-                letter
-                    .envelope
-                    .as_ref()
-                    .is_some_and(|e| e.tenant.as_str() == want.as_str())
-            })
+            && (self.tenants.is_empty()
+                || self
+                    .tenants
+                    .iter()
+                    .any(|want| letter.tenant() == Some(want.as_str())))
     }
 }
 

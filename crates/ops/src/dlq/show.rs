@@ -63,6 +63,8 @@ pub struct EnvelopeView {
     pub verified_at: Option<String>,
     pub signed_at: Option<i64>,
     pub headers: Map<String, Value>,
+    /// The tenant of the source it came through (docs/tenants.md).
+    pub tenant: String,
 }
 
 /// An email dead letter: the outbox row it sends.
@@ -237,6 +239,7 @@ impl EnvelopeView {
             received_at: rfc3339(env.received_at),
             verified_at: rfc3339(env.verified_at),
             signed_at: env.signed_at,
+            tenant: env.tenant.to_string(),
             headers: env
                 .headers
                 .iter()

@@ -18,7 +18,7 @@ use oncehook_ops::store::audit::NewAuditEntry;
 use serde_json::Value;
 use time::OffsetDateTime;
 
-use super::{Filtered, freshness, letter_table, scope_text};
+use super::{Filtered, freshness, letter_table, scope_text, sees};
 use crate::auth::{self, Who};
 use crate::form::Pairs;
 use crate::html::{self, Page};
@@ -35,9 +35,6 @@ pub async fn preview(req: HttpRequest, state: web::Data<State>, body: web::Bytes
         Ok(w) => w,
         Err(r) => return *r,
     };
-    if !who.is_platform() {
-        return auth::forbidden(Some(&who), auth::PLATFORM_ONLY);
-    }
     let verb = match form.get("action").as_deref() {
         Some("purge") => Verb::Purge,
         _ => Verb::Replay,
@@ -57,6 +54,7 @@ pub async fn preview(req: HttpRequest, state: web::Data<State>, body: web::Bytes
         .snapshot
         .letters
         .iter()
+        .filter(|l| sees(&who, l))
         .filter(|l| {
             if ids.is_empty() {
                 filter.matches(l, now)
@@ -185,12 +183,24 @@ async fn act(
         Ok(w) => w,
         Err(r) => return *r,
     };
-    if !who.is_platform() {
-        return auth::forbidden(Some(&who), auth::PLATFORM_ONLY);
-    }
     let Some(ids) = confirmed_ids(&form) else {
         return unconfirmed(&who);
     };
+    // A tenant's operator acts on its tenants' letters only: every id must
+    // be one it sees in the current snapshot.
+    if !who.is_platform() {
+        let seen = match state.dead_letters.view().await {
+            Ok(view) => ids.iter().all(|id| {
+                view.snapshot
+                    .find(&id.to_ascii_lowercase())
+                    .is_some_and(|(letter, _)| sees(&who, letter))
+            }),
+            Err(_) => false,
+        };
+        if !seen {
+            return auth::forbidden(Some(&who), "these dead letters are not all your tenants'");
+        }
+    }
     let done = async {
         let conn = broker::connect(&state.settings).await?;
         let done = verb.run(&state, &conn, ids.clone()).await;

@@ -10,6 +10,7 @@ use oncehook_ops::dlq::mask;
 use oncehook_ops::dlq::show::{self, ShowReport};
 use serde_json::Value;
 
+use super::sees_tenant;
 use crate::auth::{self, Who};
 use crate::html::{self, Page};
 use crate::state::State;
@@ -20,12 +21,16 @@ pub async fn detail(
     state: web::Data<State>,
     id: web::Path<String>,
 ) -> HttpResponse {
-    let who = match auth::platform_page(&req, &state) {
+    let who = match auth::page(&req, &state) {
         Ok(w) => w,
         Err(r) => return *r,
     };
     let id = id.into_inner();
     let report = match show_letter(&state, &id).await {
+        // Another tenant's letter is as good as absent to a tenant's operator.
+        Ok(r) if !sees_tenant(&who, r.envelope.as_ref().map(|e| e.tenant.as_str())) => {
+            return not_found(&who, &id, &anyhow::anyhow!("no dead letter {id}"));
+        }
         Ok(r) => r,
         Err(e) => return not_found(&who, &id, &e),
     };

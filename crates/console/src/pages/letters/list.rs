@@ -11,7 +11,7 @@ use oncehook_ops::dlq::Filter;
 use oncehook_ops::dlq::letter::Letter;
 use time::OffsetDateTime;
 
-use super::{Filtered, WINDOWS, freshness, letter_table};
+use super::{Filtered, WINDOWS, freshness, letter_table, sees};
 use crate::auth::{self, Who};
 use crate::form::Pairs;
 use crate::html::{self, Page};
@@ -23,7 +23,7 @@ const LIST_LIMIT: usize = 500;
 
 /// `GET /letters`
 pub async fn list(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
-    let who = match auth::platform_page(&req, &state) {
+    let who = match auth::page(&req, &state) {
         Ok(w) => w,
         Err(r) => return *r,
     };
@@ -36,10 +36,21 @@ pub async fn list(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
         Ok(f) => f,
         Err(page) => return page,
     };
-    let (letters, truncated) = (&view.snapshot.letters, view.snapshot.truncated);
+    // What the account sees: every letter, or its tenants' only.
+    let letters: Vec<&Letter> = view
+        .snapshot
+        .letters
+        .iter()
+        .filter(|l| sees(&who, l))
+        .collect();
+    let truncated = view.snapshot.truncated;
     let now = OffsetDateTime::now_utc();
-    let matching: Vec<&Letter> = letters.iter().filter(|l| filter.matches(l, now)).collect();
-    let counts = Counts::of(letters);
+    let matching: Vec<&Letter> = letters
+        .iter()
+        .copied()
+        .filter(|l| filter.matches(l, now))
+        .collect();
+    let counts = Counts::of(&letters);
     let mut page = Page::new("Dead letters", Some(&who));
     if view.stale {
         page = page.live(3);
@@ -75,7 +86,7 @@ struct Counts {
 }
 
 impl Counts {
-    fn of(letters: &[Letter]) -> Counts {
+    fn of(letters: &[&Letter]) -> Counts {
         let count = |key: fn(&Letter) -> String| {
             let mut m: BTreeMap<String, usize> = BTreeMap::new();
             for l in letters {

@@ -28,6 +28,7 @@ mod list;
 
 use actix_web::HttpResponse;
 use maud::{Markup, html};
+use oncehook_common::store::scope::Scope;
 use oncehook_ops::dlq::Filter;
 use oncehook_ops::dlq::letter::Letter;
 use oncehook_ops::output::truncate;
@@ -55,8 +56,8 @@ fn filter_of(p: &Pairs) -> Result<Filter, Invalid> {
         source: input::name(p, "source")?,
         error_kind: input::name(p, "kind")?,
         since: window_of(p)?.and_then(|w| parse_duration(w).ok()),
-        // The letters are a platform operator's page: every tenant's.
-        tenant: None,
+        // Which letters an account sees is `sees`' to say.
+        tenants: Vec::new(),
     })
 }
 
@@ -90,6 +91,20 @@ impl Filtered {
             within,
             view,
         })
+    }
+}
+
+/// Whether `who` sees `letter`: a platform operator every one, a tenant's
+/// operator those of its tenants' events only (docs/tenants.md).
+fn sees(who: &Who, letter: &Letter) -> bool {
+    sees_tenant(who, letter.tenant())
+}
+
+/// Whether `who` sees what belongs to `tenant` (`None`: to no tenant).
+fn sees_tenant(who: &Who, tenant: Option<&str>) -> bool {
+    match &who.scope {
+        Scope::Platform => true,
+        Scope::Tenants(ids) => tenant.is_some_and(|t| ids.iter().any(|id| id.as_str() == t)),
     }
 }
 
