@@ -601,6 +601,22 @@ async fn two_tenants_with_the_same_order_ref_and_gateway_keep_separate_books() {
     }
     assert!(dlq_list(&env, &["--tenant", "default"]).await.is_empty());
 
+    // The database's figures per tenant: each shop applied its one capture.
+    let applied = |stats: &serde_json::Value| {
+        stats["gateways"]
+            .as_array()
+            .and_then(|g| g.iter().find(|r| r["gateway"] == "razorpay"))
+            .and_then(|r| r["applied"].as_i64())
+    };
+    for tenant in ["acme", "globex"] {
+        let stats = ctl_json(&env, &["stats", "--tenant", tenant]).await;
+        assert_eq!(stats["tenant"], tenant, "{stats}");
+        assert_eq!(applied(&stats), Some(1), "{tenant}: {stats}");
+    }
+    assert_eq!(applied(&ctl_json(&env, &["stats"]).await), Some(2));
+    let (code, _, stderr) = env.ctl(&["stats", "--tenant", "Acme"]).await;
+    assert!(code != 0 && stderr.contains("not a tenant id"), "{stderr}");
+
     // The books, as the owner sees them: one order, payment and email each.
     let rows: Vec<(String, String, String)> = sqlx::query_as(
         "SELECT o.tenant_id, o.status, p.tenant_id FROM orders o

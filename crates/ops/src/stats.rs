@@ -20,6 +20,8 @@ use crate::output::{Report, table};
 use crate::timefmt::{age_secs, human_duration, parse_duration, rfc3339};
 pub use gather::Looked;
 use gather::{BrokerStats, DatabaseStats, Ledger, Outbox};
+use oncehook_common::store::scope::Scope;
+use oncehook_common::tenant::TenantId;
 use received::ReceivedView;
 
 #[derive(Args)]
@@ -27,6 +29,14 @@ pub struct StatsArgs {
     /// Window for the per-gateway outcomes (e.g. 30m, 2h, 7d).
     #[arg(long, default_value = "24h", value_parser = parse_duration)]
     pub since: Duration,
+    /// One tenant's figures from the database (docs/tenants.md); the
+    /// queues are every tenant's.
+    #[arg(long, value_parser = parse_tenant)]
+    pub tenant: Option<TenantId>,
+}
+
+fn parse_tenant(s: &str) -> Result<TenantId, String> {
+    TenantId::parse(s).map_err(|e| e.to_string())
 }
 
 /// The on-call view (`stats --json`); a section is `null` when the broker
@@ -34,6 +44,9 @@ pub struct StatsArgs {
 #[derive(Serialize)]
 pub struct StatsReport {
     prefix: String,
+    /// The tenant the database's figures are kept to, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tenant: Option<String>,
     since: String,
     window_secs: u64,
     broker: Availability,
@@ -117,6 +130,10 @@ pub async fn run_with(
     looked: Option<Looked<'_>>,
 ) -> anyhow::Result<StatsReport> {
     let topology = Topology::new(settings.broker.prefix.clone());
+    let scope = match &args.tenant {
+        Some(t) => Scope::tenant(t.clone()),
+        None => Scope::Platform,
+    };
     let received = async {
         match &settings.telemetry.prometheus_url {
             Some(url) => Some(received::gather(url).await),
@@ -125,13 +142,14 @@ pub async fn run_with(
     };
     let (broker, database, received) = tokio::join!(
         gather::broker_stats(settings, &topology, looked),
-        gather::database_stats(settings, args.since),
+        gather::database_stats(settings, args.since, &scope),
         received
     );
     let now = OffsetDateTime::now_utc();
     let dead_queue = topology.dead();
     Ok(StatsReport {
         prefix: topology.prefix().to_owned(),
+        tenant: args.tenant.as_ref().map(|t| t.to_string()),
         since: human_duration(args.since.as_secs()),
         window_secs: args.since.as_secs(),
         broker: Availability::of(&broker),
@@ -236,6 +254,12 @@ fn gateway_views(broker: Option<&BrokerStats>, db: Option<&DatabaseStats>) -> Ve
 
 impl fmt::Display for StatsReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(t) = &self.tenant {
+            writeln!(
+                f,
+                "tenant {t}: the database's figures are its own; the queues are every tenant's\n"
+            )?;
+        }
         self.fmt_broker(f)?;
         writeln!(f)?;
         self.fmt_database(f)?;

@@ -63,7 +63,16 @@ pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
         letters: &v.snapshot.letters,
         truncated: v.snapshot.truncated,
     });
-    let report = match stats::run_with(&state.settings, StatsArgs { since }, looked).await {
+    let report = match stats::run_with(
+        &state.settings,
+        StatsArgs {
+            since,
+            tenant: None,
+        },
+        looked,
+    )
+    .await
+    {
         Ok(r) => r,
         Err(e) => return html::failure(&who, "Overview", &e),
     };

@@ -16,6 +16,7 @@ use time::OffsetDateTime;
 use crate::broker;
 use crate::dlq::letter::Letter;
 use crate::timefmt::whole_secs;
+use oncehook_common::store::scope::Scope;
 
 /// How long the database may take to answer before its sections are reported unavailable.
 const DB_TIMEOUT: Duration = Duration::from_secs(15);
@@ -145,7 +146,12 @@ pub async fn broker_stats(
     result
 }
 
-pub async fn database_stats(settings: &Config, window: Duration) -> anyhow::Result<DatabaseStats> {
+/// The database's figures in `scope` (every tenant's, or one tenant's).
+pub async fn database_stats(
+    settings: &Config,
+    window: Duration,
+    scope: &Scope,
+) -> anyhow::Result<DatabaseStats> {
     let work = async {
         // One connection, tried once: its error says why.
         let pool = Pooled::connect(&settings.database, 1, 0)
@@ -158,7 +164,7 @@ pub async fn database_stats(settings: &Config, window: Duration) -> anyhow::Resu
             })?;
         let reconcile_window = (settings.reconcile.after, settings.reconcile.horizon);
         let result = async {
-            let mut conn = pool.single().await?;
+            let mut conn = pool.single_in(scope).await?;
             let stats = database_queries(&mut conn, window, reconcile_window).await?;
             conn.finish().await?;
             anyhow::Ok(stats)
