@@ -11,14 +11,12 @@
 
 use std::collections::BTreeMap;
 
-use oncehook_pipeline::Effects;
 use sqlx::PgConnection;
 
 use crate::input::Cancel;
 use crate::plan::Plan;
-use crate::record::{Fresh, Recording};
 use crate::store::books;
-use crate::tail::{Intake, follow_through};
+use crate::tail::follow_locked;
 
 /// What cancelling did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,28 +60,11 @@ pub(crate) async fn cancel(
         orders: BTreeMap::from([(id, order)]),
         ..Plan::default()
     };
-    let recording = Recording::default();
-    let ids: Vec<i64> = plan.orders.keys().copied().collect();
-    let (_, facts) = books::record(conn, &recording.facts, &ids).await?;
-    let intake = Intake {
-        touched: plan.orders.values().collect(),
-        traces: trace_parent
-            .map(|tp| (id, tp.to_owned()))
-            .into_iter()
-            .collect(),
-        plan: &plan,
-        recording: &recording,
-        fresh: &Fresh::default(),
-        parked: Vec::new(),
-        facts,
-    };
-    let followed = follow_through(conn, intake).await?;
-    Effects {
-        emails: followed.emails,
-        ..Effects::default()
-    }
-    .record(conn, std::iter::empty())
-    .await?;
+    let traces = trace_parent
+        .map(|tp| (id, tp.to_owned()))
+        .into_iter()
+        .collect();
+    follow_locked(conn, &plan, traces).await?;
     tracing::info!(%order_ref, cancelled_by = by, "order cancelled");
     Ok(Cancelled::Now)
 }

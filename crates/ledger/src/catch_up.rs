@@ -12,14 +12,12 @@
 
 use std::collections::BTreeMap;
 
-use oncehook_pipeline::Effects;
 use sqlx::PgConnection;
 
 use crate::input::CatchUp;
 use crate::plan::Plan;
-use crate::record::{Fresh, Recording};
 use crate::store::books;
-use crate::tail::{Intake, follow_through, sorted};
+use crate::tail::{follow_locked, sorted};
 
 /// The [`CatchUp`] road: locks the orders (their reference's advisory
 /// lock, then the rows in id order, as every road does) and sends them
@@ -43,24 +41,6 @@ pub(crate) async fn catch_up(
             .collect::<BTreeMap<_, _>>(),
         ..Plan::default()
     };
-    let recording = Recording::default();
-    let ids: Vec<i64> = plan.orders.keys().copied().collect();
-    let (_, facts) = books::record(conn, &recording.facts, &ids).await?;
-    let intake = Intake {
-        touched: plan.orders.values().collect(),
-        traces: BTreeMap::new(),
-        plan: &plan,
-        recording: &recording,
-        fresh: &Fresh::default(),
-        parked: Vec::new(),
-        facts,
-    };
-    let followed = follow_through(conn, intake).await?;
-    Effects {
-        emails: followed.emails,
-        ..Effects::default()
-    }
-    .record(conn, std::iter::empty())
-    .await?;
+    follow_locked(conn, &plan, BTreeMap::new()).await?;
     Ok(plan.orders.len())
 }

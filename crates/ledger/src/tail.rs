@@ -7,12 +7,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use oncehook_common::store::outbox::NewEmail;
+use oncehook_pipeline::Effects;
 use sqlx::PgConnection;
 
 use crate::plan::Plan;
 use crate::recompute::recompute;
 use crate::record::{self, Recording};
-use crate::store::books::{FactRow, OrderRow};
+use crate::store::books::{self, FactRow, OrderRow};
 use crate::store::order_events::NewOrderEvent;
 use crate::store::orders;
 use crate::store::parking as parking_store;
@@ -71,6 +72,36 @@ pub(crate) async fn follow_through(
         states: recomputed.states,
         emails,
     })
+}
+
+/// Sends orders a road has locked down the tail with no new fact (a
+/// cancellation recorded on them, a rollout's catch-up): their facts are
+/// read, they are recomputed and written, and the emails they owe are
+/// queued in the same transaction.
+pub(crate) async fn follow_locked(
+    conn: &mut PgConnection,
+    plan: &Plan,
+    traces: BTreeMap<i64, String>,
+) -> Result<(), sqlx::Error> {
+    let recording = Recording::default();
+    let ids: Vec<i64> = plan.orders.keys().copied().collect();
+    let (_, facts) = books::record(conn, &recording.facts, &ids).await?;
+    let intake = Intake {
+        touched: plan.orders.values().collect(),
+        traces,
+        plan,
+        recording: &recording,
+        fresh: &record::Fresh::default(),
+        parked: Vec::new(),
+        facts,
+    };
+    let followed = follow_through(conn, intake).await?;
+    Effects {
+        emails: followed.emails,
+        ..Effects::default()
+    }
+    .record(conn, std::iter::empty())
+    .await
 }
 
 /// The confirmations and one email per new refund fact, each in its
