@@ -15,7 +15,7 @@ PIPELINE_TESTS := $(patsubst tests/tests/%.rs,--test %,$(sort $(wildcard tests/t
 POOLED_FILES := $(sort $(basename $(notdir $(wildcard tests/tests/pipeline_*.rs tests/tests/ops_*.rs)))) \
 	notify api reconciliation reconciliation_found reconciliation_faults refunds refund_attempts console console_notify \
 	console_hardening console_refunds rollout \
-	mail_tls db_trouble chaos tenancy
+	mail_tls db_trouble chaos tenancy runtime_sources
 POOLED_TESTS := $(patsubst %,--test %,$(POOLED_FILES))
 
 .PHONY: pooled-files run test lint services tools alerts-test api-schema-test k8s-validate compose-test build demo bench bench-smoke chaos confluence upgrade-test fmt clean

@@ -36,6 +36,41 @@ pub async fn ctl_ok(env: &TestEnv, args: &[&str]) -> String {
     stdout
 }
 
+/// Runs `oncehookctl` with `args`, `extra` variables and `input` on its
+/// stdin (a secret is never an argument); returns (exit code, stdout,
+/// stderr).
+pub async fn ctl_input(
+    env: &TestEnv,
+    args: &[&str],
+    extra: &[(&str, &str)],
+    input: &str,
+) -> (i32, String, String) {
+    use tokio::io::AsyncWriteExt as _;
+    let mut child = tokio::process::Command::new(crate::process::bin_dir().join("oncehookctl"))
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(env.database_envs("oncehookctl", args))
+        .envs(extra.iter().copied())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run oncehookctl");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin
+        .write_all(input.as_bytes())
+        .await
+        .expect("write stdin");
+    drop(stdin);
+    let out = child.wait_with_output().await.expect("oncehookctl ends");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// `oncehookctl --json …` parsed.
 pub async fn ctl_json(env: &TestEnv, args: &[&str]) -> Value {
     let mut all = vec!["--json"];

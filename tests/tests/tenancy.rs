@@ -423,6 +423,108 @@ async fn cross_tenant_attempts_on_every_route(api: &Api) {
         ),
         // Not a tenant's: the document itself.
         ("GET", "/v1/openapi.json", "/v1/openapi.json", None, 200),
+        // The platform's admin API: a tenant's key is no admin key (401),
+        // for globex's rows as for anyone's.
+        (
+            "POST",
+            "/v1/admin/tenants",
+            "/v1/admin/tenants",
+            Some(r#"{"id": "acme2", "name": "A"}"#),
+            401,
+        ),
+        ("GET", "/v1/admin/tenants", "/v1/admin/tenants", None, 401),
+        (
+            "GET",
+            "/v1/admin/tenants/{tenant}",
+            "/v1/admin/tenants/globex",
+            None,
+            401,
+        ),
+        (
+            "POST",
+            "/v1/admin/tenants/{tenant}/disable",
+            "/v1/admin/tenants/globex/disable",
+            None,
+            401,
+        ),
+        (
+            "POST",
+            "/v1/admin/tenants/{tenant}/enable",
+            "/v1/admin/tenants/globex/enable",
+            None,
+            401,
+        ),
+        (
+            "POST",
+            "/v1/admin/tenants/{tenant}/keys",
+            "/v1/admin/tenants/globex/keys",
+            Some(r#"{"name": "x", "scopes": ["orders:read"]}"#),
+            401,
+        ),
+        (
+            "GET",
+            "/v1/admin/tenants/{tenant}/keys",
+            "/v1/admin/tenants/globex/keys",
+            None,
+            401,
+        ),
+        (
+            "POST",
+            "/v1/admin/keys/{id}/revoke",
+            "/v1/admin/keys/key_0/revoke",
+            None,
+            401,
+        ),
+        (
+            "POST",
+            "/v1/admin/sources",
+            "/v1/admin/sources",
+            Some(r#"{"name": "g2", "tenant": "globex", "gateway": "razorpay", "secret": "x"}"#),
+            401,
+        ),
+        ("GET", "/v1/admin/sources", "/v1/admin/sources", None, 401),
+        (
+            "GET",
+            "/v1/admin/sources/{name}",
+            "/v1/admin/sources/globex-razorpay",
+            None,
+            401,
+        ),
+        (
+            "POST",
+            "/v1/admin/sources/{name}/secrets",
+            "/v1/admin/sources/globex-razorpay/secrets",
+            Some(r#"{"secret": "x"}"#),
+            401,
+        ),
+        (
+            "POST",
+            "/v1/admin/sources/{name}/secrets/{no}/retire",
+            "/v1/admin/sources/globex-razorpay/secrets/1/retire",
+            None,
+            401,
+        ),
+        (
+            "POST",
+            "/v1/admin/sources/{name}/disable",
+            "/v1/admin/sources/globex-razorpay/disable",
+            None,
+            401,
+        ),
+        (
+            "POST",
+            "/v1/admin/sources/{name}/enable",
+            "/v1/admin/sources/globex-razorpay/enable",
+            None,
+            401,
+        ),
+        (
+            "GET",
+            "/v1/admin/feed/sources",
+            "/v1/admin/feed/sources",
+            None,
+            401,
+        ),
     ];
     let doc = api.get("/v1/openapi.json", ACME_KEY).await;
     let documented: BTreeSet<(String, String)> = doc.json["paths"]
@@ -521,7 +623,13 @@ async fn two_tenants_with_the_same_order_ref_and_gateway_keep_separate_books() {
     let _worker = env.start_worker().await;
     let _mailer = env.start_mailer().await;
     let _notifier = env.start_consumer("oncehook-notifier", &[]).await;
-    let api = Api::start(&mut env, &[]).await;
+    // Every admin route tried with a tenant's key is a failed
+    // authentication: more than the default throttle lets one client make.
+    let api = Api::start(
+        &mut env,
+        &[("ONCEHOOK_API_AUTH_FAILURES_PER_MINUTE", "1000")],
+    )
+    .await;
 
     for (key, stock, email) in [
         (ACME_KEY, 10, "buyer@acme.example"),

@@ -3,9 +3,11 @@
 //! (all of them, whatever matched), so neither the answer nor its timing
 //! says which keys exist. No key or an unknown one → 401, a key without the
 //! scope → 403; both are counted in `oncehook_api_auth_failures_total{key}`
-//! (the key's name, or `unknown`), and a client address that fails too
-//! often is answered 429 before its key is even looked at. Keys are never
-//! logged.
+//! (the key's name, `issued` for a key issued at runtime, or `unknown`),
+//! and a client address that fails too often is answered 429 before its
+//! key is even looked at. Keys are never logged. Platform admin keys
+//! (`[[api.admin_key]]`) are checked apart ([`Admin`]): an admin key is no
+//! tenant's key and a tenant's key no admin key.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -15,12 +17,13 @@ use std::time::{Duration, Instant};
 use actix_web::HttpRequest;
 use actix_web::http::StatusCode;
 use actix_web::http::header::AUTHORIZATION;
-use oncehook_common::config::{ApiKey, ApiScope};
+use oncehook_common::config::{AdminKey, AdminScope, ApiKey, ApiScope};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::disabled::Disabled;
 use crate::error::ApiError;
+use crate::issued::Issued;
 use oncehook_common::store::scope::Scope;
 use oncehook_common::tenant::TenantId;
 
@@ -40,9 +43,19 @@ impl Caller {
     }
 }
 
-/// Configured keys and the failure throttle.
+/// A platform admin, authenticated (docs/tenants.md).
+#[derive(Debug, Clone)]
+pub struct AdminCaller {
+    pub name: String,
+}
+
+/// Configured keys, the issued ones, the admin keys and the failure
+/// throttle.
 pub struct Auth {
     keys: Vec<ApiKey>,
+    /// Tenants' keys issued at runtime ([`crate::issued`]).
+    issued: Issued,
+    admin_keys: Vec<AdminKey>,
     throttle: Throttle,
     /// The tenants whose keys are refused ([`crate::disabled`]).
     disabled: Disabled,
@@ -50,13 +63,37 @@ pub struct Auth {
 
 impl Auth {
     pub fn new(keys: Vec<ApiKey>, failures_per_minute: u32, disabled: Disabled) -> Auth {
-        for key in &keys {
-            metrics::counter!("oncehook_api_auth_failures_total", "key" => key.name.clone())
+        Auth::with_issued(
+            keys,
+            Vec::new(),
+            Issued::default(),
+            failures_per_minute,
+            disabled,
+        )
+    }
+
+    /// As [`Auth::new`], with the admin keys and the issued keys' registry.
+    pub fn with_issued(
+        keys: Vec<ApiKey>,
+        admin_keys: Vec<AdminKey>,
+        issued: Issued,
+        failures_per_minute: u32,
+        disabled: Disabled,
+    ) -> Auth {
+        for name in keys
+            .iter()
+            .map(|k| &k.name)
+            .chain(admin_keys.iter().map(|k| &k.name))
+        {
+            metrics::counter!("oncehook_api_auth_failures_total", "key" => name.clone())
                 .absolute(0);
         }
         metrics::counter!("oncehook_api_auth_failures_total", "key" => "unknown").absolute(0);
+        metrics::counter!("oncehook_api_auth_failures_total", "key" => "issued").absolute(0);
         Auth {
             keys,
+            issued,
+            admin_keys,
             throttle: Throttle::new(failures_per_minute, Duration::from_secs(60)),
             disabled,
         }
@@ -70,28 +107,13 @@ impl Auth {
     /// The caller of `req` if its key has one of `scopes`.
     pub fn check_any(&self, req: &HttpRequest, scopes: &[ApiScope]) -> Result<Caller, ApiError> {
         let client = req.peer_addr().map(|a| a.ip());
-        if let Some(ip) = client
-            && let Some(wait) = self.throttle.blocked(ip)
-        {
-            return Err(ApiError::throttled(wait.as_secs().max(1)));
-        }
-        let presented = req
-            .headers()
-            .get(AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim)
-            .filter(|k| !k.is_empty());
-        let Some(key) = presented.and_then(|p| self.find(p)) else {
+        let presented = self.presented(req, client)?;
+        let Some((key, label)) = presented.and_then(|p| self.find(p)) else {
             self.failed(client, "unknown");
-            return Err(ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "an API key is needed: Authorization: Bearer <key>",
-            ));
+            return Err(unauthorized());
         };
         if self.disabled.contains(key.tenant.as_str()) {
-            metrics::counter!("oncehook_api_auth_failures_total", "key" => key.name.clone())
+            metrics::counter!("oncehook_api_auth_failures_total", "key" => label.clone())
                 .increment(1);
             return Err(ApiError::new(
                 StatusCode::FORBIDDEN,
@@ -100,8 +122,7 @@ impl Auth {
             ));
         }
         if !scopes.iter().any(|s| key.scopes.contains(s)) {
-            metrics::counter!("oncehook_api_auth_failures_total", "key" => key.name.clone())
-                .increment(1);
+            metrics::counter!("oncehook_api_auth_failures_total", "key" => label).increment(1);
             return Err(ApiError::new(
                 StatusCode::FORBIDDEN,
                 "forbidden",
@@ -116,16 +137,86 @@ impl Auth {
             ));
         }
         Ok(Caller {
-            name: key.name.clone(),
-            tenant: key.tenant.clone(),
+            name: key.name,
+            tenant: key.tenant,
         })
     }
 
-    /// The key whose hash is the presented key's, comparing every hash.
-    fn find(&self, presented: &str) -> Option<&ApiKey> {
+    /// The platform admin calling `req` if its admin key has `scope`. A
+    /// tenant's key is no admin key: 401 as for an unknown one.
+    pub fn check_admin(
+        &self,
+        req: &HttpRequest,
+        scope: AdminScope,
+    ) -> Result<AdminCaller, ApiError> {
+        let client = req.peer_addr().map(|a| a.ip());
+        let presented = self.presented(req, client)?;
+        let Some(key) = presented.and_then(|p| self.find_admin(p)) else {
+            self.failed(client, "unknown");
+            return Err(unauthorized());
+        };
+        if !key.scopes.contains(&scope) {
+            metrics::counter!("oncehook_api_auth_failures_total", "key" => key.name.clone())
+                .increment(1);
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                format!("this admin key lacks the scope {}", scope.as_str()),
+            ));
+        }
+        Ok(AdminCaller {
+            name: key.name.clone(),
+        })
+    }
+
+    /// The bearer key of `req`, unless its client is throttled.
+    fn presented<'r>(
+        &self,
+        req: &'r HttpRequest,
+        client: Option<IpAddr>,
+    ) -> Result<Option<&'r str>, ApiError> {
+        if let Some(ip) = client
+            && let Some(wait) = self.throttle.blocked(ip)
+        {
+            return Err(ApiError::throttled(wait.as_secs().max(1)));
+        }
+        Ok(req
+            .headers()
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .filter(|k| !k.is_empty()))
+    }
+
+    /// The key whose hash is the presented key's, and the name its
+    /// failures are counted under: the file's keys compared in constant
+    /// time (every hash), then the issued ones (found by their hash, which
+    /// is of a random 256-bit key: `issued` on the metric, so issuing keys
+    /// never mints label values).
+    fn find(&self, presented: &str) -> Option<(ApiKey, String)> {
         let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
         let mut found = None;
         for key in &self.keys {
+            if bool::from(key.hash.ct_eq(&digest)) {
+                found = Some(key);
+            }
+        }
+        match found {
+            Some(key) => Some((key.clone(), key.name.clone())),
+            None => self
+                .issued
+                .find(&digest)
+                .map(|key| (key, "issued".to_owned())),
+        }
+    }
+
+    /// The admin key whose hash is the presented key's, comparing every
+    /// hash.
+    fn find_admin(&self, presented: &str) -> Option<&AdminKey> {
+        let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+        let mut found = None;
+        for key in &self.admin_keys {
             if bool::from(key.hash.ct_eq(&digest)) {
                 found = Some(key);
             }
@@ -140,6 +231,14 @@ impl Auth {
             self.throttle.fail(ip);
         }
     }
+}
+
+fn unauthorized() -> ApiError {
+    ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "an API key is needed: Authorization: Bearer <key>",
+    )
 }
 
 /// Failed authentications per client address in a fixed window.
@@ -214,8 +313,8 @@ mod tests {
             Disabled::default(),
         );
         assert_eq!(
-            auth.find("ohk_secret").map(|k| k.name.as_str()),
-            Some("shop")
+            auth.find("ohk_secret").map(|(k, _)| k.name),
+            Some("shop".to_owned())
         );
         assert!(auth.find("ohk_other").is_none());
     }
@@ -256,17 +355,66 @@ impl<N: Needs> actix_web::FromRequest for Authed<N> {
     type Future = std::future::Ready<Result<Self, ApiError>>;
 
     fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
-        let result = match req.app_data::<actix_web::web::Data<crate::state::State>>() {
-            Some(state) => state.auth.check_any(req, N::SCOPES).map(|caller| Authed {
+        with_auth(req, |auth| {
+            auth.check_any(req, N::SCOPES).map(|caller| Authed {
                 caller,
                 needs: std::marker::PhantomData,
-            }),
+            })
+        })
+    }
+}
+
+/// `check` run with the API's [`Auth`], as an extractor's ready answer.
+fn with_auth<T>(
+    req: &HttpRequest,
+    check: impl FnOnce(&Auth) -> Result<T, ApiError>,
+) -> std::future::Ready<Result<T, ApiError>> {
+    std::future::ready(
+        match req.app_data::<actix_web::web::Data<crate::state::State>>() {
+            Some(state) => check(&state.auth),
             None => Err(ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal",
                 "the API is not configured",
             )),
-        };
-        std::future::ready(result)
+        },
+    )
+}
+
+/// The admin scope a route needs, as a type (checked before the body is
+/// read, as [`Needs`]).
+pub trait NeedsAdmin {
+    const SCOPE: AdminScope;
+}
+
+/// Platform administration: tenants, sources, keys.
+pub struct Administers;
+impl NeedsAdmin for Administers {
+    const SCOPE: AdminScope = AdminScope::Admin;
+}
+
+/// Reading the sources feed (ingest).
+pub struct ReadsFeed;
+impl NeedsAdmin for ReadsFeed {
+    const SCOPE: AdminScope = AdminScope::SourcesFeed;
+}
+
+/// The platform admin, checked for `N`'s scope.
+pub struct Admin<N: NeedsAdmin> {
+    pub caller: AdminCaller,
+    needs: std::marker::PhantomData<N>,
+}
+
+impl<N: NeedsAdmin> actix_web::FromRequest for Admin<N> {
+    type Error = ApiError;
+    type Future = std::future::Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
+        with_auth(req, |auth| {
+            auth.check_admin(req, N::SCOPE).map(|caller| Admin {
+                caller,
+                needs: std::marker::PhantomData,
+            })
+        })
     }
 }

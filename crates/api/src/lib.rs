@@ -7,10 +7,12 @@
 //! `api.idempotency_ttl`; `store` is the API's own tables' SQL (the books
 //! it writes are the ledger's, `oncehook_ledger::store::shop`).
 
+pub mod admin_model;
 pub mod audit;
 pub mod auth;
 pub mod disabled;
 pub mod error;
+pub mod issued;
 pub mod model;
 pub mod openapi;
 pub mod prune;

@@ -6,17 +6,26 @@ use actix_web::HttpResponse;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
+use crate::admin_model;
 use crate::error::ErrorBody;
 use crate::model;
-use crate::routes::{cancel, events, orders, products, read};
+use crate::routes::{admin, admin_sources, cancel, events, orders, products, read};
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "oncehook shop API", description = "Products, stock deltas, idempotent orders, the ledger's view of them and the order events (docs/shop-integration.md)."),
-    paths(products::put, products::get, products::stock, orders::create, read::get, read::list, cancel::cancel, events::list, serve),
+    info(title = "oncehook shop API", description = "Products, stock deltas, idempotent orders, the ledger's view of them and the order events (docs/shop-integration.md); the platform's admin API for tenants, their sources and keys (docs/tenants.md)."),
+    paths(products::put, products::get, products::stock, orders::create, read::get, read::list, cancel::cancel, events::list, serve,
+        admin::create_tenant, admin::list_tenants, admin::get_tenant, admin::disable_tenant, admin::enable_tenant,
+        admin::issue_key, admin::list_keys, admin::revoke_key,
+        admin_sources::create, admin_sources::list, admin_sources::get, admin_sources::add_secret,
+        admin_sources::retire_secret, admin_sources::disable, admin_sources::enable, admin_sources::feed),
     components(schemas(ErrorBody, model::ProductPut, model::StockDelta, model::Product, model::OrderCreate,
         model::ItemIn, model::OrderCancel, model::Item, model::Amount, model::Payment, model::Refund, model::Email,
-        model::Order, model::OrderSummary, model::OrderPage, model::OrderEvent, model::EventPage)),
+        model::Order, model::OrderSummary, model::OrderPage, model::OrderEvent, model::EventPage,
+        admin_model::TenantCreate, admin_model::TenantView, admin_model::SourceCreate, admin_model::SecretAdd,
+        admin_model::SecretSlotView, admin_model::SourceView, admin_model::SealedSecretView,
+        admin_model::SourceChangeView, admin_model::SourcesFeedPage, admin_model::KeyIssue, admin_model::KeyView,
+        admin_model::KeyIssued)),
     modifiers(&Bearer),
 )]
 pub struct ApiDoc;

@@ -41,32 +41,28 @@ impl Application {
     pub async fn build(settings: ApiSettings, metrics: PrometheusHandle) -> anyhow::Result<Self> {
         let shutdown = Shutdown::new();
         let api = settings.api;
-        if api.keys.is_empty() {
+        if api.keys.is_empty() && api.admin_keys.is_empty() {
             tracing::warn!(
-                "no [[api.key]] configured: every request gets 401 (`oncehookctl api-key NAME --scope …` prints an entry)"
+                "no [[api.key]] and no [[api.admin_key]] configured: only keys issued at runtime are served \
+                 (`oncehookctl api-key NAME --scope …` prints an entry)"
             );
         }
         let pool = Pooled::open_tenant_facing(&settings.database, settings.database.pool_size(8))?;
         let ready = Readiness::default();
-        let (db, readiness, stop) = (pool.clone(), ready.clone(), shutdown.clone());
-        let watch = supervise("database readiness", &shutdown, move || {
-            watch_database(db.clone(), readiness.clone(), stop.clone())
-        });
-        let (db, ttl, stop) = (pool.clone(), api.idempotency_ttl, shutdown.clone());
-        let prune = supervise("idempotency key pruning", &shutdown, move || {
-            crate::prune::run(db.clone(), ttl, stop.clone())
-        });
-        let disabled = crate::disabled::Disabled::default();
-        let (db, set, stop) = (pool.clone(), disabled.clone(), shutdown.clone());
-        let tenants = supervise("disabled tenants", &shutdown, move || {
-            crate::disabled::run(db.clone(), set.clone(), stop.clone())
-        });
-        let tasks = vec![watch, prune, tenants];
+        let (tasks, disabled, issued) =
+            background_tasks(&pool, &ready, api.idempotency_ttl, &shutdown);
         let state = web::Data::new(State {
             pool,
-            auth: Auth::new(api.keys.clone(), api.auth_failures_per_minute, disabled),
+            auth: Auth::with_issued(
+                api.keys.clone(),
+                api.admin_keys.clone(),
+                issued,
+                api.auth_failures_per_minute,
+                disabled,
+            ),
             max_items: api.max_items,
             max_page_size: api.max_page_size,
+            ring: settings.secrets.keys.clone(),
         });
         let listener = TcpListener::bind(api.addr).map_err(|e| {
             anyhow::anyhow!(
@@ -166,4 +162,41 @@ async fn count(
         "status" => resp.status().as_u16().to_string())
     .increment(1);
     Ok(resp)
+}
+
+/// The supervised tasks beside the server: the database's readiness, the
+/// idempotency keys' pruning, and the disabled tenants and issued keys read
+/// every second (with the sets they keep).
+fn background_tasks(
+    pool: &Pooled,
+    ready: &Readiness,
+    ttl: Duration,
+    shutdown: &Shutdown,
+) -> (
+    Vec<Supervised>,
+    crate::disabled::Disabled,
+    crate::issued::Issued,
+) {
+    let (db, readiness, stop) = (pool.clone(), ready.clone(), shutdown.clone());
+    let watch = supervise("database readiness", shutdown, move || {
+        watch_database(db.clone(), readiness.clone(), stop.clone())
+    });
+    let (db, stop) = (pool.clone(), shutdown.clone());
+    let prune = supervise("idempotency key pruning", shutdown, move || {
+        crate::prune::run(db.clone(), ttl, stop.clone())
+    });
+    let disabled = crate::disabled::Disabled::default();
+    let issued = crate::issued::Issued::default();
+    let (db, known, set, stop) = (
+        pool.clone(),
+        issued.clone(),
+        disabled.clone(),
+        shutdown.clone(),
+    );
+    let keys = supervise(
+        "issued API keys and disabled tenants",
+        shutdown,
+        move || crate::issued::run(db.clone(), known.clone(), set.clone(), stop.clone()),
+    );
+    (vec![watch, prune, keys], disabled, issued)
 }

@@ -1,6 +1,8 @@
-//! What every handler shares: the pool, the keys and their throttle, and
-//! the limits of `[api]` (with the one reading of a page's `limit`).
+//! What every handler shares: the pool, the keys and their throttle, the
+//! limits of `[api]` (with the one reading of a page's `limit`), and the
+//! key ring of secrets at rest.
 
+use oncehook_common::sealed::KeyRing;
 use oncehook_common::store::Pooled;
 
 use crate::auth::Auth;
@@ -14,6 +16,9 @@ pub struct State {
     pub auth: Auth,
     pub max_items: usize,
     pub max_page_size: u32,
+    /// The ring the admin API seals secrets with (`secrets.keys`); `None`:
+    /// sources cannot be added or rotated here.
+    pub ring: Option<KeyRing>,
 }
 
 impl State {

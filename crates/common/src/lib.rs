@@ -42,6 +42,7 @@ pub mod retry_after;
 pub mod sealed;
 pub mod secret;
 pub mod shutdown;
+pub mod sources_feed;
 #[cfg(feature = "db")]
 pub mod store;
 pub mod telemetry;

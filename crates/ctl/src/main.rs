@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 use oncehook_common::Config;
 use oncehook_ops::{
     api_key, demo, dlq, migrate, notify, output, password, reconcile, refunds, retention, send,
-    stats, tenants, trace,
+    sources, stats, tenants, trace,
 };
 
 #[derive(Parser)]
@@ -81,6 +81,16 @@ enum Command {
         #[command(subcommand)]
         command: tenants::TenantsCommand,
     },
+    /// Tenants' sources made at runtime: add, list, show, rotate, retire, disable, enable.
+    Sources {
+        #[command(subcommand)]
+        command: sources::SourcesCommand,
+    },
+    /// Tenants' API keys issued at runtime: issue (printed once), list, revoke.
+    Keys {
+        #[command(subcommand)]
+        command: sources::KeysCommand,
+    },
     /// Hash a console password (read from stdin) into a `[[console.user]]` entry.
     ConsoleUser(password::ConsoleUserArgs),
     /// A new random key for the shop's API, printed once, and its `[[api.key]]` entry.
@@ -129,6 +139,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Refunds { command } => out.finish(&refunds::run(&settings, command).await?),
         Command::Stats(args) => out.finish(&stats::run(&settings, args).await?),
         Command::Tenants { command } => out.finish(&tenants::run(&settings, command).await?),
+        Command::Sources { command } => out.finish(&sources::run(&settings, command).await?),
+        Command::Keys { command } => out.finish(&sources::keys(&settings, command).await?),
         Command::ConsoleUser(_) | Command::ApiKey(_) => ExitCode::SUCCESS,
     })
 }

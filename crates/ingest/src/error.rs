@@ -10,6 +10,14 @@ use oncehook_gateways::VerifyError;
 pub enum IngestError {
     #[error("no source named {0:?} is configured")]
     UnknownSource(String),
+    #[error(
+        "source {0:?} is disabled: its webhooks are refused until it is enabled again; retry later"
+    )]
+    SourceDisabled(String),
+    #[error(
+        "the sources made at runtime are not known yet (the sources feed was not read since start); retry later"
+    )]
+    SourcesNotYet,
     #[error("body exceeds the {limit} byte limit")]
     TooLarge { limit: usize },
     #[error("request headers exceed the {limit} byte limit")]
@@ -29,8 +37,10 @@ pub enum IngestError {
 impl IngestError {
     /// Every code [`IngestError::code`] returns, for counters that must
     /// exist (at zero) before the first refusal of their kind.
-    pub const CODES: [&'static str; 10] = [
+    pub const CODES: [&'static str; 12] = [
         "unknown_source",
+        "source_disabled",
+        "sources_not_yet",
         "payload_too_large",
         "headers_too_large",
         "unsupported_media_type",
@@ -45,13 +55,18 @@ impl IngestError {
     /// Whether the sender caused it (a bad request, logged at WARN within
     /// a limit) rather than the operator's side (ERROR).
     pub fn is_senders_fault(&self) -> bool {
-        !matches!(self, IngestError::BrokerUnavailable)
+        !matches!(
+            self,
+            IngestError::BrokerUnavailable | IngestError::SourcesNotYet
+        )
     }
 
     /// Stable machine-readable code (also the `outcome` metric label).
     pub fn code(&self) -> &'static str {
         match self {
             IngestError::UnknownSource(_) => "unknown_source",
+            IngestError::SourceDisabled(_) => "source_disabled",
+            IngestError::SourcesNotYet => "sources_not_yet",
             IngestError::TooLarge { .. } => "payload_too_large",
             IngestError::HeadersTooLarge { .. } => "headers_too_large",
             IngestError::UnsupportedMediaType { .. } => "unsupported_media_type",
@@ -69,6 +84,9 @@ impl ResponseError for IngestError {
     fn status_code(&self) -> StatusCode {
         match self {
             IngestError::UnknownSource(_) => StatusCode::NOT_FOUND,
+            IngestError::SourceDisabled(_) | IngestError::SourcesNotYet => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             IngestError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             IngestError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             IngestError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -82,8 +100,16 @@ impl ResponseError for IngestError {
 
     fn error_response(&self) -> HttpResponse {
         let mut resp = HttpResponse::build(self.status_code());
-        if matches!(self, IngestError::BrokerUnavailable) {
-            resp.insert_header(("Retry-After", "5"));
+        match self {
+            IngestError::BrokerUnavailable | IngestError::SourcesNotYet => {
+                resp.insert_header(("Retry-After", "5"));
+            }
+            // A disabled source stays so until an operator acts: the gateway
+            // keeps retrying on its own schedule, not every few seconds.
+            IngestError::SourceDisabled(_) => {
+                resp.insert_header(("Retry-After", "600"));
+            }
+            _ => {}
         }
         resp.json(serde_json::json!({ "error": self.code(), "message": self.to_string() }))
     }
@@ -103,6 +129,8 @@ mod tests {
     fn every_code_is_listed() {
         let all = [
             IngestError::UnknownSource("x".into()),
+            IngestError::SourceDisabled("x".into()),
+            IngestError::SourcesNotYet,
             IngestError::TooLarge { limit: 1 },
             IngestError::HeadersTooLarge { limit: 1 },
             IngestError::UnsupportedMediaType {

@@ -7,4 +7,5 @@ pub mod error;
 pub mod publisher;
 pub mod refusals;
 pub mod routes;
+pub mod sources;
 pub mod startup;

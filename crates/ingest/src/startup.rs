@@ -3,8 +3,8 @@
 //! random port (`ONCEHOOK_INGEST_ADDR=127.0.0.1:0`). Every answer of the
 //! public port says `X-Content-Type-Options: nosniff`.
 
-use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::dev::Server;
@@ -13,19 +13,21 @@ use actix_web::middleware::DefaultHeaders;
 use actix_web::{App, HttpServer, web};
 use metrics_exporter_prometheus::PrometheusHandle;
 use oncehook_common::background::Supervised;
+use oncehook_common::background::supervise;
 use oncehook_common::health;
 use oncehook_common::shutdown::Shutdown;
-use oncehook_common::{IngestSettings, SourceConfig, Topology};
+use oncehook_common::{IngestSettings, Topology};
 
 use crate::publisher::Publisher;
 use crate::routes;
+use crate::sources::{self, Sources};
 
 /// How long the exit waits for the broker session to close.
 const SESSION_CLOSE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Everything handlers share.
 pub struct IngestState {
-    pub sources: HashMap<String, SourceConfig>,
+    pub sources: Arc<Sources>,
     pub publisher: Publisher,
     pub body_limit: usize,
     pub metrics: PrometheusHandle,
@@ -48,13 +50,12 @@ impl IngestState {
             shutdown,
         );
         routes::zero_counters(settings.ingest.sources.iter().map(|s| s.name.as_str()));
+        let sources = Sources::new(
+            &settings.ingest.sources,
+            settings.ingest.sources_feed.is_some(),
+        );
         let state = IngestState {
-            sources: settings
-                .ingest
-                .sources
-                .iter()
-                .map(|s| (s.name.clone(), s.clone()))
-                .collect(),
+            sources: Arc::new(sources),
             publisher,
             body_limit: settings.ingest.body_limit_bytes,
             metrics,
@@ -71,6 +72,8 @@ pub struct Application {
     shutdown: Shutdown,
     /// The broker session's task, joined once the server stopped.
     session: Supervised,
+    /// The sources feed's reader, if a feed is configured.
+    feed: Option<Supervised>,
 }
 
 impl Application {
@@ -80,6 +83,20 @@ impl Application {
     ) -> std::io::Result<Self> {
         let shutdown = Shutdown::new();
         let (state, session) = IngestState::new(&settings, metrics, shutdown.clone());
+        let feed = match (&settings.ingest.sources_feed, &settings.secrets.keys) {
+            (Some(feed), Some(ring)) => {
+                let (sources, feed, ring, stop) = (
+                    state.sources.clone(),
+                    feed.clone(),
+                    ring.clone(),
+                    shutdown.clone(),
+                );
+                Some(supervise("sources feed", &shutdown, move || {
+                    sources::follow(sources.clone(), feed.clone(), ring.clone(), stop.clone())
+                }))
+            }
+            _ => None,
+        };
         let state = web::Data::new(state);
         let (addr, server) = webhook_server(&settings, state.clone())?;
         // Metrics, liveness and readiness: a listener of their own, never the public port.
@@ -93,6 +110,7 @@ impl Application {
             server,
             shutdown,
             session,
+            feed,
         })
     }
 
@@ -116,6 +134,9 @@ impl Application {
         });
         let result = self.server.await;
         self.shutdown.trigger();
+        if let Some(feed) = self.feed {
+            feed.join().await;
+        }
         // The connection's close, bounded: a broker that does not answer
         // does not hold the exit.
         if tokio::time::timeout(SESSION_CLOSE, self.session.join())

@@ -17,6 +17,7 @@ pub mod reconcile;
 pub mod refunds;
 pub mod retention;
 pub mod send;
+pub mod sources;
 pub mod stats;
 pub mod store;
 pub mod tenants;

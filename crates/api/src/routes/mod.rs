@@ -4,6 +4,8 @@
 //! type, an oversized body, a bad query or path, an unknown route, a wrong
 //! method.
 
+pub mod admin;
+pub mod admin_sources;
 pub mod cancel;
 pub mod events;
 pub mod orders;
@@ -40,6 +42,22 @@ routes! {
     GET "/v1/orders/{order_ref}" => read::get;
     POST "/v1/orders/{order_ref}/cancel" => cancel::cancel;
     GET "/v1/events" => events::list;
+    POST "/v1/admin/tenants" => admin::create_tenant;
+    GET "/v1/admin/tenants" => admin::list_tenants;
+    GET "/v1/admin/tenants/{tenant}" => admin::get_tenant;
+    POST "/v1/admin/tenants/{tenant}/disable" => admin::disable_tenant;
+    POST "/v1/admin/tenants/{tenant}/enable" => admin::enable_tenant;
+    POST "/v1/admin/tenants/{tenant}/keys" => admin::issue_key;
+    GET "/v1/admin/tenants/{tenant}/keys" => admin::list_keys;
+    POST "/v1/admin/keys/{id}/revoke" => admin::revoke_key;
+    POST "/v1/admin/sources" => admin_sources::create;
+    GET "/v1/admin/sources" => admin_sources::list;
+    GET "/v1/admin/sources/{name}" => admin_sources::get;
+    POST "/v1/admin/sources/{name}/secrets" => admin_sources::add_secret;
+    POST "/v1/admin/sources/{name}/secrets/{no}/retire" => admin_sources::retire_secret;
+    POST "/v1/admin/sources/{name}/disable" => admin_sources::disable;
+    POST "/v1/admin/sources/{name}/enable" => admin_sources::enable;
+    GET "/v1/admin/feed/sources" => admin_sources::feed;
     GET "/v1/openapi.json" => crate::openapi::serve;
 }
 

@@ -2,7 +2,9 @@
 //! public ingest port), its limits (body size, items per order, page size,
 //! failed authentications per client before it is throttled) and its keys
 //! (`[[api.key]]`, in the file only: a name, the SHA-256 of the key in hex,
-//! and the scopes the key is given), and how long an `Idempotency-Key` is
+//! and the scopes the key is given; tenants' keys issued at runtime live in
+//! the database), the platform's admin keys (`[[api.admin_key]]`, the same
+//! shape with admin scopes), and how long an `Idempotency-Key` is
 //! remembered (`api.idempotency_ttl`).
 
 use std::net::SocketAddr;
@@ -72,6 +74,52 @@ impl ApiScope {
     }
 }
 
+/// What a platform admin key may do (`[[api.admin_key]]`, docs/tenants.md):
+/// no admin key reaches a tenant's orders, and no tenant key reaches these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AdminScope {
+    /// Create and disable tenants, add, rotate and disable sources, issue
+    /// and revoke tenants' API keys.
+    Admin,
+    /// Read the sources' changes, secrets sealed (ingest's key).
+    SourcesFeed,
+}
+
+impl AdminScope {
+    pub const ALL: [AdminScope; 2] = [AdminScope::Admin, AdminScope::SourcesFeed];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AdminScope::Admin => "admin",
+            AdminScope::SourcesFeed => "sources:feed",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<AdminScope> {
+        AdminScope::ALL
+            .into_iter()
+            .find(|s| s.as_str() == value.trim())
+    }
+}
+
+/// A platform admin key, validated.
+#[derive(Clone)]
+pub struct AdminKey {
+    pub name: String,
+    /// SHA-256 of the key.
+    pub hash: [u8; 32],
+    pub scopes: Vec<AdminScope>,
+}
+
+impl std::fmt::Debug for AdminKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminKey")
+            .field("name", &self.name)
+            .field("scopes", &self.scopes)
+            .finish_non_exhaustive()
+    }
+}
+
 /// `[api]`: the shop's API (`oncehook-api`).
 #[derive(Debug, Clone)]
 pub struct ApiConfig {
@@ -91,6 +139,8 @@ pub struct ApiConfig {
     pub idempotency_ttl: Duration,
     /// `[[api.key]]`: who may call.
     pub keys: Vec<ApiKey>,
+    /// `[[api.admin_key]]`: the platform's admin keys.
+    pub admin_keys: Vec<AdminKey>,
 }
 
 /// One configured API key: never the key itself, only its SHA-256.
@@ -129,6 +179,8 @@ pub(super) struct ApiSection {
     limits: Limits,
     /// `[[api.key]]`
     pub key: Vec<KeyEntry>,
+    /// `[[api.admin_key]]`
+    pub admin_key: Vec<AdminKeyEntry>,
 }
 
 /// `[api.limits]`.
@@ -139,6 +191,15 @@ struct Limits {
     max_items: MaxItems,
     max_page_size: MaxPageSize,
     auth_failures_per_minute: FailuresPerMinute,
+}
+
+/// A `[[api.admin_key]]` table as written.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct AdminKeyEntry {
+    name: String,
+    hash: String,
+    scopes: Vec<String>,
 }
 
 /// A `[[api.key]]` table as written.
@@ -159,6 +220,7 @@ impl Default for ApiSection {
             idempotency_ttl: HumanDuration(Duration::from_secs(24 * 3_600)),
             limits: Limits::default(),
             key: Vec::new(),
+            admin_key: Vec::new(),
         }
     }
 }
@@ -188,6 +250,22 @@ impl ApiSection {
             }
             keys.push(key);
         }
+        let mut admin_keys: Vec<AdminKey> = Vec::with_capacity(self.admin_key.len());
+        for entry in self.admin_key {
+            let key = entry.validate()?;
+            if admin_keys.iter().any(|k| k.name == key.name) {
+                return Err(admin_key_error(&key.name, "configured twice"));
+            }
+            if keys.iter().any(|k| k.hash == key.hash)
+                || admin_keys.iter().any(|k| k.hash == key.hash)
+            {
+                return Err(admin_key_error(
+                    &key.name,
+                    "has the same hash as another key (an admin key is never a tenant's key)",
+                ));
+            }
+            admin_keys.push(key);
+        }
         Ok(ApiConfig {
             addr: self.addr.0,
             body_limit_bytes: usize::try_from(self.limits.body_limit_bytes.0).unwrap_or(usize::MAX),
@@ -196,6 +274,7 @@ impl ApiSection {
             auth_failures_per_minute: self.limits.auth_failures_per_minute.0,
             idempotency_ttl: self.idempotency_ttl.0,
             keys,
+            admin_keys,
         })
     }
 }
@@ -243,6 +322,49 @@ impl KeyEntry {
             tenant,
         })
     }
+}
+
+impl AdminKeyEntry {
+    fn validate(self) -> Result<AdminKey, ConfigError> {
+        let name = self.name.trim().to_owned();
+        if name.is_empty() || name == "unknown" || name.chars().any(|c| c.is_control()) {
+            return Err(admin_key_error(
+                &name,
+                "an admin key needs a name (not `unknown`, no control characters)",
+            ));
+        }
+        let hash = parse_hash(&self.hash).ok_or_else(|| {
+            admin_key_error(
+                &name,
+                "hash must be the SHA-256 of the key as 64 hex characters (`oncehookctl api-key NAME` prints one)",
+            )
+        })?;
+        let mut scopes = Vec::with_capacity(self.scopes.len());
+        for scope in &self.scopes {
+            let Some(scope) = AdminScope::parse(scope) else {
+                return Err(admin_key_error(
+                    &name,
+                    &format!(
+                        "unknown scope {scope:?}: an admin key's scopes are admin, sources:feed"
+                    ),
+                ));
+            };
+            if !scopes.contains(&scope) {
+                scopes.push(scope);
+            }
+        }
+        if scopes.is_empty() {
+            return Err(admin_key_error(
+                &name,
+                "an admin key needs at least one scope",
+            ));
+        }
+        Ok(AdminKey { name, hash, scopes })
+    }
+}
+
+fn admin_key_error(name: &str, reason: &str) -> ConfigError {
+    invalid(&format!("api.admin_key {name:?}"), "", reason)
 }
 
 /// 64 hex characters → 32 bytes.

@@ -107,3 +107,52 @@ fn scopes_read_and_print_the_same_words() {
     }
     assert_eq!(ApiScope::parse("admin"), None);
 }
+
+fn admin(name: &str, hash: &str, scopes: &str) -> String {
+    format!("[[api.admin_key]]\nname = \"{name}\"\nhash = \"{hash}\"\nscopes = [{scopes}]\n")
+}
+
+#[test]
+fn admin_keys_are_read_apart_from_tenants_keys_and_checked() {
+    let toml = format!(
+        "{}{}",
+        admin("platform", HASH, "\"admin\""),
+        admin("feed", OTHER, "\"sources:feed\", \"sources:feed\"")
+    );
+    let c = load(&toml, &[]).expect("two admin keys").api;
+    assert!(c.keys.is_empty());
+    assert_eq!(c.admin_keys.len(), 2);
+    assert_eq!(c.admin_keys[0].scopes, [AdminScope::Admin]);
+    assert_eq!(c.admin_keys[1].scopes, [AdminScope::SourcesFeed]);
+    assert!(
+        !format!("{c:?}").contains("9f86d0"),
+        "the hash is not printed"
+    );
+
+    for (toml, says) in [
+        (admin("p", HASH, "\"orders:read\""), "unknown scope"),
+        (admin("p", HASH, ""), "at least one scope"),
+        (admin("p", "abc", "\"admin\""), "64 hex characters"),
+        (admin("unknown", HASH, "\"admin\""), "needs a name"),
+        (
+            format!(
+                "{}{}",
+                admin("p", HASH, "\"admin\""),
+                admin("p", OTHER, "\"admin\"")
+            ),
+            "configured twice",
+        ),
+        // A tenant's key and an admin key are never the same key.
+        (
+            format!(
+                "{}{}",
+                key("shop", HASH, "\"orders:read\""),
+                admin("p", HASH, "\"admin\"")
+            ),
+            "same hash",
+        ),
+    ] {
+        let text = refused(&toml, &[]);
+        assert!(text.contains(says), "{toml}: {text}");
+    }
+}

@@ -11,7 +11,7 @@ use super::{
     NotifyConfig, WORKER_METRICS_ADDR,
 };
 use super::{BrokerConfig, Config, ConfigError, DatabaseConfig, ENV_CONFIG};
-use super::{IngestConfig, MailConfig, TelemetryConfig, WorkerConfig};
+use super::{IngestConfig, MailConfig, SecretsConfig, TelemetryConfig, WorkerConfig};
 
 /// What `oncehook-ingest` is given: it never sees the database or mail settings.
 #[derive(Debug, Clone)]
@@ -21,6 +21,8 @@ pub struct IngestSettings {
     pub broker: BrokerConfig,
     pub telemetry: TelemetryConfig,
     pub ingest: IngestConfig,
+    /// The key ring that opens the sources feed's sealed secrets.
+    pub secrets: SecretsConfig,
 }
 
 /// What `oncehook-worker` is given.
@@ -65,17 +67,29 @@ pub struct ApiSettings {
     pub database: DatabaseConfig,
     pub telemetry: TelemetryConfig,
     pub api: ApiConfig,
+    /// The key ring that seals what the admin API stores.
+    pub secrets: SecretsConfig,
 }
 
 impl Config {
-    /// The sections `oncehook-ingest` reads; it refuses to start without a
-    /// source.
+    /// The sections `oncehook-ingest` reads; it refuses to start with
+    /// neither a source nor a sources feed, and with a feed but no key ring
+    /// to open its secrets.
     pub fn into_ingest(self) -> Result<IngestSettings, ConfigError> {
-        if self.ingest.sources.is_empty() {
+        if self.ingest.sources.is_empty() && self.ingest.sources_feed.is_none() {
             return Err(invalid(
                 ENV_CONFIG,
                 "",
-                "no [[source]] configured: point ONCEHOOK_CONFIG at a TOML file with at least one source",
+                "no [[source]] configured and no [ingest.sources_feed]: point ONCEHOOK_CONFIG at a \
+                 TOML file with at least one source, or give ingest the admin API's feed",
+            ));
+        }
+        if self.ingest.sources_feed.is_some() && self.secrets.keys.is_none() {
+            return Err(invalid(
+                "secrets.keys",
+                "",
+                "[ingest.sources_feed] is set, and its signing secrets come sealed: set \
+                 secrets.keys (ONCEHOOK_SECRET_KEYS) to the ring the admin API seals with",
             ));
         }
         Ok(IngestSettings {
@@ -83,6 +97,7 @@ impl Config {
             broker: self.broker,
             telemetry: self.telemetry,
             ingest: self.ingest,
+            secrets: self.secrets,
         })
     }
 
@@ -104,6 +119,7 @@ impl Config {
             database: self.database,
             telemetry: self.telemetry,
             api: self.api,
+            secrets: self.secrets,
         }
     }
 

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use figment::value::Value;
 
 use super::ENV_CONFIG;
-use super::api::KeyEntry;
+use super::api::{AdminKeyEntry, KeyEntry};
 use super::console::UserEntry;
 use super::keys;
 use super::load::Sections;
@@ -38,6 +38,7 @@ fn keys_with_defaults() -> Vec<(String, Option<String>)> {
     });
     sections.console.user.push(UserEntry::default());
     sections.api.key.push(KeyEntry::default());
+    sections.api.admin_key.push(AdminKeyEntry::default());
     let value = Value::serialize(&sections).expect("the sections serialize");
     let mut out = Vec::new();
     walk("", &value, &mut out);

@@ -40,3 +40,55 @@ fn the_address_is_a_socket_address() {
         "{text}"
     );
 }
+
+#[test]
+fn the_sources_feed_needs_its_url_and_key_together() {
+    assert!(
+        load_env(&[])
+            .expect("defaults")
+            .ingest
+            .sources_feed
+            .is_none()
+    );
+    let c = load_env(&[
+        (ENV_SOURCES_FEED_URL, "http://api:8082/"),
+        (ENV_SOURCES_FEED_KEY, "ohk_feed"),
+    ])
+    .expect("a feed");
+    let feed = c.ingest.sources_feed.expect("the feed");
+    assert_eq!(feed.url, "http://api:8082");
+    assert_eq!(feed.every, Duration::from_secs(1));
+    assert!(
+        !format!("{feed:?}").contains("ohk_feed"),
+        "the key is not printed"
+    );
+    for (env, says) in [
+        (
+            vec![(ENV_SOURCES_FEED_URL, "http://api:8082")],
+            "sources:feed",
+        ),
+        (
+            vec![(ENV_SOURCES_FEED_KEY, "ohk_feed")],
+            "without the feed's URL",
+        ),
+        (
+            vec![
+                (ENV_SOURCES_FEED_URL, "api:8082"),
+                (ENV_SOURCES_FEED_KEY, "k"),
+            ],
+            "http://",
+        ),
+        (
+            vec![
+                (ENV_SOURCES_FEED_URL, "http://api"),
+                (ENV_SOURCES_FEED_KEY, "k"),
+                (ENV_SOURCES_FEED_EVERY, "5m"),
+            ],
+            "at most 60s",
+        ),
+    ] {
+        let text = refused_env(&env);
+        assert!(text.contains(says), "{env:?}: {text}");
+        assert!(!text.contains("ohk_feed"), "{text}");
+    }
+}

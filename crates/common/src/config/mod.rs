@@ -44,7 +44,10 @@ mod worker;
 use std::collections::HashMap;
 
 pub use crate::secret::Secret;
-pub use api::{ApiConfig, ApiKey, ApiScope, ENV_API_ADDR, ENV_API_AUTH_FAILURES_PER_MINUTE};
+pub use api::{
+    AdminKey, AdminScope, ApiConfig, ApiKey, ApiScope, ENV_API_ADDR,
+    ENV_API_AUTH_FAILURES_PER_MINUTE,
+};
 pub use api::{ENV_API_BODY_LIMIT_BYTES, ENV_API_MAX_ITEMS, ENV_API_MAX_PAGE_SIZE};
 pub use binaries::{ApiSettings, IngestSettings, MailerSettings, NotifierSettings, WorkerSettings};
 pub use broker::{BrokerConfig, DEFAULT_AMQP_URL, QueueSettings};
@@ -56,7 +59,8 @@ pub use console::{ENV_CONSOLE_SESSION_KEY, ENV_CONSOLE_SESSION_TTL};
 pub use database::{DEFAULT_DATABASE_URL, DatabaseConfig, Pooler};
 pub use database::{ENV_DATABASE_MAX_CONNECTIONS, ENV_DATABASE_POOLER, ENV_DATABASE_URL};
 pub use error::ConfigError;
-pub use ingest::{ENV_BODY_LIMIT, ENV_INGEST_ADDR, ENV_INGEST_WORKERS, IngestConfig};
+pub use ingest::{ENV_BODY_LIMIT, ENV_INGEST_ADDR, ENV_INGEST_WORKERS, IngestConfig, SourcesFeed};
+pub use ingest::{ENV_SOURCES_FEED_EVERY, ENV_SOURCES_FEED_KEY, ENV_SOURCES_FEED_URL};
 pub use keys::{ENV_CONFIG, ENV_MAX_ATTEMPTS, ENV_PREFETCH};
 pub use mail::{ENV_MAIL_CONCURRENCY, ENV_MAIL_DIR, ENV_MAIL_FROM, MailConfig};
 pub use mail::{ENV_MAIL_LEASE, MIN_MAIL_LEASE};
@@ -75,7 +79,9 @@ pub use refunds::{
 pub use secrets::{ENV_SECRET_KEYS, SecretsConfig};
 pub use smtp::{SmtpConfig, SmtpCredentials, SmtpTls};
 pub use source_api::SourceApi;
-pub use sources::{DEFAULT_TOLERANCE_SECS, MAX_TOLERANCE_SECS, SourceConfig};
+pub use sources::{
+    DEFAULT_TOLERANCE_SECS, MAX_TOLERANCE_SECS, SourceConfig, SourceFacts, source_name_problem,
+};
 pub use telemetry::{
     API_METRICS_ADDR, INGEST_METRICS_ADDR, MAILER_METRICS_ADDR, NOTIFIER_METRICS_ADDR,
     WORKER_METRICS_ADDR,
@@ -136,7 +142,7 @@ impl Config {
             broker: sections.broker.into(),
             database: sections.database.into(),
             telemetry: sections.telemetry.validate()?,
-            ingest: sections.ingest.with_sources(sources),
+            ingest: sections.ingest.with_sources(sources)?,
             worker: sections.worker.into(),
             mail: sections.mail.validate()?,
             console: sections.console.validate()?,

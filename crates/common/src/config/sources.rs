@@ -134,40 +134,12 @@ fn resolve(s: FileSource, env: &HashMap<String, String>) -> Result<SourceConfig,
         source_name: s.name.clone(),
         reason,
     };
-    if s.name.is_empty()
-        || !s
-            .name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-    {
-        return Err(err(
-            "name must be non-empty and use only [A-Za-z0-9_-]".into()
-        ));
-    }
-    let gateway: Gateway = s.gateway.parse().map_err(|e| err(format!("{e}")))?;
     let mut secrets = Vec::with_capacity(s.secrets.len());
     for (i, raw) in s.secrets.iter().enumerate() {
-        let which = format!("secrets[{i}]");
-        match expand(raw, env).map_err(|why| err(format!("{which} {why}")))? {
+        match expand(raw, env).map_err(|why| err(format!("secrets[{i}] {why}")))? {
             Expanded::Unset => {}
-            Expanded::Value(value) => {
-                if let Some(problem) = secret_problem(gateway, &value) {
-                    return Err(err(format!("{which} {problem}")));
-                }
-                secrets.push(value);
-            }
+            Expanded::Value(value) => secrets.push(value),
         }
-    }
-    if secrets.is_empty() {
-        return Err(err(
-            "no secrets: an empty secret list would accept nothing (refusing to start)".into(),
-        ));
-    }
-    let tolerance_secs = s.tolerance_secs.unwrap_or(DEFAULT_TOLERANCE_SECS);
-    if !(1..=MAX_TOLERANCE_SECS).contains(&tolerance_secs) {
-        return Err(err(format!(
-            "tolerance_secs = {tolerance_secs} is outside 1..={MAX_TOLERANCE_SECS}: the replay window must be short"
-        )));
     }
     let merchant_key = match &s.merchant_key {
         None => None,
@@ -177,33 +149,94 @@ fn resolve(s: FileSource, env: &HashMap<String, String>) -> Result<SourceConfig,
             Expanded::Value(v) => Some(v),
         },
     };
-    check_merchant_key(gateway, merchant_key.as_deref()).map_err(err)?;
-    let api = match &s.api {
-        None => None,
-        Some(table) => {
-            let webhook = Credentials::new(&secrets).with_merchant_key(merchant_key.as_deref());
-            Some(table.resolve(gateway, webhook, env).map_err(err)?)
-        }
-    };
     let tenant = match &s.tenant {
         None => TenantId::default_tenant(),
         Some(raw) => TenantId::parse(raw.trim()).map_err(|e| err(format!("tenant: {e}")))?,
     };
-    if api.is_some() && !tenant.is_default() {
-        return Err(err(format!(
-            "[source.api] (reconciliation and refunds) is for the default tenant's sources only \
-             in this release, and this source is tenant {tenant}'s (docs/tenants.md)"
-        )));
-    }
-    Ok(SourceConfig {
-        name: s.name.clone(),
-        gateway,
+    let mut source = SourceConfig::checked(
+        SourceFacts {
+            name: &s.name,
+            gateway: &s.gateway,
+            tolerance_secs: s.tolerance_secs,
+            merchant_key,
+            tenant,
+        },
         secrets,
-        tolerance_secs,
-        merchant_key,
-        api,
-        tenant,
-    })
+    )
+    .map_err(err)?;
+    if let Some(table) = &s.api {
+        if !source.tenant.is_default() {
+            return Err(err(format!(
+                "[source.api] (reconciliation and refunds) is for the default tenant's sources only \
+                 in this release, and this source is tenant {}'s (docs/tenants.md)",
+                source.tenant
+            )));
+        }
+        let webhook = source.credentials();
+        source.api = Some(table.resolve(source.gateway, webhook, env).map_err(err)?);
+    }
+    Ok(source)
+}
+
+/// What a source is besides its secrets, as given (the file, the admin
+/// API, `oncehookctl sources`), before [`SourceConfig::checked`].
+#[derive(Debug, Clone)]
+pub struct SourceFacts<'a> {
+    pub name: &'a str,
+    pub gateway: &'a str,
+    /// Unset: [`DEFAULT_TOLERANCE_SECS`].
+    pub tolerance_secs: Option<u64>,
+    pub merchant_key: Option<String>,
+    pub tenant: TenantId,
+}
+
+/// Why a source's name is refused, if it is: it is the `{source}` of
+/// `/webhooks/{source}`.
+pub fn source_name_problem(name: &str) -> Option<&'static str> {
+    let fine = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    (!fine).then_some("name must be 1 to 64 characters of [A-Za-z0-9_-]")
+}
+
+impl SourceConfig {
+    /// A source from its facts and live secrets, with every check a
+    /// `[[source]]` gets (the error names the value, never a secret): the
+    /// one gate for the file's sources and those made at runtime.
+    pub fn checked(facts: SourceFacts<'_>, secrets: Vec<String>) -> Result<SourceConfig, String> {
+        if let Some(problem) = source_name_problem(facts.name) {
+            return Err(problem.to_owned());
+        }
+        let gateway: Gateway = facts.gateway.parse().map_err(|e| format!("{e}"))?;
+        for (i, value) in secrets.iter().enumerate() {
+            if let Some(problem) = secret_problem(gateway, value) {
+                return Err(format!("secrets[{i}] {problem}"));
+            }
+        }
+        if secrets.is_empty() {
+            return Err(
+                "no secrets: an empty secret list would accept nothing (refusing to start)".into(),
+            );
+        }
+        let tolerance_secs = facts.tolerance_secs.unwrap_or(DEFAULT_TOLERANCE_SECS);
+        if !(1..=MAX_TOLERANCE_SECS).contains(&tolerance_secs) {
+            return Err(format!(
+                "tolerance_secs = {tolerance_secs} is outside 1..={MAX_TOLERANCE_SECS}: the replay window must be short"
+            ));
+        }
+        check_merchant_key(gateway, facts.merchant_key.as_deref())?;
+        Ok(SourceConfig {
+            name: facts.name.to_owned(),
+            gateway,
+            secrets,
+            tolerance_secs,
+            merchant_key: facts.merchant_key,
+            api: None,
+            tenant: facts.tenant,
+        })
+    }
 }
 
 fn check_merchant_key(gateway: Gateway, key: Option<&str>) -> Result<(), String> {

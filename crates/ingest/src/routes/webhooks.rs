@@ -21,6 +21,7 @@ use tracing::field::Empty;
 
 use crate::error::IngestError;
 use crate::refusals;
+use crate::sources::Lookup;
 
 /// How long a sender may take to deliver the body once the headers arrived.
 const BODY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -70,7 +71,7 @@ pub async fn receive(
         },
     );
     // Unknown sources are attacker-controlled: do not let them mint label values.
-    let source_label = if state.sources.contains_key(&source) {
+    let source_label = if state.sources.knows(&source) {
         source.clone()
     } else {
         "unknown".to_owned()
@@ -78,7 +79,7 @@ pub async fn receive(
     if let Err(err) = &result
         && err.is_senders_fault()
     {
-        let gateway = state.sources.get(&source).map(|s| s.gateway.as_str());
+        let gateway = state.sources.gateway(&source).map(|g| g.as_str());
         refusals::refused(&source, gateway, err.code(), err, req.peer_addr());
     }
     count(source_label.clone(), outcome, 1);
@@ -111,10 +112,12 @@ async fn handle(
     payload: web::Payload,
     state: &IngestState,
 ) -> Result<HttpResponse, IngestError> {
-    let source = state
-        .sources
-        .get(source_name)
-        .ok_or_else(|| IngestError::UnknownSource(source_name.to_owned()))?;
+    let source = match state.sources.lookup(source_name) {
+        Lookup::Active(source) => source,
+        Lookup::Disabled => return Err(IngestError::SourceDisabled(source_name.to_owned())),
+        Lookup::NotYet => return Err(IngestError::SourcesNotYet),
+        Lookup::Unknown => return Err(IngestError::UnknownSource(source_name.to_owned())),
+    };
     let header_bytes: usize = req
         .headers()
         .iter()

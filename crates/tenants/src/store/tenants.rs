@@ -28,7 +28,7 @@ impl Status {
         }
     }
 
-    fn from_db(s: &str) -> Status {
+    pub(crate) fn from_db(s: &str) -> Status {
         if s == "disabled" {
             Status::Disabled
         } else {
@@ -101,7 +101,7 @@ pub async fn create(db: &Pooled, id: &TenantId, name: &str) -> Result<Tenant, Te
     if name.is_empty() || name.chars().count() > 200 || name.chars().any(char::is_control) {
         return Err(TenantError::BadName);
     }
-    let mut tx = db.begin().await.map_err(db_error(id))?;
+    let mut tx = db.begin_in(&Scope::Platform).await.map_err(db_error(id))?;
     let row = sqlx::query_as!(
         Row,
         "INSERT INTO tenants (id, name) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING
@@ -119,7 +119,7 @@ pub async fn create(db: &Pooled, id: &TenantId, name: &str) -> Result<Tenant, Te
 
 /// Every tenant, by id.
 pub async fn list(db: &Pooled) -> Result<Vec<Tenant>, sqlx::Error> {
-    let mut conn = db.single().await?;
+    let mut conn = db.single_in(&Scope::Platform).await?;
     let rows = sqlx::query_as!(
         Row,
         "SELECT id, name, status, created_at, disabled_at FROM tenants ORDER BY id"
@@ -132,7 +132,7 @@ pub async fn list(db: &Pooled) -> Result<Vec<Tenant>, sqlx::Error> {
 
 /// Tenant `id`, if there is one.
 pub async fn get(db: &Pooled, id: &TenantId) -> Result<Option<Tenant>, sqlx::Error> {
-    let mut conn = db.single().await?;
+    let mut conn = db.single_in(&Scope::Platform).await?;
     let row = sqlx::query_as!(
         Row,
         "SELECT id, name, status, created_at, disabled_at FROM tenants WHERE id = $1",
@@ -150,7 +150,7 @@ pub async fn set_status(db: &Pooled, id: &TenantId, status: Status) -> Result<Te
     if id.is_default() && status == Status::Disabled {
         return Err(TenantError::DefaultStays);
     }
-    let mut tx = db.begin().await.map_err(db_error(id))?;
+    let mut tx = db.begin_in(&Scope::Platform).await.map_err(db_error(id))?;
     let row = sqlx::query_as!(
         Row,
         "UPDATE tenants SET status = $2,
@@ -163,6 +163,10 @@ pub async fn set_status(db: &Pooled, id: &TenantId, status: Status) -> Result<Te
     .fetch_optional(&mut *tx)
     .await
     .map_err(db_error(id))?;
+    // Ingest serves or refuses every source of the tenant from now on.
+    super::sources::tenant_changed(&mut tx, id)
+        .await
+        .map_err(db_error(id))?;
     tx.commit().await.map_err(db_error(id))?;
     row.map(Tenant::from)
         .ok_or_else(|| TenantError::NotFound(id.clone()))
