@@ -102,8 +102,20 @@ impl Shop {
     }
 
     /// Writes the products, then the orders, then their items, one
-    /// statement each, in the order they were added.
+    /// statement each, in the order they were added: the default tenant's.
     pub async fn seed(self, pool: &PgPool) {
+        self.seed_in(pool, "default").await;
+    }
+
+    /// [`Shop::seed`] for `tenant`: the rows take its id from the
+    /// transaction's scope, as the binaries' writes do.
+    pub async fn seed_in(self, pool: &PgPool, tenant: &str) {
+        let mut tx = pool.begin().await.expect("begin");
+        sqlx::query("SELECT set_config('oncehook.tenants', $1, true)")
+            .bind(tenant)
+            .execute(&mut *tx)
+            .await
+            .expect("scope");
         if !self.products.is_empty() {
             let (skus, stocks): (Vec<String>, Vec<i32>) = self.products.into_iter().unzip();
             sqlx::query(
@@ -113,11 +125,12 @@ impl Shop {
             )
             .bind(&skus)
             .bind(&stocks)
-            .execute(pool)
+            .execute(&mut *tx)
             .await
             .expect("insert products");
         }
         if self.orders.is_empty() {
+            tx.commit().await.expect("commit");
             return;
         }
         let refs: Vec<&str> = self.orders.iter().map(|o| o.order_ref.as_str()).collect();
@@ -134,7 +147,7 @@ impl Shop {
         .bind(&emails)
         .bind(&amounts)
         .bind(&currencies)
-        .execute(pool)
+        .execute(&mut *tx)
         .await
         .expect("insert orders");
         let items: Vec<(&str, &str, i32)> = self
@@ -147,21 +160,33 @@ impl Shop {
             })
             .collect();
         if items.is_empty() {
+            tx.commit().await.expect("commit");
             return;
         }
-        sqlx::query(
+        // A database of a release before tenants has no `tenant_id`: the
+        // default tenant's orders are found by reference alone.
+        let insert = if tenant == "default" {
             "INSERT INTO order_items (order_id, sku, qty)
              SELECT o.id, x.s, x.q
              FROM unnest($1::text[], $2::text[], $3::int[]) WITH ORDINALITY AS x(r, s, q, i)
-             JOIN orders o ON o.order_ref = x.r
-             ORDER BY x.i",
-        )
-        .bind(items.iter().map(|i| i.0).collect::<Vec<_>>())
-        .bind(items.iter().map(|i| i.1).collect::<Vec<_>>())
-        .bind(items.iter().map(|i| i.2).collect::<Vec<_>>())
-        .execute(pool)
-        .await
-        .expect("insert order items");
+             JOIN orders o ON o.order_ref = x.r AND $4::text IS NOT NULL
+             ORDER BY x.i"
+        } else {
+            "INSERT INTO order_items (order_id, sku, qty)
+             SELECT o.id, x.s, x.q
+             FROM unnest($1::text[], $2::text[], $3::int[]) WITH ORDINALITY AS x(r, s, q, i)
+             JOIN orders o ON o.order_ref = x.r AND o.tenant_id = $4
+             ORDER BY x.i"
+        };
+        sqlx::query(insert)
+            .bind(items.iter().map(|i| i.0).collect::<Vec<_>>())
+            .bind(items.iter().map(|i| i.1).collect::<Vec<_>>())
+            .bind(items.iter().map(|i| i.2).collect::<Vec<_>>())
+            .bind(tenant)
+            .execute(&mut *tx)
+            .await
+            .expect("insert order items");
+        tx.commit().await.expect("commit");
     }
 }
 

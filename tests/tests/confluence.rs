@@ -14,6 +14,13 @@
 //! refund intents (docs/refunds.md: one per owed payment, the same id,
 //! reason, amount and state whatever the order of delivery).
 //!
+//! The twins are two tenants' (docs/tenants.md): twin A is the default
+//! tenant's, posted to the sources named for their gateways; twin B is the
+//! tenant `globex`'s, posted to its own sources (`globex-razorpay`, …) and
+//! its reconciled facts stamped with its tenant. Each twin's books must be
+//! the model's and the other's, and every row of each order its own
+//! tenant's.
+//!
 //! A fact can also come by reconciliation (docs/reconciliation.md): for
 //! about half of the events that record a fact, the envelope the reconciler
 //! would publish for it goes straight to the events exchange — instead of
@@ -29,6 +36,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use oncehook_common::tenant::TenantId;
 use oncehook_common::{Envelope, Topology, amqp};
 use oncehook_e2e::env::send;
 use oncehook_e2e::ledger_gen::{self, GenOrder, Rng, normalise};
@@ -119,6 +127,58 @@ async fn publish(
 /// The shop's cancellation of the twin's order, as a "post" among its events.
 const CANCEL: usize = usize::MAX;
 
+/// Twin B's tenant.
+const SECOND: &str = "globex";
+
+/// The tenant a twin belongs to.
+fn tenant_of(twin: char) -> &'static str {
+    if twin == 'B' { SECOND } else { "default" }
+}
+
+/// The source a twin's webhooks of `gateway` are posted to.
+fn source_of(twin: char, gateway: Gateway) -> String {
+    if twin == 'B' {
+        format!("{SECOND}-{}", gateway.as_str())
+    } else {
+        gateway.as_str().to_owned()
+    }
+}
+
+/// The second tenant and its sources, one per gateway, with the secrets of
+/// the default tenant's (the same gateway accounts' test secrets).
+async fn second_tenant(env: &TestEnv) {
+    let (code, out, err) = env
+        .ctl(&["tenants", "create", SECOND, "--name", "Globex"])
+        .await;
+    assert_eq!(code, 0, "tenants create: {out}{err}");
+    let config = std::fs::read_to_string(&env.config_path).expect("test config");
+    let mut extra = String::new();
+    for gateway in [
+        Gateway::Razorpay,
+        Gateway::Cashfree,
+        Gateway::Payu,
+        Gateway::Stripe,
+        Gateway::Standard,
+    ] {
+        let merchant = if gateway == Gateway::Payu {
+            format!(
+                "merchant_key = \"{}\"\n",
+                oncehook_gateways::sample::SAMPLE_PAYU_KEY
+            )
+        } else {
+            String::new()
+        };
+        extra.push_str(&format!(
+            "\n[[source]]\nname = \"{}\"\ngateway = \"{}\"\nsecrets = [\"{}\"]\ntenant = \"{SECOND}\"\n{merchant}",
+            source_of('B', gateway),
+            gateway.as_str(),
+            oncehook_e2e::Secrets::for_gateway(gateway),
+        ));
+    }
+    assert!(!config.contains(&source_of('B', Gateway::Razorpay)));
+    env.append_config(&extra);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn confluence_same_facts_give_the_same_books() {
     let seed = seed();
@@ -131,6 +191,7 @@ async fn confluence_same_facts_give_the_same_books() {
 
     let mut env = TestEnv::new().await;
     env.set_env("ONCEHOOK_UNLINKED_TTL", "1h");
+    second_tenant(&env).await;
     let (_ingest, url) = env.start_ingest().await;
     let conn = amqp::connect(&env.amqp_urls, "confluence")
         .await
@@ -162,8 +223,15 @@ async fn confluence_same_facts_give_the_same_books() {
                 spec.timestamp = now;
                 let delivery = env.sign(ev.gateway, ev.name, &spec);
                 // 0, 1: the webhook; 2: the reconciler's envelope only; 3: both.
+                let twin = twins[slot].twin;
                 let via = match reconciled(ev.gateway, &delivery) {
                     Some(envelope) => {
+                        let mut envelope = envelope;
+                        if twin == 'B' {
+                            envelope.source = source_of(twin, ev.gateway);
+                            envelope =
+                                envelope.for_tenant(&TenantId::parse(SECOND).expect("a tenant id"));
+                        }
                         envelopes.insert((slot, e), Arc::new(envelope));
                         rng.below(4)
                     }
@@ -217,8 +285,9 @@ async fn confluence_same_facts_give_the_same_books() {
                 next += 1;
                 if post.event == CANCEL {
                     let order_ref = twins[post.slot].order_ref.clone();
+                    let tenant = tenant_of(twins[post.slot].twin);
                     delivered[post.slot].push(format!("cancel (copy {})", post.copy));
-                    tasks.spawn(cancel(env.pool.clone(), order_ref));
+                    tasks.spawn(cancel(env.pool.clone(), order_ref, tenant));
                     continue;
                 }
                 let ev = &twins[post.slot].events[post.event];
@@ -240,7 +309,10 @@ async fn confluence_same_facts_give_the_same_books() {
                 let delivery = Arc::clone(&signed[&(post.slot, post.event)]);
                 let (http, url) = (
                     http.clone(),
-                    format!("{url}/webhooks/{}", ev.gateway.as_str()),
+                    format!(
+                        "{url}/webhooks/{}",
+                        source_of(twins[post.slot].twin, ev.gateway)
+                    ),
                 );
                 let label = ev.label.clone();
                 tasks.spawn(async move {
@@ -283,6 +355,7 @@ async fn confluence_same_facts_give_the_same_books() {
     let settled_secs = started.elapsed().as_secs_f64();
 
     // Compare.
+    let tenants = read_tenants(&env.pool).await;
     let actual = read_books(&env.pool).await;
     let told = read_order_events(&env.pool).await;
     let mut mismatches = 0usize;
@@ -307,6 +380,19 @@ async fn confluence_same_facts_give_the_same_books() {
                 && g.confirmations <= 1
             {
                 g.confirmations = want.confirmations;
+            }
+            match tenants.get(&t.order_ref) {
+                Some(Ok(tenant)) if tenant == tenant_of(t.twin) => {}
+                Some(Ok(tenant)) => problems.push(format!(
+                    "twin {}: the order is tenant {tenant}'s, not {}'s",
+                    t.twin,
+                    tenant_of(t.twin)
+                )),
+                Some(Err(table)) => problems.push(format!(
+                    "twin {}: a row of {table} is another tenant's than its order's",
+                    t.twin
+                )),
+                None => {}
             }
             match &got {
                 None => problems.push(format!("twin {}: order not found", t.twin)),
@@ -427,11 +513,17 @@ async fn confluence_same_facts_give_the_same_books() {
 
 /// Cancels an order as `POST /v1/orders/{ref}/cancel` does (the ledger's
 /// `cancel`, in a transaction of its own); `Some` with what failed.
-async fn cancel(pool: PgPool, order_ref: String) -> Option<String> {
+async fn cancel(pool: PgPool, order_ref: String, tenant: &'static str) -> Option<String> {
     let mut last = String::new();
     for attempt in 0..ATTEMPTS {
         let done = async {
             let mut tx = pool.begin().await.map_err(|e| e.to_string())?;
+            // In the twin's tenant's scope, as the API's cancel runs.
+            sqlx::query("SELECT set_config('oncehook.tenants', $1, true)")
+                .bind(tenant)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| e.to_string())?;
             let cancel = Cancel {
                 order_ref: &order_ref,
                 by: "confluence",
@@ -453,20 +545,24 @@ async fn cancel(pool: PgPool, order_ref: String) -> Option<String> {
     Some(format!("cancel {order_ref}: {last}"))
 }
 
-/// Products and pending orders for every twin, in three statements.
+/// Products and pending orders for every twin, in its tenant, three
+/// statements a tenant.
 async fn seed_shop(pool: &PgPool, twins: &[GenOrder]) {
-    twins
-        .iter()
-        .fold(Shop::new(), |shop, t| {
-            shop.product(&t.sku, t.model.stock).order_of(
-                &t.order_ref,
-                t.model.amount_minor,
-                &t.model.currency,
-                &[(&t.sku, t.model.qty)],
-            )
-        })
-        .seed(pool)
-        .await;
+    for twin in ['A', 'B'] {
+        twins
+            .iter()
+            .filter(|t| t.twin == twin)
+            .fold(Shop::new(), |shop, t| {
+                shop.product(&t.sku, t.model.stock).order_of(
+                    &t.order_ref,
+                    t.model.amount_minor,
+                    &t.model.currency,
+                    &[(&t.sku, t.model.qty)],
+                )
+            })
+            .seed_in(pool, tenant_of(twin))
+            .await;
+    }
 }
 
 /// Waits until the events queue is empty and the number of delivery
@@ -510,6 +606,34 @@ async fn parked_events(pool: &PgPool) -> i64 {
         .expect("count parked events")
 }
 
+/// Every order's tenant, by order reference, or the first table holding a
+/// row of the order that is another tenant's.
+async fn read_tenants(pool: &PgPool) -> BTreeMap<String, Result<String, String>> {
+    let rows = sqlx::query(
+        "SELECT o.order_ref, o.tenant_id,
+                CASE WHEN EXISTS (SELECT FROM order_items x WHERE x.order_id = o.id AND x.tenant_id <> o.tenant_id) THEN 'order_items'
+                     WHEN EXISTS (SELECT FROM payments x WHERE x.order_id = o.id AND x.tenant_id <> o.tenant_id) THEN 'payments'
+                     WHEN EXISTS (SELECT FROM refunds x WHERE x.order_id = o.id AND x.tenant_id <> o.tenant_id) THEN 'refunds'
+                     WHEN EXISTS (SELECT FROM order_events x WHERE x.order_id = o.id AND x.tenant_id <> o.tenant_id) THEN 'order_events'
+                     WHEN EXISTS (SELECT FROM refund_intents x WHERE x.order_id = o.id AND x.tenant_id <> o.tenant_id) THEN 'refund_intents'
+                     WHEN EXISTS (SELECT FROM email_outbox x WHERE x.order_id = o.id AND x.tenant_id <> o.tenant_id) THEN 'email_outbox'
+                END AS foreign_row
+         FROM orders o",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("read the orders' tenants");
+    rows.into_iter()
+        .map(|r| {
+            let foreign: Option<String> = r.get("foreign_row");
+            (
+                r.get("order_ref"),
+                foreign.map_or_else(|| Ok(r.get("tenant_id")), Err),
+            )
+        })
+        .collect()
+}
+
 /// Every order's books as the database holds them, by order reference.
 async fn read_books(pool: &PgPool) -> BTreeMap<String, LedgerState> {
     let mut books = BTreeMap::new();
@@ -517,7 +641,8 @@ async fn read_books(pool: &PgPool) -> BTreeMap<String, LedgerState> {
     // `to_jsonb` so that a column the worker does not have yet reads as absent.
     let rows = sqlx::query(
         "SELECT o.id, o.order_ref, to_jsonb(o) AS o, p.stock FROM orders o
-         JOIN order_items i ON i.order_id = o.id JOIN products p ON p.sku = i.sku",
+         JOIN order_items i ON i.order_id = o.id
+         JOIN products p ON p.sku = i.sku AND p.tenant_id = i.tenant_id",
     )
     .fetch_all(pool)
     .await

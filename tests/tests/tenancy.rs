@@ -455,6 +455,13 @@ async fn cross_tenant_attempts_on_every_route(api: &Api) {
             401,
         ),
         (
+            "PUT",
+            "/v1/admin/tenants/{tenant}/mail-from",
+            "/v1/admin/tenants/globex/mail-from",
+            Some(r#"{"mail_from": "Acme <x@acme.example>"}"#),
+            401,
+        ),
+        (
             "POST",
             "/v1/admin/tenants/{tenant}/keys",
             "/v1/admin/tenants/globex/keys",
@@ -583,6 +590,241 @@ async fn cross_tenant_attempts_on_every_route(api: &Api) {
     );
 }
 
+/// What only globex has for acme's operator to try: a refund intent (its
+/// order paid twice), a failed delivery to its endpoint, which is disabled.
+struct GlobexRows {
+    intent: String,
+}
+
+impl GlobexRows {
+    async fn made(env: &TestEnv, url: &str) -> GlobexRows {
+        let spec = env.spec("order_1042", "pay_1042_again", "evt_globex_again", 25_000);
+        let d = env.sign(Gateway::Razorpay, "payment.captured", &spec);
+        env.post_ok(url, "globex-razorpay", &d).await;
+        let intent: String = eventually(
+            "globex's refund intent",
+            Duration::from_secs(30),
+            || async {
+                sqlx::query_scalar("SELECT id FROM refund_intents WHERE tenant_id = 'globex'")
+                    .fetch_optional(&env.pool)
+                    .await
+                    .expect("intents")
+            },
+        )
+        .await;
+        let failed = sqlx::query(
+            "UPDATE notify_deliveries SET status = 'failed' WHERE tenant_id = 'globex'",
+        )
+        .execute(&env.pool)
+        .await
+        .expect("fail globex's deliveries");
+        assert!(failed.rows_affected() > 0, "globex has deliveries");
+        let disabled = sqlx::query(
+            "UPDATE notify_endpoints SET disabled_at = now(), disabled_reason = 'test'
+             WHERE tenant_id = 'globex'",
+        )
+        .execute(&env.pool)
+        .await
+        .expect("disable globex's endpoint");
+        assert_eq!(disabled.rows_affected(), 1);
+        GlobexRows { intent }
+    }
+
+    /// Nothing acme's operator did changed globex's rows.
+    async fn unchanged(&self, env: &TestEnv) {
+        let (state, failed, disabled): (String, i64, bool) = sqlx::query_as(
+            "SELECT (SELECT state FROM refund_intents WHERE id = $1),
+                    (SELECT count(*) FROM notify_deliveries WHERE tenant_id = 'globex' AND status = 'failed'),
+                    (SELECT disabled_at IS NOT NULL FROM notify_endpoints WHERE tenant_id = 'globex')",
+        )
+        .bind(&self.intent)
+        .fetch_one(&env.pool)
+        .await
+        .expect("globex's rows");
+        assert_eq!(state, "owed", "globex's intent");
+        assert!(failed > 0, "globex's failed deliveries were replayed");
+        assert!(disabled, "globex's endpoint was enabled");
+    }
+}
+
+/// The console's routes, `(METHOD, path)`, read from where they are
+/// registered (`crates/console/src/main.rs`).
+fn console_routes() -> BTreeSet<(String, String)> {
+    let main = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/console/src/main.rs"),
+    )
+    .expect("the console's main.rs");
+    let flat: String = main.split_whitespace().collect::<Vec<_>>().join("");
+    flat.split("route(\"")
+        .skip(1)
+        .filter_map(|rest| {
+            let (path, rest) = rest.split_once('"')?;
+            let method = rest.strip_prefix(",web::")?.split_once('(')?.0;
+            Some((method.to_uppercase(), path.to_owned()))
+        })
+        .collect()
+}
+
+/// Every page and action of the console tried by acme's operator against
+/// what only globex has: a page shows none of it, an action is refused
+/// (403 or 404) and changes nothing. Every route the console registers must
+/// be in the table but the login, logout and static assets (a new route
+/// fails here until it is tried).
+async fn cross_tenant_attempts_on_every_console_route(
+    env: &TestEnv,
+    console: &Console,
+    ada: &str,
+    globex: &GlobexRows,
+    letter: &str,
+) {
+    let csrf = console.get("/letters", Some(ada)).await.csrf();
+    let csrf = csrf.as_str();
+    let intent = globex.intent.as_str();
+    // (method, route, path, form, the statuses allowed)
+    type Attempt<'a> = (&'a str, &'a str, String, Vec<(&'a str, &'a str)>, &'a [u16]);
+    let attempts: Vec<Attempt> = vec![
+        ("GET", "/", "/".into(), vec![], &[303]),
+        ("GET", "/letters", "/letters".into(), vec![], &[200]),
+        (
+            "GET",
+            "/letters/{id}",
+            format!("/letters/{letter}"),
+            vec![],
+            &[404],
+        ),
+        (
+            "POST",
+            "/letters/preview",
+            "/letters/preview".into(),
+            vec![("csrf", csrf), ("ids", letter)],
+            &[200, 400, 404],
+        ),
+        (
+            "POST",
+            "/letters/replay",
+            "/letters/replay".into(),
+            vec![("csrf", csrf), ("confirm", "yes"), ("ids", letter)],
+            &[403],
+        ),
+        (
+            "POST",
+            "/letters/purge",
+            "/letters/purge".into(),
+            vec![("csrf", csrf), ("confirm", "yes"), ("ids", letter)],
+            &[403],
+        ),
+        ("GET", "/events", "/events".into(), vec![], &[200]),
+        (
+            "GET",
+            "/trace",
+            "/trace?q=evt_globex".into(),
+            vec![],
+            &[200],
+        ),
+        (
+            "GET",
+            "/notifications",
+            "/notifications".into(),
+            vec![],
+            &[200],
+        ),
+        (
+            "POST",
+            "/notifications/replay",
+            "/notifications/replay".into(),
+            vec![("csrf", csrf), ("endpoint", "globex-hook")],
+            &[200, 404],
+        ),
+        (
+            "POST",
+            "/notifications/enable",
+            "/notifications/enable".into(),
+            vec![("csrf", csrf), ("endpoint", "globex-hook")],
+            &[404],
+        ),
+        ("GET", "/refunds", "/refunds".into(), vec![], &[200]),
+        (
+            "POST",
+            "/refunds/approve",
+            "/refunds/approve".into(),
+            vec![("csrf", csrf), ("intent", intent)],
+            &[404],
+        ),
+        (
+            "POST",
+            "/refunds/cancel",
+            "/refunds/cancel".into(),
+            vec![("csrf", csrf), ("intent", intent)],
+            &[404],
+        ),
+        (
+            "POST",
+            "/refunds/pause",
+            "/refunds/pause".into(),
+            vec![("csrf", csrf)],
+            &[403],
+        ),
+        (
+            "POST",
+            "/refunds/resume",
+            "/refunds/resume".into(),
+            vec![("csrf", csrf)],
+            &[403],
+        ),
+        ("GET", "/audit", "/audit".into(), vec![], &[200]),
+    ];
+    let not_tenants: BTreeSet<&str> = [
+        "/login",
+        "/logout",
+        "/static/console.css",
+        "/static/console.js",
+    ]
+    .into();
+    let tried: BTreeSet<(String, String)> = attempts
+        .iter()
+        .map(|(m, route, ..)| ((*m).to_owned(), (*route).to_owned()))
+        .collect();
+    let untried: Vec<_> = console_routes()
+        .into_iter()
+        .filter(|(_, p)| !not_tenants.contains(p.as_str()))
+        .filter(|r| !tried.contains(r))
+        .collect();
+    assert!(
+        untried.is_empty(),
+        "console routes with no cross-tenant attempt: {untried:?}"
+    );
+    for (method, _, path, form, allowed) in &attempts {
+        let a = if *method == "GET" {
+            console.get(path, Some(ada)).await
+        } else {
+            console.post(path, Some(ada), form).await
+        };
+        assert!(
+            allowed.contains(&a.status),
+            "{method} {path} as acme's operator: {} (allowed {allowed:?})\n{}",
+            a.status,
+            a.body
+        );
+        // What the attempt itself named may be said back; nothing else of
+        // globex's may show.
+        let named = |t: &str| path.contains(t) || form.iter().any(|(_, v)| v.contains(t));
+        for globex_only in [
+            "evt_globex",
+            "evt_ghost_g",
+            "globex-hook",
+            "globex-shop",
+            intent,
+        ] {
+            assert!(
+                !a.body.contains(globex_only) || named(globex_only),
+                "{method} {path} as acme's operator shows globex's {globex_only}:\n{}",
+                a.body
+            );
+        }
+    }
+    globex.unchanged(env).await;
+}
+
 /// Two shops on one deployment, each with its own Razorpay source and API
 /// key, both selling `MUG` and both taking an order `order_1042` paid by a
 /// payment with the same id: separate books, stock and emails, and neither
@@ -593,6 +835,21 @@ async fn two_tenants_with_the_same_order_ref_and_gateway_keep_separate_books() {
     for (id, name) in [("acme", "Acme"), ("globex", "Globex")] {
         ctl_ok(&env, &["tenants", "create", id, "--name", name]).await;
     }
+    // Acme's customers hear from Acme; globex's from the deployment's sender.
+    ctl_ok(
+        &env,
+        &[
+            "tenants",
+            "mail-from",
+            "acme",
+            "Acme Shop <orders@acme.example>",
+        ],
+    )
+    .await;
+    let (code, _, err) = env
+        .ctl(&["tenants", "mail-from", "globex", "not an address"])
+        .await;
+    assert!(code != 0 && err.contains("one mailbox"), "{err}");
     let key_entry = |name: &str, key: &str, tenant: &str| {
         let hash = hex::encode(Sha256::digest(key.as_bytes()));
         format!(
@@ -749,12 +1006,17 @@ async fn two_tenants_with_the_same_order_ref_and_gateway_keep_separate_books() {
         .iter()
         .map(|f| std::fs::read_to_string(f).unwrap_or_default())
         .collect();
-    for email in ["buyer@acme.example", "buyer@globex.example"] {
-        assert_eq!(
-            mails.iter().filter(|m| m.contains(email)).count(),
-            1,
-            "{email}"
-        );
+    for (email, from) in [
+        ("buyer@acme.example", "<orders@acme.example>"),
+        ("buyer@globex.example", "<orders@oncehook.local>"),
+    ] {
+        let theirs: Vec<&String> = mails.iter().filter(|m| m.contains(email)).collect();
+        assert_eq!(theirs.len(), 1, "{email}");
+        let sender = theirs[0]
+            .lines()
+            .find(|l| l.starts_with("From:"))
+            .unwrap_or("");
+        assert!(sender.ends_with(from), "{email}'s sender: {sender}");
     }
 
     // Order events: each shop's endpoint gets its own order's, signed, and
@@ -803,41 +1065,28 @@ async fn two_tenants_with_the_same_order_ref_and_gateway_keep_separate_books() {
     assert_eq!(console.get("/", Some(&ada)).await.status, 303);
     // Dead letters: each operator sees its tenants' only, and may act on
     // those only.
-    let letters = console.get("/letters", Some(&ada)).await;
-    assert_eq!(letters.status, 200);
-    assert!(
-        letters.body.contains("evt_ghost_a") && !letters.body.contains("evt_ghost_g"),
-        "{}",
-        letters.body
-    );
     let all = console.get("/letters", Some(&olga)).await;
     assert!(all.body.contains("evt_ghost_a") && all.body.contains("evt_ghost_g"));
     let globex_letter = dlq_list(&env, &["--tenant", "globex"]).await[0]["id"]
         .as_str()
         .expect("a letter id")
         .to_owned();
-    let path = format!("/letters/{globex_letter}");
-    assert_eq!(console.get(&path, Some(&ada)).await.status, 404);
-    assert_eq!(console.get(&path, Some(&olga)).await.status, 200);
-    let csrf = letters.csrf();
-    let replay = console
-        .post(
-            "/letters/replay",
-            Some(&ada),
-            &[
-                ("csrf", csrf.as_str()),
-                ("confirm", "yes"),
-                ("ids", globex_letter.as_str()),
-            ],
-        )
+    assert_eq!(
+        console
+            .get(&format!("/letters/{globex_letter}"), Some(&olga))
+            .await
+            .status,
+        200
+    );
+    let globex = GlobexRows::made(&env, &url).await;
+    cross_tenant_attempts_on_every_console_route(&env, &console, &ada, &globex, &globex_letter)
         .await;
-    assert_eq!(replay.status, 403, "{}", replay.body);
+    // `oncehookctl`'s verbs that take a tenant keep to it.
+    let (code, out, err) = env
+        .ctl(&["dlq", "replay", "--tenant", "acme", &globex_letter])
+        .await;
+    assert_ne!(code, 0, "replaying globex's letter as acme's: {out}{err}");
     assert_eq!(dlq_list(&env, &["--tenant", "globex"]).await.len(), 1);
-    let csrf = console.get("/refunds", Some(&ada)).await.csrf();
-    let paused = console
-        .post("/refunds/pause", Some(&ada), &[("csrf", csrf.as_str())])
-        .await;
-    assert_eq!(paused.status, 403, "{}", paused.body);
 
     // A disabled tenant's keys are refused within a couple of seconds; the
     // other shop's are not, and enabling it lets its keys in again.

@@ -35,6 +35,17 @@ pub struct TenantView {
     pub status: String,
     pub created_at: String,
     pub disabled_at: Option<String>,
+    /// The sender of its customers' emails; `null`: the deployment's.
+    pub mail_from: Option<String>,
+}
+
+/// `PUT /v1/admin/tenants/{tenant}/mail-from`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TenantMailFrom {
+    /// `Name <address@host>` or `address@host`; `null` or empty: the
+    /// deployment's `mail.from` again.
+    pub mail_from: Option<String>,
 }
 
 /// `POST /v1/admin/sources`: a tenant's gateway account.
@@ -175,6 +186,7 @@ impl From<Tenant> for TenantView {
             status: t.status.as_str().to_owned(),
             created_at: at(t.created_at),
             disabled_at: t.disabled_at.map(at),
+            mail_from: t.mail_from,
         }
     }
 }
@@ -252,6 +264,12 @@ impl From<TenantError> for ApiError {
             TenantError::DefaultStays => {
                 ApiError::new(StatusCode::CONFLICT, "default_tenant", e.to_string())
             }
+            TenantError::BadSender(_) => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_sender",
+                e.to_string(),
+            )
+            .with_field("mail_from"),
             TenantError::Database { source, .. } => source.into(),
         }
     }

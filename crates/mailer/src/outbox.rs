@@ -77,6 +77,7 @@ pub async fn lease(db: &Pooled, id: Uuid, lease: Duration) -> Result<Leasing, sq
             to: row.to_addr,
             subject: row.subject,
             body: row.body,
+            from: row.from_addr,
         }));
     }
     Ok(match outbox::send_state(db, id).await? {

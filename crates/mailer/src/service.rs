@@ -114,7 +114,10 @@ impl Mailer {
             );
             let result = self
                 .transport
-                .send(&self.settings.mail.from, &email)
+                .send(
+                    email.from.as_deref().unwrap_or(&self.settings.mail.from),
+                    &email,
+                )
                 .instrument(span)
                 .await;
             metrics::histogram!("oncehook_mailer_send_duration_seconds")

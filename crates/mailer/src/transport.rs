@@ -27,6 +27,8 @@ pub struct Email {
     pub to: String,
     pub subject: String,
     pub body: String,
+    /// Its tenant's sender; `None`: `mail.from`.
+    pub from: Option<String>,
 }
 
 /// Why sending failed; `permanent` ones are not retried.

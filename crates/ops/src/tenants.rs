@@ -1,5 +1,6 @@
 //! `oncehookctl tenants`: the shops one deployment serves (docs/tenants.md)
-//! — `create` (an id and a name), `list`, `show`, `disable` and `enable`.
+//! — `create` (an id and a name), `list`, `show`, `disable`, `enable` and
+//! `mail-from` (the sender of its customers' emails).
 //! All through `oncehook_tenants::store::tenants`, in the platform's scope.
 
 use std::fmt;
@@ -43,6 +44,16 @@ pub enum TenantsCommand {
         #[arg(value_parser = parse_id)]
         id: TenantId,
     },
+    /// The sender of the tenant's customers' emails (`Name <address>`), or --default for mail.from.
+    MailFrom {
+        #[arg(value_parser = parse_id)]
+        id: TenantId,
+        #[arg(required_unless_present = "default", conflicts_with = "default")]
+        address: Option<String>,
+        /// Back to the deployment's `mail.from`.
+        #[arg(long)]
+        default: bool,
+    },
 }
 
 fn parse_id(s: &str) -> Result<TenantId, String> {
@@ -68,9 +79,12 @@ impl fmt::Display for TenantsReport {
                 t.status.as_str().to_owned(),
                 short_time(t.created_at),
                 t.disabled_at.map(short_time).unwrap_or_default(),
+                t.mail_from
+                    .clone()
+                    .unwrap_or_else(|| "(mail.from)".to_owned()),
             ]
         };
-        let headers = ["TENANT", "NAME", "STATUS", "CREATED", "DISABLED"];
+        let headers = ["TENANT", "NAME", "STATUS", "CREATED", "DISABLED", "SENDER"];
         match self {
             TenantsReport::One { tenant, done } => {
                 if !done.is_empty() {
@@ -113,5 +127,9 @@ async fn verb(db: &Pooled, command: TenantsCommand) -> anyhow::Result<TenantsRep
         TenantsCommand::Enable { id } => {
             one(store::set_status(db, &id, Status::Active).await?, "enabled")
         }
+        TenantsCommand::MailFrom { id, address, .. } => one(
+            store::set_mail_from(db, &id, address.as_deref()).await?,
+            "has its sender set",
+        ),
     })
 }

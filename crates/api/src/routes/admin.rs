@@ -10,7 +10,7 @@ use oncehook_common::tenant::TenantId;
 use oncehook_tenants::store::{keys, tenants};
 use oncehook_tenants::{Status, TenantError};
 
-use crate::admin_model::{KeyIssue, KeyIssued, KeyView, TenantCreate, TenantView};
+use crate::admin_model::{KeyIssue, KeyIssued, KeyView, TenantCreate, TenantMailFrom, TenantView};
 use crate::auth::{Admin, Administers};
 use crate::error::{ApiError, ErrorBody};
 use crate::state::State;
@@ -121,6 +121,28 @@ async fn set_tenant(
     let id = tenant_id("tenant", tenant)?;
     let t = tenants::set_status(&state.pool, &id, status).await?;
     tracing::info!(admin = %admin.caller.name, tenant = %id, status = status.as_str(), "tenant status set");
+    Ok(HttpResponse::Ok().json(TenantView::from(t)))
+}
+
+/// Sets the sender of a tenant's customers' emails (`null`: the
+/// deployment's again); the next email the mailer sends uses it.
+#[utoipa::path(put, path = "/v1/admin/tenants/{tenant}/mail-from", tag = "admin",
+    params(("tenant" = String, Path, description = "the tenant's id")),
+    request_body = TenantMailFrom,
+    security(("bearer" = ["admin"])),
+    responses(
+        (status = 200, description = "set", body = TenantView),
+        (status = "4XX", description = "refused (422: not one mailbox) or not found", body = ErrorBody),
+        (status = 503, description = "database unavailable", body = ErrorBody)))]
+pub async fn set_mail_from(
+    admin: Admin<Administers>,
+    state: web::Data<State>,
+    tenant: web::Path<String>,
+    body: web::Json<TenantMailFrom>,
+) -> Result<HttpResponse, ApiError> {
+    let id = tenant_id("tenant", &tenant)?;
+    let t = tenants::set_mail_from(&state.pool, &id, body.mail_from.as_deref()).await?;
+    tracing::info!(admin = %admin.caller.name, tenant = %id, mail_from = ?t.mail_from, "tenant sender set");
     Ok(HttpResponse::Ok().json(TenantView::from(t)))
 }
 

@@ -47,6 +47,7 @@ routes! {
     GET "/v1/admin/tenants/{tenant}" => admin::get_tenant;
     POST "/v1/admin/tenants/{tenant}/disable" => admin::disable_tenant;
     POST "/v1/admin/tenants/{tenant}/enable" => admin::enable_tenant;
+    PUT "/v1/admin/tenants/{tenant}/mail-from" => admin::set_mail_from;
     POST "/v1/admin/tenants/{tenant}/keys" => admin::issue_key;
     GET "/v1/admin/tenants/{tenant}/keys" => admin::list_keys;
     POST "/v1/admin/keys/{id}/revoke" => admin::revoke_key;

@@ -88,6 +88,8 @@ pub struct LeasedEmail {
     pub to_addr: String,
     pub subject: String,
     pub body: String,
+    /// Its tenant's sender (`tenants.mail_from`); `None`: `mail.from`.
+    pub from_addr: Option<String>,
 }
 
 /// The mailer: takes a lease of `lease` on a row that is neither sent, nor
@@ -103,7 +105,8 @@ pub async fn lease(
         "UPDATE email_outbox SET claimed_until = now() + make_interval(secs => $2)
          WHERE id = $1 AND sent_at IS NULL AND failed_at IS NULL
            AND (claimed_until IS NULL OR claimed_until < now())
-         RETURNING to_addr, subject, body",
+         RETURNING to_addr, subject, body,
+                   (SELECT t.mail_from FROM tenants t WHERE t.id = email_outbox.tenant_id) AS from_addr",
         id,
         lease.as_secs_f64()
     )

@@ -41,6 +41,16 @@ impl Scope {
         Scope::Tenants(vec![id])
     }
 
+    /// Whether a row of tenant `id` is seen in this scope (what the
+    /// policies let through, for what is read outside the database: the
+    /// configuration's endpoints and sources).
+    pub fn includes(&self, id: &TenantId) -> bool {
+        match self {
+            Scope::Platform => true,
+            Scope::Tenants(ids) => ids.contains(id),
+        }
+    }
+
     /// The value of [`SETTING`] for this scope.
     pub fn setting(&self) -> String {
         match self {

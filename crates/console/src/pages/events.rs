@@ -124,6 +124,7 @@ pub async fn show(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
         .ingest
         .sources
         .iter()
+        .filter(|s| who.scope.includes(&s.tenant))
         .map(|s| s.name.as_str())
         .collect();
     html::ok(Page::new("Events", Some(&who)).body(html! {

@@ -78,6 +78,7 @@ fn leases_map_to_verdicts() {
         to: "a@example.com".into(),
         subject: "s".into(),
         body: "b".into(),
+        from: None,
     };
     match after_lease(id, Ok(Leasing::Leased(email))) {
         AfterLease::Send(email) => assert_eq!(email.outbox_id, id),

@@ -96,11 +96,18 @@ impl Filter {
                 .is_none_or(|want| letter.facts.source.as_deref() == Some(want.as_str()))
             && same(&self.error_kind, letter.facts.kind.as_str())
             && self.since.is_none_or(|window| within(letter, window, now))
-            && (self.tenants.is_empty()
-                || self
-                    .tenants
-                    .iter()
-                    .any(|want| letter.tenant() == Some(want.as_str())))
+            && self.of_tenants(letter)
+    }
+
+    /// Whether `letter` is of one of `--tenant`'s tenants (any, without
+    /// one). It holds for letters named by id too: an id of another
+    /// tenant's letter is not found.
+    pub fn of_tenants(&self, letter: &Letter) -> bool {
+        self.tenants.is_empty()
+            || self
+                .tenants
+                .iter()
+                .any(|want| letter.tenant() == Some(want.as_str()))
     }
 }
 

@@ -117,7 +117,7 @@ pub async fn run(
         if ids.is_empty() {
             args.filter.matches(l, now)
         } else {
-            ids.contains(&l.facts.id)
+            ids.contains(&l.facts.id) && args.filter.of_tenants(l)
         }
     };
     let peek = broker::peek(conn, topology, |l| !args.caution.dry_run && selected(l)).await?;

@@ -47,6 +47,9 @@ pub struct Tenant {
     pub created_at: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339::option")]
     pub disabled_at: Option<OffsetDateTime>,
+    /// The sender of its customers' emails; `None`: the deployment's
+    /// `mail.from`.
+    pub mail_from: Option<String>,
 }
 
 /// Why a tenant could not be created or changed.
@@ -60,6 +63,8 @@ pub enum TenantError {
     BadName,
     #[error("the default tenant cannot be disabled: it holds what no tenant was named for")]
     DefaultStays,
+    #[error("a sender must be one mailbox, `Name <address@host>` or `address@host`: {0}")]
+    BadSender(String),
     #[error("reading or writing tenant {tenant}: {source}")]
     Database {
         tenant: String,
@@ -81,6 +86,7 @@ struct Row {
     status: String,
     created_at: OffsetDateTime,
     disabled_at: Option<OffsetDateTime>,
+    mail_from: Option<String>,
 }
 
 impl From<Row> for Tenant {
@@ -91,6 +97,7 @@ impl From<Row> for Tenant {
             status: Status::from_db(&r.status),
             created_at: r.created_at,
             disabled_at: r.disabled_at,
+            mail_from: r.mail_from,
         }
     }
 }
@@ -105,7 +112,7 @@ pub async fn create(db: &Pooled, id: &TenantId, name: &str) -> Result<Tenant, Te
     let row = sqlx::query_as!(
         Row,
         "INSERT INTO tenants (id, name) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING
-         RETURNING id, name, status, created_at, disabled_at",
+         RETURNING id, name, status, created_at, disabled_at, mail_from",
         id.as_str(),
         name
     )
@@ -122,7 +129,7 @@ pub async fn list(db: &Pooled) -> Result<Vec<Tenant>, sqlx::Error> {
     let mut conn = db.single_in(&Scope::Platform).await?;
     let rows = sqlx::query_as!(
         Row,
-        "SELECT id, name, status, created_at, disabled_at FROM tenants ORDER BY id"
+        "SELECT id, name, status, created_at, disabled_at, mail_from FROM tenants ORDER BY id"
     )
     .fetch_all(&mut *conn)
     .await?;
@@ -135,7 +142,7 @@ pub async fn get(db: &Pooled, id: &TenantId) -> Result<Option<Tenant>, sqlx::Err
     let mut conn = db.single_in(&Scope::Platform).await?;
     let row = sqlx::query_as!(
         Row,
-        "SELECT id, name, status, created_at, disabled_at FROM tenants WHERE id = $1",
+        "SELECT id, name, status, created_at, disabled_at, mail_from FROM tenants WHERE id = $1",
         id.as_str()
     )
     .fetch_optional(&mut *conn)
@@ -156,7 +163,7 @@ pub async fn set_status(db: &Pooled, id: &TenantId, status: Status) -> Result<Te
         "UPDATE tenants SET status = $2,
              disabled_at = CASE WHEN $2 = 'disabled' THEN coalesce(disabled_at, now()) END
          WHERE id = $1
-         RETURNING id, name, status, created_at, disabled_at",
+         RETURNING id, name, status, created_at, disabled_at, mail_from",
         id.as_str(),
         status.as_str()
     )
@@ -167,6 +174,34 @@ pub async fn set_status(db: &Pooled, id: &TenantId, status: Status) -> Result<Te
     super::sources::tenant_changed(&mut tx, id)
         .await
         .map_err(db_error(id))?;
+    tx.commit().await.map_err(db_error(id))?;
+    row.map(Tenant::from)
+        .ok_or_else(|| TenantError::NotFound(id.clone()))
+}
+
+/// Sets the sender of tenant `id`'s customers' emails (`None`: the
+/// deployment's `mail.from` again); refuses what is not one mailbox.
+pub async fn set_mail_from(
+    db: &Pooled,
+    id: &TenantId,
+    from: Option<&str>,
+) -> Result<Tenant, TenantError> {
+    let from = from.map(str::trim).filter(|f| !f.is_empty());
+    if let Some(f) = from {
+        f.parse::<lettre::message::Mailbox>()
+            .map_err(|e| TenantError::BadSender(e.to_string()))?;
+    }
+    let mut tx = db.begin_in(&Scope::Platform).await.map_err(db_error(id))?;
+    let row = sqlx::query_as!(
+        Row,
+        "UPDATE tenants SET mail_from = $2 WHERE id = $1
+         RETURNING id, name, status, created_at, disabled_at, mail_from",
+        id.as_str(),
+        from
+    )
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(db_error(id))?;
     tx.commit().await.map_err(db_error(id))?;
     row.map(Tenant::from)
         .ok_or_else(|| TenantError::NotFound(id.clone()))

@@ -58,12 +58,14 @@ pub(super) async fn answer(
         Ok(b) => b,
         Err(e) => return html::failure(who, TITLE, &anyhow::Error::new(e)),
     };
-    // Endpoints in the configuration no notifier has started with yet.
+    // Endpoints in the configuration no notifier has started with yet (the
+    // account's tenants' only, as the database's rows are).
     let configured_only: Vec<&str> = state
         .settings
         .notify
         .endpoints
         .iter()
+        .filter(|c| who.scope.includes(&c.tenant))
         .filter(|c| !book.endpoints.iter().any(|e| e.name == c.name))
         .map(|c| c.name.as_str())
         .collect();

@@ -51,8 +51,13 @@ async fn read(state: &State, scope: &Scope, query: &Query) -> Result<Book, sqlx:
         }
         None => store::list(&mut conn, query.state, PAGE_SIZE + 1).await?,
     };
-    let paused = store::paused(&mut conn).await?;
     conn.finish().await?;
+    // The kill switch is the platform's, whatever the account's tenants:
+    // read in the platform's scope (a tenant's operator sees it, and may
+    // not change it).
+    let mut platform = state.pool.single_in(&Scope::Platform).await?;
+    let paused = store::paused(&mut platform).await?;
+    platform.finish().await?;
     let more = one_page(&mut intents);
     Ok(Book {
         paused,
