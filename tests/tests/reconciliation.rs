@@ -885,3 +885,95 @@ async fn an_order_with_a_call_unanswered_is_asked_again_on_the_very_next_pass() 
         "refused once, not retried: {text}"
     );
 }
+
+/// Registers `reference` at Razorpay for tenant `tenant`'s order `order_ref`.
+async fn tenant_gateway_ref(env: &TestEnv, tenant: &str, order_ref: &str, reference: &str) {
+    sqlx::query(
+        "INSERT INTO order_gateway_refs (gateway, gateway_ref, order_id, tenant_id)
+         SELECT 'razorpay', $2, id, tenant_id FROM orders WHERE order_ref = $1 AND tenant_id = $3",
+    )
+    .bind(order_ref)
+    .bind(reference)
+    .bind(tenant)
+    .execute(&env.pool)
+    .await
+    .expect("gateway ref");
+}
+
+/// Two shops, each with its own Razorpay account and the same order
+/// reference, neither capture's webhook ever came: each account is asked
+/// about its own shop's order only, and each order is paid by its own
+/// capture (docs/tenants.md).
+#[tokio::test]
+async fn each_tenants_source_is_asked_about_its_own_orders_only() {
+    let mut env = TestEnv::new().await;
+    let (code, out, err) = env
+        .ctl(&["tenants", "create", "globex", "--name", "Globex"])
+        .await;
+    assert_eq!(code, 0, "{out}{err}");
+    let ours = GatewayApi::start(Gateway::Razorpay).await;
+    let theirs = GatewayApi::start(Gateway::Razorpay).await;
+    Shop::basket("rc_t1").seed(&env.pool).await;
+    Shop::basket("rc_t1").seed_in(&env.pool, "globex").await;
+    for (tenant, api, rzp_order, payment) in [
+        ("default", &ours, "order_RCdef", "pay_RCdef"),
+        ("globex", &theirs, "order_RCglx", "pay_RCglx"),
+    ] {
+        tenant_gateway_ref(&env, tenant, "rc_t1", rzp_order).await;
+        api.add(
+            &format!("/v1/orders/{rzp_order}/payments"),
+            shapes::razorpay_payment(payment, rzp_order, "captured", 50_000, "a@example.com"),
+        );
+    }
+    backdate(&env).await;
+    env.use_gateway_apis(&[&ours]);
+    env.append_config(&format!(
+        "[[source]]\nname = \"globex-razorpay\"\ngateway = \"razorpay\"\nsecrets = [\"{}\"]\ntenant = \"globex\"\n{}",
+        oncehook_e2e::Secrets::RAZORPAY,
+        theirs.source_api_toml()
+    ));
+    reconcile_every_second(&mut env);
+    let _p = env.pipeline().await;
+
+    let paid: Vec<(String, String, Option<String>)> =
+        eventually("both orders paid", WAIT, || async {
+            let rows: Vec<(String, String, Option<String>)> = sqlx::query_as(
+                "SELECT o.tenant_id, o.status, p.tenant_id FROM orders o
+                 LEFT JOIN payments p ON p.order_id = o.id
+                 WHERE o.order_ref = 'rc_t1' ORDER BY o.tenant_id",
+            )
+            .fetch_all(&env.pool)
+            .await
+            .expect("orders");
+            rows.iter().all(|r| r.1 == "paid").then_some(rows)
+        })
+        .await;
+    assert_eq!(
+        paid,
+        [
+            ("default".into(), "paid".into(), Some("default".into())),
+            ("globex".into(), "paid".into(), Some("globex".into()))
+        ]
+    );
+    let by: Vec<(String, String)> = sqlx::query_as(
+        "SELECT o.tenant_id, p.payment_id FROM orders o JOIN payments p ON p.order_id = o.id
+         WHERE o.order_ref = 'rc_t1' ORDER BY 1",
+    )
+    .fetch_all(&env.pool)
+    .await
+    .expect("payments");
+    assert_eq!(
+        by,
+        [
+            ("default".into(), "pay_RCdef".into()),
+            ("globex".into(), "pay_RCglx".into())
+        ]
+    );
+    // Neither account was asked about the other shop's order.
+    let (mine, other) = (ours.calls(), theirs.calls());
+    assert!(
+        mine.iter().all(|c| !c.contains("RCglx")) && other.iter().all(|c| !c.contains("RCdef")),
+        "ours: {mine:?}\ntheirs: {other:?}"
+    );
+    assert!(other.iter().any(|c| c.contains("order_RCglx")), "{other:?}");
+}

@@ -88,7 +88,11 @@ impl Contention for RunError {
 /// The reconciler: the sources it may ask and how.
 #[derive(Clone)]
 pub struct Reconciler {
+    /// In the default tenant's scope: the run's lock and bookkeeping. A
+    /// pass over one tenant's sources works in that tenant's scope.
     pool: Pooled,
+    /// As given: what each tenant's scope is taken from.
+    base: Pooled,
     sources: Vec<ApiSource>,
     config: ReconcileConfig,
     broker: BrokerConfig,
@@ -98,12 +102,14 @@ pub struct Reconciler {
 }
 
 impl Reconciler {
-    /// The sources of `config` that have a `[source.api]`. It works in the
-    /// default tenant's scope: only its sources may have an API for now
-    /// (docs/tenants.md), so it asks about that tenant's orders alone.
+    /// The sources of `config` that have a `[source.api]`. Each source is
+    /// asked about its own tenant's orders only, in that tenant's scope
+    /// (docs/tenants.md): two shops' `order_1042` are two orders, each
+    /// asked of its own shop's account.
     pub fn new(config: &Config, pool: Pooled) -> Result<Reconciler, RunError> {
         Ok(Reconciler {
             pool: pool.scoped(TenantScope::tenant(TenantId::default_tenant())),
+            base: pool,
             sources: ApiSource::all(config),
             config: config.reconcile.clone(),
             broker: config.broker.clone(),
@@ -125,27 +131,60 @@ impl Reconciler {
     }
 
     /// One pass over `scope`, asking `only` (a source name) or every
-    /// source; `dry_run` publishes and records nothing.
+    /// source; `dry_run` publishes and records nothing. Each tenant's
+    /// sources are asked about its orders, in its scope, one tenant after
+    /// another.
     pub async fn run(
         &self,
         scope: &Scope,
         only: Option<&str>,
         dry_run: bool,
     ) -> Result<Report, RunError> {
-        let sources = self.chosen(only)?;
-        let orders = orders::due_orders(&self.pool, &self.selection(scope)).await?;
+        let mut tenants: Vec<(TenantId, Vec<ApiSource>)> = Vec::new();
+        for source in self.chosen(only)? {
+            match tenants.iter_mut().find(|(t, _)| *t == source.tenant) {
+                Some((_, group)) => group.push(source),
+                None => tenants.push((source.tenant.clone(), vec![source])),
+            }
+        }
+        let mut report = Report {
+            dry_run,
+            orders: Vec::new(),
+            sources: Vec::new(),
+            published: 0,
+        };
+        for (tenant, sources) in tenants {
+            let mut within = self.clone();
+            within.pool = self.base.scoped(TenantScope::tenant(tenant));
+            let part = within.pass(scope, &sources, dry_run).await?;
+            report.orders.extend(part.orders);
+            report.sources.extend(part.sources);
+            report.published += part.published;
+        }
         if let Scope::Order(r) = scope
-            && orders.is_empty()
+            && report.orders.is_empty()
         {
             return Err(RunError::NoOrder(r.clone()));
         }
+        Ok(report)
+    }
+
+    /// One pass of one tenant's `sources` over its orders (the pool is in
+    /// its scope).
+    async fn pass(
+        &self,
+        scope: &Scope,
+        sources: &[ApiSource],
+        dry_run: bool,
+    ) -> Result<Report, RunError> {
+        let orders = orders::due_orders(&self.pool, &self.selection(scope)).await?;
         let since = match scope {
             Scope::Order(_) => None,
             Scope::Since(d) => Some(*d),
             Scope::Scheduled => Some(self.config.horizon),
         };
         let (reports, published) = self
-            .ask_and_settle(&sources, &orders, since, dry_run)
+            .ask_and_settle(sources, &orders, since, dry_run)
             .await?;
         if !dry_run {
             // An order a source did not get to, or did not answer every

@@ -43,12 +43,17 @@ pub struct Refunder {
 
 impl Refunder {
     /// The refunder of `config`'s sources with an API, in the default
-    /// tenant's scope: only its sources may have an API for now
-    /// (docs/tenants.md), so it sends that tenant's refunds alone.
+    /// tenant's scope: it sends that tenant's refunds alone, through its
+    /// sources (docs/tenants.md: refunds for other tenants are to come).
     pub fn new(config: &Config, pool: Pooled) -> Result<Refunder, RefundError> {
         Ok(Refunder {
             pool: pool.scoped(Scope::tenant(TenantId::default_tenant())),
-            sources: ApiSource::all(config),
+            // Another tenant's sources reconcile (each for its own orders)
+            // but do not refund yet: its intents wait for an operator.
+            sources: ApiSource::all(config)
+                .into_iter()
+                .filter(|s| s.tenant.is_default())
+                .collect(),
             config: config.refunds.clone(),
             broker: config.broker.clone(),
             client: Client::new(config.reconcile.timeout)?,

@@ -165,13 +165,6 @@ fn resolve(s: FileSource, env: &HashMap<String, String>) -> Result<SourceConfig,
     )
     .map_err(err)?;
     if let Some(table) = &s.api {
-        if !source.tenant.is_default() {
-            return Err(err(format!(
-                "[source.api] (reconciliation and refunds) is for the default tenant's sources only \
-                 in this release, and this source is tenant {}'s (docs/tenants.md)",
-                source.tenant
-            )));
-        }
         let webhook = source.credentials();
         source.api = Some(table.resolve(source.gateway, webhook, env).map_err(err)?);
     }

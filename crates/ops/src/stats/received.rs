@@ -39,15 +39,32 @@ pub struct ReceivedView {
     pub sources: Vec<SourceReceived>,
 }
 
+/// The requests of each source and outcome within `range`, summed over
+/// replicas. `increase()` alone extrapolates to the window's edges, which
+/// from a few scrapes of a young counter overshoots (three requests read
+/// as 3.75, shown as 4). A counter that did not reset within the window is
+/// counted exactly instead: its value now less its value when the window
+/// began, or its whole value when it was born within the window (ingest
+/// starts every counter at zero). Only a counter that reset (a replica
+/// restarted) is counted by `increase()`, which counts through the reset.
+fn counted(range: &str) -> String {
+    let m = "oncehook_ingest_requests_total";
+    let kept = format!("unless (resets({m}[{range}]) > 0)");
+    format!(
+        "sum by (source, outcome) (\
+         (({m} - {m} offset {range}) {kept}) \
+         or (({m} unless {m} offset {range}) {kept}) \
+         or increase({m}[{range}]))"
+    )
+}
+
 /// Asks Prometheus for both windows.
 pub async fn gather(prometheus: &str) -> ReceivedView {
     let result = async {
         let client = reqwest::Client::builder().timeout(TIMEOUT).build()?;
         let mut by_source: BTreeMap<String, SourceReceived> = BTreeMap::new();
         for (window, range) in WINDOWS {
-            let query = format!(
-                "sum by (source, outcome) (increase(oncehook_ingest_requests_total[{range}]))"
-            );
+            let query = counted(range);
             for (source, outcome, n) in query_vector(&client, prometheus, &query).await? {
                 let s = by_source.entry(source.clone()).or_default();
                 s.source = source;
@@ -118,7 +135,7 @@ async fn query_vector(
             let source = r["metric"]["source"].as_str()?.to_owned();
             let outcome = r["metric"]["outcome"].as_str()?.to_owned();
             let value: f64 = r["value"][1].as_str()?.parse().ok()?;
-            // increase() extrapolates to the window's edges: 2.9 is 3 requests.
+            // increase() (across a restart) extrapolates: 2.9 is 3 requests.
             let n = if value.is_finite() && value > 0.0 {
                 value.round() as u64
             } else {
