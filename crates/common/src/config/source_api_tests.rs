@@ -157,7 +157,7 @@ fn a_source_names_its_tenant_and_any_tenants_source_may_have_an_api() {
     let with_api = source("razorpay", "key_id = \"k\"\nkey_secret = \"s\"\n")
         .replace("[source.api]", "tenant = \"acme\"\n[source.api]");
     let config = load(&with_api, &[]).expect("another tenant's source with an API");
-    let source = config.source("razorpay").expect("source");
+    let source = config.source("s").expect("source");
     assert_eq!(source.tenant.as_str(), "acme");
     assert!(source.api.is_some());
 }
