@@ -28,6 +28,7 @@ pub mod limits;
 pub mod report;
 pub mod run;
 pub mod schedule;
+mod settle;
 mod source;
 pub mod store;
 

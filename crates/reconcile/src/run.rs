@@ -23,13 +23,13 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use oncehook_common::Config;
 use oncehook_common::config::{BrokerConfig, ReconcileConfig};
 use oncehook_common::contended::{self, Contention};
 use oncehook_common::store::Pooled;
-use oncehook_common::{Config, Envelope};
 use oncehook_gateway_api::store::{self as orders, DueOrder, PaidWindow, Selection};
+use oncehook_gateways::NormalizedEvent;
 use oncehook_gateways::reconcile::Ask;
-use oncehook_gateways::{Fact, NormalizedEvent};
 use oncehook_ledger::store::books::GatewayRef;
 use oncehook_ledger::{EffectError, Known, Ledger};
 use time::OffsetDateTime;
@@ -38,13 +38,15 @@ use tokio::task::JoinSet;
 
 use crate::ask;
 use crate::limits::Budget;
-use crate::report::{CallReport, FactReport, Found, Report, SourceReport};
+use crate::report::{CallReport, Report, SourceReport};
+use crate::settle::Settle;
+pub use crate::settle::fact_key;
 use crate::source::ask_source;
-use crate::store::{self, FactKey};
+use crate::store;
 use oncehook_common::store::scope::Scope as TenantScope;
 use oncehook_common::tenant::TenantId;
+use oncehook_gateway_api::PublishError;
 use oncehook_gateway_api::{ApiSource, CallError, Client};
-use oncehook_gateway_api::{PublishError, Publisher};
 
 /// Which orders a pass asks about.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,12 +92,12 @@ impl Contention for RunError {
 pub struct Reconciler {
     /// In the default tenant's scope: the run's lock and bookkeeping. A
     /// pass over one tenant's sources works in that tenant's scope.
-    pool: Pooled,
+    pub(crate) pool: Pooled,
     /// As given: what each tenant's scope is taken from.
     base: Pooled,
     sources: Vec<ApiSource>,
     config: ReconcileConfig,
-    broker: BrokerConfig,
+    pub(crate) broker: BrokerConfig,
     client: Client,
     /// Registers the references found (its email relay also polls).
     ledger: Ledger,
@@ -355,7 +357,11 @@ impl Reconciler {
     /// facts on the order, and later passes and webhooks find it by them.
     /// If publishing fails afterwards, the reference stays (it is true) and
     /// the next pass asks by it.
-    async fn register_refs(&self, source: &ApiSource, call: &CallReport) -> Result<(), RunError> {
+    pub(crate) async fn register_refs(
+        &self,
+        source: &ApiSource,
+        call: &CallReport,
+    ) -> Result<(), RunError> {
         let Some(order_ref) = call.order_ref.as_deref() else {
             return Ok(());
         };
@@ -400,7 +406,7 @@ impl Reconciler {
 
     /// Of the events an undelivered-events answer listed, those about
     /// oncehook's orders (the rest are another business's).
-    async fn about_our_orders(
+    pub(crate) async fn about_our_orders(
         &self,
         source: &ApiSource,
         events: Vec<NormalizedEvent>,
@@ -419,98 +425,6 @@ impl Reconciler {
             .filter_map(|(e, k)| k.then_some(e))
             .collect())
     }
-}
-
-/// The pass's settling of the answers, one call at a time as the sources'
-/// tasks hand them over: what each fact found is (recorded already, or
-/// missing), and each missing one published at once.
-struct Settle<'a> {
-    reconciler: &'a Reconciler,
-    dry_run: bool,
-    /// Every fact found so far in the pass: one found twice is settled once.
-    seen: BTreeSet<FactKey>,
-    /// Connected at the first fact to publish.
-    publisher: Option<Publisher>,
-    published: usize,
-}
-
-impl Settle<'_> {
-    /// Registers the references `call` found, then decides what each of
-    /// its facts is and publishes the missing ones (none in a dry run),
-    /// recording both in `call.facts`.
-    async fn call(&mut self, source: &ApiSource, call: &mut CallReport) -> Result<(), RunError> {
-        let r = self.reconciler;
-        if !self.dry_run {
-            r.register_refs(source, call).await?;
-        }
-        let mut events = std::mem::take(&mut call.events);
-        if call.order_ref.is_none() {
-            events = r.about_our_orders(source, events).await?;
-        }
-        let mut found: Vec<(NormalizedEvent, FactKey)> = Vec::new();
-        for event in events {
-            let Some(key) = fact_key(&event) else {
-                continue;
-            };
-            if self.seen.insert(key.clone()) {
-                found.push((event, key));
-            }
-        }
-        if found.is_empty() {
-            return Ok(());
-        }
-        let keys: Vec<FactKey> = found.iter().map(|(_, k)| k.clone()).collect();
-        let recorded = store::recorded(&r.pool, &keys).await?;
-        for ((event, _), recorded) in found.into_iter().zip(recorded) {
-            let found = if recorded {
-                Found::AlreadyRecorded
-            } else {
-                Found::MissingWebhook
-            };
-            metrics::counter!("oncehook_reconcile_facts_total", "source" => source.name.clone(), "found" => found.as_str())
-                .increment(1);
-            let mut fact = FactReport::of(&event, found);
-            if found == Found::MissingWebhook && !self.dry_run {
-                let publisher = match self.publisher {
-                    Some(ref p) => p,
-                    None => self.publisher.insert(Publisher::connect(&r.broker).await?),
-                };
-                publisher
-                    .publish(&Envelope::reconciled(&source.name, event).for_tenant(&source.tenant))
-                    .await?;
-                fact.published = true;
-                self.published += 1;
-            }
-            call.facts.push(fact);
-        }
-        Ok(())
-    }
-}
-
-/// The fact an event records, keyed as the ledger keys it (by the
-/// gateways crate's [`NormalizedEvent::fact`], as the ledger records it);
-/// `None` for an event that records none, or that the ledger would refuse
-/// for lack of a field.
-pub fn fact_key(event: &NormalizedEvent) -> Option<FactKey> {
-    Some(match event.fact().ok()?? {
-        Fact::Attempt {
-            provider,
-            payment_id,
-            status,
-        } => FactKey::Attempt {
-            provider: provider.as_str().to_owned(),
-            payment_id,
-            status: status.to_owned(),
-        },
-        Fact::Refund {
-            provider,
-            refund_id,
-            ..
-        } => FactKey::Refund {
-            provider: provider.as_str().to_owned(),
-            refund_id,
-        },
-    })
 }
 
 fn names(sources: &[ApiSource]) -> String {
