@@ -12,7 +12,7 @@ use oncehook_common::store::scope::SERVICE_ROLE;
 use oncehook_e2e::Secrets;
 use oncehook_e2e::api::{Api, FULL_KEY, order_body};
 use oncehook_e2e::console::{Console, OPERATOR, hash_line};
-use oncehook_e2e::ops::{ctl_json, ctl_ok, dlq_list};
+use oncehook_e2e::ops::{ctl_input, ctl_json, ctl_ok, dlq_list};
 use oncehook_e2e::receiver::{Receiver, SECRET};
 use oncehook_e2e::{TestEnv, eventually};
 use oncehook_gateways::Gateway;
@@ -286,6 +286,123 @@ async fn the_binaries_connect_as_the_service_role() {
     })
     .await;
     assert_eq!(users, vec![SERVICE_ROLE.to_owned()]);
+}
+
+/// The variable `oncehookctl migrate` reads the binaries' role's password from.
+const SERVICE_ROLE_PASSWORD: &str = "ONCEHOOK_SERVICE_ROLE_PASSWORD";
+
+/// The stored password of the binaries' role (`pg_authid.rolpassword`,
+/// read as the superuser), if it has one.
+async fn stored_password(env: &TestEnv) -> Option<String> {
+    sqlx::query_scalar("SELECT rolpassword FROM pg_authid WHERE rolname = $1")
+        .bind(SERVICE_ROLE)
+        .fetch_one(&env.pool)
+        .await
+        .expect("read the role's password")
+}
+
+/// Whether `verifier` (`SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>`,
+/// as PostgreSQL stores a password) was made from `password` (RFC 5802).
+fn scram_verifies(verifier: &str, password: &str) -> bool {
+    use base64::Engine as _;
+    use hmac::{Hmac, KeyInit, Mac};
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let hmac = |key: &[u8], data: &[u8]| {
+        let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("any key length");
+        mac.update(data);
+        mac.finalize().into_bytes().to_vec()
+    };
+    let Some(rest) = verifier.strip_prefix("SCRAM-SHA-256$") else {
+        return false;
+    };
+    let Some((params, keys)) = rest.split_once('$') else {
+        return false;
+    };
+    let (Some((iterations, salt)), Some((stored_key, server_key))) =
+        (params.split_once(':'), keys.split_once(':'))
+    else {
+        return false;
+    };
+    let (Ok(iterations), Ok(salt)) = (iterations.parse::<u32>(), b64.decode(salt)) else {
+        return false;
+    };
+    // Hi(password, salt, i): PBKDF2 with HMAC-SHA-256, one block.
+    let mut first = salt.clone();
+    first.extend_from_slice(&1u32.to_be_bytes());
+    let mut u = hmac(password.as_bytes(), &first);
+    let mut salted = u.clone();
+    for _ in 1..iterations {
+        u = hmac(password.as_bytes(), &u);
+        salted.iter_mut().zip(&u).for_each(|(s, x)| *s ^= x);
+    }
+    let client_key = hmac(&salted, b"Client Key");
+    let stored = Sha256::digest(&client_key).to_vec();
+    let server = hmac(&salted, b"Server Key");
+    b64.encode(stored) == stored_key && b64.encode(server) == server_key
+}
+
+/// `oncehookctl migrate` with ONCEHOOK_SERVICE_ROLE_PASSWORD gives the
+/// binaries' role that password (quotes, a backslash and `%` in it stay
+/// as they are), prints it nowhere, and refuses an empty one. The local
+/// Postgres trusts loopback, so a login would prove nothing: the stored
+/// SCRAM verifier is checked against the password instead. The role's
+/// previous password (a cluster's role, shared by every test database)
+/// is put back.
+#[tokio::test]
+async fn migrate_gives_the_binaries_role_its_password() {
+    let env = TestEnv::new().await;
+    let (code, stdout, stderr) =
+        ctl_input(&env, &["migrate"], &[(SERVICE_ROLE_PASSWORD, "")], "").await;
+    assert_ne!(code, 0, "an empty password was taken:\n{stdout}\n{stderr}");
+    assert!(stderr.contains(SERVICE_ROLE_PASSWORD), "{stderr}");
+
+    let before = stored_password(&env).await;
+    let password = "it's a \"pass\" with \\ and %L, $1 -- not SQL";
+    let (code, stdout, stderr) = ctl_input(
+        &env,
+        &["migrate", "--json"],
+        &[
+            (SERVICE_ROLE_PASSWORD, password),
+            ("ONCEHOOK_LOG", "debug,sqlx=trace"),
+        ],
+        "",
+    )
+    .await;
+    let after = stored_password(&env).await;
+    let restore = match &before {
+        Some(p) => format!(
+            "ALTER ROLE {SERVICE_ROLE} PASSWORD '{}'",
+            p.replace('\'', "''")
+        ),
+        None => format!("ALTER ROLE {SERVICE_ROLE} PASSWORD NULL"),
+    };
+    sqlx::raw_sql(sqlx::AssertSqlSafe(restore))
+        .execute(&env.pool)
+        .await
+        .expect("put the role's password back");
+    assert_eq!(code, 0, "oncehookctl migrate:\n{stdout}\n{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("--json");
+    assert_eq!(report["service_role_password_set"], true, "{report}");
+    for (what, text) in [("stdout", &stdout), ("stderr", &stderr)] {
+        assert!(!text.contains(password), "the password is in the {what}");
+    }
+    let after = after.expect("the role has a password");
+    assert!(
+        scram_verifies(&after, password),
+        "the stored password is not the one given: {after}"
+    );
+    assert!(!scram_verifies(&after, "it's a pass"));
+
+    // Without the variable the password is left alone.
+    let (code, stdout, stderr) = ctl_input(&env, &["migrate", "--json"], &[], "").await;
+    assert_eq!(code, 0, "oncehookctl migrate:\n{stdout}\n{stderr}");
+    let plain: serde_json::Value = serde_json::from_str(&stdout).expect("--json");
+    assert_eq!(plain["service_role_password_set"], false, "{plain}");
+    assert_eq!(
+        stored_password(&env).await,
+        before,
+        "the password was changed"
+    );
 }
 
 #[tokio::test]

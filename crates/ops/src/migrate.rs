@@ -7,18 +7,28 @@
 //! (their orders recomputed by this release's ledger: state, order events,
 //! refund intents) and of every owed payment without a refund intent, and
 //! the window closed. Both are idempotent.
+//!
+//! With [`ENV_SERVICE_ROLE_PASSWORD`] set, either step then gives the
+//! binaries' role (`oncehook_service`) that password, for password
+//! authentication (docs/tenants.md, "The binaries' role"); the deploy
+//! files set it from the same secret as the binaries' database URLs.
 
 use std::fmt;
 
 use anyhow::Context;
 use oncehook_common::Config;
 use oncehook_common::redact::redact;
+use oncehook_common::secret::Secret;
 use oncehook_common::store::{self, Pooled};
 use oncehook_ledger::rollout;
 use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::output::Report;
+
+/// The password `oncehookctl migrate` gives the binaries' role when set:
+/// read by this verb only, never printed.
+pub const ENV_SERVICE_ROLE_PASSWORD: &str = "ONCEHOOK_SERVICE_ROLE_PASSWORD";
 
 /// `--json`: what the step did.
 #[derive(Serialize)]
@@ -37,11 +47,17 @@ pub struct MigrateReport {
     orders_caught_up: u64,
     /// `--finish`: refund intents minted (for owed payments without one).
     intents_minted: u64,
+    /// The binaries' role was given the password of
+    /// [`ENV_SERVICE_ROLE_PASSWORD`].
+    service_role_password_set: bool,
 }
 
 /// Runs the expand step, or with `finish` the contract step and its
 /// catch-up.
+/// Then, with [`ENV_SERVICE_ROLE_PASSWORD`] set, gives the binaries' role
+/// its password (on a connection of its own, once the pool is closed).
 pub async fn run(settings: &Config, finish: bool) -> anyhow::Result<MigrateReport> {
+    let password = service_role_password()?;
     let pool = Pooled::connect(&settings.database, 2, 3)
         .await
         .with_context(|| format!("connecting to {}", redact(settings.database.url.expose())))?;
@@ -51,7 +67,36 @@ pub async fn run(settings: &Config, finish: bool) -> anyhow::Result<MigrateRepor
         expand(&pool).await
     };
     pool.close().await;
-    done
+    let mut report = done?;
+    if let Some(password) = password {
+        store::scope::set_service_role_password(&settings.database, &password)
+            .await
+            .with_context(|| {
+                format!(
+                    "setting the password of {} ({ENV_SERVICE_ROLE_PASSWORD}); the role needs \
+                     CREATEROLE (and from PostgreSQL 16 the admin option on it) to do so",
+                    store::scope::SERVICE_ROLE
+                )
+            })?;
+        report.service_role_password_set = true;
+    }
+    Ok(report)
+}
+
+/// [`ENV_SERVICE_ROLE_PASSWORD`]: unset, none; set but empty, refused (a
+/// placeholder left empty would leave the role without a password).
+fn service_role_password() -> anyhow::Result<Option<Secret>> {
+    match std::env::var(ENV_SERVICE_ROLE_PASSWORD) {
+        Ok(value) if value.is_empty() => anyhow::bail!(
+            "{ENV_SERVICE_ROLE_PASSWORD} is set but empty: give it the password of {}, or unset it",
+            store::scope::SERVICE_ROLE
+        ),
+        Ok(value) => Ok(Some(Secret::new(value))),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            anyhow::bail!("{ENV_SERVICE_ROLE_PASSWORD} is not valid UTF-8")
+        }
+    }
 }
 
 async fn expand(pool: &Pooled) -> anyhow::Result<MigrateReport> {
@@ -68,6 +113,7 @@ async fn expand(pool: &Pooled) -> anyhow::Result<MigrateReport> {
         window_since: expanded.window_since,
         orders_caught_up: 0,
         intents_minted: 0,
+        service_role_password_set: false,
     })
 }
 
@@ -109,11 +155,23 @@ async fn contract(pool: &Pooled) -> anyhow::Result<MigrateReport> {
         window_since,
         orders_caught_up: orders,
         intents_minted: intents,
+        service_role_password_set: false,
     })
 }
 
 impl fmt::Display for MigrateReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.step(f)?;
+        if self.service_role_password_set {
+            write!(f, "; the password of {} set", store::scope::SERVICE_ROLE)?;
+        }
+        Ok(())
+    }
+}
+
+impl MigrateReport {
+    /// What the step did.
+    fn step(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let applied = if self.applied.is_empty() {
             "no migration was missing".to_owned()
         } else {

@@ -124,6 +124,42 @@ pub async fn ensure_service_role(db: &Pooled) -> Result<(), sqlx::Error> {
     }
 }
 
+/// Gives [`SERVICE_ROLE`] the password `password` (for password
+/// authentication: docs/tenants.md, "The binaries' role"). Run by
+/// `oncehookctl migrate` as the tables' owner, after the role exists; the
+/// owner needs `CREATEROLE` (and, from PostgreSQL 16, the admin option on
+/// the role, which its creator has).
+///
+/// `ALTER ROLE … PASSWORD` takes no bind parameter, so PostgreSQL itself
+/// quotes the value as a literal (`format`'s `%L`) and the statement it
+/// returns is run as it is. Both go over a connection of their own that
+/// logs no statement, slow or not, so the password never reaches this
+/// process's log (the server's own `log_statement` is the operator's:
+/// docs/tenants.md).
+pub async fn set_service_role_password(
+    db: &crate::config::DatabaseConfig,
+    password: &crate::secret::Secret,
+) -> Result<(), sqlx::Error> {
+    use sqlx::{ConnectOptions, Connection};
+    let options = super::connect_options(db)?.disable_statement_logging();
+    let mut conn = sqlx::PgConnection::connect_with(&options).await?;
+    let statement = sqlx::query_scalar!(
+        r#"SELECT format('ALTER ROLE oncehook_service PASSWORD %L', $1::text) AS "statement!""#,
+        password.expose()
+    )
+    .fetch_one(&mut conn)
+    .await?;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
+        .execute(&mut conn)
+        .await?;
+    conn.close().await?;
+    tracing::info!(
+        role = SERVICE_ROLE,
+        "set the password of the binaries' database role"
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
