@@ -6,7 +6,9 @@
 //!
 //! * `compose_stack`: every service compose.yaml defines outside the
 //!   "cluster" profile up and healthy (the "shop" profile's receiver
-//!   included; `ctl` run on demand); a product and the orders created through
+//!   included; `ctl` run on demand); every connection the stack opened to
+//!   Postgres made as `oncehook_service`, none as the tables' owner
+//!   (`pg_stat_activity`); a product and the orders created through
 //!   `oncehook-api` with an `Idempotency-Key` (a replay answered the same);
 //!   signed events for every gateway (duplicates included) through ingest,
 //!   orders paid, one email each caught by the SMTP service, each order's
@@ -32,10 +34,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use oncehook_common::store::scope::SERVICE_ROLE;
 use oncehook_gateways::Gateway;
 use oncehook_gateways::sample::{self, SampleSpec, SignedDelivery};
-use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
+use sqlx::{Connection, PgConnection, PgPool};
 
 const GATEWAYS: [(Gateway, &str); 5] = [
     (Gateway::Razorpay, "razorpay"),
@@ -243,12 +246,18 @@ impl Stack {
         }
     }
 
-    async fn pool(&self) -> PgPool {
-        let url = format!(
+    /// The stack's Postgres on its published port, as the tables' owner
+    /// (POSTGRES_USER), which sees every tenant's rows.
+    fn owner_url(&self) -> String {
+        format!(
             "postgres://oncehook:{}@127.0.0.1:{}/oncehook",
             self.var("POSTGRES_PASSWORD"),
             self.var("POSTGRES_PORT")
-        );
+        )
+    }
+
+    async fn pool(&self) -> PgPool {
+        let url = self.owner_url();
         PgPoolOptions::new()
             .max_connections(4)
             .acquire_timeout(Duration::from_secs(10))
@@ -853,6 +862,35 @@ async fn listed_events(stack: &Stack, tag: &str) -> BTreeMap<String, String> {
     panic!("GET /v1/events: more than 1000 pages");
 }
 
+/// The database users of the stack's connections to Postgres (over TCP,
+/// from its containers; this one left out), with how many each: read once
+/// the binaries' role shows (at most 60 s). Every binary, straight or
+/// through PgBouncer, connects as [`SERVICE_ROLE`] (docs/tenants.md, "The
+/// binaries' role"); the owner only migrates.
+async fn connection_users(stack: &Stack) -> BTreeMap<String, i64> {
+    let mut conn = PgConnection::connect(&stack.owner_url())
+        .await
+        .expect("connect to the stack's Postgres on its published port");
+    let started = Instant::now();
+    loop {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT coalesce(usename::text, ''), count(*) FROM pg_stat_activity
+             WHERE datname = 'oncehook' AND backend_type = 'client backend'
+               AND client_addr IS NOT NULL AND pid <> pg_backend_pid()
+             GROUP BY 1",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .expect("read pg_stat_activity");
+        let users: BTreeMap<String, i64> = rows.into_iter().collect();
+        if users.contains_key(SERVICE_ROLE) || started.elapsed() > Duration::from_secs(60) {
+            let _ = conn.close().await;
+            return users;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
 /// `oncehookctl ARGS` inside the stack (`compose run --rm ctl`); its output.
 async fn ctl(stack: &Stack, args: &[&str]) -> String {
     let mut all = vec!["run", "--rm", "-T", "ctl"];
@@ -883,6 +921,12 @@ async fn compose_stack() {
         );
     }
     println!("up and healthy in {up_secs} s: {started:?}");
+    let users = connection_users(&stack).await;
+    println!("connections to Postgres by user: {users:?}");
+    assert!(
+        users.contains_key(SERVICE_ROLE) && users.keys().all(|u| u == SERVICE_ROLE),
+        "the stack's binaries connect to Postgres as {users:?}; every one should be {SERVICE_ROLE}"
+    );
     let pool = stack.pool().await;
 
     // The shop's API, through its published port: a product, and an order
@@ -1110,7 +1154,8 @@ async fn compose_stack() {
         )
     };
     report(&format!(
-        "\n## compose_stack\n\nServices up and healthy: {started:?}, in {up_secs} s (build included).\n\n\
+        "\n## compose_stack\n\nServices up and healthy: {started:?}, in {up_secs} s (build included). \
+         The stack's connections to Postgres by database user, once up: {users:?}.\n\n\
          | phase | events | posts | acked | non-200 answers retried | given up | lost | doubled | DLQ | order.paid verified at the receiver (requests) | missing | more than one event id |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n\
          | every gateway, duplicates, 3 workers | {events} | {} | {} | {} | 0 | 0 | 0 | | {} of {} ({requests1}), {notify1} | {} | {} |\n\
          | worker SIGKILLed, Postgres restarted {pg_restarted_after} s later | {events2} | {} | {} | {} | {given_up} | {lost} | {doubled} | {dead:?} | {} of {} ({requests2}) | {} | {} |\n\n\

@@ -23,6 +23,12 @@
 //! * Images: every image a YAML file or a Dockerfile under deploy/ names is
 //!   pinned (a tag other than `latest`, or a digest), and PgBouncer's is
 //!   1.25.2 or later (CVE-2026-6664, CVE-2026-6666).
+//! * Database roles (docs/tenants.md, "The binaries' role"): only
+//!   `oncehookctl migrate` (and `--finish`) connects as the tables' owner,
+//!   and is given `ONCEHOOK_SERVICE_ROLE_PASSWORD`; every other binary's
+//!   URL names `oncehook_service` with that same password, and PgBouncer
+//!   (its userlist, the role it logs in to Postgres as) knows that role
+//!   and not the owner.
 //! * PgBouncer's settings: the ones a client depends on (`pool_mode`,
 //!   `server_reset_query`, `server_reset_query_always`,
 //!   `ignore_startup_parameters`, `max_prepared_statements`) are the test
@@ -574,7 +580,7 @@ fn url_host(url: &str) -> &str {
 }
 
 /// One process a deploy file runs: its binary, role and environment.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Launch {
     /// Where (`compose.yaml services.worker`).
     at: String,
@@ -1133,6 +1139,217 @@ fn the_variable_checks_see_what_is_wrong() {
     let ingest = launch("oncehook-ingest", &[("ONCEHOOK_AMQP_URL", "amqp://r")]);
     let found = check(&ingest).join("\n");
     assert!(found.contains("ONCEHOOK_CONFIG"), "{found}");
+}
+
+// --- database roles: the owner migrates, every binary is oncehook_service ----
+
+/// The variable `oncehookctl migrate` gives the binaries' role its
+/// password from (crates/ops/src/migrate.rs).
+const SERVICE_ROLE_PASSWORD: &str = "ONCEHOOK_SERVICE_ROLE_PASSWORD";
+
+/// The user and password of a `postgres://user:password@host…` URL.
+fn url_credentials(url: &str) -> (&str, &str) {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let userinfo = rest.rsplit_once('@').map_or("", |(u, _)| u);
+    userinfo.split_once(':').unwrap_or((userinfo, ""))
+}
+
+/// What is wrong with the roles a deploy file's launches connect as
+/// (docs/tenants.md, "The binaries' role"): `oncehookctl migrate` (and
+/// `migrate --finish`) as the tables' owner, never as the binaries' role,
+/// and given the binaries' role's password; every other launch that uses
+/// the database as [`SERVICE_ROLE`], never as the owner (which bypasses
+/// row-level security), with the password the migrate step sets. Returns
+/// the problems and that password, as the file writes it.
+fn role_problems(launches: &[Launch]) -> (Vec<String>, BTreeSet<String>) {
+    use oncehook_common::store::scope::SERVICE_ROLE;
+    let mut problems = Vec::new();
+    let mut owners = BTreeSet::new();
+    let mut passwords = BTreeSet::new();
+    for launch in launches.iter().filter(|l| l.role == "oncehookctl migrate") {
+        let Some(url) = launch.env.get("ONCEHOOK_DATABASE_URL") else {
+            continue;
+        };
+        let (user, _) = url_credentials(url);
+        if user == SERVICE_ROLE {
+            problems.push(format!(
+                "{}: oncehookctl migrate connects as {SERVICE_ROLE}, which owns no table: the migrate step runs as the tables' owner",
+                launch.at
+            ));
+        } else {
+            owners.insert(user.to_owned());
+        }
+        match launch.env.get(SERVICE_ROLE_PASSWORD) {
+            Some(p) if !p.is_empty() => {
+                passwords.insert(p.clone());
+            }
+            _ => problems.push(format!(
+                "{}: oncehookctl migrate is not given {SERVICE_ROLE_PASSWORD}: {SERVICE_ROLE} would have no password to log in with",
+                launch.at
+            )),
+        }
+    }
+    if owners.is_empty() {
+        problems.push("no oncehookctl migrate connects as the tables' owner".to_owned());
+    }
+    for launch in launches.iter().filter(|l| l.role != "oncehookctl migrate") {
+        let Some(url) = launch.env.get("ONCEHOOK_DATABASE_URL") else {
+            continue;
+        };
+        let (user, password) = url_credentials(url);
+        if owners.contains(user) {
+            problems.push(format!(
+                "{}: {} connects as {user}, the tables' owner (the migrate step's role), which row-level security does not hold: give it {SERVICE_ROLE}'s URL",
+                launch.at, launch.role
+            ));
+        } else if user != SERVICE_ROLE {
+            problems.push(format!(
+                "{}: {} connects as {user:?}, not as the binaries' role {SERVICE_ROLE}",
+                launch.at, launch.role
+            ));
+        } else {
+            passwords.insert(password.to_owned());
+        }
+    }
+    if passwords.len() > 1 {
+        problems.push(format!(
+            "{SERVICE_ROLE}'s password comes from more than one place: {passwords:?}"
+        ));
+    }
+    (problems, passwords)
+}
+
+/// PgBouncer's users (a `userlist.txt`): name and password per line.
+fn userlist(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| {
+            let mut quoted = l.trim().split('"').skip(1).step_by(2);
+            Some((quoted.next()?.to_owned(), quoted.next()?.to_owned()))
+        })
+        .collect()
+}
+
+#[test]
+fn compose_connects_every_binary_as_the_service_role() {
+    use oncehook_common::store::scope::SERVICE_ROLE;
+    let binaries: BTreeSet<String> = workspace_binaries().into_keys().collect();
+    let (launches, _) = compose_launches(&binaries);
+    let (mut problems, passwords) = role_problems(&launches);
+    // PgBouncer logs in to Postgres as DB_USER, with DB_PASSWORD: the
+    // binaries' role and its password, never the owner.
+    let pgbouncer = compose_pgbouncer_env();
+    if pgbouncer.get("DB_USER").map(String::as_str) != Some(SERVICE_ROLE) {
+        problems.push(format!(
+            "compose.yaml's PgBouncer logs in to Postgres as {:?}, not {SERVICE_ROLE}",
+            pgbouncer.get("DB_USER")
+        ));
+    }
+    match pgbouncer.get("DB_PASSWORD") {
+        Some(p) if passwords.contains(p) => {}
+        other => problems.push(format!(
+            "compose.yaml's PgBouncer has {SERVICE_ROLE}'s password from {other:?}; the binaries and the migrate step from {passwords:?}"
+        )),
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn kubernetes_connects_every_binary_as_the_service_role() {
+    use oncehook_common::store::scope::SERVICE_ROLE;
+    let binaries: BTreeSet<String> = workspace_binaries().into_keys().collect();
+    let (launches, _) = k8s_launches(&binaries);
+    let (mut problems, passwords) = role_problems(&launches);
+    // The userlist lets the binaries' role in, with the same password, and
+    // not the owner; PgBouncer logs in to Postgres as its client did.
+    let users = k8s_objects()
+        .into_iter()
+        .filter(|(_, o)| o["kind"].as_str() == Some("Secret"))
+        .find_map(|(_, o)| data_of(&o).get("userlist.txt").cloned())
+        .map(|text| userlist(&text))
+        .expect("a Secret with PgBouncer's userlist.txt in deploy/k8s");
+    match users.get(SERVICE_ROLE) {
+        Some(p) if passwords.contains(p) => {}
+        other => problems.push(format!(
+            "PgBouncer's userlist has {SERVICE_ROLE} with {other:?}; the binaries' URLs and the migrate Jobs have {passwords:?}"
+        )),
+    }
+    for user in users.keys().filter(|u| *u != SERVICE_ROLE) {
+        problems.push(format!(
+            "PgBouncer's userlist lets in {user}: only the binaries' role goes through it"
+        ));
+    }
+    for (name, entry) in ini_section(&k8s_pgbouncer_ini(), "databases") {
+        for user in entry
+            .split_whitespace()
+            .filter_map(|w| w.strip_prefix("user="))
+        {
+            if user != SERVICE_ROLE {
+                problems.push(format!(
+                    "pgbouncer.ini's database {name} logs in to Postgres as {user}"
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_role_check_sees_a_binary_given_the_owners_url() {
+    let launch = |role: &str, env: &[(&str, &str)]| Launch {
+        at: "here".to_owned(),
+        object: "here".to_owned(),
+        role: role.to_owned(),
+        env: env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    };
+    let migrate = launch(
+        "oncehookctl migrate",
+        &[
+            (
+                "ONCEHOOK_DATABASE_URL",
+                "postgres://owner:o@postgres:5432/db",
+            ),
+            (SERVICE_ROLE_PASSWORD, "s"),
+        ],
+    );
+    let worker = |url: &str| launch("oncehook-worker", &[("ONCEHOOK_DATABASE_URL", url)]);
+    let good = [
+        migrate,
+        worker("postgres://oncehook_service:s@postgres:5432/db"),
+    ];
+    let (problems, passwords) = role_problems(&good);
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(passwords, BTreeSet::from(["s".to_owned()]));
+    let owner = [
+        good[0].clone(),
+        worker("postgres://owner:o@pgbouncer:6432/db"),
+    ];
+    let found = role_problems(&owner).0.join("\n");
+    assert!(
+        found.contains("connects as owner, the tables' owner"),
+        "{found}"
+    );
+    let other = [
+        good[0].clone(),
+        worker("postgres://oncehook_service:t@postgres:5432/db"),
+    ];
+    let found = role_problems(&other).0.join("\n");
+    assert!(found.contains("more than one place"), "{found}");
+    let no_password = [launch(
+        "oncehookctl migrate",
+        &[(
+            "ONCEHOOK_DATABASE_URL",
+            "postgres://owner:o@postgres:5432/db",
+        )],
+    )];
+    let found = role_problems(&no_password).0.join("\n");
+    assert!(found.contains(SERVICE_ROLE_PASSWORD), "{found}");
+    assert_eq!(
+        userlist("\"oncehook_service\" \"pw\"\n"),
+        BTreeMap::from([("oncehook_service".to_owned(), "pw".to_owned())])
+    );
 }
 
 // --- images: pinned, and a PgBouncer without the known holes -----------------

@@ -33,7 +33,9 @@ if [ "$(id -u)" = 0 ]; then
         echo "max_prepared_statements = $MAX_PREPARED_STATEMENTS"
       fi
     fi
-    echo "admin_users = $DB_USER"
+    # As the official image: ADMIN_USERS, postgres by default, not DB_USER
+    # (the binaries' role is no admin of PgBouncer).
+    echo "admin_users = ${ADMIN_USERS:-postgres}"
     echo "logfile ="
   } > /etc/pgbouncer/pgbouncer.ini
   # Plain text: the client side can then use SCRAM and PgBouncer can log in
