@@ -15,10 +15,10 @@ PIPELINE_TESTS := $(patsubst tests/tests/%.rs,--test %,$(sort $(wildcard tests/t
 POOLED_FILES := $(sort $(basename $(notdir $(wildcard tests/tests/pipeline_*.rs tests/tests/ops_*.rs)))) \
 	notify api reconciliation reconciliation_found reconciliation_faults refunds refund_attempts console console_notify \
 	console_hardening console_refunds rollout \
-	mail_tls db_trouble chaos tenancy runtime_sources
+	mail_tls db_trouble chaos tenancy runtime_sources fairness
 POOLED_TESTS := $(patsubst %,--test %,$(POOLED_FILES))
 
-.PHONY: pooled-files run test lint services tools alerts-test api-schema-test k8s-validate compose-test build demo bench bench-smoke chaos confluence upgrade-test fmt clean
+.PHONY: pooled-files run test test-build lint lint-static services tools alerts-test api-schema-test k8s-validate compose-test build demo bench bench-smoke chaos confluence upgrade-test fmt clean
 
 ## run: start Postgres + RabbitMQ if needed, migrate, run ingest + worker + mailer + notifier + console + the shop's API,
 ## and seed demo data through that API
@@ -33,8 +33,7 @@ run: services build
 ## pipeline's once more without group commit
 ## (batch size 1), the bench once with tiny loads, then the alert rules' tests, schemathesis
 ## against the shop API and the Kubernetes manifests' schema check. (`make compose-test` is not part of it: see deploy/compose/README.md.)
-test: services tools
-	$(CARGO) build --workspace --bins
+test: test-build
 	# Test binaries several at a time, the ones that restart shared services alone
 	# (deploy/local/test-binaries.sh); as `cargo test --workspace` would run them.
 	CARGO=$(CARGO) bash deploy/local/test-binaries.sh all
@@ -45,6 +44,12 @@ test: services tools
 	$(MAKE) alerts-test
 	$(MAKE) api-schema-test
 	$(MAKE) k8s-validate
+
+## test-build: what `make test` builds before its passes: the binaries, every test binary and the bench
+test-build: services tools
+	$(CARGO) build --workspace --bins
+	$(CARGO) test --workspace --no-run
+	$(CARGO) test --workspace --bench pipeline --no-run
 
 ## alerts-test: check the alert rules and run their unit tests (promtool, from Debian's prometheus package)
 alerts-test: tools
@@ -73,16 +78,19 @@ compose-test:
 
 ## lint: formatting and clippy, warnings are errors; the migrations follow the two-step rules
 ## (docs/migrations.md: expand only adds, no lock the running system queues behind)
-lint:
+lint: lint-static
+	# --workspace: built with the workspace's features, as `make test` builds
+	# it (with -p alone cargo would build oncehook-common's dependencies a
+	# second time, with other features).
+	$(CARGO) test --workspace --test migration_rules
+
+## lint-static: rustfmt and clippy alone (CI runs them beside `make test`'s passes, .ci/run)
+lint-static:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	# The upgrade test is `test = false` (make upgrade-test runs it), which
 	# --all-targets leaves out.
 	$(CARGO) clippy --workspace --test upgrade -- -D warnings
-	# --workspace: built with the workspace's features, as `make test` builds
-	# it (with -p alone cargo would build oncehook-common's dependencies a
-	# second time, with other features).
-	$(CARGO) test --workspace --test migration_rules
 
 fmt:
 	$(CARGO) fmt --all
@@ -131,7 +139,8 @@ upgrade-test: services
 ## bench: release binaries; ingest, broker and worker throughput as ratios to ceilings measured in the same run
 bench: services
 	$(CARGO) build --release --bins
-	ONCEHOOK_BIN_DIR=$(CURDIR)/target/release $(CARGO) bench -p oncehook-e2e --bench pipeline
+	ONCEHOOK_TEST_INGEST_RATE_PER_SECOND=10000000 \
+		ONCEHOOK_BIN_DIR=$(CURDIR)/target/release $(CARGO) bench -p oncehook-e2e --bench pipeline
 
 ## bench-smoke: every phase of the bench once, with tiny loads and the debug binaries, so the
 ## bench keeps working (inside `make test`); its figures mean nothing, `make bench` measures
@@ -139,6 +148,7 @@ bench: services
 bench-smoke: services tools
 	ONCEHOOK_BENCH_SECS=1 ONCEHOOK_BENCH_EVENTS=60 ONCEHOOK_BENCH_LETTERS=60 ONCEHOOK_BENCH_ROWS=2000 \
 		ONCEHOOK_BENCH_ROUNDS=1 ONCEHOOK_BENCH_GROWTH_ROWS=20000 ONCEHOOK_BENCH_BUSY_REPEATS=0 \
+		ONCEHOOK_BENCH_BACKLOG=200 ONCEHOOK_BENCH_TENANTS=50 ONCEHOOK_TEST_INGEST_RATE_PER_SECOND=10000000 \
 		$(CARGO) test --workspace --bench pipeline
 	grep -q '^| worker ×2' target/bench-report.md
 	grep -q '^| ingest with traces exported' target/bench-report.md
@@ -156,6 +166,11 @@ bench-smoke: services tools
 	grep -q '^### PostgreSQL in worker ×1 batch 1' target/bench-report.md
 	grep -q '^### PostgreSQL in the shop API' target/bench-report.md
 	grep -q '^| growth: worker ×1 batch 1' target/bench-report.md
+	grep -q "^| fairness: a quiet tenant's post → committed, another tenant's 200-event backlog draining" target/bench-report.md
+	grep -q "^| fairness: the flooding tenant's 200 events drained, the quiet tenant posting" target/bench-report.md
+	grep -q '^| tenants: 50 merchant(s), ingest acks' target/bench-report.md
+	grep -q '^| tenants: 50 merchant(s), API GET /v1/orders' target/bench-report.md
+	grep -q '^| tenants: 50 merchants, worker ×1, events spread one per merchant' target/bench-report.md
 	grep -q '^## Direct and as deployed' target/bench-report.md
 	grep -q '^| worker ×1 batch 1 | [0-9]* events/s |' target/bench-report.md
 	grep -q '^| worker ×1 batch 8 | [0-9]* events/s |' target/bench-report.md

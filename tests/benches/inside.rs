@@ -116,9 +116,10 @@ async fn statements(knobs: &Knobs, batch: usize) -> Counted {
     let (mut ingest, base) = env.start_ingest().await;
     let tag = format!("s{batch}");
     crate::preload(&env, &base, 1, k, knobs.concurrency, &tag).await;
-    let queue = format!("{}.events", env.prefix);
     crate::wait_for(Duration::from_secs(20), || async {
-        broker::depth(&queue).await.filter(|d| *d as usize >= k)
+        broker::events_depth(&env.prefix)
+            .await
+            .filter(|d| *d as usize >= k)
     })
     .await;
     let counter = StatementCounter::start(&env.database_url).await;

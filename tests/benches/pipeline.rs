@@ -65,6 +65,16 @@
 //! Every environment is a fresh [`TestEnv`] (own database, own AMQP prefix),
 //! cleaned up afterwards. Timings never fail anything: a bench reports.
 //!
+//! * Fairness (`fairness`): a quiet tenant's post → committed while another
+//!   tenant's backlog of `ONCEHOOK_BENCH_BACKLOG` (10,000) events drains,
+//!   against the same with no backlog, and the flood's events/s with and
+//!   without the quiet tenant, in interleaved rounds.
+//!
+//! * Platform size (`tenants`): ingest's memory and acks, the API's list
+//!   page and the worker's events/s with one merchant and with
+//!   `ONCEHOOK_BENCH_TENANTS` (10,000), each with two runtime sources, in
+//!   interleaved rounds.
+//!
 //! * The console's pages with 10,000 dead letters and 1,000,000 processed
 //!   events (`console`), against the goal of 200 ms per page.
 //!
@@ -79,7 +89,7 @@
 //! `ONCEHOOK_BENCH_BATCH` (8; 1 skips the group-commit runs),
 //! `ONCEHOOK_BENCH_ORDERS` (200,000: the most orders the API run posts),
 //! `ONCEHOOK_BENCH_CLUSTER` (unset: no cluster section),
-//! `ONCEHOOK_BENCH_ONLY` (`speed`, `console`, `api`, `traces`, `notify`, `inside` or `growth`:
+//! `ONCEHOOK_BENCH_ONLY` (`speed`, `console`, `api`, `traces`, `notify`, `inside`, `growth`, `fairness` or `tenants`:
 //! only those phases),
 //! `ONCEHOOK_BENCH_TRACE_ROUNDS` (3: with `traces`, the alternating rounds of ingest
 //! untraced and traced whose ratios and medians end the report; a round that dropped
@@ -107,6 +117,7 @@ use oncehook_gateways::sample::SignedDelivery;
 mod api;
 mod console;
 mod cpu;
+mod fairness;
 mod growth;
 mod inside;
 mod load;
@@ -117,6 +128,7 @@ mod rounds;
 mod routes;
 mod speed;
 mod table;
+mod tenants;
 
 use cpu::{Budget, CpuMeter, CpuUse, Who};
 use rounds::worker_label;
@@ -1016,9 +1028,11 @@ impl WorkerBench {
             }
         );
         preload(&self.env, &self.base, first, k, knobs.concurrency, &tag).await;
-        let queue = format!("{}.events", self.env.prefix);
+        let prefix = self.env.prefix.clone();
         let depth = wait_for(Duration::from_secs(20), || async {
-            broker::depth(&queue).await.filter(|d| *d as usize >= k)
+            broker::events_depth(&prefix)
+                .await
+                .filter(|d| *d as usize >= k)
         })
         .await;
         if depth.is_none() {
@@ -2034,6 +2048,16 @@ async fn main() {
         print_and_write(&rows, &notes, &cpu::Report::default(), &knobs);
         return;
     }
+    if tenants::only() {
+        let (rows, notes) = tenants::phase(&knobs).await;
+        print_and_write(&rows, &notes, &cpu::Report::default(), &knobs);
+        return;
+    }
+    if fairness::only() {
+        let (rows, notes) = fairness::phase(&knobs).await;
+        print_and_write(&rows, &notes, &cpu::Report::default(), &knobs);
+        return;
+    }
     if growth::only() {
         let (rows, notes) = growth::phase(&knobs).await;
         print_and_write(&rows, &notes, &cpu::Report::default(), &knobs);
@@ -2371,9 +2395,46 @@ async fn main() {
     let (growth_rows, growth_notes) = growth::phase(&knobs).await;
     rows.extend(growth_rows);
     notes.extend(growth_notes);
+    let (fairness_rows, fairness_notes) = fairness::phase(&knobs).await;
+    rows.extend(fairness_rows);
+    notes.extend(fairness_notes);
+    let (tenants_rows, tenants_notes) = tenants::phase(&knobs).await;
+    rows.extend(tenants_rows);
+    notes.extend(tenants_notes);
     print_and_write(&rows, &notes, &cpu, &knobs);
     api.check();
     eprintln!("bench: done in {:.0} s", started.elapsed().as_secs_f64());
+}
+
+/// Waits (at most [`PHASE_TIMEOUT`]) until `n` delivery records whose
+/// event id is `LIKE like` are committed; whether they were.
+async fn wait_processed(pool: &sqlx::PgPool, like: &str, n: usize) -> bool {
+    wait_for(PHASE_TIMEOUT, || async {
+        let rows: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM processed_webhooks WHERE event_id LIKE $1")
+                .bind(like)
+                .fetch_one(pool)
+                .await
+                .unwrap_or(0);
+        (rows as usize >= n).then_some(())
+    })
+    .await
+    .is_some()
+}
+
+/// Whether `ONCEHOOK_BENCH_ONLY` names `phase`.
+fn only_phase(phase: &str) -> bool {
+    std::env::var("ONCEHOOK_BENCH_ONLY").is_ok_and(|v| v.trim() == phase)
+}
+
+/// A count from the environment (`_` allowed as a separator), `default`
+/// when unset or unreadable, kept within `lo..=hi`.
+fn env_count(name: &str, default: usize, lo: usize, hi: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().replace('_', "").parse().ok())
+        .unwrap_or(default)
+        .clamp(lo, hi)
 }
 
 /// The median of `v` (the mean of the middle two for an even count).

@@ -63,6 +63,22 @@ pub async fn depth(queue: &str) -> Option<u32> {
     depth_on(AMQP_URL, queue).await
 }
 
+/// The webhooks waiting under `prefix`: the main lane's and every bulk
+/// lane's (`None` if a queue is missing).
+pub async fn events_depth(prefix: &str) -> Option<u32> {
+    events_depth_on(AMQP_URL, prefix).await
+}
+
+/// [`events_depth`] on the first reachable node of `urls`.
+pub async fn events_depth_on(urls: &str, prefix: &str) -> Option<u32> {
+    let t = Topology::new(prefix);
+    let mut total = depth_on(urls, &t.events()).await?;
+    for lane in t.bulk_lanes() {
+        total += depth_on(urls, &lane).await?;
+    }
+    Some(total)
+}
+
 /// [`depth`] on the first reachable node of `urls`.
 pub async fn depth_on(urls: &str, queue: &str) -> Option<u32> {
     let conn = connect_on(urls).await;
@@ -181,13 +197,7 @@ pub async fn delete_topology_on(urls: &str, prefix: &str) {
         return;
     };
     let t = Topology::new(prefix);
-    for name in [
-        t.events(),
-        t.emails(),
-        t.notify(),
-        t.order_events(),
-        t.dead(),
-    ] {
+    for name in t.all_names() {
         if let Ok(ch) = conn.create_channel().await {
             let _ = ch
                 .queue_delete(name.as_str().into(), QueueDeleteOptions::default())

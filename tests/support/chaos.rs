@@ -269,10 +269,9 @@ pub async fn settle_and_check(
     load: &LoadResult,
     expect_dead: &[&str],
 ) -> Report {
-    let events_q = format!("{}.events", env.prefix);
     let emails_q = format!("{}.emails", env.prefix);
     let drained = || async {
-        let events = broker::depth_on(&env.amqp_urls, &events_q).await;
+        let events = broker::events_depth_on(&env.amqp_urls, &env.prefix).await;
         let emails = broker::depth_on(&env.amqp_urls, &emails_q).await;
         let pending = env
             .count("SELECT count(*) FROM email_outbox WHERE sent_at IS NULL AND failed_at IS NULL")

@@ -447,6 +447,12 @@ impl TestEnv {
         if let Ok(size) = std::env::var("ONCEHOOK_TEST_WORKER_BATCH_SIZE") {
             envs.push(("ONCEHOOK_WORKER_BATCH_SIZE".to_owned(), size));
         }
+        // The bench raises every source's rate at the door
+        // (`ONCEHOOK_TEST_INGEST_RATE_PER_SECOND`), so that the limit does
+        // not cap what it measures; the limiter still runs.
+        if let Ok(rate) = std::env::var("ONCEHOOK_TEST_INGEST_RATE_PER_SECOND") {
+            envs.push(("ONCEHOOK_INGEST_RATE_PER_SECOND".to_owned(), rate));
+        }
         for (k, v) in &self.extra_env {
             put(&mut envs, k, v.as_str());
         }
@@ -572,11 +578,12 @@ impl TestEnv {
         .await;
     }
 
-    /// Waits (30 s) until `P.events` is empty: everything processed and acked.
+    /// Waits (30 s) until `P.events` and every bulk lane are empty:
+    /// everything processed and acked.
     pub async fn wait_events_drained(&self) {
-        let queue = format!("{}.events", self.prefix);
-        crate::eventually("events queue drained", Duration::from_secs(30), || async {
-            (crate::broker::depth_on(&self.amqp_urls, &queue).await == Some(0)).then_some(())
+        crate::eventually("events queues drained", Duration::from_secs(30), || async {
+            let depth = crate::broker::events_depth_on(&self.amqp_urls, &self.prefix).await;
+            (depth == Some(0)).then_some(())
         })
         .await;
     }
@@ -938,6 +945,21 @@ impl TestEnv {
         text.push('\n');
         text.push_str(toml);
         std::fs::write(&self.config_path, text).expect("write test config");
+    }
+
+    /// Makes tenant `tenant` (`oncehookctl tenants create`) with a file
+    /// source `source` of `gateway`, signed with the gateway's test secret
+    /// (binaries started afterwards serve it).
+    pub async fn tenant_with_source(&self, tenant: &str, source: &str, gateway: Gateway) {
+        let (code, out, err) = self
+            .ctl(&["tenants", "create", tenant, "--name", tenant])
+            .await;
+        assert_eq!(code, 0, "tenants create {tenant}: {out}{err}");
+        self.append_config(&format!(
+            "[[source]]\nname = \"{source}\"\ngateway = \"{}\"\nsecrets = [\"{}\"]\ntenant = \"{tenant}\"\n",
+            gateway.as_str(),
+            Secrets::for_gateway(gateway)
+        ));
     }
 }
 

@@ -34,6 +34,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use oncehook_common::Topology;
 use oncehook_common::store::scope::SERVICE_ROLE;
 use oncehook_gateways::Gateway;
 use oncehook_gateways::sample::{self, SampleSpec, SignedDelivery};
@@ -689,8 +690,12 @@ async fn settle(
     let started = Instant::now();
     loop {
         let (lost, _, _) = check(stack, pool, tag, acked).await;
-        let drained = stack.queue_depth("oncehook.events").await == Some(0)
-            && stack.queue_depth("oncehook.emails").await == Some(0);
+        let mut drained = stack.queue_depth("oncehook.emails").await == Some(0);
+        for queue in Topology::new("oncehook").all_names() {
+            if Topology::new("oncehook").is_events_queue(&queue) {
+                drained &= stack.queue_depth(&queue).await == Some(0);
+            }
+        }
         if (lost == 0 && drained) || started.elapsed() > limit {
             // Once more after a pause: a late duplicate would show up now.
             tokio::time::sleep(Duration::from_secs(3)).await;

@@ -569,13 +569,12 @@ async fn seed_shop(pool: &PgPool, twins: &[GenOrder]) {
 /// records has stopped moving (and reached `events` — one per distinct
 /// event — or stayed put for several seconds). Bounded in time.
 async fn settle(env: &TestEnv, events: usize) -> bool {
-    let queue = Topology::new(env.prefix.clone()).events();
     let limit = Duration::from_secs(60 + events as u64 / 50);
     let started = Instant::now();
     let (mut last, mut stable) = (-1i64, 0u32);
     while started.elapsed() < limit {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let depth = broker::depth(&queue).await;
+        let depth = broker::events_depth(&env.prefix).await;
         let rows = env.count("SELECT count(*) FROM processed_webhooks").await;
         if depth == Some(0) && rows == last {
             stable += 1;

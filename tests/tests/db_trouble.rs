@@ -360,8 +360,11 @@ async fn a_worker_and_a_mailer_wait_for_their_schema() {
         Some(503),
         "the mailer is not ready without a schema either"
     );
-    let queue = format!("{}.events", env.prefix);
-    assert_eq!(broker::depth(&queue).await, Some(1), "the event waits");
+    assert_eq!(
+        broker::events_depth(&env.prefix).await,
+        Some(1),
+        "the event waits"
+    );
     assert_eq!(dead_depth(&env).await, Some(0), "nothing dead-lettered");
     assert!(
         worker.log_text().contains("older than this binary"),

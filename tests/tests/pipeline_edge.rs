@@ -74,10 +74,7 @@ async fn bad_signatures_get_401_and_nothing_is_published() {
     assert_eq!(env.post(&url, "payu", &not_a_form).await.0, 400);
 
     // No worker runs, so anything published would still be in the queue.
-    assert_eq!(
-        broker::depth(&format!("{}.events", env.prefix)).await,
-        Some(0)
-    );
+    assert_eq!(broker::events_depth(&env.prefix).await, Some(0));
     // Refusals are logged for operators, without secrets.
     let log = ingest.log_text();
     assert!(log.contains("webhook refused"), "{log}");
@@ -90,10 +87,7 @@ async fn bad_signatures_get_401_and_nothing_is_published() {
     }
     // The authentic one is accepted and is then the only message.
     assert_eq!(env.post(&url, "razorpay", &good).await.0, 200);
-    assert_eq!(
-        broker::depth(&format!("{}.events", env.prefix)).await,
-        Some(1)
-    );
+    assert_eq!(broker::events_depth(&env.prefix).await, Some(1));
 }
 
 #[tokio::test]
@@ -173,7 +167,7 @@ async fn the_edge_refuses_oversized_headers_stalled_bodies_and_wrong_methods_wit
     );
 
     assert_eq!(
-        broker::depth(&format!("{}.events", env.prefix)).await,
+        broker::events_depth(&env.prefix).await,
         Some(0),
         "nothing published"
     );
@@ -311,7 +305,7 @@ async fn a_burst_of_bad_requests_is_logged_at_warn_at_most_once_per_reason_per_s
         warns.join("\n")
     );
     assert_eq!(
-        broker::depth(&format!("{}.events", env.prefix)).await,
+        broker::events_depth(&env.prefix).await,
         Some(0),
         "nothing published"
     );

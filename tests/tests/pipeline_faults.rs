@@ -82,10 +82,7 @@ async fn captured_event_for_an_unknown_order_is_dead_lettered_with_the_reason() 
         0
     );
     assert_eq!(env.count("SELECT count(*) FROM payments").await, 0);
-    assert_eq!(
-        broker::depth(&format!("{}.events", env.prefix)).await,
-        Some(0)
-    );
+    assert_eq!(broker::events_depth(&env.prefix).await, Some(0));
 }
 
 #[tokio::test]

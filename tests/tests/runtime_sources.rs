@@ -82,6 +82,18 @@ fn capture(env: &TestEnv, secret: &str, order: &str, event: &str) -> SignedDeliv
     sample::build(Gateway::Razorpay, "payment.captured", &spec, secret).expect("a sample")
 }
 
+/// Ingest's whole answer to `d` posted to `acme-rzp` (status and headers).
+async fn answer(env: &TestEnv, url: &str, d: &SignedDelivery) -> reqwest::Response {
+    let mut req = env
+        .http
+        .post(format!("{url}/webhooks/acme-rzp"))
+        .body(d.body.clone());
+    for (name, value) in d.headers.iter() {
+        req = req.header(name, value);
+    }
+    req.send().await.expect("ingest answers")
+}
+
 /// Polls `check` every 50 ms until it holds; fails unless it did within
 /// [`SOON`] of `since`.
 async fn within_soon<F, Fut>(what: &str, since: Instant, mut check: F)
@@ -304,15 +316,7 @@ async fn a_source_and_a_key_made_through_the_admin_api_are_served_rotated_and_di
         let at = Instant::now();
         assert_eq!(a.status, 200, "{off}: {a:?}");
         within_soon(&format!("{off} refuses"), at, || async {
-            let d = capture(env, S2, "o-rt", "evt_off");
-            let mut req = env
-                .http
-                .post(format!("{url}/webhooks/acme-rzp"))
-                .body(d.body.clone());
-            for (name, value) in d.headers.iter() {
-                req = req.header(name, value);
-            }
-            let r = req.send().await.expect("ingest answers");
+            let r = answer(env, url, &capture(env, S2, "o-rt", "evt_off")).await;
             r.status().as_u16() == 503 && r.headers().contains_key("retry-after")
         })
         .await;
@@ -523,4 +527,95 @@ async fn oncehookctl_adds_rotates_retires_and_disables_sources_and_issues_keys_w
     assert!(err.contains("unknown scope"), "{err}");
     let dump = pg_dump(&env).await;
     no_secret_in("pg_dump", &dump, &[S1, S2, &key]);
+}
+
+/// Posts `n` distinct captures to `acme-rzp` one after the other: how many
+/// were answered 429 (each with a `Retry-After`).
+async fn limited_of(env: &TestEnv, url: &str, n: usize, tag: &str) -> usize {
+    let mut limited = 0;
+    for i in 0..n {
+        let r = answer(
+            env,
+            url,
+            &capture(env, S1, "o-rate", &format!("evt_{tag}_{i}")),
+        )
+        .await;
+        match r.status().as_u16() {
+            200 => {}
+            429 => {
+                assert!(
+                    r.headers().contains_key("retry-after"),
+                    "429 without Retry-After"
+                );
+                limited += 1;
+            }
+            other => panic!("{other} for a capture of acme-rzp"),
+        }
+    }
+    limited
+}
+
+#[tokio::test]
+async fn a_tenants_rate_set_with_oncehookctl_holds_its_runtime_sources_within_two_seconds() {
+    let s = stack().await;
+    let (env, api, url) = (&s.env, &s.api, s.url.as_str());
+    let t = admin(
+        api,
+        "POST",
+        "/v1/admin/tenants",
+        Some(json!({"id": "acme", "name": "Acme"})),
+    )
+    .await;
+    assert_eq!(t.status, 201, "{t:?}");
+    let made = admin(
+        api,
+        "POST",
+        "/v1/admin/sources",
+        Some(json!({"name": "acme-rzp", "tenant": "acme", "gateway": "razorpay", "secret": S1})),
+    )
+    .await;
+    assert_eq!(made.status, 201, "{made:?}");
+    eventually("the source served", Duration::from_secs(10), || async {
+        (hook(env, url, S1, "evt_first").await == 200).then_some(())
+    })
+    .await;
+    // The file's default rate (1,000 a second) lets ten through.
+    assert_eq!(limited_of(env, url, 10, "before").await, 0);
+
+    let (code, out, err) = env
+        .ctl(&[
+            "tenants",
+            "limits",
+            "acme",
+            "--per-second",
+            "1",
+            "--burst",
+            "2",
+        ])
+        .await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("1/s (burst 2)"), "{out}");
+    let shown = ctl_json(env, &["tenants", "show", "acme"]).await;
+    assert_eq!(shown["tenant"]["rate"]["per_second"], 1, "{shown}");
+    let at = Instant::now();
+    within_soon("the tenant's rate served", at, || async {
+        limited_of(env, url, 6, "during").await >= 3
+    })
+    .await;
+
+    // Back to the file's: ten go through again.
+    let (code, out, err) = env.ctl(&["tenants", "limits", "acme", "--default"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("(file)"), "{out}");
+    let at = Instant::now();
+    within_soon("the file's rate again", at, || async {
+        limited_of(env, url, 10, "after").await == 0
+    })
+    .await;
+    // A refusal names what is wrong.
+    let (code, _, err) = env
+        .ctl(&["tenants", "limits", "nobody", "--per-second", "5"])
+        .await;
+    assert_ne!(code, 0);
+    assert!(err.contains("no tenant nobody"), "{err}");
 }

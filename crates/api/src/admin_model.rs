@@ -134,6 +134,18 @@ pub struct SourceChangeView {
     pub tolerance_secs: i32,
     pub merchant_key: Option<String>,
     pub secrets: Vec<SealedSecretView>,
+    /// Its tenant's rate at ingest's door as set at runtime; absent: the
+    /// configuration file's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate: Option<FeedRateView>,
+}
+
+/// A tenant's rate: webhooks per second for each of its sources (0: no
+/// limit) and the burst (0: twice the rate).
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+pub struct FeedRateView {
+    pub per_second: u32,
+    pub burst: u32,
 }
 
 /// The sources changed since `since`.
@@ -229,6 +241,10 @@ impl From<FeedSource> for SourceChangeView {
                 .into_iter()
                 .map(|SealedSecret { no, sealed }| SealedSecretView { no, sealed })
                 .collect(),
+            rate: c.rate.map(|r| FeedRateView {
+                per_second: r.per_second,
+                burst: r.burst,
+            }),
         }
     }
 }

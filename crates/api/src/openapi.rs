@@ -24,7 +24,7 @@ use crate::routes::{admin, admin_sources, cancel, events, orders, products, read
         model::Order, model::OrderSummary, model::OrderPage, model::OrderEvent, model::EventPage,
         admin_model::TenantCreate, admin_model::TenantView, admin_model::TenantMailFrom, admin_model::SourceCreate, admin_model::SecretAdd,
         admin_model::SecretSlotView, admin_model::SourceView, admin_model::SealedSecretView,
-        admin_model::SourceChangeView, admin_model::SourcesFeedPage, admin_model::KeyIssue, admin_model::KeyView,
+        admin_model::SourceChangeView, admin_model::FeedRateView, admin_model::SourcesFeedPage, admin_model::KeyIssue, admin_model::KeyView,
         admin_model::KeyIssued)),
     modifiers(&Bearer),
 )]

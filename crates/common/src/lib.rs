@@ -33,6 +33,7 @@ pub mod health;
 pub mod otel;
 pub mod peek_lock;
 pub mod periodic;
+pub mod rate;
 pub mod redact;
 pub mod refund;
 #[cfg(feature = "db")]

@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::{SourceConfig, SourceFacts};
+use crate::rate::Limit;
 use crate::sealed::KeyRing;
 use crate::tenant::TenantId;
 
@@ -36,6 +37,19 @@ pub struct FeedSource {
     pub tolerance_secs: i32,
     pub merchant_key: Option<String>,
     pub secrets: Vec<SealedSecret>,
+    /// Its tenant's rate as set at runtime (`oncehookctl tenants limits`);
+    /// absent: the configuration file's (and from an API of a release
+    /// before rates).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<FeedRate>,
+}
+
+/// A tenant's rate in the feed: per second (0: no limit) and the burst (0:
+/// twice the rate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FeedRate {
+    pub per_second: u32,
+    pub burst: u32,
 }
 
 /// A live signing secret, sealed for [`secret_place`].
@@ -82,7 +96,12 @@ impl FeedSource {
             tenant,
         };
         SourceConfig::checked(facts, secrets)
-            .map(|s| Served::Active(Box::new(s)))
+            .map(|mut s| {
+                s.limit = self
+                    .rate
+                    .map(|r| Limit::from_setting(r.per_second, r.burst));
+                Served::Active(Box::new(s))
+            })
             .map_err(|reason| format!("source {}: {reason}", self.name))
     }
 }
@@ -106,6 +125,7 @@ mod tests {
             status: status.into(),
             tolerance_secs: 300,
             merchant_key: None,
+            rate: None,
             secrets: vec![SealedSecret {
                 no: 1,
                 sealed: ring.seal(secret.as_bytes(), &secret_place("acme-rzp", place_no)),

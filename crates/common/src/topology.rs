@@ -6,8 +6,19 @@
 //! exchange `P.emails` (direct) → quorum queue `P.emails`; exchange
 //! `P.order-events` (topic, routing key = the event type) → quorum queue
 //! `P.notify` (the notifier's, bound to `order.#`; in-house consumers bind
-//! queues of their own); all three dead-letter at-least-once into exchange
-//! `P.dead` (fanout) → quorum queue `P.dead`.
+//! queues of their own); exchange `P.events-bulk` (topic) → the
+//! [`BULK_LANES`] quorum queues `P.events-bulk.0…` (routing key = the
+//! lane's number, picked by the tenant, then the main lane's routing key:
+//! `2.razorpay.payment.captured`; see "Lanes" below); all of them
+//! dead-letter at-least-once into exchange `P.dead` (fanout) → quorum queue
+//! `P.dead`.
+//!
+//! Lanes (docs/tenants.md, "Fairness"): `P.events` is the main lane. A
+//! tenant's webhooks beyond its share of it (ingest's `[ingest.fairness]`),
+//! every replayed dead letter and every reconciled fact go to the tenant's
+//! bulk lane instead, so one tenant's storm, replay or backlog queues
+//! behind itself, not in front of another tenant's lone payment. The
+//! worker consumes every lane and commits the main lane's deliveries first.
 //! Every queue asks for a replica on each node of a cluster
 //! (`x-quorum-initial-group-size`).
 //!
@@ -22,9 +33,15 @@ use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Connection, ExchangeKind};
 
 use crate::config::QueueSettings;
+use crate::tenant::TenantId;
 
 /// The queue argument that asks for a replica on each of N nodes.
 pub const ARG_QUORUM_INITIAL_GROUP_SIZE: &str = "x-quorum-initial-group-size";
+
+/// How many bulk lanes there are (see the module documentation). A fixed
+/// number, so every ingest, worker, replay and reconciler of a deployment
+/// agrees on it without configuration.
+pub const BULK_LANES: u16 = 4;
 
 /// The configured source that received the webhook.
 pub const HEADER_SOURCE: &str = "x-oncehook-source";
@@ -56,6 +73,35 @@ impl Topology {
     /// Exchange and queue for verified webhook envelopes.
     pub fn events(&self) -> String {
         format!("{}.events", self.prefix)
+    }
+
+    /// The bulk lanes' exchange (topic; routing key = the lane's number,
+    /// then the main lane's key).
+    pub fn bulk(&self) -> String {
+        format!("{}.events-bulk", self.prefix)
+    }
+
+    /// Bulk lane `lane`'s queue.
+    pub fn bulk_lane(&self, lane: u16) -> String {
+        format!("{}.events-bulk.{lane}", self.prefix)
+    }
+
+    /// Every bulk lane's queue, in order.
+    pub fn bulk_lanes(&self) -> impl Iterator<Item = String> + '_ {
+        (0..BULK_LANES).map(|lane| self.bulk_lane(lane))
+    }
+
+    /// Where `tenant`'s bulk delivery with the main lane's `routing_key`
+    /// goes: the exchange and the routing key (a key that already names a
+    /// lane is moved to the tenant's).
+    pub fn bulk_route(&self, tenant: &TenantId, routing_key: &str) -> (String, String) {
+        let key = unlaned(routing_key);
+        (self.bulk(), format!("{}.{key}", lane_of(tenant)))
+    }
+
+    /// Whether `queue` holds webhook envelopes: the main lane or a bulk one.
+    pub fn is_events_queue(&self, queue: &str) -> bool {
+        queue == self.events() || self.bulk_lanes().any(|lane| lane == queue)
     }
 
     /// Exchange and queue for outbox emails.
@@ -110,6 +156,7 @@ impl Topology {
         };
         let (events, emails, dead) = (self.events(), self.emails(), self.dead());
         let (order_events, notify) = (self.order_events(), self.notify());
+        let bulk = self.bulk();
         ch.exchange_declare(
             events.as_str().into(),
             ExchangeKind::Topic,
@@ -126,6 +173,13 @@ impl Topology {
         .await?;
         ch.exchange_declare(
             order_events.as_str().into(),
+            ExchangeKind::Topic,
+            durable,
+            FieldTable::default(),
+        )
+        .await?;
+        ch.exchange_declare(
+            bulk.as_str().into(),
             ExchangeKind::Topic,
             durable,
             FieldTable::default(),
@@ -168,6 +222,16 @@ impl Topology {
             FieldTable::default(),
         )
         .await?;
+        for lane in 0..BULK_LANES {
+            ch.queue_bind(
+                self.bulk_lane(lane).as_str().into(),
+                bulk.as_str().into(),
+                format!("{lane}.#").as_str().into(),
+                bind,
+                FieldTable::default(),
+            )
+            .await?;
+        }
         ch.queue_bind(
             dead.as_str().into(),
             dead.as_str().into(),
@@ -181,15 +245,30 @@ impl Topology {
 
     /// Every queue with the arguments it is declared with, except the group
     /// size, which is added when declaring (see the module documentation):
-    /// the events, emails and notify queues with `delivery_limit`, then the
-    /// dead-letter queue.
-    pub fn queue_args(&self, delivery_limit: u32) -> [(String, FieldTable); 4] {
-        [
-            (self.events(), self.work_queue_args(delivery_limit)),
-            (self.emails(), self.work_queue_args(delivery_limit)),
-            (self.notify(), self.work_queue_args(delivery_limit)),
-            (self.dead(), dead_queue_args()),
-        ]
+    /// the events, emails and notify queues and the bulk lanes with
+    /// `delivery_limit`, then the dead-letter queue.
+    pub fn queue_args(&self, delivery_limit: u32) -> Vec<(String, FieldTable)> {
+        let work = [self.events(), self.emails(), self.notify()]
+            .into_iter()
+            .chain(self.bulk_lanes());
+        work.map(|queue| (queue, self.work_queue_args(delivery_limit)))
+            .chain(std::iter::once((self.dead(), dead_queue_args())))
+            .collect()
+    }
+
+    /// Every exchange and queue name of the prefix (for tearing a
+    /// deployment's topology down).
+    pub fn all_names(&self) -> Vec<String> {
+        let mut names = vec![
+            self.events(),
+            self.emails(),
+            self.notify(),
+            self.order_events(),
+            self.bulk(),
+            self.dead(),
+        ];
+        names.extend(self.bulk_lanes());
+        names
     }
 
     /// Quorum queue with an explicit delivery limit and at-least-once
@@ -213,6 +292,27 @@ impl Topology {
             AMQPValue::LongString("reject-publish".into()),
         );
         args
+    }
+}
+
+/// The bulk lane of `tenant`: a stable hash of its id (FNV-1a), so every
+/// binary of every version with the same [`BULK_LANES`] picks the same.
+pub fn lane_of(tenant: &TenantId) -> u16 {
+    let hash = tenant
+        .as_str()
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+    u16::try_from(hash % u64::from(BULK_LANES)).unwrap_or(0)
+}
+
+/// A bulk lane's routing key without its lane (`2.razorpay.payment.captured`
+/// → `razorpay.payment.captured`); the main lane's keys as they are.
+pub fn unlaned(routing_key: &str) -> &str {
+    match routing_key.split_once('.') {
+        Some((lane, rest)) if !lane.is_empty() && lane.bytes().all(|b| b.is_ascii_digit()) => rest,
+        _ => routing_key,
     }
 }
 
@@ -296,4 +396,55 @@ fn quorum_args() -> FieldTable {
         AMQPValue::LongString("quorum".into()),
     );
     args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BULK_LANES, Topology, lane_of};
+    use crate::tenant::TenantId;
+
+    fn tenant(id: &str) -> TenantId {
+        TenantId::parse(id).expect("tenant id")
+    }
+
+    #[test]
+    fn a_tenants_lane_is_stable_and_tenants_spread_over_every_lane() {
+        // Fixed values: another version picking otherwise would split a
+        // tenant's bulk deliveries over two lanes during a roll.
+        assert_eq!(lane_of(&tenant("default")), lane_of(&tenant("default")));
+        let mut seen = [0usize; BULK_LANES as usize];
+        for n in 0..1000 {
+            seen[usize::from(lane_of(&tenant(&format!("shop-{n}"))))] += 1;
+        }
+        for (lane, count) in seen.iter().enumerate() {
+            assert!(
+                (150..=350).contains(count),
+                "lane {lane} got {count} of 1000 tenants: {seen:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_bulk_lanes_are_events_queues_and_torn_down_with_the_rest() {
+        let t = Topology::new("p");
+        assert!(t.is_events_queue("p.events"));
+        assert!(t.is_events_queue("p.events-bulk.3"));
+        assert!(!t.is_events_queue("p.emails"));
+        assert!(!t.is_events_queue(&format!("p.events-bulk.{BULK_LANES}")));
+        let (exchange, key) = t.bulk_route(&tenant("acme"), "razorpay.payment.captured");
+        assert_eq!(exchange, "p.events-bulk");
+        let (lane, rest) = key.split_once('.').expect("a lane, then the key");
+        assert_eq!(rest, "razorpay.payment.captured");
+        assert!(t.bulk_lanes().any(|q| q.ends_with(&format!(".{lane}"))));
+        // A key that names a lane already is moved, not prefixed twice.
+        assert_eq!(t.bulk_route(&tenant("acme"), &key).1, key);
+        assert_eq!(
+            super::unlaned("stripe.charge.refunded"),
+            "stripe.charge.refunded"
+        );
+        for lane in t.bulk_lanes() {
+            assert!(t.all_names().contains(&lane));
+            assert!(t.queue_args(5).iter().any(|(q, _)| *q == lane));
+        }
+    }
 }

@@ -1,5 +1,5 @@
 //! Publishing what a run found: each new fact as an envelope of origin
-//! `reconciliation` to the events exchange, with publisher confirms, on a
+//! `reconciliation` to its tenant's bulk lane, with publisher confirms, on a
 //! connection of the run's own (a run every few minutes does not keep one
 //! open). The worker then applies it like any webhook's event. The
 //! topology is declared first, as ingest does, so `oncehookctl reconcile`
@@ -34,7 +34,7 @@ pub enum PublishError {
 pub struct Publisher {
     conn: Connection,
     channel: lapin::Channel,
-    exchange: String,
+    topology: Topology,
     timeout: Duration,
 }
 
@@ -51,17 +51,23 @@ impl Publisher {
         Ok(Publisher {
             conn,
             channel,
-            exchange: topology.events(),
+            topology,
             timeout: broker.publish_timeout,
         })
     }
 
-    /// Publishes one envelope and waits for the broker's confirm.
+    /// Publishes one envelope to its tenant's bulk lane — a pass's facts
+    /// queue behind that tenant's own deliveries, never in front of another
+    /// tenant's (docs/tenants.md, "Fairness") — and waits for the broker's
+    /// confirm.
     pub async fn publish(&self, envelope: &Envelope) -> Result<(), PublishError> {
+        let (exchange, routing_key) = self
+            .topology
+            .bulk_route(&envelope.tenant, &envelope.routing_key());
         amqp::publish_confirmed(
             &self.channel,
-            &self.exchange,
-            &envelope.routing_key(),
+            &exchange,
+            &routing_key,
             &envelope.to_bytes(),
             envelope.properties(),
             self.timeout,

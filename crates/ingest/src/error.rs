@@ -32,12 +32,20 @@ pub enum IngestError {
     BodyTimeout(std::time::Duration),
     #[error("the event could not be handed to the broker; retry later")]
     BrokerUnavailable,
+    #[error(
+        "source {source_name:?} is over its rate of {rate}: retry after {retry_after_secs} s (nothing of this delivery was kept)"
+    )]
+    RateLimited {
+        source_name: String,
+        rate: oncehook_common::rate::Rate,
+        retry_after_secs: u64,
+    },
 }
 
 impl IngestError {
     /// Every code [`IngestError::code`] returns, for counters that must
     /// exist (at zero) before the first refusal of their kind.
-    pub const CODES: [&'static str; 12] = [
+    pub const CODES: [&'static str; 13] = [
         "unknown_source",
         "source_disabled",
         "sources_not_yet",
@@ -50,14 +58,19 @@ impl IngestError {
         "bad_body",
         "request_timeout",
         "broker_unavailable",
+        "rate_limited",
     ];
 
     /// Whether the sender caused it (a bad request, logged at WARN within
-    /// a limit) rather than the operator's side (ERROR).
+    /// a limit) rather than the operator's side (ERROR). A delivery over
+    /// its source's rate is neither: it is counted, and logged by the
+    /// limiter once per source and second (`crate::admission`).
     pub fn is_senders_fault(&self) -> bool {
         !matches!(
             self,
-            IngestError::BrokerUnavailable | IngestError::SourcesNotYet
+            IngestError::BrokerUnavailable
+                | IngestError::SourcesNotYet
+                | IngestError::RateLimited { .. }
         )
     }
 
@@ -76,6 +89,7 @@ impl IngestError {
             IngestError::BadBody(_) => "bad_body",
             IngestError::BodyTimeout(_) => "request_timeout",
             IngestError::BrokerUnavailable => "broker_unavailable",
+            IngestError::RateLimited { .. } => "rate_limited",
         }
     }
 }
@@ -95,6 +109,7 @@ impl ResponseError for IngestError {
             IngestError::BadBody(_) => StatusCode::BAD_REQUEST,
             IngestError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             IngestError::BrokerUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            IngestError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 
@@ -108,6 +123,13 @@ impl ResponseError for IngestError {
             // keeps retrying on its own schedule, not every few seconds.
             IngestError::SourceDisabled(_) => {
                 resp.insert_header(("Retry-After", "600"));
+            }
+            // When the source's bucket has a token again (whole seconds,
+            // at least one).
+            IngestError::RateLimited {
+                retry_after_secs, ..
+            } => {
+                resp.insert_header(("Retry-After", retry_after_secs.to_string()));
             }
             _ => {}
         }
@@ -150,6 +172,11 @@ mod tests {
             IngestError::BadBody("x".into()),
             IngestError::BodyTimeout(Duration::from_secs(1)),
             IngestError::BrokerUnavailable,
+            IngestError::RateLimited {
+                source_name: "x".into(),
+                rate: oncehook_common::rate::Rate::new(1, 1),
+                retry_after_secs: 1,
+            },
         ];
         let codes: Vec<&str> = all.iter().map(IngestError::code).collect();
         assert_eq!(codes, IngestError::CODES);

@@ -22,6 +22,8 @@ use oncehook_common::{Envelope, RetryPolicy, Topology, otel};
 use tokio::sync::{Notify, RwLock};
 use tracing::Instrument as _;
 
+use crate::admission::Lane;
+
 /// How often a held session checks that its channel and connection live.
 const CHECK_EVERY: Duration = Duration::from_millis(250);
 
@@ -82,13 +84,17 @@ impl Publisher {
         self.inner.ready.clone()
     }
 
-    /// Publishes `envelope` to the events exchange and waits for the confirm.
-    pub async fn publish(&self, envelope: &Envelope) -> Result<(), PublishError> {
+    /// Publishes `envelope` to its lane — the events exchange, or its
+    /// tenant's bulk lane — and waits for the confirm.
+    pub async fn publish(&self, envelope: &Envelope, lane: Lane) -> Result<(), PublishError> {
         let Some(ch) = self.inner.channel.read().await.clone() else {
             return Err(PublishError::NotConnected);
         };
-        let exchange = self.inner.topology.events();
-        let routing_key = envelope.routing_key();
+        let topology = &self.inner.topology;
+        let (exchange, routing_key) = match lane {
+            Lane::Main => (topology.events(), envelope.routing_key()),
+            Lane::Bulk => topology.bulk_route(&envelope.tenant, &envelope.routing_key()),
+        };
         // The producer span; the message carries its context to the worker.
         let span = otel::producer_span(&exchange, &routing_key, &envelope.message_id());
         let properties = span.in_scope(|| envelope.properties());

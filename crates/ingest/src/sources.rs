@@ -95,10 +95,22 @@ impl Sources {
         }
     }
 
-    /// Whether `name` is a source, served or disabled (metric labels: an
-    /// unknown name is the sender's and mints none).
-    pub fn knows(&self, name: &str) -> bool {
-        matches!(self.lookup(name), Lookup::Active(_) | Lookup::Disabled)
+    /// The `source` label of `name`'s metrics: a file source's own name
+    /// (the file bounds them); `runtime` for every source made at runtime
+    /// (ten thousand tenants must not mint ten thousand label values on
+    /// hot series: their figures come from `oncehookctl stats --tenant`);
+    /// `unknown` for a name that is no source (the sender's, attacker
+    /// controlled).
+    pub fn label(&self, name: &str) -> &'static str {
+        if self.file.contains_key(name) {
+            return "file";
+        }
+        let runtime = self.runtime.read().unwrap_or_else(|p| p.into_inner());
+        if runtime.by_name.contains_key(name) {
+            "runtime"
+        } else {
+            "unknown"
+        }
     }
 
     /// The file's sources' names.

@@ -18,6 +18,7 @@ use oncehook_common::health;
 use oncehook_common::shutdown::Shutdown;
 use oncehook_common::{IngestSettings, Topology};
 
+use crate::admission::Admission;
 use crate::publisher::Publisher;
 use crate::routes;
 use crate::sources::{self, Sources};
@@ -31,6 +32,8 @@ pub struct IngestState {
     pub publisher: Publisher,
     pub body_limit: usize,
     pub metrics: PrometheusHandle,
+    /// Each source's rate and each tenant's share of the main lane.
+    pub admission: Admission,
 }
 
 impl IngestState {
@@ -59,6 +62,10 @@ impl IngestState {
             publisher,
             body_limit: settings.ingest.body_limit_bytes,
             metrics,
+            admission: Admission::new(
+                settings.ingest.rate_limits.clone(),
+                settings.ingest.fairness,
+            ),
         };
         (state, session)
     }

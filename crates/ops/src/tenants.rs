@@ -1,6 +1,7 @@
 //! `oncehookctl tenants`: the shops one deployment serves (docs/tenants.md)
 //! — `create` (an id and a name), `list`, `show`, `disable`, `enable` and
-//! `mail-from` (the sender of its customers' emails).
+//! `mail-from` (the sender of its customers' emails) and `limits` (each of
+//! its sources' rate at ingest's door, docs/tenants.md "Fairness").
 //! All through `oncehook_tenants::store::tenants`, in the platform's scope.
 
 use std::fmt;
@@ -8,9 +9,11 @@ use std::fmt;
 use anyhow::Context;
 use clap::Subcommand;
 use oncehook_common::Config;
+use oncehook_common::rate::Limit;
 use oncehook_common::store::Pooled;
+use oncehook_common::topology::lane_of;
 use oncehook_tenants::store::tenants as store;
-use oncehook_tenants::{Status, Tenant, TenantId};
+use oncehook_tenants::{Status, Tenant, TenantId, TenantRate};
 use serde::Serialize;
 
 use crate::output::{Report, table};
@@ -54,6 +57,20 @@ pub enum TenantsCommand {
         #[arg(long)]
         default: bool,
     },
+    /// Each of the tenant's sources' rate at ingest's door (429 beyond it), served within about two seconds; --default for the file's.
+    Limits {
+        #[arg(value_parser = parse_id)]
+        id: TenantId,
+        /// Webhooks per second for each of its sources; 0: no limit.
+        #[arg(long, required_unless_present = "default", conflicts_with = "default")]
+        per_second: Option<u32>,
+        /// How many at once after a quiet spell (default: twice the rate).
+        #[arg(long, conflicts_with = "default")]
+        burst: Option<u32>,
+        /// Back to the configuration file's (`[ingest.rate_limit]`).
+        #[arg(long)]
+        default: bool,
+    },
 }
 
 fn parse_id(s: &str) -> Result<TenantId, String> {
@@ -82,9 +99,20 @@ impl fmt::Display for TenantsReport {
                 t.mail_from
                     .clone()
                     .unwrap_or_else(|| "(mail.from)".to_owned()),
+                rate_text(t.rate),
+                lane_text(&t.id),
             ]
         };
-        let headers = ["TENANT", "NAME", "STATUS", "CREATED", "DISABLED", "SENDER"];
+        let headers = [
+            "TENANT",
+            "NAME",
+            "STATUS",
+            "CREATED",
+            "DISABLED",
+            "SENDER",
+            "RATE",
+            "BULK LANE",
+        ];
         match self {
             TenantsReport::One { tenant, done } => {
                 if !done.is_empty() {
@@ -98,6 +126,25 @@ impl fmt::Display for TenantsReport {
             }
         }
     }
+}
+
+/// A tenant's rate as `tenants` shows it.
+fn rate_text(rate: Option<TenantRate>) -> String {
+    match rate {
+        None => "(file)".to_owned(),
+        Some(r) => match Limit::from_setting(r.per_second, r.burst) {
+            Limit::Off => "no limit".to_owned(),
+            Limit::At(rate) => rate.to_string(),
+        },
+    }
+}
+
+/// The bulk lane a tenant's deliveries beyond its share go to.
+fn lane_text(id: &str) -> String {
+    TenantId::parse(id).map_or_else(
+        |_| "-".to_owned(),
+        |t| format!("events-bulk.{}", lane_of(&t)),
+    )
 }
 
 pub async fn run(settings: &Config, command: TenantsCommand) -> anyhow::Result<TenantsReport> {
@@ -131,5 +178,20 @@ async fn verb(db: &Pooled, command: TenantsCommand) -> anyhow::Result<TenantsRep
             store::set_mail_from(db, &id, address.as_deref()).await?,
             "has its sender set",
         ),
+        TenantsCommand::Limits {
+            id,
+            per_second,
+            burst,
+            ..
+        } => {
+            let rate = per_second.map(|per_second| TenantRate {
+                per_second,
+                burst: burst.unwrap_or(0),
+            });
+            one(
+                store::set_rate(db, &id, rate).await?,
+                "has its rate set (every ingest serves it within about two seconds)",
+            )
+        }
     })
 }

@@ -5,6 +5,12 @@
 //! session tasks: the queue gauges, and the effect's own (the ledger's
 //! outbox relay and parked-event sweeper: `Effect::session_tasks`).
 //!
+//! Lanes: the worker consumes the main lane (`P.events`, with the session
+//! tasks) and every bulk lane (`P.events-bulk.N`), each in a broker session
+//! of its own with its own prefetch, so a backlog in one lane never holds
+//! back another's deliveries; the grouper commits the main lane's first
+//! (`group`, "Lanes").
+//!
 //! Delivery: decode → the pipeline's grouper (one transaction for the
 //! deliveries in flight together: see `pipeline`) → `Ack` after commit.
 //! Duplicates — a copy under the same event id, or of the same signed body
@@ -33,6 +39,7 @@ use oncehook_common::store::Pooled;
 use oncehook_common::{RetryPolicy, Topology, WorkerSettings, db, otel};
 use tracing::Instrument as _;
 
+use crate::group::Lane;
 use crate::{
     self as pipeline, Delivery, Effect, Grouper, ProcessError, Processed, Rejection, Session,
 };
@@ -73,7 +80,8 @@ impl<E: Effect> Worker<E> {
         })
     }
 
-    /// Runs broker sessions until shutdown.
+    /// Runs broker sessions until shutdown: the main lane's (with the
+    /// session tasks) and one per bulk lane.
     pub async fn run(self: Arc<Self>) {
         let spec = ConsumerSpec::new(
             &self.settings.broker,
@@ -87,6 +95,35 @@ impl<E: Effect> Worker<E> {
             settings: self.settings.clone(),
             effect: self.effect.clone(),
         };
+        // Each bulk lane's session in a task of its own, ended by the same
+        // shutdown and joined after the main lane's.
+        let lanes: Vec<_> = self
+            .topology
+            .bulk_lanes()
+            .map(|queue| {
+                let spec = ConsumerSpec {
+                    name: "oncehook-worker-bulk",
+                    queue,
+                    ..spec.clone()
+                };
+                let worker = self.clone();
+                tokio::spawn(async move {
+                    // The main lane's session alone says whether the worker
+                    // is ready; a bulk lane's keeps a flag of its own.
+                    let readiness = Readiness::default();
+                    let handler = Arc::new(BulkLane(worker.clone()));
+                    session::run_sessions(
+                        &spec,
+                        handler,
+                        &worker.pool,
+                        &readiness,
+                        &worker.shutdown,
+                        (),
+                    )
+                    .await;
+                })
+            })
+            .collect();
         session::run_sessions(
             &spec,
             self.clone(),
@@ -96,6 +133,11 @@ impl<E: Effect> Worker<E> {
             tasks,
         )
         .await;
+        for lane in lanes {
+            if let Err(err) = lane.await {
+                tracing::error!(%err, "a bulk lane's session ended abnormally");
+            }
+        }
     }
 
     /// Commits a delivery until it has a verdict. Transient database
@@ -103,13 +145,13 @@ impl<E: Effect> Worker<E> {
     /// by the policy's backoff, then at its capped delay, or once Postgres
     /// answers again — for as long as the trouble lasts, so they never count
     /// toward the queue's delivery limit. Only shutdown gives it back.
-    async fn process(&self, delivery: Arc<Delivery>) -> Verdict {
+    async fn process(&self, delivery: Arc<Delivery>, lane: Lane) -> Verdict {
         let gateway = delivery.event.provider.as_str();
         let event_id = &delivery.event.event_id;
         let mut hold = db::Hold::by(self.retry, &self.pool, &self.shutdown);
         let mut tries: u32 = 0;
         loop {
-            let err = match self.grouper.submit(delivery.clone()).await {
+            let err = match self.grouper.submit(delivery.clone(), lane).await {
                 Some(Ok(processed)) => {
                     self.record(&delivery, &processed);
                     return Verdict::Ack;
@@ -218,10 +260,11 @@ pub fn zero_counters<'a>(sources: impl IntoIterator<Item = &'a str>) {
     }
 }
 
-impl<E: Effect> Handler for Worker<E> {
-    async fn handle(&self, message: &dyn Message) -> Verdict {
+impl<E: Effect> Worker<E> {
+    /// Decodes `message`, from `queue` of `lane`, and commits it.
+    async fn handle_from(&self, message: &dyn Message, queue: &str, lane: Lane) -> Verdict {
         let headers = message.properties().headers().clone();
-        let span = otel::consumer_span(&self.topology.events(), message);
+        let span = otel::consumer_span(queue, message);
         async {
             let mut delivery = match pipeline::decode(message.body(), &message.message_id()) {
                 Ok(d) => d,
@@ -239,13 +282,14 @@ impl<E: Effect> Handler for Worker<E> {
             {
                 panic!("fault injection: configured to panic on order {bad}");
             }
-            self.process(Arc::new(delivery)).await
+            self.process(Arc::new(delivery), lane).await
         }
         .instrument(span)
         .await
     }
 
-    fn dead_lettered(&self, message: &dyn Message, kind: &str, error: &str) {
+    /// Counts and logs a dead-lettered delivery.
+    fn count_dead(&self, message: &dyn Message, kind: &str, error: &str) {
         let message_id = message.message_id();
         // Decoded again only for its gateway label (dead letters are rare).
         let gateway = pipeline::decode(message.body(), &message_id)
@@ -253,6 +297,34 @@ impl<E: Effect> Handler for Worker<E> {
         metrics::counter!("oncehook_worker_events_total", "gateway" => gateway, "outcome" => "dead")
             .increment(1);
         tracing::error!(gateway, %message_id, kind, error, "dead-lettered");
+    }
+}
+
+/// The main lane's handler.
+impl<E: Effect> Handler for Worker<E> {
+    async fn handle(&self, message: &dyn Message) -> Verdict {
+        self.handle_from(message, &self.topology.events(), Lane::Main)
+            .await
+    }
+
+    fn dead_lettered(&self, message: &dyn Message, kind: &str, error: &str) {
+        self.count_dead(message, kind, error);
+    }
+}
+
+/// A bulk lane's handler: the same worker, its deliveries taken after the
+/// main lane's.
+struct BulkLane<E: Effect>(Arc<Worker<E>>);
+
+impl<E: Effect> Handler for BulkLane<E> {
+    async fn handle(&self, message: &dyn Message) -> Verdict {
+        self.0
+            .handle_from(message, &self.0.topology.bulk(), Lane::Bulk)
+            .await
+    }
+
+    fn dead_lettered(&self, message: &dyn Message, kind: &str, error: &str) {
+        self.0.count_dead(message, kind, error);
     }
 }
 

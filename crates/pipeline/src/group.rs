@@ -14,6 +14,12 @@
 //! arrive faster than transactions finish. Copies of one delivery in one
 //! group are duplicates of the first, as across groups.
 //!
+//! Lanes (`oncehook_common::topology`): a delivery of the main lane is
+//! taken before any of a bulk lane, so a quiet tenant's payment waits for
+//! at most the groups already in commit, however long another tenant's
+//! backlog; every [`BULK_TURN`]th take looks at the bulk lanes first, so a
+//! busy main lane never starves them.
+//!
 //! A group that fails — a permanent rejection of one delivery, a database
 //! error, a failed commit, a deadlock — is rolled back whole, and each of
 //! its deliveries is redone alone through the same [`commit`]: the bad one
@@ -40,6 +46,18 @@ use super::{Delivery, Effect, ProcessError, Processed, commit};
 
 type Answer = Result<Processed, ProcessError>;
 
+/// Every this many takes, a committer looks at the bulk lanes first.
+pub const BULK_TURN: u32 = 4;
+
+/// The lane a delivery came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// `P.events`: taken first.
+    Main,
+    /// A tenant's bulk lane (`P.events-bulk.N`).
+    Bulk,
+}
+
 struct Job {
     delivery: Arc<Delivery>,
     reply: oneshot::Sender<Answer>,
@@ -47,7 +65,8 @@ struct Job {
 
 /// Hands deliveries to committer tasks; see the module documentation.
 pub struct Grouper {
-    jobs: mpsc::UnboundedSender<Job>,
+    main: mpsc::UnboundedSender<Job>,
+    bulk: mpsc::UnboundedSender<Job>,
 }
 
 impl Grouper {
@@ -61,12 +80,17 @@ impl Grouper {
         committers: usize,
         shutdown: &Shutdown,
     ) -> Self {
-        let (jobs, queue) = mpsc::unbounded_channel();
+        let (main, main_queue) = mpsc::unbounded_channel();
+        let (bulk, bulk_queue) = mpsc::unbounded_channel();
         InCommit::gauge().set(0.0);
         Busy::gauge().set(0.0);
         let committers = committers.max(1);
         let shared = Arc::new(Shared {
-            queue: Mutex::new(queue),
+            queue: Mutex::new(Waiting {
+                main: main_queue,
+                bulk: bulk_queue,
+                takes: 0,
+            }),
             idle: AtomicUsize::new(committers),
         });
         for _ in 0..committers {
@@ -77,16 +101,20 @@ impl Grouper {
                 run_committer(pool.clone(), effect.clone(), shared.clone(), size.max(1))
             }));
         }
-        Grouper { jobs }
+        Grouper { main, bulk }
     }
 
-    /// Commits `delivery` with whatever else is in flight; `None` if the
-    /// committers are gone (the worker is stopping). While it waits, the
-    /// delivery counts in `oncehook_worker_deliveries_in_commit`.
-    pub async fn submit(&self, delivery: Arc<Delivery>) -> Option<Answer> {
+    /// Commits `delivery`, of `lane`, with whatever else is in flight;
+    /// `None` if the committers are gone (the worker is stopping). While it
+    /// waits, the delivery counts in `oncehook_worker_deliveries_in_commit`.
+    pub async fn submit(&self, delivery: Arc<Delivery>, lane: Lane) -> Option<Answer> {
         let (reply, answer) = oneshot::channel();
         let _counted = InCommit::enter();
-        self.jobs.send(Job { delivery, reply }).ok()?;
+        let jobs = match lane {
+            Lane::Main => &self.main,
+            Lane::Bulk => &self.bulk,
+        };
+        jobs.send(Job { delivery, reply }).ok()?;
         answer.await.ok()
     }
 }
@@ -112,10 +140,57 @@ impl Drop for InCommit {
     }
 }
 
-/// What the committers share: the queue, and how many of them are free.
+/// What the committers share: the waiting deliveries, and how many of
+/// them are free.
 struct Shared {
-    queue: Mutex<mpsc::UnboundedReceiver<Job>>,
+    queue: Mutex<Waiting>,
     idle: AtomicUsize,
+}
+
+/// The deliveries waiting for a committer, by lane.
+struct Waiting {
+    main: mpsc::UnboundedReceiver<Job>,
+    bulk: mpsc::UnboundedReceiver<Job>,
+    /// Takes so far (every [`BULK_TURN`]th looks at the bulk lanes first).
+    takes: u32,
+}
+
+impl Waiting {
+    /// The next delivery: the main lane's first (but see [`BULK_TURN`]),
+    /// waiting for one if none is there; `None` once both are closed.
+    async fn next(&mut self) -> Option<Job> {
+        self.takes = self.takes.wrapping_add(1);
+        let bulk_first = self.takes.is_multiple_of(BULK_TURN);
+        let ready = if bulk_first {
+            self.bulk
+                .try_recv()
+                .ok()
+                .or_else(|| self.main.try_recv().ok())
+        } else {
+            self.try_next()
+        };
+        if ready.is_some() {
+            return ready;
+        }
+        tokio::select! {
+            biased;
+            Some(job) = self.main.recv() => Some(job),
+            Some(job) = self.bulk.recv() => Some(job),
+            else => None,
+        }
+    }
+
+    /// A waiting delivery, the main lane's first.
+    fn try_next(&mut self) -> Option<Job> {
+        self.main
+            .try_recv()
+            .ok()
+            .or_else(|| self.bulk.try_recv().ok())
+    }
+
+    fn len(&self) -> usize {
+        self.main.len() + self.bulk.len()
+    }
 }
 
 /// A committer with a transaction, counted in
@@ -156,16 +231,16 @@ async fn run_committer<E: Effect>(pool: Pooled, effect: Arc<E>, shared: Arc<Shar
         // The one idle committer waits for the next delivery, holding the
         // queue; the others wait for the queue.
         let mut queue = shared.queue.lock().await;
-        let Some(first) = queue.recv().await else {
+        let Some(first) = queue.next().await else {
             return;
         };
         let (busy, free) = Busy::enter(&shared.idle);
         let take = share(1 + queue.len(), free, size);
         let mut group = vec![first];
         while group.len() < take {
-            match queue.try_recv() {
-                Ok(job) => group.push(job),
-                Err(_) => break,
+            match queue.try_next() {
+                Some(job) => group.push(job),
+                None => break,
             }
         }
         drop(queue);
@@ -230,7 +305,45 @@ async fn run_group<E: Effect>(pool: &Pooled, effect: &E, group: Vec<Job>) {
 
 #[cfg(test)]
 mod tests {
-    use super::share;
+    use super::{BULK_TURN, Job, Waiting, share};
+    use tokio::sync::{mpsc, oneshot};
+
+    fn job(n: usize) -> (Job, usize) {
+        let (reply, _) = oneshot::channel();
+        let mut delivery = crate::tests::delivery();
+        delivery.replays = i64::try_from(n).unwrap_or(0);
+        let delivery = std::sync::Arc::new(delivery);
+        (Job { delivery, reply }, n)
+    }
+
+    #[tokio::test]
+    async fn the_main_lane_goes_first_and_the_bulk_lanes_get_every_fourth_take() {
+        let (main_tx, main) = mpsc::unbounded_channel();
+        let (bulk_tx, bulk) = mpsc::unbounded_channel();
+        let mut waiting = Waiting {
+            main,
+            bulk,
+            takes: 0,
+        };
+        // Bulk deliveries 100.., main deliveries 0..; all waiting already.
+        for n in 0..20 {
+            bulk_tx.send(job(100 + n).0).ok();
+        }
+        for n in 0..6 {
+            main_tx.send(job(n).0).ok();
+        }
+        let mut taken = Vec::new();
+        for _ in 0..10 {
+            let next = waiting.next().await.expect("a job");
+            taken.push(next.delivery.replays);
+        }
+        // Takes 1-3 main, 4 bulk, 5-7 main (the last three), 8 bulk, then bulk.
+        assert_eq!(taken, [0, 1, 2, 100, 3, 4, 5, 101, 102, 103]);
+        assert_eq!(BULK_TURN, 4);
+        // A lone main delivery arriving later is next, ahead of the backlog.
+        main_tx.send(job(7).0).ok();
+        assert_eq!(waiting.try_next().map(|j| j.delivery.replays), Some(7));
+    }
 
     #[test]
     fn the_waiting_deliveries_are_shared_over_the_free_committers() {

@@ -78,3 +78,8 @@ fn unknown_gateways_and_mismatched_events_are_dead_lettered() {
     let rejection = decode(&mismatched.to_bytes(), "m").expect_err("mismatch");
     assert_eq!(rejection.kind.as_str(), "bad_envelope");
 }
+
+/// A decoded delivery of the Razorpay sample (for the grouper's tests).
+pub(crate) fn delivery() -> super::Delivery {
+    decode(&envelope(true).to_bytes(), "m").expect("decoded")
+}

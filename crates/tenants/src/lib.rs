@@ -12,4 +12,4 @@ pub mod store;
 pub use oncehook_common::tenant::{BadTenantId, TenantId};
 pub use store::keys::KeyError;
 pub use store::sources::SourceError;
-pub use store::tenants::{Status, Tenant, TenantError};
+pub use store::tenants::{Status, Tenant, TenantError, TenantRate};

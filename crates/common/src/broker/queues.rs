@@ -52,7 +52,8 @@ pub async fn report_gauges(conn: Arc<Connection>, topology: Topology, stop: Shut
 /// are unacked and a passive declare would count 0, so its gauges keep their
 /// last value until the peek is over.
 async fn set_gauges(conn: &Connection, topology: &Topology) {
-    for queue in [topology.events(), topology.emails(), topology.notify()] {
+    let work = [topology.events(), topology.emails(), topology.notify()];
+    for queue in work.into_iter().chain(topology.bulk_lanes()) {
         set_queue_gauges(conn, queue).await;
     }
     match peek_lock::try_lock(conn, topology).await {

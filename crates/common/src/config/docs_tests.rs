@@ -39,6 +39,7 @@ fn keys_with_defaults() -> Vec<(String, Option<String>)> {
     sections.console.user.push(UserEntry::default());
     sections.api.key.push(KeyEntry::default());
     sections.api.admin_key.push(AdminKeyEntry::default());
+    sections.ingest.rate_limit = std::mem::take(&mut sections.ingest.rate_limit).with_one_of_each();
     let value = Value::serialize(&sections).expect("the sections serialize");
     let mut out = Vec::new();
     walk("", &value, &mut out);

@@ -3,7 +3,8 @@
 //! runtime (`[ingest.sources_feed]`: the admin API's URL, an admin key with
 //! the `sources:feed` scope, how often). Its file sources are the
 //! top-level `[[source]]` tables (`sources.rs`), joined in here once they
-//! are checked.
+//! are checked. Its rates (`[ingest.rate_limit]`, `[ingest.fairness]`)
+//! are in `rates.rs`.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -12,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::invalid;
 use super::keys::Key;
+use super::rates::{Fairness, FairnessSection, RateLimits, RateSection};
 use super::values::{Addr, AtLeast, HumanDuration};
 use super::{ConfigError, SourceConfig};
 use crate::secret::Secret;
@@ -56,6 +58,10 @@ pub struct IngestConfig {
     pub sources: Vec<SourceConfig>,
     /// `None`: the file's sources only.
     pub sources_feed: Option<SourcesFeed>,
+    /// `[ingest.rate_limit]`: each source's rate (429 beyond it).
+    pub rate_limits: RateLimits,
+    /// `[ingest.fairness]`: a tenant's share of the main lane.
+    pub fairness: Fairness,
 }
 
 /// `[ingest]` as written.
@@ -66,6 +72,8 @@ pub(super) struct IngestSection {
     workers: Option<AtLeast<u16, 1>>,
     limits: Limits,
     sources_feed: FeedSection,
+    pub(super) rate_limit: RateSection,
+    fairness: FairnessSection,
 }
 
 /// `[ingest.sources_feed]` as written.
@@ -142,6 +150,8 @@ impl Default for IngestSection {
             workers: None,
             limits: Limits::default(),
             sources_feed: FeedSection::default(),
+            rate_limit: RateSection::default(),
+            fairness: FairnessSection::default(),
         }
     }
 }
@@ -166,6 +176,8 @@ impl IngestSection {
             body_limit_bytes: self.limits.body_limit_bytes,
             sources,
             sources_feed: self.sources_feed.validate()?,
+            rate_limits: self.rate_limit.validate()?,
+            fairness: self.fairness.validate()?,
         })
     }
 }

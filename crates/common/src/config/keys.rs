@@ -7,8 +7,8 @@
 //! the loader refuses by name.
 
 use super::{
-    api, broker, console, database, ingest, mail, notify, reconcile, refunds, secrets, telemetry,
-    worker,
+    api, broker, console, database, ingest, mail, notify, rates, reconcile, refunds, secrets,
+    telemetry, worker,
 };
 
 /// The file named by this variable is read under the environment.
@@ -91,6 +91,7 @@ pub(super) fn all() -> impl Iterator<Item = &'static Key> {
         database::KEYS,
         telemetry::KEYS,
         ingest::KEYS,
+        rates::KEYS,
         worker::KEYS,
         mail::KEYS,
         console::KEYS,

@@ -31,6 +31,7 @@ mod keys;
 mod load;
 mod mail;
 mod notify;
+mod rates;
 mod reconcile;
 mod refunds;
 mod secrets;
@@ -68,6 +69,8 @@ pub use mail::{ENV_SMTP_ALLOW_INSECURE_AUTH, ENV_SMTP_CA_FILE, ENV_SMTP_PASSWORD
 pub use mail::{ENV_SMTP_TLS, ENV_SMTP_URL, ENV_SMTP_USERNAME};
 pub use notify::{DEFAULT_RETRY_SCHEDULE, NotifyConfig, NotifyEndpoint, glob_matches};
 pub use notify::{ENV_NOTIFY_CONCURRENCY, ENV_NOTIFY_RETRY_SCHEDULE, ENV_NOTIFY_TIMEOUT};
+pub use rates::{ENV_RATE_BURST, ENV_RATE_PER_SECOND, ENV_SHARE_BURST, ENV_SHARE_PER_SECOND};
+pub use rates::{Fairness, RateLimits};
 pub use reconcile::{ENV_RECONCILE_AFTER, ENV_RECONCILE_HORIZON, ENV_RECONCILE_INTERVAL};
 pub use reconcile::{ENV_RECONCILE_CALLS_PER_RUN, ENV_RECONCILE_CALLS_PER_SECOND};
 pub use reconcile::{ENV_RECONCILE_PAID_HORIZON, ENV_RECONCILE_PAID_INTERVAL};

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
 use super::source_api::{FileSourceApi, SourceApi};
+use crate::rate::Limit;
 use crate::tenant::TenantId;
 
 pub const DEFAULT_TOLERANCE_SECS: u64 = 300;
@@ -63,6 +64,10 @@ pub struct SourceConfig {
     pub api: Option<SourceApi>,
     /// The tenant its events, orders and books belong to.
     pub tenant: TenantId,
+    /// Its tenant's rate at ingest's door as set at runtime (`oncehookctl
+    /// tenants limits`, through the sources feed); `None`: the file's
+    /// (`[ingest.rate_limit]`).
+    pub limit: Option<Limit>,
 }
 
 impl SourceConfig {
@@ -228,6 +233,7 @@ impl SourceConfig {
             merchant_key: facts.merchant_key,
             api: None,
             tenant: facts.tenant,
+            limit: None,
         })
     }
 }

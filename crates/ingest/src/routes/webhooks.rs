@@ -2,8 +2,10 @@
 //!
 //! Order of checks: known source (404) → content type (415) → body size
 //! (413, checked against Content-Length before reading and again while
-//! reading) → signature and timestamp window (401 / 400) → publish with
-//! confirm (200 only on a clean broker ack, else 503).
+//! reading) → signature and timestamp window (401 / 400) → the source's
+//! rate (429 with `Retry-After`; only authentic deliveries spend it, so a
+//! flood of forgeries cannot shut a source out) → publish with confirm to
+//! the tenant's lane (200 only on a clean broker ack, else 503).
 //!
 //! A refusal of the sender's making is logged at WARN within the refusal
 //! log's limit (`crate::refusals`); a 503 is the operator's trouble and is
@@ -19,6 +21,7 @@ use time::OffsetDateTime;
 use tracing::Instrument as _;
 use tracing::field::Empty;
 
+use crate::admission::Lane;
 use crate::error::IngestError;
 use crate::refusals;
 use crate::sources::Lookup;
@@ -70,17 +73,23 @@ pub async fn receive(
             Err(e) => actix_web::ResponseError::status_code(e).as_u16(),
         },
     );
-    // Unknown sources are attacker-controlled: do not let them mint label values.
-    let source_label = if state.sources.knows(&source) {
-        source.clone()
-    } else {
-        "unknown".to_owned()
+    // Unknown sources are attacker-controlled, and runtime ones are many:
+    // neither mints label values (`Sources::label`).
+    let source_label = match state.sources.label(&source) {
+        "file" => source.clone(),
+        other => other.to_owned(),
     };
     if let Err(err) = &result
         && err.is_senders_fault()
     {
         let gateway = state.sources.gateway(&source).map(|g| g.as_str());
         refusals::refused(&source, gateway, err.code(), err, req.peer_addr());
+    }
+    if let Err(IngestError::RateLimited { .. }) = &result {
+        // Each source that went over its rate, by name, runtime ones too:
+        // a series only for a source that was refused.
+        metrics::counter!("oncehook_ingest_rate_limited_total", "source" => source.clone())
+            .increment(1);
     }
     count(source_label.clone(), outcome, 1);
     metrics::histogram!("oncehook_ingest_request_duration_seconds", "source" => source_label, "outcome" => outcome)
@@ -167,18 +176,27 @@ async fn handle(
         span.record("oncehook.event_id", id);
     }
 
-    publish(state, &envelope, verification.secret_index).await
+    let lane = state
+        .admission
+        .admit(&source)
+        .map_err(|over| IngestError::RateLimited {
+            source_name: source_name.to_owned(),
+            rate: over.rate,
+            retry_after_secs: over.retry_after_secs,
+        })?;
+    publish(state, &envelope, lane, verification.secret_index).await
 }
 
 /// Publishes with confirm: `200` with the receipt only on a clean broker ack.
 async fn publish(
     state: &IngestState,
     envelope: &Envelope,
+    lane: Lane,
     secret_index: usize,
 ) -> Result<HttpResponse, IngestError> {
     let (source_name, receipt_id) = (envelope.source.as_str(), envelope.receipt_id);
     let published = Instant::now();
-    let result = state.publisher.publish(envelope).await;
+    let result = state.publisher.publish(envelope, lane).await;
     metrics::histogram!("oncehook_ingest_publish_duration_seconds")
         .record(published.elapsed().as_secs_f64());
     match result {
@@ -189,6 +207,7 @@ async fn publish(
                 event_id = envelope.identity().unwrap_or("-"),
                 event_type = envelope.kind_name().unwrap_or("-"),
                 secret_index,
+                lane = ?lane,
                 "webhook accepted"
             );
             Ok(HttpResponse::Ok().json(serde_json::json!({

@@ -1,6 +1,7 @@
-//! `oncehookctl dlq replay`: republish dead letters to the exchange of the
-//! queue they came from, with a publisher confirm, and remove each from the
-//! dead-letter queue only after its confirm.
+//! `oncehookctl dlq replay`: republish dead letters — an email to the
+//! mailer's exchange, a webhook to its tenant's bulk lane ([`destination`])
+//! — with a publisher confirm, and remove each from the dead-letter queue
+//! only after its confirm.
 
 use std::fmt;
 use std::io::IsTerminal as _;
@@ -13,6 +14,7 @@ use oncehook_common::amqp;
 use oncehook_common::dead_letter::replay_headers;
 use oncehook_common::store::Pooled;
 use oncehook_common::store::outbox;
+use oncehook_common::tenant::TenantId;
 use oncehook_common::{Config, Topology};
 use serde::Serialize;
 use time::OffsetDateTime;
@@ -228,8 +230,8 @@ impl<'a> Republisher<'a> {
 
     /// Republishes one dead letter with a confirm, then acks it on `get_ch`.
     async fn replay_one(&mut self, get_ch: &Channel, letter: &Letter) -> anyhow::Result<()> {
-        let (origin, routing_key) = destination(self.topology, letter)?;
-        if origin == self.topology.emails()
+        let (exchange, routing_key) = destination(self.topology, letter)?;
+        if exchange == self.topology.emails()
             && let Some(msg) = &letter.email
         {
             self.clear_email_failure(msg.outbox_id).await?;
@@ -242,14 +244,14 @@ impl<'a> Republisher<'a> {
             .with_delivery_mode(2);
         amqp::publish_confirmed(
             &ch,
-            &origin,
+            &exchange,
             &routing_key,
             &letter.body,
             properties,
             self.settings.broker.publish_timeout,
         )
         .await
-        .with_context(|| format!("republishing to {origin} with routing key {routing_key}"))?;
+        .with_context(|| format!("republishing to {exchange} with routing key {routing_key}"))?;
         get_ch
             .basic_ack(letter.tag, BasicAckOptions::default())
             .await
@@ -294,20 +296,39 @@ impl<'a> Republisher<'a> {
 }
 
 /// The exchange and routing key a dead letter goes back to.
+/// Where a letter goes back: an email to the mailer's exchange; a webhook,
+/// from the main lane or a bulk one, to its tenant's bulk lane, so a replay
+/// of many queues behind that tenant's own deliveries, never in front of
+/// another tenant's (docs/tenants.md, "Fairness"). A letter whose envelope
+/// does not read goes to the default tenant's lane (the worker dead-letters
+/// it again, with the reason).
 fn destination(topology: &Topology, letter: &Letter) -> anyhow::Result<(String, String)> {
-    let (events, emails) = (topology.events(), topology.emails());
+    let emails = topology.emails();
     let Some(origin) = letter.facts.origin.clone() else {
         bail!("cannot tell which queue it came from (no x-oncehook-origin or x-death header)");
     };
-    if origin != events && origin != emails {
-        bail!("it came from {origin:?}, which is not {events} or {emails} of this deployment");
+    if origin == emails {
+        let key = letter.facts.routing_key.as_deref();
+        return Ok((
+            emails,
+            key.unwrap_or(topology.email_routing_key()).to_owned(),
+        ));
     }
-    let routing_key = match letter.facts.routing_key.as_deref() {
-        Some(rk) => rk.to_owned(),
-        None if origin == emails => topology.email_routing_key().to_owned(),
-        None => bail!("its original routing key is unknown"),
+    if !topology.is_events_queue(&origin) {
+        bail!(
+            "it came from {origin:?}, which is not {}, a bulk lane ({}.N) or {emails} of this deployment",
+            topology.events(),
+            topology.bulk()
+        );
+    }
+    let Some(routing_key) = letter.facts.routing_key.as_deref() else {
+        bail!("its original routing key is unknown");
     };
-    Ok((origin, routing_key))
+    let tenant = letter
+        .tenant()
+        .and_then(|t| TenantId::parse(t).ok())
+        .unwrap_or_else(TenantId::default_tenant);
+    Ok(topology.bulk_route(&tenant, routing_key))
 }
 
 impl Replayed {

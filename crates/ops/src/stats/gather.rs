@@ -114,11 +114,11 @@ pub async fn broker_stats(
     let conn = broker::connect(settings).await?;
     let result = async {
         let mut queues = Vec::new();
-        for (name, role) in [
-            (topology.events(), "events"),
-            (topology.emails(), "emails"),
-            (topology.dead(), "dead"),
-        ] {
+        let lanes = topology.bulk_lanes().map(|lane| (lane, "bulk"));
+        let named = std::iter::once((topology.events(), "events"))
+            .chain(lanes)
+            .chain([(topology.emails(), "emails"), (topology.dead(), "dead")]);
+        for (name, role) in named {
             let info = broker::queue_info(&conn, &name).await?;
             queues.push(QueueStat { name, role, info });
         }

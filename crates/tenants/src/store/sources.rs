@@ -9,7 +9,7 @@
 
 use oncehook_common::config::{SourceConfig, SourceFacts};
 use oncehook_common::sealed::KeyRing;
-use oncehook_common::sources_feed::{FeedPage, FeedSource, SealedSecret, secret_place};
+use oncehook_common::sources_feed::{FeedPage, FeedRate, FeedSource, SealedSecret, secret_place};
 use oncehook_common::store::Pooled;
 use oncehook_common::store::scope::Scope;
 use oncehook_common::tenant::TenantId;
@@ -18,7 +18,7 @@ use sqlx::{PgConnection, Postgres, Transaction};
 use time::OffsetDateTime;
 
 use super::serialise;
-use super::tenants::Status;
+use super::tenants::{Status, TenantRate};
 
 /// What a source given at runtime may be refused for.
 #[derive(Debug, thiserror::Error)]
@@ -277,13 +277,14 @@ pub async fn changes(db: &Pooled, since: i64) -> Result<FeedPage, SourceError> {
         r#"SELECT s.name, s.tenant_id, s.gateway, s.tolerance_secs, s.merchant_key,
                   CASE WHEN s.status = 'active' AND t.status = 'active' THEN 'active'
                        ELSE 'disabled' END AS "status!",
+                  t.rate_per_second, t.rate_burst,
                   coalesce(array_agg(k.no ORDER BY k.no) FILTER (WHERE k.no IS NOT NULL), '{}') AS "nos!",
                   coalesce(array_agg(k.sealed ORDER BY k.no) FILTER (WHERE k.no IS NOT NULL), '{}') AS "sealed!"
            FROM sources s
            JOIN tenants t ON t.id = s.tenant_id
            LEFT JOIN source_secrets k ON k.source = s.name AND k.retired_at IS NULL
            WHERE s.changed > $1 AND s.changed <= $2
-           GROUP BY s.name, t.status ORDER BY s.changed"#,
+           GROUP BY s.name, t.status, t.rate_per_second, t.rate_burst ORDER BY s.changed"#,
         since,
         newest
     )
@@ -306,6 +307,10 @@ pub async fn changes(db: &Pooled, since: i64) -> Result<FeedPage, SourceError> {
                 .zip(r.sealed)
                 .map(|(no, sealed)| SealedSecret { no, sealed })
                 .collect(),
+            rate: TenantRate::from_columns(r.rate_per_second, r.rate_burst).map(|t| FeedRate {
+                per_second: t.per_second,
+                burst: t.burst,
+            }),
         })
         .collect();
     Ok(FeedPage {

@@ -50,6 +50,17 @@ pub struct Tenant {
     /// The sender of its customers' emails; `None`: the deployment's
     /// `mail.from`.
     pub mail_from: Option<String>,
+    /// Each of its sources' rate at ingest's door, set at runtime
+    /// (`oncehookctl tenants limits`); `None`: the configuration file's.
+    pub rate: Option<TenantRate>,
+}
+
+/// A tenant's rate as set at runtime: webhooks per second for each of its
+/// sources (0: no limit) and the burst (0: twice the rate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct TenantRate {
+    pub per_second: u32,
+    pub burst: u32,
 }
 
 /// Why a tenant could not be created or changed.
@@ -87,6 +98,8 @@ struct Row {
     created_at: OffsetDateTime,
     disabled_at: Option<OffsetDateTime>,
     mail_from: Option<String>,
+    rate_per_second: Option<i32>,
+    rate_burst: Option<i32>,
 }
 
 impl From<Row> for Tenant {
@@ -98,7 +111,19 @@ impl From<Row> for Tenant {
             created_at: r.created_at,
             disabled_at: r.disabled_at,
             mail_from: r.mail_from,
+            rate: TenantRate::from_columns(r.rate_per_second, r.rate_burst),
         }
+    }
+}
+
+impl TenantRate {
+    /// The rate `tenants.rate_per_second` and `rate_burst` hold; `None`
+    /// when the first is NULL (the file's rate).
+    pub(crate) fn from_columns(per_second: Option<i32>, burst: Option<i32>) -> Option<TenantRate> {
+        per_second.map(|per_second| TenantRate {
+            per_second: u32::try_from(per_second).unwrap_or(0),
+            burst: burst.and_then(|b| u32::try_from(b).ok()).unwrap_or(0),
+        })
     }
 }
 
@@ -112,7 +137,7 @@ pub async fn create(db: &Pooled, id: &TenantId, name: &str) -> Result<Tenant, Te
     let row = sqlx::query_as!(
         Row,
         "INSERT INTO tenants (id, name) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING
-         RETURNING id, name, status, created_at, disabled_at, mail_from",
+         RETURNING id, name, status, created_at, disabled_at, mail_from, rate_per_second, rate_burst",
         id.as_str(),
         name
     )
@@ -129,7 +154,8 @@ pub async fn list(db: &Pooled) -> Result<Vec<Tenant>, sqlx::Error> {
     let mut conn = db.single_in(&Scope::Platform).await?;
     let rows = sqlx::query_as!(
         Row,
-        "SELECT id, name, status, created_at, disabled_at, mail_from FROM tenants ORDER BY id"
+        "SELECT id, name, status, created_at, disabled_at, mail_from, rate_per_second, rate_burst
+         FROM tenants ORDER BY id"
     )
     .fetch_all(&mut *conn)
     .await?;
@@ -142,7 +168,8 @@ pub async fn get(db: &Pooled, id: &TenantId) -> Result<Option<Tenant>, sqlx::Err
     let mut conn = db.single_in(&Scope::Platform).await?;
     let row = sqlx::query_as!(
         Row,
-        "SELECT id, name, status, created_at, disabled_at, mail_from FROM tenants WHERE id = $1",
+        "SELECT id, name, status, created_at, disabled_at, mail_from, rate_per_second, rate_burst
+         FROM tenants WHERE id = $1",
         id.as_str()
     )
     .fetch_optional(&mut *conn)
@@ -163,7 +190,7 @@ pub async fn set_status(db: &Pooled, id: &TenantId, status: Status) -> Result<Te
         "UPDATE tenants SET status = $2,
              disabled_at = CASE WHEN $2 = 'disabled' THEN coalesce(disabled_at, now()) END
          WHERE id = $1
-         RETURNING id, name, status, created_at, disabled_at, mail_from",
+         RETURNING id, name, status, created_at, disabled_at, mail_from, rate_per_second, rate_burst",
         id.as_str(),
         status.as_str()
     )
@@ -195,13 +222,46 @@ pub async fn set_mail_from(
     let row = sqlx::query_as!(
         Row,
         "UPDATE tenants SET mail_from = $2 WHERE id = $1
-         RETURNING id, name, status, created_at, disabled_at, mail_from",
+         RETURNING id, name, status, created_at, disabled_at, mail_from, rate_per_second, rate_burst",
         id.as_str(),
         from
     )
     .fetch_optional(&mut *tx)
     .await
     .map_err(db_error(id))?;
+    tx.commit().await.map_err(db_error(id))?;
+    row.map(Tenant::from)
+        .ok_or_else(|| TenantError::NotFound(id.clone()))
+}
+
+/// Sets each of tenant `id`'s sources' rate at ingest's door (`None`: the
+/// configuration file's again); every ingest serves it within about two
+/// seconds (its sources are marked changed for the sources feed).
+pub async fn set_rate(
+    db: &Pooled,
+    id: &TenantId,
+    rate: Option<TenantRate>,
+) -> Result<Tenant, TenantError> {
+    let as_db = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
+    let (per_second, burst) = (
+        rate.map(|r| as_db(r.per_second)),
+        rate.map(|r| as_db(r.burst)),
+    );
+    let mut tx = db.begin_in(&Scope::Platform).await.map_err(db_error(id))?;
+    let row = sqlx::query_as!(
+        Row,
+        "UPDATE tenants SET rate_per_second = $2, rate_burst = $3 WHERE id = $1
+         RETURNING id, name, status, created_at, disabled_at, mail_from, rate_per_second, rate_burst",
+        id.as_str(),
+        per_second,
+        burst
+    )
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(db_error(id))?;
+    super::sources::tenant_changed(&mut tx, id)
+        .await
+        .map_err(db_error(id))?;
     tx.commit().await.map_err(db_error(id))?;
     row.map(Tenant::from)
         .ok_or_else(|| TenantError::NotFound(id.clone()))
