@@ -355,11 +355,6 @@ async fn seed(env: &TestEnv, n: usize, knobs: &Knobs, ring: &KeyRing) {
     .execute(&env.pool)
     .await
     .expect("insert the sealed secrets");
-    let mut listed = Shop::new().product("LIST", 1_000_000);
-    for k in 0..LISTED {
-        listed = listed.order_of(&format!("listed_{k}"), 10_000, "INR", &[("LIST", 1)]);
-    }
-    listed.seed(&env.pool).await;
     // Each merchant's shop, in its own scope; the first merchant's has an
     // order for every capture the rounds send it.
     let mut seeding = tokio::task::JoinSet::new();
@@ -384,6 +379,13 @@ async fn seed(env: &TestEnv, n: usize, knobs: &Knobs, ring: &KeyRing) {
     while let Some(done) = seeding.join_next().await {
         done.expect("seed the merchants' shops");
     }
+    // The listed shop's orders last: newest, after every other shop's
+    // in the order of change the list reads.
+    let mut listed = Shop::new().product("LIST", 1_000_000);
+    for k in 0..LISTED {
+        listed = listed.order_of(&format!("listed_{k}"), 10_000, "INR", &[("LIST", 1)]);
+    }
+    listed.seed(&env.pool).await;
 }
 
 /// Empties every events queue of `prefix` (the ack measurement's captures

@@ -154,3 +154,112 @@ async fn a_bad_event_in_a_batch_is_dead_lettered_alone_and_the_rest_commit_once(
         "the batch with the bad event was split:\n{text}"
     );
 }
+
+/// Two shops' deliveries taken together are one transaction: each shop's
+/// part in its own scope (its rows its own), one commit for the group.
+#[tokio::test]
+async fn a_group_of_two_shops_deliveries_commits_once_each_part_in_its_shops_scope() {
+    const EACH: usize = 8;
+    let mut env = TestEnv::new().await;
+    env.tenant_with_source("globex", "globex-razorpay", Gateway::Razorpay)
+        .await;
+    let default_refs: Vec<String> = (0..EACH).map(|n| format!("mt_{n}")).collect();
+    let globex_refs: Vec<String> = (0..EACH).map(|n| format!("mt_{n}")).collect();
+    shop::Shop::mugs(100, &default_refs).seed(&env.pool).await;
+    shop::Shop::mugs(100, &globex_refs)
+        .seed_in(&env.pool, "globex")
+        .await;
+    let (_ingest, url) = env.start_ingest().await;
+    // Both shops' captures, alternating; the same order references at
+    // each shop (each is its own order).
+    let mut deliveries = Vec::new();
+    for n in 0..EACH {
+        for (source, tag) in [("razorpay", "d"), ("globex-razorpay", "g")] {
+            let spec = env.spec(
+                &format!("mt_{n}"),
+                &format!("pay_{tag}{n}"),
+                &format!("evt_{tag}{n}"),
+                50_000,
+            );
+            deliveries.push((
+                source,
+                env.sign(Gateway::Razorpay, "payment.captured", &spec),
+            ));
+        }
+    }
+    // As above: the committer holds the first alone (the dedup table
+    // locked) while the other fifteen queue behind it, then takes them as
+    // one group.
+    let mut lock = env.pool.begin().await.expect("a lock transaction");
+    sqlx::query("LOCK TABLE processed_webhooks IN EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .expect("lock the dedup table");
+    let (_worker, metrics) = env
+        .start_consumer_with_metrics(
+            "oncehook-worker",
+            &[
+                ("ONCEHOOK_PREFETCH", "16"),
+                ("ONCEHOOK_WORKER_BATCH_SIZE", "16"),
+                ("ONCEHOOK_WORKER_COMMITTERS", "1"),
+            ],
+        )
+        .await;
+    let ((source, first), rest) = deliveries.split_first().expect("deliveries");
+    assert_eq!(env.post(&url, source, first).await.0, 200);
+    committer_holds(&metrics, "the committer holds the first alone", 1.0).await;
+    for (source, d) in rest {
+        assert_eq!(env.post(&url, source, d).await.0, 200);
+    }
+    committer_holds(&metrics, "the other fifteen wait on the committer", 16.0).await;
+    lock.rollback().await.expect("release the dedup table");
+    eventually("every order of both shops paid", WAIT, || async {
+        let paid = env
+            .count("SELECT count(*) FROM orders WHERE status = 'paid'")
+            .await;
+        (paid == 2 * EACH as i64).then_some(())
+    })
+    .await;
+
+    // Two transactions: the first delivery alone, then the fifteen, both
+    // shops' together.
+    let text = scrape::scrape(&metrics).await;
+    assert_eq!(
+        scrape::sum(&text, "oncehook_worker_batch_size_count"),
+        2.0,
+        "{text}"
+    );
+    assert_eq!(
+        scrape::sum(&text, "oncehook_worker_batch_size_sum"),
+        16.0,
+        "{text}"
+    );
+    assert_eq!(
+        scrape::sum(&text, "oncehook_worker_batches_split_total"),
+        0.0,
+        "{text}"
+    );
+    // Each shop's rows are its own: its payments on its orders, its
+    // records, its emails.
+    for (sql, what) in [
+        (
+            "SELECT count(*) FROM payments p JOIN orders o ON o.id = p.order_id WHERE p.tenant_id <> o.tenant_id",
+            "payments on another shop's order",
+        ),
+        (
+            "SELECT count(*) FROM processed_webhooks WHERE (source = 'globex-razorpay') <> (tenant_id = 'globex')",
+            "delivery records in another shop",
+        ),
+        (
+            "SELECT count(*) FROM email_outbox e JOIN orders o ON o.id = e.order_id WHERE e.tenant_id <> o.tenant_id",
+            "emails in another shop",
+        ),
+    ] {
+        assert_eq!(env.count(sql).await, 0, "{what}");
+    }
+    assert_eq!(
+        env.count("SELECT count(*) FROM orders WHERE status = 'paid' AND tenant_id = 'globex'")
+            .await,
+        EACH as i64
+    );
+}

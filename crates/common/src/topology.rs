@@ -154,93 +154,58 @@ impl Topology {
             durable: true,
             ..ExchangeDeclareOptions::default()
         };
-        let (events, emails, dead) = (self.events(), self.emails(), self.dead());
-        let (order_events, notify) = (self.order_events(), self.notify());
-        let bulk = self.bulk();
-        ch.exchange_declare(
-            events.as_str().into(),
-            ExchangeKind::Topic,
-            durable,
-            FieldTable::default(),
-        )
-        .await?;
-        ch.exchange_declare(
-            emails.as_str().into(),
-            ExchangeKind::Direct,
-            durable,
-            FieldTable::default(),
-        )
-        .await?;
-        ch.exchange_declare(
-            order_events.as_str().into(),
-            ExchangeKind::Topic,
-            durable,
-            FieldTable::default(),
-        )
-        .await?;
-        ch.exchange_declare(
-            bulk.as_str().into(),
-            ExchangeKind::Topic,
-            durable,
-            FieldTable::default(),
-        )
-        .await?;
-        ch.exchange_declare(
-            dead.as_str().into(),
-            ExchangeKind::Fanout,
-            durable,
-            FieldTable::default(),
-        )
-        .await?;
-
-        for (queue, args) in self.queue_args(queues.delivery_limit) {
-            declare_quorum_queue(conn, &queue, args, queues.initial_group_size).await?;
-        }
-
-        let bind = QueueBindOptions::default();
-        ch.queue_bind(
-            events.as_str().into(),
-            events.as_str().into(),
-            "#".into(),
-            bind,
-            FieldTable::default(),
-        )
-        .await?;
-        ch.queue_bind(
-            emails.as_str().into(),
-            emails.as_str().into(),
-            self.email_routing_key().into(),
-            bind,
-            FieldTable::default(),
-        )
-        .await?;
-        ch.queue_bind(
-            notify.as_str().into(),
-            order_events.as_str().into(),
-            "order.#".into(),
-            bind,
-            FieldTable::default(),
-        )
-        .await?;
-        for lane in 0..BULK_LANES {
-            ch.queue_bind(
-                self.bulk_lane(lane).as_str().into(),
-                bulk.as_str().into(),
-                format!("{lane}.#").as_str().into(),
-                bind,
+        for (exchange, kind) in self.exchanges() {
+            ch.exchange_declare(
+                exchange.as_str().into(),
+                kind,
+                durable,
                 FieldTable::default(),
             )
             .await?;
         }
-        ch.queue_bind(
-            dead.as_str().into(),
-            dead.as_str().into(),
-            "".into(),
-            bind,
-            FieldTable::default(),
-        )
-        .await?;
+        for (queue, args) in self.queue_args(queues.delivery_limit) {
+            declare_quorum_queue(conn, &queue, args, queues.initial_group_size).await?;
+        }
+        for (queue, exchange, key) in self.bindings() {
+            ch.queue_bind(
+                queue.as_str().into(),
+                exchange.as_str().into(),
+                key.as_str().into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        }
         Ok(())
+    }
+
+    /// Every exchange and its kind.
+    fn exchanges(&self) -> [(String, ExchangeKind); 5] {
+        [
+            (self.events(), ExchangeKind::Topic),
+            (self.emails(), ExchangeKind::Direct),
+            (self.order_events(), ExchangeKind::Topic),
+            (self.bulk(), ExchangeKind::Topic),
+            (self.dead(), ExchangeKind::Fanout),
+        ]
+    }
+
+    /// Every binding: queue, exchange, routing key.
+    fn bindings(&self) -> Vec<(String, String, String)> {
+        let mut bindings = vec![
+            (self.events(), self.events(), "#".to_owned()),
+            (
+                self.emails(),
+                self.emails(),
+                self.email_routing_key().to_owned(),
+            ),
+            (self.notify(), self.order_events(), "order.#".to_owned()),
+            (self.dead(), self.dead(), String::new()),
+        ];
+        bindings.extend(
+            (0..BULK_LANES).map(|lane| (self.bulk_lane(lane), self.bulk(), format!("{lane}.#"))),
+        );
+        bindings
     }
 
     /// Every queue with the arguments it is declared with, except the group

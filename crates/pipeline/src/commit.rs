@@ -8,9 +8,12 @@
 //! (set-based), one outcome update. This is the
 //! only place in the worker where a delivery's transaction commits.
 //!
-//! The transaction runs in the scope of the deliveries' tenant (a group
-//! holds one tenant's deliveries): PostgreSQL keeps its statements to that
-//! tenant's rows (docs/tenants.md).
+//! Each tenant's deliveries of the group run in that tenant's scope:
+//! PostgreSQL keeps their statements to that tenant's rows
+//! (docs/tenants.md). A group of several tenants' deliveries is still one
+//! transaction — one `BEGIN`, one `COMMIT`, one WAL flush — whose scope is
+//! switched from one tenant's part to the next (`scope::switch`): traffic
+//! spread over many shops commits as cheaply per group as one shop's.
 //!
 //! Any error rolls everything back, the claims too (so a replay after the
 //! cause is fixed is processed, not absorbed); `group` then redoes each
@@ -24,7 +27,7 @@ use oncehook_common::otel;
 use oncehook_common::store::Pooled;
 use oncehook_common::store::advisory::LockName;
 use oncehook_common::store::dedup as dedup_store;
-use oncehook_common::store::scope::Scope;
+use oncehook_common::store::scope::{self, Scope};
 use oncehook_common::tenant::TenantId;
 use sqlx::PgConnection;
 use tracing::Instrument as _;
@@ -67,15 +70,56 @@ async fn transaction<E: Effect>(
     effect: &E,
     deliveries: &[&Delivery],
 ) -> Result<Vec<Processed>, ProcessError> {
-    // Every delivery of a group is one tenant's (`group`): the transaction
-    // sees and writes that tenant's rows only.
-    let tenant = deliveries
+    let parts = by_tenant(deliveries);
+    let first = parts
         .first()
-        .map(|d| d.envelope.tenant.clone())
+        .map(|(tenant, _)| (*tenant).clone())
         .unwrap_or_else(TenantId::default_tenant);
-    let mut tx = pool.begin_generic_in(&Scope::tenant(tenant)).await?;
+    let mut tx = pool.begin_generic_in(&Scope::tenant(first)).await?;
+    let mut results: Vec<Option<Processed>> = vec![None; deliveries.len()];
+    for (n, (tenant, indexes)) in parts.iter().enumerate() {
+        if n > 0 {
+            scope::switch(&mut tx, tenant.as_str()).await?;
+        }
+        let part: Vec<&Delivery> = indexes.iter().map(|&i| deliveries[i]).collect();
+        for (i, processed) in indexes
+            .iter()
+            .zip(apply_part(&mut tx, effect, &part).await?)
+        {
+            results[*i] = Some(processed);
+        }
+    }
+    tx.commit().await?;
+    Ok(results
+        .into_iter()
+        .map(|r| r.unwrap_or(Processed::Duplicate { same_body_as: None }))
+        .collect())
+}
+
+/// The deliveries' indexes by tenant, in the order each tenant's first
+/// delivery came.
+fn by_tenant<'a>(deliveries: &[&'a Delivery]) -> Vec<(&'a TenantId, Vec<usize>)> {
+    let mut parts: Vec<(&TenantId, Vec<usize>)> = Vec::new();
+    for (i, d) in deliveries.iter().enumerate() {
+        let tenant = &d.envelope.tenant;
+        match parts.iter_mut().find(|(t, _)| *t == tenant) {
+            Some((_, indexes)) => indexes.push(i),
+            None => parts.push((tenant, vec![i])),
+        }
+    }
+    parts
+}
+
+/// One tenant's part of the group, in its scope: claim, apply the effect
+/// to the fresh deliveries, record every outcome; the results in the
+/// part's order.
+async fn apply_part<E: Effect>(
+    tx: &mut PgConnection,
+    effect: &E,
+    deliveries: &[&Delivery],
+) -> Result<Vec<Processed>, ProcessError> {
     let locks: Vec<Vec<LockName>> = deliveries.iter().map(|d| effect.locks(d)).collect();
-    let duplicates = claim(&mut tx, deliveries, &locks).await?;
+    let duplicates = claim(tx, deliveries, &locks).await?;
     let fresh: Vec<&Delivery> = deliveries
         .iter()
         .zip(&duplicates)
@@ -85,7 +129,7 @@ async fn transaction<E: Effect>(
     let effects = if fresh.is_empty() {
         Effects::default()
     } else {
-        effect.apply(&mut tx, &fresh).await?
+        effect.apply(tx, &fresh).await?
     };
     if effects.applied.len() != fresh.len() {
         return Err(Rejection::new(
@@ -98,12 +142,8 @@ async fn transaction<E: Effect>(
         )
         .into());
     }
-    effects
-        .record(&mut tx, fresh.iter().map(|d| &d.key))
-        .await?;
-    let applied = effects.applied;
-    tx.commit().await?;
-    let mut applied = applied.into_iter();
+    effects.record(tx, fresh.iter().map(|d| &d.key)).await?;
+    let mut applied = effects.applied.into_iter();
     Ok(duplicates
         .into_iter()
         .map(|duplicate| {

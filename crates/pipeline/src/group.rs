@@ -249,27 +249,13 @@ async fn run_committer<E: Effect>(pool: Pooled, effect: Arc<E>, shared: Arc<Shar
     }
 }
 
-/// Commits what one committer took: one transaction per tenant among
-/// them (a transaction is one tenant's), in the order their first
-/// delivery came.
+/// Commits what one committer took, in one transaction (each tenant's
+/// deliveries in its own scope: `commit`).
 async fn run<E: Effect>(pool: &Pooled, effect: &E, taken: Vec<Job>) {
-    let mut by_tenant: Vec<Vec<Job>> = Vec::new();
-    for job in taken {
-        let tenant = &job.delivery.envelope.tenant;
-        match by_tenant.iter_mut().find(|g| {
-            g.first()
-                .is_some_and(|j| &j.delivery.envelope.tenant == tenant)
-        }) {
-            Some(group) => group.push(job),
-            None => by_tenant.push(vec![job]),
-        }
-    }
-    for group in by_tenant {
-        run_group(pool, effect, group).await;
-    }
+    run_group(pool, effect, taken).await;
 }
 
-/// Commits one group (one tenant's deliveries) and answers every job in it.
+/// Commits one group and answers every job in it.
 async fn run_group<E: Effect>(pool: &Pooled, effect: &E, group: Vec<Job>) {
     let deliveries: Vec<&Delivery> = group.iter().map(|job| &*job.delivery).collect();
     let result = commit(pool, effect, &deliveries).await;

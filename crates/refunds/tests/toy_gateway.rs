@@ -106,10 +106,13 @@ impl World {
     /// Waits until the events queue holds `n` messages: the refund facts
     /// the refunder published.
     async fn facts_published(&self, n: u32) {
-        let queue = format!("{}.events", self.env.prefix);
-        eventually(&format!("{n} fact(s) on {queue}"), WAIT, || async {
-            (broker::depth(&queue).await == Some(n)).then_some(())
-        })
+        // A fact goes to its tenant's bulk lane (docs/tenants.md, "Fairness").
+        let prefix = &self.env.prefix;
+        eventually(
+            &format!("{n} fact(s) in {prefix}'s events queues"),
+            WAIT,
+            || async { (broker::events_depth(prefix).await == Some(n)).then_some(()) },
+        )
         .await;
     }
 }

@@ -87,6 +87,7 @@ pub async fn list(
     let mut conn = state.pool.single_in(&auth.caller.scope()).await?;
     let mut rows = shop::list_orders(
         &mut conn,
+        auth.caller.tenant.as_str(),
         status,
         updated_after,
         after,

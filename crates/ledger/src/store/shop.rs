@@ -299,11 +299,14 @@ pub struct OrderSummary {
     pub updated_at: OffsetDateTime,
 }
 
-/// A page of orders by `(updated_at, id)`, oldest change first: those
-/// after `after` (a cursor), or updated after `updated_after`, with the
-/// status if given.
+/// A page of `tenant`'s orders by `(updated_at, id)`, oldest change first:
+/// those after `after` (a cursor), or updated after `updated_after`, with
+/// the status if given. Naming the tenant (besides the transaction's scope)
+/// lets the page start at the tenant's range of `orders_tenant_updated_at_id`
+/// whatever other tenants' rows come before it.
 pub async fn list_orders(
     conn: &mut PgConnection,
+    tenant: &str,
     status: Option<&str>,
     updated_after: Option<OffsetDateTime>,
     after: Option<(OffsetDateTime, i64)>,
@@ -315,15 +318,17 @@ pub async fn list_orders(
         "SELECT id, order_ref, status, currency, amount_minor, refunded_minor, oversold, version,
                 created_at, updated_at
          FROM orders
-         WHERE ($1::text IS NULL OR status = $1)
+         WHERE tenant_id = $6
+           AND ($1::text IS NULL OR status = $1)
            AND ($2::timestamptz IS NULL OR updated_at > $2)
            AND ($3::timestamptz IS NULL OR (updated_at, id) > ($3, $4::bigint))
-         ORDER BY updated_at, id LIMIT $5",
+         ORDER BY tenant_id, updated_at, id LIMIT $5",
         status,
         updated_after,
         after_at,
         after_id,
-        limit
+        limit,
+        tenant
     )
     .fetch_all(conn)
     .await
