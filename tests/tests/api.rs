@@ -799,9 +799,11 @@ async fn events_are_paged_in_commit_order_and_a_cursor_never_skips_a_late_commit
     ] {
         write_event(&mut conn, id, kind, "ev_1").await;
     }
-    // Pages of two, then the rest; every page has a cursor.
     // Transactions of other databases on the server hold the feed back
-    // while they run (the horizon is the server's): poll.
+    // while they run (the horizon is the server's): poll until all three
+    // are served, so that a page of two has more behind it.
+    listed(&api, "/v1/events", 3).await;
+    // Pages of two, then the rest; every page has a cursor.
     let first = listed(&api, "/v1/events?limit=2", 2).await;
     assert_eq!(first.status, 200, "{:?}", first.json);
     assert_eq!(ids_of(&first.json), ["evt_a", "evt_b"]);
