@@ -280,16 +280,37 @@ async fn auto_keeps_to_its_ceilings_and_reasons() {
         .await;
     let p = env.pipeline().await;
     // Both owed within the same moment (most likely decided in one page
-    // of one pass): the older one fits the day, the other does not.
-    let mut first = None;
+    // of one pass): the older one fits the day, the other does not. Older
+    // is the intent's `created_at`, its transaction's start: captures of
+    // both orders are committed side by side, so which began first is the
+    // database's to say, not the order of the posts.
+    let mut paid_for = Vec::new();
     for (order, tag) in [(one, "c1"), (two, "c2")] {
         let paid = Paid::twice(Gateway::Razorpay, tag);
         paid.post(&env, &p, &api, order, &paid.first.clone()).await;
         paid.post(&env, &p, &api, order, &paid.second.clone()).await;
-        first.get_or_insert(paid);
+        paid_for.push((order, paid));
     }
-    let first = first.expect("the first order's payments");
-    refunded_once(&env, &api, &first, one).await;
+    let by_age: Vec<String> = eventually("both intents minted", WAIT, || async {
+        let refs: Vec<String> = sqlx::query_scalar(
+            "SELECT o.order_ref FROM refund_intents i JOIN orders o ON o.id = i.order_id
+             WHERE o.order_ref = ANY($1) ORDER BY i.created_at, i.id",
+        )
+        .bind(vec![one.to_owned(), two.to_owned()])
+        .fetch_all(&env.pool)
+        .await
+        .unwrap_or_default();
+        (refs.len() == 2).then_some(refs)
+    })
+    .await;
+    let (older, younger) = (by_age[0].as_str(), by_age[1].as_str());
+    let older_paid = &paid_for
+        .iter()
+        .find(|(order, _)| *order == older)
+        .expect("the older intent's order")
+        .1;
+    refunded_once(&env, &api, older_paid, older).await;
+    let two = younger;
     let held = wait_intent(&env, two, "owed").await;
     let why = |i: &Value| i["held_because"].as_str().unwrap_or("").to_owned();
     let held = if why(&held).is_empty() {
